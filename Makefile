@@ -1,0 +1,91 @@
+# The one build of the ml toolchain: library, tools, tests, docs.
+# make            build $(B)/lib/libml.a and $(B)/bin/*
+# make deps       install the Debian packages the project needs
+# make test       run every test; ends with "N passed, M failed"
+# make install    PREFIX=/usr/local DESTDIR=
+# make OPENCL=0   build without OpenCL
+.POSIX:
+.SUFFIXES:
+
+B ?= build
+PREFIX ?= /usr/local
+CC ?= cc
+OPT ?= -O2
+WERROR ?=
+CFLAGS ?= $(OPT) -g
+CPPFLAGS_ALL = -Ilib -I$(B)/gen -D_GNU_SOURCE $(CPPFLAGS)
+CFLAGS_ALL = -std=c11 -Wall -Wextra $(WERROR) -pthread -fPIC -march=x86-64-v2 -mtune=generic $(CFLAGS)
+LDLIBS_ALL = -lprotobuf-c -lzstd -lopenblas -lz -lm -pthread $(LDLIBS)
+
+TOOLS = mlconvert mlopt mlquant mltrain mlrun mlprof
+TOOL_SRCS = $(wildcard $(TOOLS:%=cmd/%.c))
+BINS = $(TOOL_SRCS:cmd/%.c=$(B)/bin/%)
+LIB_SRCS = $(sort $(wildcard lib/*.c lib/*/*.c))
+PROTOS = formats/mlg.proto
+GEN_PB = $(B)/gen/mlg.pb-c.c $(B)/gen/onnx.pb-c.c
+LIB_OBJS = $(LIB_SRCS:%.c=$(B)/obj/%.o) $(GEN_PB:$(B)/gen/%.c=$(B)/obj/gen/%.o)
+CLI_OBJS = $(B)/obj/cmd/cli.o
+TEST_TOOLS = $(patsubst tests/tools/%.c,$(B)/bin/%,$(wildcard tests/tools/*.c))
+ONNX_PROTO ?= /usr/include/onnx/onnx.proto
+HDRS = $(wildcard lib/*.h lib/*.def lib/*/*.h) $(B)/gen/mlg.pb-c.h $(B)/gen/onnx.pb-c.h
+
+all: $(BINS) $(TEST_TOOLS) $(B)/ml.pc
+
+$(B)/gen/mlg.pb-c.c $(B)/gen/mlg.pb-c.h: formats/mlg.proto
+	@mkdir -p $(B)/gen
+	protoc-c --proto_path=formats --c_out=$(B)/gen formats/mlg.proto
+
+# ONNX's own schema as the system installs it (libonnx-dev).
+$(B)/gen/onnx.pb-c.c $(B)/gen/onnx.pb-c.h: $(ONNX_PROTO)
+	@mkdir -p $(B)/gen
+	cp $(ONNX_PROTO) $(B)/gen/onnx.proto
+	protoc-c --proto_path=$(B)/gen --c_out=$(B)/gen $(B)/gen/onnx.proto
+
+$(B)/obj/gen/%.o: $(B)/gen/%.c $(B)/gen/mlg.pb-c.h $(B)/gen/onnx.pb-c.h
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -Wno-unused-parameter -c -o $@ $<
+
+$(B)/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
+
+$(B)/lib/libml.a: $(LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@
+	ar rcs $@ $(LIB_OBJS)
+
+$(B)/bin/%: $(B)/obj/cmd/%.o $(CLI_OBJS) $(B)/lib/libml.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(CLI_OBJS) $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
+
+$(B)/bin/%: tests/tools/%.c $(B)/lib/libml.a $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
+
+$(B)/ml.pc: Makefile
+	@mkdir -p build
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: 0.4.0\nLibs: -L$${libdir} -lml\nLibs.private: -lprotobuf-c -lzstd -lopenblas -lz -lm -pthread\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
+
+deps:
+	sh tools/deps.sh
+
+test: all
+	sh tests/run.sh
+
+bench: all
+	sh tests/bench/run.sh
+
+install: all
+	mkdir -p $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/ml \
+		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
+	cp $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	cp $(B)/lib/libml.a $(DESTDIR)$(PREFIX)/lib/
+	cp lib/ml.h lib/ops.def $(DESTDIR)$(PREFIX)/include/ml/
+	cp $(B)/ml.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/ml.pc
+	cp $(wildcard man/man1/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
+	cp man/man5/mlg.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+
+clean:
+	rm -rf build
+
+.PHONY: all deps test bench install clean

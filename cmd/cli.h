@@ -1,0 +1,51 @@
+/*
+ * cli.h: helpers every tool shares: program name, diagnostics with the
+ * exit statuses of DESIGN.md, checked number parsing, stdout checks.
+ */
+#ifndef CLI_H
+#define CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ml.h"
+
+/* Exit statuses, the same in every tool and man page. */
+enum {
+	EXIT_OK = 0,
+	EXIT_FAIL = 1,		/* runtime failure (I/O, out of memory) */
+	EXIT_USAGE = 2,		/* bad option or operand */
+	EXIT_INVALID = 3,	/* invalid input: file, model, data */
+	EXIT_UNSUP = 4,		/* unsupported op, dtype, device */
+};
+
+extern const char *progname;
+
+/* cli_init: set progname from argv[0] and apply ML_MAX_ALLOC. */
+void cli_init(int argc, char **argv);
+/* die: print "progname: msg" to stderr and exit with status. */
+_Noreturn void die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* die_err: print "progname: err->msg" and exit with ml_exit_status(err->code). */
+_Noreturn void die_err(const struct ml_err *err);
+/* warnx: print "progname: msg" to stderr. */
+void warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* usage_error: "progname: msg", then the synopsis line, to stderr; exit 2. */
+_Noreturn void usage_error(const char *synopsis, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* print_version: "progname (ml) 0.4.0", with build features when verbose. */
+void print_version(int verbose);
+/* parse_int: a whole decimal integer in [lo, hi], else usage error naming opt. */
+int64_t parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, const char *synopsis);
+/* parse_double: a finite number, else usage error. */
+double parse_double(const char *opt, const char *s, const char *synopsis);
+/* parse_size: a byte count with an optional K/M/G suffix (powers of 1024). */
+uint64_t parse_size(const char *opt, const char *s, const char *synopsis);
+/* refuse_tty_stdout: die with status 2 when path is "-" and stdout is a terminal, unless force. */
+void refuse_tty_stdout(const char *path, bool force);
+/* finish_stdout: flush and close stdout; on a write error print "write error" and exit 1. */
+int finish_stdout(void);
+/* json_str: write s as a JSON string literal to fp. */
+void json_str(FILE *fp, const char *s);
+
+#endif

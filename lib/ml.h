@@ -1,0 +1,514 @@
+/*
+ * ml.h: the one public header of libml, the library under the ml tools.
+ *
+ * libml holds a graph IR (tensors, nodes, attributes, shape inference), the
+ * file formats (the .mlg graph file, ONNX, the .mlt text form, .npy arrays),
+ * one op registry, CPU kernels and an executor that runs a graph from an
+ * arena planned by liveness.
+ *
+ * A short tour, loading a graph and running it once:
+ *
+ *	struct ml_err err = { 0 };
+ *	struct ml_graph *g = NULL;
+ *	struct ml_session *s = NULL;
+ *	if (ml_model_load(&g, "net.mlg", &err) < 0 ||
+ *	    ml_session_new(&s, g, NULL, &err) < 0 ||
+ *	    ml_session_set_input(s, "x", &x, &err) < 0 ||
+ *	    ml_session_run(s, &err) < 0)
+ *		fprintf(stderr, "error: %s\n", err.msg);
+ *	const struct ml_tval *y = ml_session_output(s, 0);
+ *	ml_session_free(s);
+ *	ml_graph_free(g);
+ *
+ * Conventions: fallible calls return 0 or a negative ML_E* code and fill a
+ * caller-owned struct ml_err; *_free accepts NULL; the library never prints
+ * and never exits.
+ */
+#ifndef ML_H
+#define ML_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define ML_VERSION "0.4.0"
+#define ML_MAX_RANK 8
+
+/*
+ * Error codes. Append only: the values are part of the library's ABI.
+ */
+enum {
+	ML_OK = 0,
+	ML_ENOMEM = -1,		/* allocation failed or over the allocation cap */
+	ML_EINVAL = -2,		/* invalid argument or input (model, data) */
+	ML_EIO = -3,		/* read or write failed */
+	ML_EFORMAT = -4,	/* a file is malformed */
+	ML_ENOTSUP = -5,	/* unsupported op, dtype or feature */
+	ML_ENODEV = -6,		/* no such device */
+	ML_ECL = -7,		/* an OpenCL call failed */
+};
+
+/*
+ * struct ml_err: details of the last failure, owned by the caller.
+ * code is the ML_E* value, msg a one-line message without a trailing
+ * newline, cl_status the OpenCL status where an OpenCL call failed.
+ */
+struct ml_err {
+	int code;
+	int cl_status;
+	char msg[512];
+};
+
+/*
+ * ml_fail: fill e (which may be NULL) with code and a printf-style message,
+ * and return code, so call sites can write `return ml_fail(e, ...)`.
+ */
+int ml_fail(struct ml_err *e, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* ml_strerror: a static text for an ML_E* code. */
+const char *ml_strerror(int code);
+/* ml_exit_status: the tool exit status of DESIGN.md for an ML_E* code. */
+int ml_exit_status(int code);
+
+#define ML_TRY(x) do { int rc_ = (x); if (rc_ < 0) return rc_; } while (0)
+
+/*
+ * Data types. The values are ONNX's TensorProto.DataType values, and are
+ * stored in files: never renumber.
+ */
+enum ml_dtype {
+	ML_UNDEF = 0,
+	ML_F32 = 1,
+	ML_U8 = 2,
+	ML_I8 = 3,
+	ML_U16 = 4,
+	ML_I16 = 5,
+	ML_I32 = 6,
+	ML_I64 = 7,
+	ML_STRING = 8,
+	ML_BOOL = 9,
+	ML_F16 = 10,
+	ML_F64 = 11,
+	ML_U32 = 12,
+	ML_U64 = 13,
+	ML_C64 = 14,
+	ML_C128 = 15,
+	ML_BF16 = 16,
+	ML_DTYPE_MAX = 17
+};
+
+/* ml_dtype_size: bytes per element, 0 for an unknown or variable-size type. */
+size_t ml_dtype_size(enum ml_dtype t);
+/* ml_dtype_name: "f32", "i64", ...; "?" for an unknown value. */
+const char *ml_dtype_name(enum ml_dtype t);
+/* ml_dtype_from_name: the inverse of ml_dtype_name; ML_UNDEF when unknown. */
+enum ml_dtype ml_dtype_from_name(const char *s);
+bool ml_dtype_is_float(enum ml_dtype t);
+bool ml_dtype_is_int(enum ml_dtype t);	/* signed or unsigned integers, not bool */
+float ml_f16_to_f32(uint16_t h);
+uint16_t ml_f32_to_f16(float f);
+float ml_bf16_to_f32(uint16_t h);
+uint16_t ml_f32_to_bf16(float f);
+/*
+ * ml_convert: convert n elements from src (type st) to dst (type dt).
+ * Floats to integers truncate toward zero as C casts do, saturating out of
+ * range; anything to bool is `!= 0`. Returns ML_ENOTSUP for strings.
+ */
+int ml_convert(void *dst, enum ml_dtype dt, const void *src, enum ml_dtype st, int64_t n);
+/* ml_get_f64/ml_set_f64: read or write element i of a typed array as a double. */
+double ml_get_f64(const void *p, enum ml_dtype t, int64_t i);
+void ml_set_f64(void *p, enum ml_dtype t, int64_t i, double v);
+int64_t ml_get_i64(const void *p, enum ml_dtype t, int64_t i);
+
+/*
+ * struct ml_tval: a concrete array, as kernels and sessions see it: a dtype,
+ * a shape and row-major contiguous data. A tval describes memory it may or
+ * may not own; `owned` says whether ml_tval_clear frees data.
+ * In shape inference, data may be NULL (value unknown) and dims may be -1
+ * (size unknown); rank is -1 when even the rank is unknown.
+ */
+struct ml_tval {
+	enum ml_dtype dtype;
+	int rank;
+	int64_t dims[ML_MAX_RANK];
+	void *data;
+	bool owned;
+};
+
+/* ml_tval_numel: the element count, or -1 when a dim or the rank is unknown. */
+int64_t ml_tval_numel(const struct ml_tval *t);
+/* ml_tval_nbytes: numel times the element size, or -1. */
+int64_t ml_tval_nbytes(const struct ml_tval *t);
+/*
+ * ml_tval_alloc: set dtype and shape and allocate owned, zeroed data.
+ * Checks the size arithmetic and the allocation cap.
+ */
+int ml_tval_alloc(struct ml_tval *t, enum ml_dtype dt, int rank, const int64_t *dims,
+		  struct ml_err *e);
+/* ml_tval_clear: free owned data and reset to an empty tval. */
+void ml_tval_clear(struct ml_tval *t);
+/* ml_tval_shape_str: "f32[1,3,224,224]" into buf; returns buf. */
+char *ml_tval_shape_str(const struct ml_tval *t, char *buf, size_t n);
+
+/*
+ * Allocation with a cap. All large allocations of the library go through
+ * these, so a file cannot make a tool allocate more than the cap
+ * (ML_MAX_ALLOC environment variable, or ml_set_alloc_cap; default 16 GiB).
+ */
+void *ml_malloc(size_t n);
+void *ml_calloc(size_t n, size_t size);
+void *ml_realloc(void *p, size_t n);
+void ml_free(void *p);
+void ml_set_alloc_cap(uint64_t bytes);
+uint64_t ml_alloc_cap(void);
+/* ml_mul_ok: *out = a * b; false on overflow or a negative operand. */
+bool ml_mul_ok(int64_t a, int64_t b, int64_t *out);
+
+/*
+ * The op registry. lib/ops.def is the one list of ops; this enum comes from
+ * it. Files store an op by its name (ONNX op_type and domain), so the order
+ * of this enum is free to change.
+ */
+enum ml_op {
+#define X(id, name, domain, family) ML_OP_##id,
+#include "ops.def"
+#undef X
+	ML_OP_COUNT
+};
+
+/* ml_op_name: the ONNX op_type of op, e.g. "Conv". */
+const char *ml_op_name(enum ml_op op);
+/* ml_op_domain: "" for the ONNX default domain, "ml" for internal ops. */
+const char *ml_op_domain(enum ml_op op);
+/* ml_op_family: the family name (the file of its definition), e.g. "nn". */
+const char *ml_op_family(enum ml_op op);
+/* ml_op_lookup: the op for an (op_type, domain) pair; ML_OP_NONE when unknown. */
+enum ml_op ml_op_lookup(const char *name, const char *domain);
+
+/*
+ * Attributes, after ONNX's AttributeProto.
+ */
+enum ml_attr_type {
+	ML_ATTR_UNDEF = 0,
+	ML_ATTR_FLOAT = 1,
+	ML_ATTR_INT = 2,
+	ML_ATTR_STRING = 3,
+	ML_ATTR_TENSOR = 4,
+	ML_ATTR_GRAPH = 5,
+	ML_ATTR_FLOATS = 6,
+	ML_ATTR_INTS = 7,
+	ML_ATTR_STRINGS = 8,
+	ML_ATTR_TENSORS = 9,
+	ML_ATTR_GRAPHS = 10,
+};
+
+struct ml_graph;
+struct ml_tensor;
+
+struct ml_attr {
+	char *name;
+	enum ml_attr_type type;
+	double f;
+	int64_t i;
+	char *s;		/* STRING: NUL-terminated, s_len bytes */
+	size_t s_len;
+	int n;			/* element count of FLOATS/INTS/STRINGS/TENSORS/GRAPHS */
+	double *floats;
+	int64_t *ints;
+	char **strings;
+	struct ml_tensor **tensors;	/* TENSOR: tensors[0]; owned by the graph */
+	struct ml_graph **graphs;	/* GRAPH: graphs[0]; subgraphs owned by the graph */
+};
+
+/*
+ * Tensor kinds: how a value of the graph gets its data.
+ */
+enum ml_tkind {
+	ML_TK_ACT = 0,		/* computed by a node */
+	ML_TK_INPUT = 1,	/* a graph input, given at run time */
+	ML_TK_CONST = 2,	/* constant data stored in the graph */
+	ML_TK_PARAM = 3,	/* trainable parameter stored in the graph */
+};
+
+/*
+ * struct ml_qparam: quantization parameters of a tensor: one scale and zero
+ * point per tensor (axis -1) or per channel along axis.
+ */
+struct ml_qparam {
+	enum ml_dtype qtype;	/* ML_I8, ML_U8, ... */
+	int axis;
+	int n;
+	float *scale;
+	int32_t *zero;
+};
+
+/*
+ * struct ml_tensor: a named value of a graph. Shape fields describe what is
+ * known statically: rank -1 means unknown, dims[i] -1 an unknown or
+ * symbolic size with its name in sym[i]. CONST and PARAM tensors hold their
+ * data in `data` (owned by the graph, `nbytes` long, row-major).
+ */
+struct ml_tensor {
+	char *name;
+	enum ml_dtype dtype;
+	int rank;
+	int64_t dims[ML_MAX_RANK];
+	char *sym[ML_MAX_RANK];
+	enum ml_tkind kind;
+	void *data;
+	size_t nbytes;
+	int producer;		/* index of the node that writes it, or -1 */
+	struct ml_qparam *q;	/* NULL when not quantized */
+	int device;		/* placement: -1 unset, 0 cpu, 1+ OpenCL device index + 1 */
+	int64_t arena_off;	/* offset in the planned arena, -1 when not planned */
+	char *doc;
+};
+
+/*
+ * struct ml_node: one op application. in[] and out[] are tensor indices of
+ * the owning graph; an omitted optional input is -1. op_type and domain are
+ * kept as read, so an op the registry lacks survives a conversion and is
+ * refused only when run (op is then ML_OP_NONE).
+ */
+struct ml_node {
+	char *name;
+	enum ml_op op;
+	char *op_type;
+	char *domain;
+	int n_in, n_out;
+	int *in, *out;
+	int n_attr;
+	struct ml_attr *attrs;
+	int device;		/* placement, as for tensors */
+	double cost_us;		/* profile-derived cost, 0 when unknown */
+};
+
+struct ml_kv {
+	char *key;
+	char *value;
+};
+
+/*
+ * struct ml_train: the training state mltrain keeps in a graph file.
+ * slots holds optimizer moments and the like, as named tensors of the graph.
+ */
+struct ml_train {
+	uint64_t step;
+	uint64_t epoch;
+	char *optimizer;
+	char *config;		/* free-form text (JSON) of the training options */
+	uint8_t *rng;
+	size_t rng_len;
+	int n_slots;
+	int *slots;		/* tensor indices */
+};
+
+/*
+ * struct ml_graph: an arena that owns its tensors, nodes, names and data.
+ * One ml_graph_free() releases everything, subgraphs included.
+ */
+struct ml_graph {
+	char *name;
+	char *producer;
+	int n_tensors, cap_tensors;
+	struct ml_tensor **tensors;
+	int n_nodes, cap_nodes;
+	struct ml_node *nodes;
+	int n_inputs, n_outputs;
+	int *inputs, *outputs;	/* tensor indices */
+	int n_meta;
+	struct ml_kv *meta;
+	int n_opsets;
+	char **opset_domain;
+	int64_t *opset_version;
+	int64_t ir_version;
+	struct ml_train *train;	/* NULL when the graph has no training state */
+	int64_t arena_bytes;	/* planned arena size, 0 when not planned */
+	struct ml_graph *parent;	/* for subgraphs: the enclosing graph */
+	/* private */
+	struct ml_arena_blk *arena;
+	int *hash;
+	int hash_cap;
+};
+
+/* ml_graph_new: an empty graph. */
+int ml_graph_new(struct ml_graph **out, struct ml_err *e);
+/* ml_graph_free: release g and all it owns; NULL is a no-op. */
+void ml_graph_free(struct ml_graph *g);
+/* ml_graph_alloc: zeroed memory owned by g's arena (freed with g). NULL on failure. */
+void *ml_graph_alloc(struct ml_graph *g, size_t n);
+/* ml_graph_strdup: a copy of s (NULL gives NULL) in g's arena. */
+char *ml_graph_strdup(struct ml_graph *g, const char *s);
+char *ml_graph_strndup(struct ml_graph *g, const char *s, size_t n);
+/* ml_graph_find: the index of the tensor called name, or -1. */
+int ml_graph_find(const struct ml_graph *g, const char *name);
+/*
+ * ml_graph_tensor: the index of the tensor called name, created (kind ACT,
+ * dtype UNDEF, rank -1) when absent. -1 on allocation failure.
+ */
+int ml_graph_tensor(struct ml_graph *g, const char *name);
+/* ml_graph_t: borrow tensor i (no bounds check beyond ML_ASSERT). */
+#define ml_graph_t(g, i) ((g)->tensors[(i)])
+/*
+ * ml_graph_set_data: make tensor ti a CONST (or PARAM) holding a copy of
+ * nbytes of data (data NULL: zeroed), with the given dtype and shape.
+ */
+int ml_graph_set_data(struct ml_graph *g, int ti, enum ml_tkind kind, enum ml_dtype dt, int rank,
+		      const int64_t *dims, const void *data, size_t nbytes, struct ml_err *e);
+/*
+ * ml_graph_add_node: append a node of op_type/domain with the named inputs
+ * (NULL or "" for an omitted optional input) and outputs; tensors are
+ * created as needed. Returns the node index or a negative code.
+ */
+int ml_graph_add_node(struct ml_graph *g, const char *op_type, const char *domain, const char *name,
+		      int n_in, const char *const *in, int n_out, const char *const *out,
+		      struct ml_err *e);
+/* ml_graph_add_input / ml_graph_add_output: append tensor ti to the graph's inputs/outputs. */
+int ml_graph_add_input(struct ml_graph *g, int ti, struct ml_err *e);
+int ml_graph_add_output(struct ml_graph *g, int ti, struct ml_err *e);
+/* ml_graph_set_meta: set (or replace) metadata key to value. */
+int ml_graph_set_meta(struct ml_graph *g, const char *key, const char *value, struct ml_err *e);
+const char *ml_graph_get_meta(const struct ml_graph *g, const char *key);
+/* ml_graph_set_opset: record an opset import (domain "" is ONNX). */
+int ml_graph_set_opset(struct ml_graph *g, const char *domain, int64_t version, struct ml_err *e);
+/* ml_graph_opset: the opset version for domain, or def when none is recorded. */
+int64_t ml_graph_opset(const struct ml_graph *g, const char *domain, int64_t def);
+
+/* Attribute setters: add an attribute to node ni (copies all data into g's arena). */
+struct ml_attr *ml_node_add_attr(struct ml_graph *g, int ni, const char *name,
+				 enum ml_attr_type type);
+int ml_node_set_int(struct ml_graph *g, int ni, const char *name, int64_t v);
+int ml_node_set_float(struct ml_graph *g, int ni, const char *name, double v);
+int ml_node_set_string(struct ml_graph *g, int ni, const char *name, const char *v);
+int ml_node_set_ints(struct ml_graph *g, int ni, const char *name, int n, const int64_t *v);
+int ml_node_set_floats(struct ml_graph *g, int ni, const char *name, int n, const double *v);
+
+/* Attribute getters: borrow; return def (or NULL / -1) when the attribute is absent. */
+const struct ml_attr *ml_attr_find(const struct ml_node *n, const char *name);
+int64_t ml_attr_int(const struct ml_node *n, const char *name, int64_t def);
+double ml_attr_float(const struct ml_node *n, const char *name, double def);
+const char *ml_attr_str(const struct ml_node *n, const char *name, const char *def);
+/* ml_attr_ints: the INTS value in *v and its count, or -1 when absent. */
+int ml_attr_ints(const struct ml_node *n, const char *name, const int64_t **v);
+int ml_attr_floats(const struct ml_node *n, const char *name, const double **v);
+
+/*
+ * ml_graph_toposort: reorder g->nodes topologically (stable: a valid order
+ * is kept) and refresh every tensor's producer. ML_EINVAL on a cycle, a
+ * tensor written twice, or a node input that nothing defines.
+ */
+int ml_graph_toposort(struct ml_graph *g, struct ml_err *e);
+/*
+ * ml_graph_validate: check structure (indices, arity per the registry,
+ * ranks and dims in range, data sizes matching shapes, unique names).
+ */
+int ml_graph_validate(const struct ml_graph *g, struct ml_err *e);
+/*
+ * ml_graph_infer: static shape and dtype inference over the whole graph,
+ * filling dtype/rank/dims of every activation that can be inferred
+ * (unknown sizes stay -1). Fails on an op whose inputs cannot be valid.
+ */
+int ml_graph_infer(struct ml_graph *g, struct ml_err *e);
+/* ml_graph_param_stats: count and bytes of CONST and PARAM tensors. */
+void ml_graph_param_stats(const struct ml_graph *g, int64_t *count, int64_t *bytes);
+/* ml_graph_tval: describe tensor ti as a tval (data borrowed, may be NULL). */
+void ml_graph_tval(const struct ml_graph *g, int ti, struct ml_tval *out);
+
+/*
+ * File formats. Model files are detected by content (magic) first, then by
+ * extension: .mlg graph files, .onnx models, .mlt text. Path "-" is stdin
+ * or stdout.
+ */
+enum ml_format { ML_FMT_AUTO = 0, ML_FMT_MLG, ML_FMT_ONNX, ML_FMT_MLT };
+
+#define ML_MLG_VERSION 1
+
+/*
+ * ml_read_file: read all of path ("-" = stdin) into a malloc'd buffer
+ * (NUL-terminated beyond *len). ML_EIO with strerror in the message.
+ */
+int ml_read_file(const char *path, uint8_t **buf, size_t *len, struct ml_err *e);
+/*
+ * ml_write_atomic: write buf to path through a temporary file in the same
+ * folder and a rename, so readers never see a partial file; "-" writes to
+ * stdout. On failure nothing is left behind.
+ */
+int ml_write_atomic(const char *path, const void *buf, size_t len, struct ml_err *e);
+enum ml_format ml_format_detect(const uint8_t *buf, size_t len, const char *path);
+/* ml_format_from_name: "mlg", "onnx", "mlt" (or a path's extension); AUTO when unknown. */
+enum ml_format ml_format_from_name(const char *s);
+
+/* The .mlg graph file (lib/fmt/mlg.c). */
+int ml_mlg_decode(struct ml_graph **out, const uint8_t *buf, size_t len, struct ml_err *e);
+int ml_mlg_encode(const struct ml_graph *g, uint8_t **buf, size_t *len, struct ml_err *e);
+/* ONNX (lib/fmt/onnx.c). dir is the folder for external data files (may be NULL). */
+int ml_onnx_decode(struct ml_graph **out, const uint8_t *buf, size_t len, const char *dir,
+		   struct ml_err *e);
+int ml_onnx_encode(const struct ml_graph *g, uint8_t **buf, size_t *len, struct ml_err *e);
+/* The .mlt text form (lib/fmt/text.c). */
+int ml_text_decode(struct ml_graph **out, const char *text, size_t len, const char *path,
+		   struct ml_err *e);
+int ml_text_encode(const struct ml_graph *g, char **text, size_t *len, struct ml_err *e);
+
+/*
+ * ml_model_load: read path in any model format (fmt AUTO: detected) and
+ * check it (toposort, validate, infer). Errors name the file.
+ */
+int ml_model_load(struct ml_graph **out, const char *path, enum ml_format fmt, struct ml_err *e);
+/* ml_model_save: encode g as fmt and write it atomically to path. */
+int ml_model_save(const struct ml_graph *g, const char *path, enum ml_format fmt,
+		  struct ml_err *e);
+
+/*
+ * NumPy arrays (lib/fmt/npy.c). ml_npy_decode reads a .npy image into an
+ * owned tval; ml_npy_encode writes one. ml_npz_decode reads the arrays of
+ * an uncompressed or deflated .npz, calling fn for each (name, array).
+ */
+int ml_npy_decode(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err *e);
+int ml_npy_load(struct ml_tval *out, const char *path, struct ml_err *e);
+int ml_npy_encode(const struct ml_tval *t, uint8_t **buf, size_t *len, struct ml_err *e);
+int ml_npy_save(const struct ml_tval *t, const char *path, struct ml_err *e);
+
+/*
+ * The thread pool (lib/exec/pool.c). Kernels split work with
+ * ml_parallel_for; BLAS calls run on the calling thread with OpenBLAS's own
+ * threads, and ml_set_threads sets both so the two never oversubscribe.
+ */
+void ml_set_threads(int n);	/* 0: all cores */
+int ml_get_threads(void);
+/* ml_parallel_for: call fn(ctx, begin, end) over [0, n) in chunks of at least grain. */
+void ml_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e),
+		     void *ctx);
+
+/*
+ * Sessions (lib/exec/session.c): a graph bound to a device, with inputs
+ * set, run in topological order from an arena planned by liveness.
+ */
+struct ml_session;
+struct ml_session_opts {
+	const char *device;	/* "cpu" (default), "cl", "cl:N", "auto" */
+	int verbose;
+	bool profile;		/* record per-node times (ml_session_node_time) */
+};
+int ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_session_opts *o,
+		   struct ml_err *e);
+void ml_session_free(struct ml_session *s);
+/* ml_session_set_input: bind graph input name to a copy of v (checked against its declared type). */
+int ml_session_set_input(struct ml_session *s, const char *name, const struct ml_tval *v,
+			 struct ml_err *e);
+/* ml_session_run: run the graph once on the bound inputs. */
+int ml_session_run(struct ml_session *s, struct ml_err *e);
+/* ml_session_output: borrow output i after a run (valid until the next run or free). */
+const struct ml_tval *ml_session_output(const struct ml_session *s, int i);
+/* ml_session_arena_bytes: the planned arena size of the last run; -1 when unplanned. */
+int64_t ml_session_arena_bytes(const struct ml_session *s);
+/* ml_session_node_time: seconds node i took in the last run (with opts.profile). */
+double ml_session_node_time(const struct ml_session *s, int i);
+/* ml_node_flops: an estimate of the floating-point operations of node ni, from static shapes. */
+int64_t ml_node_flops(const struct ml_graph *g, int ni);
+
+/* ml_now: a monotonic clock in seconds. */
+double ml_now(void);
+
+#endif

@@ -1,0 +1,120 @@
+/*
+ * ml_impl.h: the library's internal API: op definitions, kernel tables,
+ * and the helpers kernels share. Tools never include this; lib/ files do.
+ */
+#ifndef ML_IMPL_H
+#define ML_IMPL_H
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ml.h"
+
+/* ML_ASSERT: internal invariants only, never input checks (git BUG()). */
+#define ML_ASSERT(x) assert(x)
+#define ML_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define ML_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/*
+ * struct ml_opctx: what inference and kernels see of one node.
+ * in[i] is NULL for an omitted optional input (and for i >= n_in).
+ *
+ * In inference (ml_opdef.infer), in[i]->data is non-NULL only when the
+ * value is known (constants, small computed shapes), dims may be -1, and
+ * rank may be -1. infer fills dtype, rank and dims of every out[i], using
+ * -1 for what it cannot know, and checks attributes and input types:
+ * ML_EINVAL for inputs that cannot be valid, ML_ENOTSUP for a valid but
+ * unsupported case. infer must never write out[i]->data.
+ *
+ * In a kernel (ml_cpu_kernel.run) every present input has data, and each
+ * out[i] has been allocated by the executor with the shape infer gave it;
+ * where infer left a dim at -1 (data-dependent shapes, e.g. NonZero) the
+ * output is unallocated (data NULL) and the kernel calls ml_tval_alloc.
+ */
+struct ml_opctx {
+	const struct ml_graph *g;
+	const struct ml_node *node;
+	int n_in, n_out;
+	struct ml_tval **in;
+	struct ml_tval **out;
+	int64_t opset;		/* the graph's ONNX opset, for version-dependent semantics */
+	struct ml_err *err;
+};
+
+/* IN(c, i): input i or NULL when omitted or beyond n_in. */
+#define ML_IN(c, i) ((i) < (c)->n_in ? (c)->in[(i)] : NULL)
+
+/*
+ * struct ml_opdef: an op's definition: arity and shape inference.
+ * max_in/max_out -1 means variadic. The gradient rule (training) will live
+ * here too.
+ */
+struct ml_opdef {
+	enum ml_op op;
+	int min_in, max_in;
+	int min_out, max_out;
+	int (*infer)(struct ml_opctx *c);
+	/* optional: FLOP estimate from the (static or concrete) shapes in c */
+	int64_t (*flops)(const struct ml_opctx *c);
+};
+
+/* struct ml_cpu_kernel: a CPU kernel of an op. */
+struct ml_cpu_kernel {
+	enum ml_op op;
+	int (*run)(struct ml_opctx *c);
+};
+
+/* Each family's tables, terminated by a row with op ML_OP_NONE. */
+#define F(name) extern const struct ml_opdef ml_opdefs_##name[]; \
+	extern const struct ml_cpu_kernel ml_cpu_##name[];
+#include "families.def"
+#undef F
+
+/* ml_opdef_get: the definition of op, or NULL when no family defines it. */
+const struct ml_opdef *ml_opdef_get(enum ml_op op);
+/* ml_cpu_kernel_get: the CPU kernel of op, or NULL. */
+int (*ml_cpu_kernel_get(enum ml_op op))(struct ml_opctx *c);
+/* ml_node_ctx: fill c for node n of g over the given tval arrays. */
+int ml_node_ctx(struct ml_opctx *c, const struct ml_graph *g, const struct ml_node *n,
+		struct ml_tval **in, struct ml_tval **out, struct ml_err *e);
+/*
+ * ml_node_infer: run n's shape inference over in/out (out dtype and rank
+ * are reset first). ML_ENOTSUP when the registry has no definition.
+ */
+int ml_node_infer(const struct ml_graph *g, const struct ml_node *n, struct ml_tval **in,
+		  struct ml_tval **out, struct ml_err *e);
+
+/*
+ * Inference helpers (lib/ops/common.c).
+ */
+/* ml_infer_same: out[0] takes in[0]'s dtype and shape. */
+int ml_infer_same(struct ml_opctx *c);
+/*
+ * ml_broadcast_shape: numpy broadcasting of n shapes into out (rank, dims).
+ * Unknown dims (-1) stay -1 unless another operand fixes them.
+ */
+int ml_broadcast_shape(int n, const struct ml_tval *const *ts, struct ml_tval *out,
+		       struct ml_err *e);
+/* ml_set_shape: out gets dt, rank and dims. */
+void ml_set_shape(struct ml_tval *out, enum ml_dtype dt, int rank, const int64_t *dims);
+/* ml_norm_axis: axis in [-rank, rank) mapped to [0, rank); ML_EINVAL when out of range. */
+int ml_norm_axis(struct ml_opctx *c, int64_t axis, int rank, int *out);
+/* ml_opfail: ml_fail with "NODE (OP): " in front of the message. */
+int ml_opfail(struct ml_opctx *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* ml_need_float: fail unless t has a float dtype the CPU kernels support (f32, f64, f16). */
+int ml_check_dtype(struct ml_opctx *c, const struct ml_tval *t, const enum ml_dtype *ok, int n);
+
+/*
+ * Broadcasting iteration for kernels: ml_bcast_strides gives, for an input
+ * of shape (rank, dims) broadcast to the output shape, element strides per
+ * output dim (0 where broadcast).
+ */
+void ml_bcast_strides(const struct ml_tval *in, const struct ml_tval *out, int64_t *strides);
+
+/* ml_cblas_threads: set OpenBLAS's thread count (lib/cpu/blas.c). */
+void ml_cblas_set_threads(int n);
+
+#endif

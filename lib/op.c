@@ -1,0 +1,275 @@
+/*
+ * op.c: the op registry built from ops.def and the family tables, name
+ * lookup, and whole-graph static shape inference with propagation of
+ * small computed values (shape arithmetic), and FLOP estimates.
+ */
+#include <pthread.h>
+
+#include "ml_impl.h"
+
+static const struct {
+	const char *name, *domain, *family;
+} optab[ML_OP_COUNT] = {
+#define X(id, nm, dom, fam) [ML_OP_##id] = { nm, dom, #fam },
+#include "ops.def"
+#undef X
+};
+
+static const struct ml_opdef *defs[ML_OP_COUNT];
+static int (*cpu_kernels[ML_OP_COUNT])(struct ml_opctx *);
+static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
+
+
+static void
+reg_init(void)
+{
+	static const struct ml_opdef *const dtabs[] = {
+#define F(name) ml_opdefs_##name,
+#include "families.def"
+#undef F
+	};
+	static const struct ml_cpu_kernel *const ktabs[] = {
+#define F(name) ml_cpu_##name,
+#include "families.def"
+#undef F
+	};
+	for (size_t f = 0; f < sizeof dtabs / sizeof dtabs[0]; f++)
+		for (const struct ml_opdef *d = dtabs[f]; d->op != ML_OP_NONE; d++)
+			defs[d->op] = d;
+	for (size_t f = 0; f < sizeof ktabs / sizeof ktabs[0]; f++)
+		for (const struct ml_cpu_kernel *k = ktabs[f]; k->op != ML_OP_NONE; k++)
+			cpu_kernels[k->op] = k->run;
+}
+
+const struct ml_opdef *
+ml_opdef_get(enum ml_op op)
+{
+	pthread_once(&reg_once, reg_init);
+	return (unsigned)op < ML_OP_COUNT ? defs[op] : NULL;
+}
+
+int (*ml_cpu_kernel_get(enum ml_op op))(struct ml_opctx *)
+{
+	pthread_once(&reg_once, reg_init);
+	return (unsigned)op < ML_OP_COUNT ? cpu_kernels[op] : NULL;
+}
+
+const char *
+ml_op_name(enum ml_op op)
+{
+	return (unsigned)op < ML_OP_COUNT ? optab[op].name : "?";
+}
+
+const char *
+ml_op_domain(enum ml_op op)
+{
+	return (unsigned)op < ML_OP_COUNT ? optab[op].domain : "?";
+}
+
+const char *
+ml_op_family(enum ml_op op)
+{
+	return (unsigned)op < ML_OP_COUNT ? optab[op].family : "?";
+}
+
+enum ml_op
+ml_op_lookup(const char *name, const char *domain)
+{
+	if (domain == NULL || strcmp(domain, "ai.onnx") == 0)
+		domain = "";
+	for (int i = 1; i < ML_OP_COUNT; i++)
+		if (strcmp(optab[i].name, name) == 0 && strcmp(optab[i].domain, domain) == 0)
+			return (enum ml_op)i;
+	return ML_OP_NONE;
+}
+
+int
+ml_node_ctx(struct ml_opctx *c, const struct ml_graph *g, const struct ml_node *n,
+	    struct ml_tval **in, struct ml_tval **out, struct ml_err *e)
+{
+	memset(c, 0, sizeof *c);
+	c->g = g;
+	c->node = n;
+	c->n_in = n->n_in;
+	c->n_out = n->n_out;
+	c->in = in;
+	c->out = out;
+	c->opset = ml_graph_opset(g, "", 17);
+	c->err = e;
+	return 0;
+}
+
+int
+ml_node_infer(const struct ml_graph *g, const struct ml_node *n, struct ml_tval **in,
+	      struct ml_tval **out, struct ml_err *e)
+{
+	struct ml_opctx c;
+	const struct ml_opdef *d = n->op != ML_OP_NONE ? ml_opdef_get(n->op) : NULL;
+
+	if (d == NULL || d->infer == NULL)
+		return ml_fail(e, ML_ENOTSUP, "node '%s': unsupported op '%s%s%s'", n->name,
+			       n->domain[0] ? n->domain : "", n->domain[0] ? "." : "", n->op_type);
+	ml_node_ctx(&c, g, n, in, out, e);
+	for (int i = 0; i < n->n_out; i++) {
+		out[i]->dtype = ML_UNDEF;
+		out[i]->rank = -1;
+	}
+	return d->infer(&c);
+}
+
+/*
+ * Whole-graph inference. vals[t] holds the value of tensor t when known:
+ * constant data (borrowed) or the result of running a cheap node whose
+ * inputs are all known (owned), which is how shape computations such as
+ * Shape -> Gather -> Concat -> Reshape resolve statically.
+ */
+#define PROPAGATE_MAX 4096
+
+static bool
+is_random(enum ml_op op)
+{
+	(void)op;
+	return false;
+}
+
+int
+ml_graph_infer(struct ml_graph *g, struct ml_err *e)
+{
+	int rc = 0;
+	struct ml_tval *vals = ml_calloc((size_t)g->n_tensors + 1, sizeof *vals);
+	struct ml_tval **in = NULL, **out = NULL, *outv = NULL;
+	int max_io = 1;
+
+	if (vals == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	for (int i = 0; i < g->n_nodes; i++) {
+		max_io = ML_MAX(max_io, g->nodes[i].n_in);
+		max_io = ML_MAX(max_io, g->nodes[i].n_out);
+	}
+	in = ml_calloc((size_t)max_io, sizeof *in);
+	out = ml_calloc((size_t)max_io, sizeof *out);
+	outv = ml_calloc((size_t)max_io, sizeof *outv);
+	if (in == NULL || out == NULL || outv == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (int t = 0; t < g->n_tensors; t++) {
+		ml_graph_tval(g, t, &vals[t]);
+		if (g->tensors[t]->kind != ML_TK_CONST && g->tensors[t]->kind != ML_TK_PARAM)
+			vals[t].data = NULL;
+	}
+	for (int i = 0; i < g->n_nodes; i++) {
+		struct ml_node *n = &g->nodes[i];
+		bool known = true;
+		for (int j = 0; j < n->n_in; j++) {
+			in[j] = n->in[j] >= 0 ? &vals[n->in[j]] : NULL;
+			if (in[j] != NULL && in[j]->data == NULL)
+				known = false;
+		}
+		for (int j = 0; j < n->n_out; j++) {
+			memset(&outv[j], 0, sizeof outv[j]);
+			out[j] = &outv[j];
+		}
+		if ((rc = ml_node_infer(g, n, in, out, e)) < 0)
+			goto done;
+		int64_t total = 0;
+		for (int j = 0; j < n->n_out; j++) {
+			int64_t k = ml_tval_numel(out[j]);
+			total = k < 0 || total < 0 ? -1 : total + k;
+		}
+		int (*kern)(struct ml_opctx *) = ml_cpu_kernel_get(n->op);
+		if (known && kern != NULL && total >= 0 && total <= PROPAGATE_MAX && !is_random(n->op)) {
+			struct ml_opctx c;
+			struct ml_err e2 = { 0 };
+			bool ok = true;
+			for (int j = 0; j < n->n_out && ok; j++)
+				if (ml_tval_alloc(out[j], out[j]->dtype, out[j]->rank, out[j]->dims,
+						  &e2) < 0)
+					ok = false;
+			ml_node_ctx(&c, g, n, in, out, &e2);
+			if (ok && kern(&c) < 0)
+				ok = false;
+			if (!ok)
+				for (int j = 0; j < n->n_out; j++) {
+					if (out[j]->owned)
+						ml_free(out[j]->data);
+					out[j]->data = NULL;
+					out[j]->owned = false;
+				}
+		}
+		for (int j = 0; j < n->n_out; j++) {
+			int t = n->out[j];
+			if (t < 0) {
+				ml_tval_clear(out[j]);
+				continue;
+			}
+			struct ml_tensor *ten = g->tensors[t];
+			if (out[j]->dtype != ML_UNDEF)
+				ten->dtype = out[j]->dtype;
+			if (out[j]->rank >= 0) {
+				bool declared = ten->rank == out[j]->rank;
+				for (int d = 0; d < out[j]->rank; d++) {
+					/* keep a declared symbolic dim where inference knows nothing */
+					if (declared && out[j]->dims[d] < 0)
+						continue;
+					ten->dims[d] = out[j]->dims[d];
+					if (out[j]->dims[d] >= 0)
+						ten->sym[d] = NULL;
+				}
+				if (!declared)
+					for (int d = 0; d < out[j]->rank; d++)
+						ten->sym[d] = NULL;
+				ten->rank = out[j]->rank;
+			}
+			ml_tval_clear(&vals[t]);
+			vals[t] = *out[j];
+			vals[t].dtype = ten->dtype;
+		}
+	}
+done:
+	if (vals != NULL)
+		for (int t = 0; t < g->n_tensors; t++)
+			ml_tval_clear(&vals[t]);
+	ml_free(vals);
+	ml_free(in);
+	ml_free(out);
+	ml_free(outv);
+	return rc;
+}
+
+int64_t
+ml_node_flops(const struct ml_graph *g, int ni)
+{
+	const struct ml_node *n = &g->nodes[ni];
+	const struct ml_opdef *d = n->op != ML_OP_NONE ? ml_opdef_get(n->op) : NULL;
+	struct ml_tval iv[16], ov[16], *in[16], *out[16];
+	struct ml_opctx c;
+
+	if (d == NULL || n->n_in > 16 || n->n_out > 16)
+		return 0;
+	for (int j = 0; j < n->n_in; j++) {
+		in[j] = NULL;
+		if (n->in[j] >= 0) {
+			ml_graph_tval(g, n->in[j], &iv[j]);
+			in[j] = &iv[j];
+		}
+	}
+	for (int j = 0; j < n->n_out; j++) {
+		memset(&ov[j], 0, sizeof ov[j]);
+		ov[j].rank = -1;
+		if (n->out[j] >= 0)
+			ml_graph_tval(g, n->out[j], &ov[j]);
+		out[j] = &ov[j];
+	}
+	ml_node_ctx(&c, g, n, in, out, NULL);
+	if (d->flops != NULL)
+		return d->flops(&c);
+	/* default: one op per output element */
+	int64_t s = 0;
+	for (int j = 0; j < n->n_out; j++) {
+		int64_t k = ml_tval_numel(out[j]);
+		if (k > 0)
+			s += k;
+	}
+	return s;
+}
