@@ -4,7 +4,6 @@
 # make test       run every test; ends with "N passed, M failed"
 # make install    PREFIX=/usr/local DESTDIR=
 # make OPENCL=0   build without OpenCL
-.POSIX:
 .SUFFIXES:
 
 B ?= build

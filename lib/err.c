@@ -23,6 +23,18 @@ ml_fail(struct ml_err *e, int code, const char *fmt, ...)
 	return code;
 }
 
+void
+ml_err_prefix(struct ml_err *e, const char *prefix)
+{
+	char tmp[2 * sizeof e->msg];
+
+	if (e == NULL)
+		return;
+	snprintf(tmp, sizeof tmp, "%s: %s", prefix, e->msg);
+	memcpy(e->msg, tmp, sizeof e->msg - 1);
+	e->msg[sizeof e->msg - 1] = '\0';
+}
+
 const char *
 ml_strerror(int code)
 {

@@ -266,17 +266,6 @@ ml_graph_add_node(struct ml_graph *g, const char *op_type, const char *domain, c
 	return g->n_nodes++;
 }
 
-static int
-push_index(int **arr, int *n, int v)
-{
-	int *a = ml_realloc(*arr, sizeof(int) * (size_t)(*n + 1));
-	if (a == NULL)
-		return ML_ENOMEM;
-	a[(*n)++] = v;
-	*arr = a;
-	return 0;
-}
-
 /*
  * The input and output lists are small; they live outside the arena so
  * they can grow, and are freed with the tensors array below.

@@ -66,6 +66,8 @@ struct ml_err {
  */
 int ml_fail(struct ml_err *e, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* ml_err_prefix: put "prefix: " in front of e's message (NULL e is a no-op). */
+void ml_err_prefix(struct ml_err *e, const char *prefix);
 /* ml_strerror: a static text for an ML_E* code. */
 const char *ml_strerror(int code);
 /* ml_exit_status: the tool exit status of DESIGN.md for an ML_E* code. */
@@ -217,7 +219,7 @@ struct ml_attr {
 	double *floats;
 	int64_t *ints;
 	char **strings;
-	struct ml_tensor **tensors;	/* TENSOR: tensors[0]; owned by the graph */
+	struct ml_tensor **tensors;	/* TENSOR: tensors[0]; struct and data in the graph arena */
 	struct ml_graph **graphs;	/* GRAPH: graphs[0]; subgraphs owned by the graph */
 };
 
@@ -439,6 +441,11 @@ enum ml_format ml_format_detect(const uint8_t *buf, size_t len, const char *path
 /* ml_format_from_name: "mlg", "onnx", "mlt" (or a path's extension); AUTO when unknown. */
 enum ml_format ml_format_from_name(const char *s);
 
+/*
+ * Decoders build a new graph in *out (NULL on failure). Encoders return a
+ * buffer allocated with ml_malloc in *buf (the caller frees it with
+ * ml_free) and its length in *len.
+ */
 /* The .mlg graph file (lib/fmt/mlg.c). */
 int ml_mlg_decode(struct ml_graph **out, const uint8_t *buf, size_t len, struct ml_err *e);
 int ml_mlg_encode(const struct ml_graph *g, uint8_t **buf, size_t *len, struct ml_err *e);

@@ -29,7 +29,9 @@
  * unsupported case. infer must never write out[i]->data.
  *
  * In a kernel (ml_cpu_kernel.run) every present input has data, and each
- * out[i] has been allocated by the executor with the shape infer gave it;
+ * out[i] has been allocated by the executor with the shape infer gave it
+ * (from the planned arena: the memory is NOT zeroed, the kernel writes
+ * every output element);
  * where infer left a dim at -1 (data-dependent shapes, e.g. NonZero) the
  * output is unallocated (data NULL) and the kernel calls ml_tval_alloc.
  */
@@ -74,6 +76,14 @@ struct ml_cpu_kernel {
 
 /* ml_opdef_get: the definition of op, or NULL when no family defines it. */
 const struct ml_opdef *ml_opdef_get(enum ml_op op);
+/*
+ * ml_infer_values: inference over g given vals[] (one per tensor, preset
+ * for inputs and constants: dtype, shape, and data where known). Fills
+ * vals[] of every node output with dtype and shape, and with data (owned)
+ * where all inputs are known and the result is small, by running the CPU
+ * kernel (shape arithmetic). The caller clears vals[] afterwards.
+ */
+int ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e);
 /* ml_cpu_kernel_get: the CPU kernel of op, or NULL. */
 int (*ml_cpu_kernel_get(enum ml_op op))(struct ml_opctx *c);
 /* ml_node_ctx: fill c for node n of g over the given tval arrays. */

@@ -133,15 +133,12 @@ is_random(enum ml_op op)
 }
 
 int
-ml_graph_infer(struct ml_graph *g, struct ml_err *e)
+ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e)
 {
 	int rc = 0;
-	struct ml_tval *vals = ml_calloc((size_t)g->n_tensors + 1, sizeof *vals);
 	struct ml_tval **in = NULL, **out = NULL, *outv = NULL;
 	int max_io = 1;
 
-	if (vals == NULL)
-		return ml_fail(e, ML_ENOMEM, "out of memory");
 	for (int i = 0; i < g->n_nodes; i++) {
 		max_io = ML_MAX(max_io, g->nodes[i].n_in);
 		max_io = ML_MAX(max_io, g->nodes[i].n_out);
@@ -153,13 +150,8 @@ ml_graph_infer(struct ml_graph *g, struct ml_err *e)
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto done;
 	}
-	for (int t = 0; t < g->n_tensors; t++) {
-		ml_graph_tval(g, t, &vals[t]);
-		if (g->tensors[t]->kind != ML_TK_CONST && g->tensors[t]->kind != ML_TK_PARAM)
-			vals[t].data = NULL;
-	}
 	for (int i = 0; i < g->n_nodes; i++) {
-		struct ml_node *n = &g->nodes[i];
+		const struct ml_node *n = &g->nodes[i];
 		bool known = true;
 		for (int j = 0; j < n->n_in; j++) {
 			in[j] = n->in[j] >= 0 ? &vals[n->in[j]] : NULL;
@@ -203,37 +195,60 @@ ml_graph_infer(struct ml_graph *g, struct ml_err *e)
 				ml_tval_clear(out[j]);
 				continue;
 			}
-			struct ml_tensor *ten = g->tensors[t];
-			if (out[j]->dtype != ML_UNDEF)
-				ten->dtype = out[j]->dtype;
-			if (out[j]->rank >= 0) {
-				bool declared = ten->rank == out[j]->rank;
-				for (int d = 0; d < out[j]->rank; d++) {
-					/* keep a declared symbolic dim where inference knows nothing */
-					if (declared && out[j]->dims[d] < 0)
-						continue;
-					ten->dims[d] = out[j]->dims[d];
-					if (out[j]->dims[d] >= 0)
-						ten->sym[d] = NULL;
-				}
-				if (!declared)
-					for (int d = 0; d < out[j]->rank; d++)
-						ten->sym[d] = NULL;
-				ten->rank = out[j]->rank;
-			}
 			ml_tval_clear(&vals[t]);
 			vals[t] = *out[j];
-			vals[t].dtype = ten->dtype;
 		}
 	}
 done:
-	if (vals != NULL)
-		for (int t = 0; t < g->n_tensors; t++)
-			ml_tval_clear(&vals[t]);
-	ml_free(vals);
 	ml_free(in);
 	ml_free(out);
 	ml_free(outv);
+	return rc;
+}
+
+int
+ml_graph_infer(struct ml_graph *g, struct ml_err *e)
+{
+	struct ml_tval *vals = ml_calloc((size_t)g->n_tensors + 1, sizeof *vals);
+	int rc;
+
+	if (vals == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	for (int t = 0; t < g->n_tensors; t++) {
+		ml_graph_tval(g, t, &vals[t]);
+		if (g->tensors[t]->kind != ML_TK_CONST && g->tensors[t]->kind != ML_TK_PARAM)
+			vals[t].data = NULL;
+	}
+	rc = ml_infer_values(g, vals, e);
+	for (int i = 0; rc == 0 && i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		for (int j = 0; j < n->n_out; j++) {
+			int t = n->out[j];
+			if (t < 0)
+				continue;
+			struct ml_tensor *ten = g->tensors[t];
+			const struct ml_tval *v = &vals[t];
+			if (v->dtype != ML_UNDEF)
+				ten->dtype = v->dtype;
+			if (v->rank < 0)
+				continue;
+			bool declared = ten->rank == v->rank;
+			for (int d = 0; d < v->rank; d++) {
+				/* keep a declared symbolic dim where inference knows nothing */
+				if (declared && v->dims[d] < 0)
+					continue;
+				ten->dims[d] = v->dims[d];
+				ten->sym[d] = NULL;
+			}
+			if (!declared)
+				for (int d = v->rank; d < ML_MAX_RANK; d++)
+					ten->sym[d] = NULL;
+			ten->rank = v->rank;
+		}
+	}
+	for (int t = 0; t < g->n_tensors; t++)
+		ml_tval_clear(&vals[t]);
+	ml_free(vals);
 	return rc;
 }
 

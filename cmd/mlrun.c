@@ -1,0 +1,394 @@
+/*
+ * mlrun.c: run a model on given or random inputs; write the outputs as
+ * .npy files or print them; time repeated runs.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+static const char synopsis[] =
+	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy]... [--random [--seed S]]\n"
+	"             [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]] [--json] [MODEL | -]";
+
+static const char help_text[] =
+	"Run a model (.mlg, .onnx or .mlt; '-' reads stdin) on the CPU.\n"
+	"\n"
+	"  -i, --input NAME=FILE   bind graph input NAME to a .npy file; FILE may also be\n"
+	"                          zeros, ones or random (shape from the model)\n"
+	"      --random            make every input not given with -i from random numbers\n"
+	"      --seed S            seed for --random (default 0)\n"
+	"      --dim NAME=N        size of symbolic dim NAME for made-up inputs (default 1)\n"
+	"  -o, --output-dir DIR    write each output to DIR/NAME.npy\n"
+	"      --repeat N          run N times and report latency\n"
+	"      --warmup K          untimed runs before the timed ones (default 1 with --repeat)\n"
+	"      --json              print a JSON report on stdout\n"
+	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
+	"      --device DEV        cpu (default), cl, cl:N or auto\n"
+	"  -q, --quiet             print nothing but errors\n"
+	"  -v, --verbose           print more (the arena size, per-run times)\n"
+	"  -h, --help              print this help and exit\n"
+	"  -V, --version           print the version and exit\n";
+
+static _Noreturn void
+usage(FILE *fp, int status)
+{
+	fprintf(fp, "usage: %s\n", synopsis);
+	if (status == 0)
+		fprintf(fp, "\n%s", help_text);
+	exit(status);
+}
+
+struct binding {
+	char *name;
+	char *file;
+};
+
+struct dimval {
+	char *name;
+	int64_t v;
+};
+
+static uint64_t rng_state;
+
+static uint64_t
+rng_next(void)
+{
+	/* splitmix64: small, seedable, the same on every machine */
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double
+rng_unit(void)
+{
+	return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void
+make_input(struct ml_tval *v, const struct ml_tensor *t, const char *how, const struct dimval *dv,
+	   int ndv)
+{
+	struct ml_err err = { 0 };
+	int64_t dims[ML_MAX_RANK];
+	if (t->rank < 0)
+		die(EXIT_INVALID, "input '%s' has an unknown rank; give it with -i %s=FILE.npy",
+		    t->name, t->name);
+	for (int d = 0; d < t->rank; d++) {
+		dims[d] = t->dims[d];
+		if (dims[d] < 0) {
+			dims[d] = 1;
+			for (int k = 0; k < ndv; k++)
+				if (t->sym[d] != NULL && strcmp(dv[k].name, t->sym[d]) == 0)
+					dims[d] = dv[k].v;
+		}
+	}
+	enum ml_dtype dt = t->dtype == ML_UNDEF ? ML_F32 : t->dtype;
+	if (ml_tval_alloc(v, dt, t->rank, dims, &err) < 0)
+		die_err(&err);
+	int64_t n = ml_tval_numel(v);
+	for (int64_t i = 0; i < n; i++) {
+		double x;
+		if (strcmp(how, "zeros") == 0)
+			x = 0;
+		else if (strcmp(how, "ones") == 0)
+			x = 1;
+		else if (ml_dtype_is_float(dt))
+			x = rng_unit() * 2 - 1;
+		else if (dt == ML_BOOL)
+			x = (double)(rng_next() & 1);
+		else
+			x = (double)(rng_next() % 10);
+		ml_set_f64(v->data, dt, i, x);
+	}
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void
+safe_name(char *dst, size_t n, const char *src)
+{
+	size_t i = 0;
+	for (; src[i] && i + 1 < n; i++) {
+		char c = src[i];
+		bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+			  c == '.' || c == '_' || c == '-';
+		dst[i] = ok ? c : '_';
+	}
+	dst[i] = '\0';
+}
+
+static void
+print_values(const struct ml_tval *v)
+{
+	int64_t n = ml_tval_numel(v), show = n < 10 ? n : 10;
+	fputs("  ", stdout);
+	for (int64_t i = 0; i < show; i++) {
+		if (ml_dtype_is_float(v->dtype))
+			printf("%s%.6g", i ? " " : "", ml_get_f64(v->data, v->dtype, i));
+		else
+			printf("%s%lld", i ? " " : "", (long long)ml_get_i64(v->data, v->dtype, i));
+	}
+	if (n > show)
+		printf(" ... (%lld values)", (long long)n);
+	putchar('\n');
+}
+
+int
+main(int argc, char **argv)
+{
+	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
+	       OPT_DEVICE, OPT_DIM };
+	static const struct option longopts[] = {
+		{ "device", required_argument, NULL, OPT_DEVICE },
+		{ "dim", required_argument, NULL, OPT_DIM },
+		{ "help", no_argument, NULL, 'h' },
+		{ "input", required_argument, NULL, 'i' },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "output-dir", required_argument, NULL, 'o' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "random", no_argument, NULL, OPT_RANDOM },
+		{ "repeat", required_argument, NULL, OPT_REPEAT },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "warmup", required_argument, NULL, OPT_WARMUP },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct binding *binds = NULL;
+	struct dimval *dims = NULL;
+	int nbinds = 0, ndims = 0, verbose = 0, quiet = 0, json = 0, threads = 0, random = 0;
+	int64_t repeat = 0, warmup = -1;
+	uint64_t seed = 0;
+	const char *outdir = NULL, *device = "cpu";
+	bool version = false;
+	int c;
+
+	cli_init(argc, argv);
+	while ((c = getopt_long(argc, argv, "hi:o:qvV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout, 0);
+		case 'i': {
+			char *eq = strchr(optarg, '=');
+			if (eq == NULL || eq == optarg || eq[1] == '\0')
+				usage_error(synopsis, "--input: '%s' is not NAME=FILE", optarg);
+			binds = realloc(binds, sizeof *binds * (size_t)(nbinds + 1));
+			if (binds == NULL)
+				die(EXIT_FAIL, "out of memory");
+			*eq = '\0';
+			binds[nbinds].name = optarg;
+			binds[nbinds].file = eq + 1;
+			nbinds++;
+			break;
+		}
+		case 'o':
+			outdir = optarg;
+			break;
+		case 'q':
+			quiet = 1;
+			break;
+		case 'v':
+			verbose++;
+			break;
+		case 'V':
+			version = true;
+			break;
+		case OPT_DEVICE:
+			device = optarg;
+			break;
+		case OPT_DIM: {
+			char *eq = strchr(optarg, '=');
+			if (eq == NULL || eq == optarg)
+				usage_error(synopsis, "--dim: '%s' is not NAME=N", optarg);
+			*eq = '\0';
+			dims = realloc(dims, sizeof *dims * (size_t)(ndims + 1));
+			if (dims == NULL)
+				die(EXIT_FAIL, "out of memory");
+			dims[ndims].name = optarg;
+			dims[ndims].v = parse_int("--dim", eq + 1, 0, INT32_MAX, synopsis);
+			ndims++;
+			break;
+		}
+		case OPT_JSON:
+			json = 1;
+			break;
+		case OPT_RANDOM:
+			random = 1;
+			break;
+		case OPT_REPEAT:
+			repeat = parse_int("--repeat", optarg, 1, 1000000000, synopsis);
+			break;
+		case OPT_SEED:
+			seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
+			break;
+		case OPT_THREADS:
+			threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
+			break;
+		case OPT_WARMUP:
+			warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
+			break;
+		default:
+			fprintf(stderr, "usage: %s\n", synopsis);
+			exit(EXIT_USAGE);
+		}
+	}
+	if (version) {
+		print_version(verbose);
+		return finish_stdout();
+	}
+	if (optind + 1 < argc)
+		usage_error(synopsis, "too many operands");
+	const char *path = optind < argc ? argv[optind] : "-";
+	if (warmup >= 0 && repeat == 0)
+		usage_error(synopsis, "--warmup needs --repeat");
+	if (warmup < 0)
+		warmup = repeat > 0 ? 1 : 0;
+	rng_state = seed;
+	ml_set_threads(threads);
+
+	struct ml_err err = { 0 };
+	struct ml_graph *g = NULL;
+	struct ml_session *s = NULL;
+	struct ml_session_opts so = { .device = device, .verbose = verbose };
+	if (ml_model_load(&g, path, ML_FMT_AUTO, &err) < 0)
+		die_err(&err);
+	if (ml_session_new(&s, g, &so, &err) < 0)
+		die_err(&err);
+	for (int i = 0; i < nbinds; i++) {
+		struct ml_tval v = { 0 };
+		const char *f = binds[i].file;
+		if (strcmp(f, "zeros") == 0 || strcmp(f, "ones") == 0 || strcmp(f, "random") == 0) {
+			int ti = ml_graph_find(g, binds[i].name);
+			bool isin = false;
+			for (int k = 0; k < g->n_inputs; k++)
+				isin |= g->inputs[k] == ti;
+			if (ti < 0 || !isin)
+				die(EXIT_INVALID, "%s: the model has no input '%s'", path, binds[i].name);
+			make_input(&v, g->tensors[ti], f, dims, ndims);
+		} else if (ml_npy_load(&v, f, &err) < 0) {
+			die_err(&err);
+		}
+		if (ml_session_set_input(s, binds[i].name, &v, &err) < 0) {
+			ml_err_prefix(&err, f);
+			die_err(&err);
+		}
+		ml_tval_clear(&v);
+	}
+	for (int i = 0; i < g->n_inputs; i++) {
+		const struct ml_tensor *t = g->tensors[g->inputs[i]];
+		bool given = false;
+		for (int k = 0; k < nbinds; k++)
+			given |= strcmp(binds[k].name, t->name) == 0;
+		if (given || t->kind == ML_TK_CONST || t->kind == ML_TK_PARAM)
+			continue;
+		if (!random)
+			die(EXIT_INVALID, "%s: input '%s' is not given (use -i %s=FILE.npy or --random)",
+			    path, t->name, t->name);
+		struct ml_tval v = { 0 };
+		make_input(&v, t, "random", dims, ndims);
+		if (ml_session_set_input(s, t->name, &v, &err) < 0)
+			die_err(&err);
+		ml_tval_clear(&v);
+	}
+	if (outdir != NULL) {
+		struct stat st;
+		if (stat(outdir, &st) < 0) {
+			if (mkdir(outdir, 0777) < 0)
+				die(EXIT_FAIL, "cannot create '%s': %s", outdir, strerror(errno));
+		} else if (!S_ISDIR(st.st_mode)) {
+			die(EXIT_FAIL, "'%s' is not a directory", outdir);
+		}
+	}
+
+	int64_t nrun = repeat > 0 ? repeat : 1;
+	double *lat = calloc((size_t)nrun, sizeof *lat);
+	if (lat == NULL)
+		die(EXIT_FAIL, "out of memory");
+	for (int64_t i = 0; i < warmup; i++)
+		if (ml_session_run(s, &err) < 0)
+			die_err(&err);
+	for (int64_t i = 0; i < nrun; i++) {
+		double t0 = ml_now();
+		if (ml_session_run(s, &err) < 0)
+			die_err(&err);
+		lat[i] = (ml_now() - t0) * 1e3;
+	}
+
+	if (outdir != NULL) {
+		for (int i = 0; i < g->n_outputs; i++) {
+			char name[512], file[4096];
+			safe_name(name, sizeof name, g->tensors[g->outputs[i]]->name);
+			snprintf(file, sizeof file, "%s/%s.npy", outdir, name);
+			if (ml_npy_save(ml_session_output(s, i), file, &err) < 0)
+				die_err(&err);
+		}
+	}
+	qsort(lat, (size_t)nrun, sizeof *lat, cmp_double);
+	double lmin = lat[0], lmax = lat[nrun - 1], lmed = nrun % 2 ? lat[nrun / 2] :
+		(lat[nrun / 2 - 1] + lat[nrun / 2]) / 2;
+	double p90 = lat[(int64_t)((double)(nrun - 1) * 0.9 + 0.5)];
+	double total = 0;
+	for (int64_t i = 0; i < nrun; i++)
+		total += lat[i];
+	double thr = total > 0 ? (double)nrun / (total / 1e3) : 0;
+
+	if (json) {
+		printf("{\"model\": ");
+		json_str(stdout, path);
+		printf(", \"device\": ");
+		json_str(stdout, device);
+		printf(", \"threads\": %d, \"runs\": %lld, \"warmup\": %lld", ml_get_threads(),
+		       (long long)nrun, (long long)warmup);
+		printf(", \"latency_ms\": {\"min\": %.4f, \"median\": %.4f, \"p90\": %.4f, \"max\": %.4f, \"mean\": %.4f}",
+		       lmin, lmed, p90, lmax, total / (double)nrun);
+		printf(", \"throughput_per_s\": %.3f, \"arena_bytes\": %lld, \"outputs\": [", thr,
+		       (long long)ml_session_arena_bytes(s));
+		for (int i = 0; i < g->n_outputs; i++) {
+			const struct ml_tval *v = ml_session_output(s, i);
+			printf("%s{\"name\": ", i ? ", " : "");
+			json_str(stdout, g->tensors[g->outputs[i]]->name);
+			printf(", \"dtype\": \"%s\", \"shape\": [", ml_dtype_name(v->dtype));
+			for (int d = 0; d < v->rank; d++)
+				printf("%s%lld", d ? ", " : "", (long long)v->dims[d]);
+			printf("]}");
+		}
+		printf("]}\n");
+	} else if (!quiet) {
+		if (outdir == NULL) {
+			for (int i = 0; i < g->n_outputs; i++) {
+				const struct ml_tval *v = ml_session_output(s, i);
+				char shape[256];
+				printf("%s %s\n", g->tensors[g->outputs[i]]->name,
+				       ml_tval_shape_str(v, shape, sizeof shape));
+				print_values(v);
+			}
+		}
+		if (repeat > 0) {
+			printf("latency ms: min %.3f  median %.3f  p90 %.3f  max %.3f  (%lld runs, %lld warmup, %d threads)\n",
+			       lmin, lmed, p90, lmax, (long long)nrun, (long long)warmup,
+			       ml_get_threads());
+			printf("throughput: %.2f runs/s\n", thr);
+		}
+		if (verbose)
+			fprintf(stderr, "%s: arena %lld bytes\n", progname,
+				(long long)ml_session_arena_bytes(s));
+	}
+	free(lat);
+	free(binds);
+	free(dims);
+	ml_session_free(s);
+	ml_graph_free(g);
+	return finish_stdout();
+}

@@ -1,0 +1,427 @@
+/*
+ * session.c: the executor. A session binds a graph to a device and its
+ * inputs, plans activation memory by liveness into one arena for the
+ * bound input shapes, and runs the nodes in topological order.
+ */
+#include "ml_impl.h"
+
+#define ALIGN 64
+
+struct ml_session {
+	struct ml_graph *g;
+	struct ml_session_opts o;
+	struct ml_tval *vals;	/* runtime value per tensor */
+	bool *bound;		/* per tensor: input bound by the caller */
+	int *last_use;		/* per tensor: last node index reading it */
+	int64_t *slot_off;	/* per tensor: arena offset, -1 none */
+	int64_t *slot_len;
+	uint8_t *arena;
+	int64_t arena_bytes;	/* -1 when the last plan could not be made */
+	int64_t plan_key[64];	/* input dims the plan was made for */
+	int plan_key_n;
+	bool planned;
+	double *node_time;
+	struct ml_tval **in, **out;
+	int max_io;
+};
+
+int
+ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_session_opts *o,
+	       struct ml_err *e)
+{
+	struct ml_session *s;
+	const char *dev = o != NULL && o->device != NULL ? o->device : "cpu";
+
+	*out = NULL;
+	if (strcmp(dev, "cpu") != 0) {
+		if (strcmp(dev, "auto") != 0 && strncmp(dev, "cl", 2) != 0)
+			return ml_fail(e, ML_EINVAL, "unknown device '%s' (cpu, cl, cl:N, auto)", dev);
+		if (strcmp(dev, "auto") != 0)
+			return ml_fail(e, ML_ENODEV, "device '%s': this build has no OpenCL support",
+				       dev);
+	}
+	if ((s = ml_calloc(1, sizeof *s)) == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	s->g = g;
+	if (o != NULL)
+		s->o = *o;
+	size_t nt = (size_t)g->n_tensors + 1;
+	s->vals = ml_calloc(nt, sizeof *s->vals);
+	s->bound = ml_calloc(nt, sizeof *s->bound);
+	s->last_use = ml_calloc(nt, sizeof *s->last_use);
+	s->slot_off = ml_calloc(nt, sizeof *s->slot_off);
+	s->slot_len = ml_calloc(nt, sizeof *s->slot_len);
+	s->node_time = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_time);
+	s->max_io = 1;
+	for (int i = 0; i < g->n_nodes; i++) {
+		s->max_io = ML_MAX(s->max_io, g->nodes[i].n_in);
+		s->max_io = ML_MAX(s->max_io, g->nodes[i].n_out);
+	}
+	s->in = ml_calloc((size_t)s->max_io, sizeof *s->in);
+	s->out = ml_calloc((size_t)s->max_io, sizeof *s->out);
+	if (s->vals == NULL || s->bound == NULL || s->last_use == NULL || s->slot_off == NULL ||
+	    s->slot_len == NULL || s->node_time == NULL || s->in == NULL || s->out == NULL) {
+		ml_session_free(s);
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	}
+	/* every op must be known and have a CPU kernel before anything runs */
+	for (int i = 0; i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		if (n->op == ML_OP_NONE || ml_opdef_get(n->op) == NULL ||
+		    ml_cpu_kernel_get(n->op) == NULL) {
+			ml_fail(e, ML_ENOTSUP, "node '%s': unsupported op '%s%s%s'", n->name,
+				n->domain[0] ? n->domain : "", n->domain[0] ? "." : "", n->op_type);
+			ml_session_free(s);
+			return ML_ENOTSUP;
+		}
+	}
+	for (int t = 0; t < g->n_tensors; t++) {
+		s->last_use[t] = -1;
+		s->slot_off[t] = -1;
+	}
+	for (int i = 0; i < g->n_nodes; i++)
+		for (int j = 0; j < g->nodes[i].n_in; j++)
+			if (g->nodes[i].in[j] >= 0)
+				s->last_use[g->nodes[i].in[j]] = i;
+	for (int i = 0; i < g->n_outputs; i++)
+		s->last_use[g->outputs[i]] = g->n_nodes;
+	s->arena_bytes = -1;
+	*out = s;
+	return 0;
+}
+
+static void
+clear_acts(struct ml_session *s)
+{
+	const struct ml_graph *g = s->g;
+	for (int t = 0; t < g->n_tensors; t++) {
+		if (s->bound[t])
+			continue;
+		ml_tval_clear(&s->vals[t]);
+	}
+}
+
+void
+ml_session_free(struct ml_session *s)
+{
+	if (s == NULL)
+		return;
+	if (s->vals != NULL && s->bound != NULL) {
+		for (int t = 0; t < s->g->n_tensors; t++)
+			ml_tval_clear(&s->vals[t]);
+	}
+	ml_free(s->vals);
+	ml_free(s->bound);
+	ml_free(s->last_use);
+	ml_free(s->slot_off);
+	ml_free(s->slot_len);
+	ml_free(s->arena);
+	ml_free(s->node_time);
+	ml_free(s->in);
+	ml_free(s->out);
+	ml_free(s);
+}
+
+static char *
+declared_str(const struct ml_tensor *t, char *buf, size_t n)
+{
+	size_t k = (size_t)snprintf(buf, n, "%s[", ml_dtype_name(t->dtype));
+	for (int i = 0; i < t->rank && k < n; i++) {
+		if (t->dims[i] >= 0)
+			k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "",
+					      (long long)t->dims[i]);
+		else
+			k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? "," : "",
+					      t->sym[i] ? t->sym[i] : "?");
+	}
+	if (k < n)
+		snprintf(buf + k, n - k, "]");
+	return buf;
+}
+
+int
+ml_session_set_input(struct ml_session *s, const char *name, const struct ml_tval *v,
+		     struct ml_err *e)
+{
+	const struct ml_graph *g = s->g;
+	int ti = -1;
+	char want[128], got[128];
+
+	for (int i = 0; i < g->n_inputs; i++)
+		if (strcmp(g->tensors[g->inputs[i]]->name, name) == 0)
+			ti = g->inputs[i];
+	if (ti < 0)
+		return ml_fail(e, ML_EINVAL, "the model has no input '%s'", name);
+	const struct ml_tensor *t = g->tensors[ti];
+	bool ok = (t->dtype == ML_UNDEF || t->dtype == v->dtype) &&
+		  (t->rank < 0 || t->rank == v->rank);
+	for (int d = 0; ok && t->rank >= 0 && d < t->rank; d++)
+		if (t->dims[d] >= 0 && t->dims[d] != v->dims[d])
+			ok = false;
+	/* a symbolic dim must take one value across all bound inputs */
+	for (int d = 0; ok && t->rank >= 0 && d < t->rank; d++) {
+		if (t->sym[d] == NULL)
+			continue;
+		for (int i = 0; i < g->n_inputs && ok; i++) {
+			int oi = g->inputs[i];
+			const struct ml_tensor *o = g->tensors[oi];
+			if (oi == ti || !s->bound[oi])
+				continue;
+			for (int k = 0; k < o->rank; k++)
+				if (o->sym[k] != NULL && strcmp(o->sym[k], t->sym[d]) == 0 &&
+				    s->vals[oi].dims[k] != v->dims[d])
+					return ml_fail(e, ML_EINVAL,
+						       "input '%s': dim '%s' is %lld here but %lld in input '%s'",
+						       name, t->sym[d], (long long)v->dims[d],
+						       (long long)s->vals[oi].dims[k], o->name);
+		}
+	}
+	if (!ok)
+		return ml_fail(e, ML_EINVAL, "input '%s': expected %s, got %s", name,
+			       declared_str(t, want, sizeof want),
+			       ml_tval_shape_str(v, got, sizeof got));
+	struct ml_tval nv = { 0 };
+	ML_TRY(ml_tval_alloc(&nv, v->dtype, v->rank, v->dims, e));
+	int64_t nb = ml_tval_nbytes(v);
+	if (nb > 0)
+		memcpy(nv.data, v->data, (size_t)nb);
+	ml_tval_clear(&s->vals[ti]);
+	s->vals[ti] = nv;
+	s->bound[ti] = true;
+	return 0;
+}
+
+/*
+ * Liveness planning: walk the nodes in order, place each output in the
+ * best-fitting gap between the blocks still live, and release a block
+ * after its last reader. Tensors whose size cannot be known before the
+ * run (data-dependent shapes) are left to the heap.
+ */
+struct blk {
+	int64_t off, len;
+	int t;
+};
+
+static int
+plan(struct ml_session *s, struct ml_err *e)
+{
+	const struct ml_graph *g = s->g;
+	struct ml_tval *sv = ml_calloc((size_t)g->n_tensors + 1, sizeof *sv);
+	struct blk *live = ml_calloc((size_t)g->n_tensors + 1, sizeof *live);
+	int nlive = 0, rc = 0;
+	int64_t top = 0;
+
+	if (sv == NULL || live == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (int t = 0; t < g->n_tensors; t++) {
+		s->slot_off[t] = -1;
+		s->slot_len[t] = 0;
+		if (s->bound[t]) {
+			sv[t] = s->vals[t];
+			sv[t].owned = false;
+		} else {
+			ml_graph_tval(g, t, &sv[t]);
+			if (g->tensors[t]->kind != ML_TK_CONST && g->tensors[t]->kind != ML_TK_PARAM)
+				sv[t].data = NULL;
+		}
+	}
+	if ((rc = ml_infer_values(g, sv, e)) < 0)
+		goto done;
+	for (int i = 0; i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		for (int j = 0; j < n->n_out; j++) {
+			int t = n->out[j];
+			if (t < 0)
+				continue;
+			int64_t len = ml_tval_nbytes(&sv[t]);
+			if (len < 0)
+				continue;
+			len = (len + ALIGN - 1) / ALIGN * ALIGN;
+			if (len == 0)
+				len = ALIGN;
+			/* best fit among gaps of the offset-sorted live list */
+			int64_t best = -1, best_gap = INT64_MAX, prev_end = 0;
+			int best_pos = nlive;
+			for (int k = 0; k <= nlive; k++) {
+				int64_t next = k < nlive ? live[k].off : INT64_MAX;
+				int64_t gap = next - prev_end;
+				if (gap >= len && gap < best_gap) {
+					best = prev_end;
+					best_gap = gap;
+					best_pos = k;
+				}
+				if (k < nlive)
+					prev_end = live[k].off + live[k].len;
+			}
+			memmove(&live[best_pos + 1], &live[best_pos],
+				sizeof *live * (size_t)(nlive - best_pos));
+			live[best_pos] = (struct blk){ best, len, t };
+			nlive++;
+			s->slot_off[t] = best;
+			s->slot_len[t] = len;
+			top = ML_MAX(top, best + len);
+		}
+		/* release what this node was the last to read, and unread outputs */
+		for (int k = 0; k < nlive;) {
+			int t = live[k].t;
+			int lu = s->last_use[t];
+			if (lu == i || (lu < 0 && g->tensors[t]->producer == i)) {
+				memmove(&live[k], &live[k + 1], sizeof *live * (size_t)(nlive - k - 1));
+				nlive--;
+			} else {
+				k++;
+			}
+		}
+	}
+	ml_free(s->arena);
+	s->arena = NULL;
+	if (top > 0 && (s->arena = ml_malloc((size_t)top)) == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "cannot allocate an arena of %lld bytes", (long long)top);
+		goto done;
+	}
+	s->arena_bytes = top;
+done:
+	if (sv != NULL)
+		for (int t = 0; t < g->n_tensors; t++)
+			if (!s->bound[t])
+				ml_tval_clear(&sv[t]);
+	ml_free(sv);
+	ml_free(live);
+	return rc;
+}
+
+static bool
+plan_valid(struct ml_session *s)
+{
+	const struct ml_graph *g = s->g;
+	int k = 0;
+	int64_t key[64];
+	for (int i = 0; i < g->n_inputs; i++) {
+		const struct ml_tval *v = &s->vals[g->inputs[i]];
+		for (int d = 0; d < v->rank && k < 64; d++)
+			key[k++] = v->dims[d];
+		if (k < 64)
+			key[k++] = -2 - v->rank;
+	}
+	bool same = s->planned && k == s->plan_key_n && memcmp(key, s->plan_key, sizeof(int64_t) * (size_t)k) == 0;
+	memcpy(s->plan_key, key, sizeof(int64_t) * (size_t)k);
+	s->plan_key_n = k;
+	return same;
+}
+
+int
+ml_session_run(struct ml_session *s, struct ml_err *e)
+{
+	const struct ml_graph *g = s->g;
+	int rc = 0;
+
+	for (int i = 0; i < g->n_inputs; i++) {
+		int t = g->inputs[i];
+		if (s->bound[t])
+			continue;
+		if (g->tensors[t]->kind == ML_TK_CONST || g->tensors[t]->kind == ML_TK_PARAM)
+			continue;
+		return ml_fail(e, ML_EINVAL, "input '%s' is not given", g->tensors[t]->name);
+	}
+	clear_acts(s);
+	for (int t = 0; t < g->n_tensors; t++) {
+		if (s->bound[t])
+			continue;
+		if (g->tensors[t]->kind == ML_TK_CONST || g->tensors[t]->kind == ML_TK_PARAM)
+			ml_graph_tval(g, t, &s->vals[t]);
+	}
+	if (!plan_valid(s)) {
+		s->planned = false;
+		if ((rc = plan(s, e)) < 0)
+			return rc;
+		s->planned = true;
+	}
+	for (int i = 0; i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		double t0 = s->o.profile ? ml_now() : 0;
+		for (int j = 0; j < n->n_in; j++) {
+			int t = n->in[j];
+			s->in[j] = t >= 0 ? &s->vals[t] : NULL;
+			if (s->in[j] != NULL && s->in[j]->data == NULL && ml_tval_numel(s->in[j]) != 0)
+				return ml_fail(e, ML_EINVAL, "node '%s': input '%s' has no value",
+					       n->name, g->tensors[t]->name);
+		}
+		/* outputs nobody names still need somewhere to go */
+		struct ml_tval scratch[16];
+		if (n->n_out > 16)
+			return ml_fail(e, ML_ENOTSUP, "node '%s': too many outputs", n->name);
+		for (int j = 0; j < n->n_out; j++) {
+			int t = n->out[j];
+			if (t >= 0) {
+				ml_tval_clear(&s->vals[t]);
+				s->out[j] = &s->vals[t];
+			} else {
+				memset(&scratch[j], 0, sizeof scratch[j]);
+				s->out[j] = &scratch[j];
+			}
+		}
+		if ((rc = ml_node_infer(g, n, s->in, s->out, e)) < 0)
+			goto fail;
+		for (int j = 0; j < n->n_out; j++) {
+			struct ml_tval *o = s->out[j];
+			int t = n->out[j];
+			int64_t nb = ml_tval_nbytes(o);
+			if (nb < 0)
+				continue;	/* data-dependent: the kernel allocates */
+			if (t >= 0 && s->slot_off[t] >= 0 && nb <= s->slot_len[t]) {
+				o->data = s->arena + s->slot_off[t];
+				o->owned = false;
+			} else {
+				int64_t dims[ML_MAX_RANK];
+				memcpy(dims, o->dims, sizeof dims);
+				if ((rc = ml_tval_alloc(o, o->dtype, o->rank, dims, e)) < 0)
+					goto fail;
+			}
+		}
+		struct ml_opctx c;
+		ml_node_ctx(&c, g, n, s->in, s->out, e);
+		if ((rc = ml_cpu_kernel_get(n->op)(&c)) < 0)
+			goto fail;
+		for (int j = 0; j < n->n_out; j++)
+			if (n->out[j] < 0)
+				ml_tval_clear(&scratch[j]);
+		/* release heap values after their last reader */
+		for (int j = 0; j < n->n_in; j++) {
+			int t = n->in[j];
+			if (t >= 0 && s->last_use[t] == i && !s->bound[t] &&
+			    g->tensors[t]->kind == ML_TK_ACT)
+				ml_tval_clear(&s->vals[t]);
+		}
+		if (s->o.profile)
+			s->node_time[i] = ml_now() - t0;
+		continue;
+fail:
+		for (int j = 0; j < n->n_out; j++)
+			if (n->out[j] < 0)
+				ml_tval_clear(&scratch[j]);
+		return rc;
+	}
+	return 0;
+}
+
+const struct ml_tval *
+ml_session_output(const struct ml_session *s, int i)
+{
+	if (i < 0 || i >= s->g->n_outputs)
+		return NULL;
+	return &s->vals[s->g->outputs[i]];
+}
+
+int64_t
+ml_session_arena_bytes(const struct ml_session *s)
+{
+	return s->planned ? s->arena_bytes : -1;
+}
+
+double
+ml_session_node_time(const struct ml_session *s, int i)
+{
+	return i >= 0 && i < s->g->n_nodes ? s->node_time[i] : 0;
+}

@@ -1,0 +1,289 @@
+/*
+ * io.c: whole-file reading (files and stdin), atomic writing through a
+ * temporary file and rename, model format detection, and the model
+ * load/save entry points that dispatch to each format.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ml_impl.h"
+
+int
+ml_read_file(const char *path, uint8_t **buf, size_t *len, struct ml_err *e)
+{
+	int fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+	const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;
+	size_t cap = 1 << 16, n = 0;
+	uint8_t *p = NULL;
+	struct stat st;
+
+	if (fd < 0)
+		return ml_fail(e, errno == ENOENT ? ML_EINVAL : ML_EIO, "cannot open '%s': %s", shown,
+			       strerror(errno));
+	if (fstat(fd, &st) == 0) {
+		if (S_ISDIR(st.st_mode)) {
+			close(fd);
+			return ml_fail(e, ML_EINVAL, "'%s' is a directory", shown);
+		}
+		if (S_ISREG(st.st_mode) && st.st_size > 0)
+			cap = (size_t)st.st_size + 1;
+	}
+	if ((p = ml_malloc(cap + 1)) == NULL)
+		goto nomem;
+	for (;;) {
+		if (n == cap) {
+			if (cap > SIZE_MAX / 2 - 1)
+				goto nomem;
+			uint8_t *q = ml_realloc(p, cap * 2 + 1);
+			if (q == NULL)
+				goto nomem;
+			p = q;
+			cap *= 2;
+		}
+		ssize_t k = read(fd, p + n, cap - n);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			int err = errno;
+			ml_free(p);
+			if (fd != STDIN_FILENO)
+				close(fd);
+			return ml_fail(e, ML_EIO, "cannot read '%s': %s", shown, strerror(err));
+		}
+		if (k == 0)
+			break;
+		n += (size_t)k;
+	}
+	if (fd != STDIN_FILENO)
+		close(fd);
+	p[n] = 0;
+	*buf = p;
+	*len = n;
+	return 0;
+nomem:
+	ml_free(p);
+	if (fd != STDIN_FILENO)
+		close(fd);
+	return ml_fail(e, ML_ENOMEM, "'%s': file too large for the allocation cap", shown);
+}
+
+static int
+write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	while (len > 0) {
+		ssize_t k = write(fd, p, len);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += k;
+		len -= (size_t)k;
+	}
+	return 0;
+}
+
+int
+ml_write_atomic(const char *path, const void *buf, size_t len, struct ml_err *e)
+{
+	if (strcmp(path, "-") == 0) {
+		if (write_all(STDOUT_FILENO, buf, len) < 0) {
+			if (errno == EPIPE)
+				return ml_fail(e, ML_EIO, "write error: broken pipe");
+			return ml_fail(e, ML_EIO, "write error on stdout: %s", strerror(errno));
+		}
+		return 0;
+	}
+	/*
+	 * A device such as /dev/null or /dev/full cannot be renamed over:
+	 * write to it directly.
+	 */
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		if (S_ISDIR(st.st_mode))
+			return ml_fail(e, ML_EIO, "cannot write '%s': Is a directory", path);
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0)
+			return ml_fail(e, ML_EIO, "cannot open '%s': %s", path, strerror(errno));
+		int bad = write_all(fd, buf, len) < 0 ? errno : 0;
+		if (close(fd) < 0 && bad == 0)
+			bad = errno;
+		if (bad)
+			return ml_fail(e, ML_EIO, "cannot write '%s': %s", path, strerror(bad));
+		return 0;
+	}
+	size_t n = strlen(path);
+	char *tmp = malloc(n + 32);
+	if (tmp == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	snprintf(tmp, n + 32, "%s.tmp.XXXXXX", path);
+	int fd = mkstemp(tmp);
+	if (fd < 0) {
+		int err = errno;
+		free(tmp);
+		return ml_fail(e, ML_EIO, "cannot write '%s': %s", path, strerror(err));
+	}
+	int bad = write_all(fd, buf, len) < 0 ? errno : 0;
+	if (bad == 0 && fsync(fd) < 0 && errno != EINVAL)
+		bad = errno;
+	if (close(fd) < 0 && bad == 0)
+		bad = errno;
+	if (bad == 0) {
+		/* mkstemp makes the file 0600; give it the usual umask-derived mode */
+		mode_t um = umask(0);
+		umask(um);
+		chmod(tmp, 0666 & ~um);
+		if (rename(tmp, path) < 0)
+			bad = errno;
+	}
+	if (bad) {
+		unlink(tmp);
+		free(tmp);
+		return ml_fail(e, ML_EIO, "cannot write '%s': %s", path, strerror(bad));
+	}
+	free(tmp);
+	return 0;
+}
+
+static const char *
+ext_of(const char *path)
+{
+	const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+	if (dot == NULL || (slash != NULL && dot < slash))
+		return "";
+	return dot + 1;
+}
+
+enum ml_format
+ml_format_from_name(const char *s)
+{
+	if (s == NULL)
+		return ML_FMT_AUTO;
+	const char *x = strchr(s, '.') != NULL ? ext_of(s) : s;
+	if (strcmp(x, "mlg") == 0)
+		return ML_FMT_MLG;
+	if (strcmp(x, "onnx") == 0)
+		return ML_FMT_ONNX;
+	if (strcmp(x, "mlt") == 0)
+		return ML_FMT_MLT;
+	return ML_FMT_AUTO;
+}
+
+enum ml_format
+ml_format_detect(const uint8_t *buf, size_t len, const char *path)
+{
+	if (len >= 4 && memcmp(buf, "MLG", 4) == 0)
+		return ML_FMT_MLG;
+	/*
+	 * ONNX has no magic: a ModelProto starts with field 1 (ir_version,
+	 * varint, tag 0x08) in practice, or another small field tag.
+	 */
+	enum ml_format byext = path != NULL ? ml_format_from_name(ext_of(path)) : ML_FMT_AUTO;
+	if (byext != ML_FMT_AUTO)
+		return byext;
+	if (len > 0 && buf[0] == 0x08)
+		return ML_FMT_ONNX;
+	/* text: printable start */
+	size_t i = 0;
+	while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r'))
+		i++;
+	if (i < len && (buf[i] == '<' || buf[i] == '#' || buf[i] == '_' ||
+			(buf[i] >= 'a' && buf[i] <= 'z') || (buf[i] >= 'A' && buf[i] <= 'Z')))
+		return ML_FMT_MLT;
+	return ML_FMT_AUTO;
+}
+
+static char *
+dir_of(const char *path)
+{
+	char *p = strdup(path);
+	if (p == NULL)
+		return NULL;
+	char *d = strdup(dirname(p));
+	free(p);
+	return d;
+}
+
+int
+ml_model_load(struct ml_graph **out, const char *path, enum ml_format fmt, struct ml_err *e)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	struct ml_graph *g = NULL;
+	const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;
+	int rc;
+
+	*out = NULL;
+	if ((rc = ml_read_file(path, &buf, &len, e)) < 0)
+		return rc;
+	if (fmt == ML_FMT_AUTO)
+		fmt = ml_format_detect(buf, len, strcmp(path, "-") == 0 ? NULL : path);
+	switch (fmt) {
+	case ML_FMT_MLG:
+		rc = ml_mlg_decode(&g, buf, len, e);
+		break;
+	case ML_FMT_ONNX: {
+		char *dir = strcmp(path, "-") == 0 ? strdup(".") : dir_of(path);
+		rc = ml_onnx_decode(&g, buf, len, dir, e);
+		free(dir);
+		break;
+	}
+	case ML_FMT_MLT:
+		rc = ml_text_decode(&g, (const char *)buf, len, shown, e);
+		break;
+	default:
+		rc = ml_fail(e, ML_EFORMAT, "not a model file (mlg, onnx or mlt)");
+		break;
+	}
+	ml_free(buf);
+	if (rc == 0 && (rc = ml_graph_toposort(g, e)) == 0 && (rc = ml_graph_validate(g, e)) == 0)
+		rc = ml_graph_infer(g, e);
+	if (rc < 0) {
+		ml_graph_free(g);
+		/* name the file in front of the message, once */
+		if (e != NULL && strncmp(e->msg, shown, strlen(shown)) != 0 &&
+		    strncmp(e->msg, "cannot ", 7) != 0)
+			ml_err_prefix(e, shown);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+int
+ml_model_save(const struct ml_graph *g, const char *path, enum ml_format fmt, struct ml_err *e)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (fmt == ML_FMT_AUTO)
+		fmt = strcmp(path, "-") == 0 ? ML_FMT_MLG : ml_format_from_name(ext_of(path));
+	if (fmt == ML_FMT_AUTO)
+		fmt = ML_FMT_MLG;
+	switch (fmt) {
+	case ML_FMT_MLG:
+		rc = ml_mlg_encode(g, &buf, &len, e);
+		break;
+	case ML_FMT_ONNX:
+		rc = ml_onnx_encode(g, &buf, &len, e);
+		break;
+	case ML_FMT_MLT: {
+		char *t = NULL;
+		rc = ml_text_encode(g, &t, &len, e);
+		buf = (uint8_t *)t;
+		break;
+	}
+	default:
+		return ml_fail(e, ML_EINVAL, "unknown output format");
+	}
+	if (rc < 0)
+		return rc;
+	rc = ml_write_atomic(path, buf, len, e);
+	ml_free(buf);
+	return rc;
+}
