@@ -68,8 +68,14 @@ $(B)/ml.pc: Makefile
 deps:
 	sh tools/deps.sh
 
-test: all
+# test and demo install what is missing first, so each works on a fresh machine
+test: deps
+	$(MAKE) all
 	sh tests/run.sh
+
+demo: deps
+	$(MAKE) all
+	sh examples/demo.sh
 
 bench: all
 	sh tests/bench/run.sh
@@ -87,4 +93,4 @@ install: all
 clean:
 	rm -rf build
 
-.PHONY: all deps test bench install clean
+.PHONY: all deps test demo bench install clean
