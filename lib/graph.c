@@ -91,7 +91,9 @@ ml_graph_free(struct ml_graph *g)
 		for (int j = 0; j < g->nodes[i].n_attr; j++)
 			free_attr_graphs(&g->nodes[i].attrs[j]);
 	for (int i = 0; i < g->n_tensors; i++)
-		ml_free(g->tensors[i]->data);
+		if (ml_graph_owns_data(g, g->tensors[i]))
+			ml_free(g->tensors[i]->data);
+	ml_free(g->blob);
 	ml_free(g->tensors);
 	ml_free(g->nodes);
 	ml_free(g->hash);
@@ -102,6 +104,13 @@ ml_graph_free(struct ml_graph *g)
 		b = n;
 	}
 	ml_free(g);
+}
+
+bool
+ml_graph_owns_data(const struct ml_graph *g, const struct ml_tensor *t)
+{
+	const uint8_t *p = t->data;
+	return p != NULL && !(g->blob != NULL && p >= g->blob && p < g->blob + g->blob_len);
 }
 
 static uint64_t
@@ -210,7 +219,8 @@ ml_graph_set_data(struct ml_graph *g, int ti, enum ml_tkind kind, enum ml_dtype 
 		memcpy(p, data, (size_t)want);
 	else
 		memset(p, 0, want > 0 ? (size_t)want : 1);
-	ml_free(t->data);
+	if (ml_graph_owns_data(g, t))
+		ml_free(t->data);
 	t->data = p;
 	t->nbytes = (size_t)want;
 	t->kind = kind;

@@ -332,7 +332,16 @@ struct ml_graph {
 	struct ml_arena_blk *arena;
 	int *hash;
 	int hash_cap;
+	uint8_t *blob;		/* tensor data read from a graph file, shared by its tensors */
+	size_t blob_len;
 };
+
+/*
+ * ml_graph_owns_data: whether tensor t's data is a block of its own (freed
+ * with the graph or replaced by ml_graph_set_data) rather than a view of
+ * the graph file's data blob.
+ */
+bool ml_graph_owns_data(const struct ml_graph *g, const struct ml_tensor *t);
 
 /* ml_graph_new: an empty graph. */
 int ml_graph_new(struct ml_graph **out, struct ml_err *e);

@@ -124,6 +124,13 @@ int ml_check_dtype(struct ml_opctx *c, const struct ml_tval *t, const enum ml_dt
  */
 void ml_bcast_strides(const struct ml_tval *in, const struct ml_tval *out, int64_t *strides);
 
+/*
+ * ml_mlg_read_fd: decode a graph file from fd, streaming, given the first
+ * head_len (>= 16) bytes already read into head (lib/fmt/mlg.c).
+ */
+int ml_mlg_read_fd(struct ml_graph **out, int fd, const uint8_t *head, size_t head_len,
+		   struct ml_err *e);
+
 /* ml_cblas_threads: set OpenBLAS's thread count (lib/cpu/blas.c). */
 void ml_cblas_set_threads(int n);
 

@@ -160,9 +160,16 @@ ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e
 		}
 		for (int j = 0; j < n->n_out; j++) {
 			memset(&outv[j], 0, sizeof outv[j]);
+			outv[j].rank = -1;
 			out[j] = &outv[j];
 		}
-		if ((rc = ml_node_infer(g, n, in, out, e)) < 0)
+		/*
+		 * An op this build does not know leaves its outputs unknown, so
+		 * the model still loads, converts and prints; running it fails.
+		 */
+		if (n->op == ML_OP_NONE || ml_opdef_get(n->op) == NULL)
+			known = false;
+		else if ((rc = ml_node_infer(g, n, in, out, e)) < 0)
 			goto done;
 		int64_t total = 0;
 		for (int j = 0; j < n->n_out; j++) {
@@ -170,7 +177,7 @@ ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e
 			total = k < 0 || total < 0 ? -1 : total + k;
 		}
 		int (*kern)(struct ml_opctx *) = ml_cpu_kernel_get(n->op);
-		if (known && kern != NULL && total >= 0 && total <= PROPAGATE_MAX && !is_random(n->op)) {
+		if (known && kern != NULL && n->n_out > 0 && total >= 0 && total <= PROPAGATE_MAX && !is_random(n->op)) {
 			struct ml_opctx c;
 			struct ml_err e2 = { 0 };
 			bool ok = true;

@@ -11,26 +11,24 @@
 
 #include "ml_impl.h"
 
-int
-ml_read_file(const char *path, uint8_t **buf, size_t *len, struct ml_err *e)
+/*
+ * read_fd: read fd to its end into a new buffer, leaving `prefix` bytes free
+ * at its start for bytes the caller already read, and a NUL after the end.
+ */
+static int
+read_fd(int fd, const char *shown, size_t prefix, uint8_t **buf, size_t *len, struct ml_err *e)
 {
-	int fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
-	const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;
-	size_t cap = 1 << 16, n = 0;
+	size_t cap = 1 << 16, n = prefix;
 	uint8_t *p = NULL;
 	struct stat st;
 
-	if (fd < 0)
-		return ml_fail(e, errno == ENOENT ? ML_EINVAL : ML_EIO, "cannot open '%s': %s", shown,
-			       strerror(errno));
 	if (fstat(fd, &st) == 0) {
-		if (S_ISDIR(st.st_mode)) {
-			close(fd);
+		if (S_ISDIR(st.st_mode))
 			return ml_fail(e, ML_EINVAL, "'%s' is a directory", shown);
-		}
 		if (S_ISREG(st.st_mode) && st.st_size > 0)
 			cap = (size_t)st.st_size + 1;
 	}
+	cap += prefix;
 	if ((p = ml_malloc(cap + 1)) == NULL)
 		goto nomem;
 	for (;;) {
@@ -49,25 +47,35 @@ ml_read_file(const char *path, uint8_t **buf, size_t *len, struct ml_err *e)
 				continue;
 			int err = errno;
 			ml_free(p);
-			if (fd != STDIN_FILENO)
-				close(fd);
 			return ml_fail(e, ML_EIO, "cannot read '%s': %s", shown, strerror(err));
 		}
 		if (k == 0)
 			break;
 		n += (size_t)k;
 	}
-	if (fd != STDIN_FILENO)
-		close(fd);
 	p[n] = 0;
 	*buf = p;
 	*len = n;
 	return 0;
 nomem:
 	ml_free(p);
-	if (fd != STDIN_FILENO)
-		close(fd);
 	return ml_fail(e, ML_ENOMEM, "'%s': file too large for the allocation cap", shown);
+}
+
+int
+ml_read_file(const char *path, uint8_t **buf, size_t *len, struct ml_err *e)
+{
+	bool is_stdin = strcmp(path, "-") == 0;
+	const char *shown = is_stdin ? "<stdin>" : path;
+	int fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return ml_fail(e, errno == ENOENT ? ML_EINVAL : ML_EIO, "cannot open '%s': %s", shown,
+			       strerror(errno));
+	int rc = read_fd(fd, shown, 0, buf, len, e);
+	if (!is_stdin)
+		close(fd);
+	return rc;
 }
 
 static int
@@ -208,45 +216,104 @@ dir_of(const char *path)
 	return d;
 }
 
-int
-ml_model_load(struct ml_graph **out, const char *path, enum ml_format fmt, struct ml_err *e)
+/* read up to n bytes, retrying short reads; returns the count or -1 */
+static ssize_t
+read_full(int fd, uint8_t *p, size_t n)
 {
-	uint8_t *buf = NULL;
+	size_t got = 0;
+	while (got < n) {
+		ssize_t k = read(fd, p + got, n - got);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -1;
+		if (k == 0)
+			break;
+		got += (size_t)k;
+	}
+	return (ssize_t)got;
+}
+
+/*
+ * load_any: decode a model from path. A graph file is decompressed as it
+ * is read (its weights are then in memory once); other formats are read
+ * whole first.
+ */
+static int
+load_any(struct ml_graph **g, const char *path, const char *shown, enum ml_format fmt,
+	 struct ml_err *e)
+{
+	bool is_stdin = strcmp(path, "-") == 0;
+	uint8_t head[16], *buf = NULL;
 	size_t len = 0;
-	struct ml_graph *g = NULL;
-	const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;
 	int rc;
 
-	*out = NULL;
-	if ((rc = ml_read_file(path, &buf, &len, e)) < 0)
-		return rc;
+	int fd = is_stdin ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return ml_fail(e, errno == ENOENT ? ML_EINVAL : ML_EIO, "cannot open '%s': %s", shown,
+			       strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+		if (!is_stdin)
+			close(fd);
+		return ml_fail(e, ML_EINVAL, "'%s' is a directory", shown);
+	}
+	ssize_t hn = read_full(fd, head, sizeof head);
+	if (hn < 0) {
+		rc = ml_fail(e, ML_EIO, "cannot read '%s': %s", shown, strerror(errno));
+		goto out;
+	}
+	if ((fmt == ML_FMT_AUTO || fmt == ML_FMT_MLG) && hn == (ssize_t)sizeof head &&
+	    memcmp(head, "MLG", 4) == 0) {
+		rc = ml_mlg_read_fd(g, fd, head, sizeof head, e);
+		goto out;
+	}
+	/* the rest of the file, after the bytes already read */
+	if ((rc = read_fd(fd, shown, (size_t)hn, &buf, &len, e)) < 0)
+		goto out;
+	memcpy(buf, head, (size_t)hn);
 	if (fmt == ML_FMT_AUTO)
-		fmt = ml_format_detect(buf, len, strcmp(path, "-") == 0 ? NULL : path);
+		fmt = ml_format_detect(buf, len, is_stdin ? NULL : path);
 	switch (fmt) {
 	case ML_FMT_MLG:
-		rc = ml_mlg_decode(&g, buf, len, e);
+		rc = ml_mlg_decode(g, buf, len, e);
 		break;
 	case ML_FMT_ONNX: {
-		char *dir = strcmp(path, "-") == 0 ? strdup(".") : dir_of(path);
-		rc = ml_onnx_decode(&g, buf, len, dir, e);
+		char *dir = is_stdin ? strdup(".") : dir_of(path);
+		rc = ml_onnx_decode(g, buf, len, dir, e);
 		free(dir);
 		break;
 	}
 	case ML_FMT_MLT:
-		rc = ml_text_decode(&g, (const char *)buf, len, shown, e);
+		rc = ml_text_decode(g, (const char *)buf, len, shown, e);
 		break;
 	default:
 		rc = ml_fail(e, ML_EFORMAT, "not a model file (mlg, onnx or mlt)");
 		break;
 	}
+out:
 	ml_free(buf);
+	if (!is_stdin)
+		close(fd);
+	return rc;
+}
+
+int
+ml_model_load(struct ml_graph **out, const char *path, enum ml_format fmt, struct ml_err *e)
+{
+	struct ml_graph *g = NULL;
+	const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;
+	int rc;
+
+	*out = NULL;
+	rc = load_any(&g, path, shown, fmt, e);
 	if (rc == 0 && (rc = ml_graph_toposort(g, e)) == 0 && (rc = ml_graph_validate(g, e)) == 0)
 		rc = ml_graph_infer(g, e);
 	if (rc < 0) {
 		ml_graph_free(g);
 		/* name the file in front of the message, once */
 		if (e != NULL && strncmp(e->msg, shown, strlen(shown)) != 0 &&
-		    strncmp(e->msg, "cannot ", 7) != 0)
+		    strncmp(e->msg, "cannot ", 7) != 0 && strncmp(e->msg, "'", 1) != 0)
 			ml_err_prefix(e, shown);
 		return rc;
 	}

@@ -4,6 +4,8 @@
  * holding the protobuf ml.Graph of formats/mlg.proto. protobuf-c structs
  * never leave this file.
  */
+#include <errno.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #include "ml_impl.h"
@@ -35,6 +37,10 @@ get_u32(const uint8_t *p)
 struct scratch {
 	void **p;
 	size_t n, cap;
+	/* the data blob: top-level tensors in order, and the running offset */
+	const struct ml_tensor **bt;
+	size_t nbt, capbt;
+	uint64_t blob_len;
 };
 
 static void *
@@ -60,6 +66,15 @@ sfree(struct scratch *s)
 	for (size_t i = 0; i < s->n; i++)
 		free(s->p[i]);
 	free(s->p);
+	free(s->bt);
+}
+
+#define BLOB_ALIGN 64
+
+static uint64_t
+align_up(uint64_t v)
+{
+	return (v + BLOB_ALIGN - 1) / BLOB_ALIGN * BLOB_ALIGN;
 }
 
 static char *
@@ -69,7 +84,7 @@ str_or_empty(const char *s)
 }
 
 static Ml__Tensor *
-enc_tensor(struct scratch *s, const struct ml_tensor *t)
+enc_tensor(struct scratch *s, const struct ml_tensor *t, bool in_blob)
 {
 	Ml__Tensor *m = salloc(s, sizeof *m);
 	if (m == NULL)
@@ -94,7 +109,20 @@ enc_tensor(struct scratch *s, const struct ml_tensor *t)
 		}
 	}
 	m->kind = t->kind;
-	if (t->data != NULL && (t->kind == ML_TK_CONST || t->kind == ML_TK_PARAM || t->kind == ML_TK_ACT)) {
+	if (t->data != NULL && in_blob && t->nbytes > 0) {
+		if (s->nbt == s->capbt) {
+			size_t cap = s->capbt ? s->capbt * 2 : 64;
+			const struct ml_tensor **q = realloc(s->bt, cap * sizeof *q);
+			if (q == NULL)
+				return NULL;
+			s->bt = q;
+			s->capbt = cap;
+		}
+		s->bt[s->nbt++] = t;
+		m->data_off = s->blob_len;
+		m->data_len = t->nbytes;
+		s->blob_len = align_up(s->blob_len + t->nbytes);
+	} else if (t->data != NULL) {
 		m->data.data = t->data;
 		m->data.len = t->nbytes;
 	}
@@ -160,7 +188,7 @@ enc_attr(struct scratch *s, const struct ml_attr *a, int depth)
 		if (m->tensors == NULL)
 			return NULL;
 		for (int k = 0; k < n; k++)
-			if ((m->tensors[k] = enc_tensor(s, a->tensors[k])) == NULL)
+			if ((m->tensors[k] = enc_tensor(s, a->tensors[k], false)) == NULL)
 				return NULL;
 		break;
 	}
@@ -215,7 +243,7 @@ enc_graph(struct scratch *s, const struct ml_graph *g, int depth)
 	    m->meta == NULL || m->opsets == NULL)
 		return NULL;
 	for (int i = 0; i < g->n_tensors; i++)
-		if ((m->tensors[i] = enc_tensor(s, g->tensors[i])) == NULL)
+		if ((m->tensors[i] = enc_tensor(s, g->tensors[i], depth == 0)) == NULL)
 			return NULL;
 	for (int i = 0; i < g->n_nodes; i++) {
 		const struct ml_node *n = &g->nodes[i];
@@ -291,12 +319,40 @@ enc_graph(struct scratch *s, const struct ml_graph *g, int depth)
 	return m;
 }
 
+static void
+put_u64(uint8_t *p, uint64_t v)
+{
+	put_u32(p, (uint32_t)v);
+	put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint64_t
+get_u64(const uint8_t *p)
+{
+	return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+/* feed one piece of the frame content to the compressor */
+static int
+zfeed(ZSTD_CCtx *cc, ZSTD_outBuffer *ob, const void *p, size_t n, struct ml_err *e)
+{
+	ZSTD_inBuffer ib = { p, n, 0 };
+	while (ib.pos < ib.size) {
+		size_t r = ZSTD_compressStream2(cc, ob, &ib, ZSTD_e_continue);
+		if (ZSTD_isError(r))
+			return ml_fail(e, ML_EIO, "zstd: %s", ZSTD_getErrorName(r));
+	}
+	return 0;
+}
+
 int
 ml_mlg_encode(const struct ml_graph *g, uint8_t **buf, size_t *len, struct ml_err *e)
 {
+	static const uint8_t zeros[BLOB_ALIGN];
 	struct scratch s = { 0 };
 	Ml__Graph *m = enc_graph(&s, g, 0);
 	uint8_t *pb = NULL, *out = NULL;
+	ZSTD_CCtx *cc = NULL;
 	int rc = 0;
 
 	if (m == NULL) {
@@ -304,13 +360,17 @@ ml_mlg_encode(const struct ml_graph *g, uint8_t **buf, size_t *len, struct ml_er
 		goto done;
 	}
 	size_t n = ml__graph__get_packed_size(m);
-	if ((pb = ml_malloc(n + 1)) == NULL) {
+	if ((pb = ml_malloc(n + 8 + BLOB_ALIGN)) == NULL) {
 		rc = ml_fail(e, ML_ENOMEM, "out of memory encoding the graph");
 		goto done;
 	}
-	ml__graph__pack(m, pb);
-	size_t bound = ZSTD_compressBound(n);
-	if ((out = ml_malloc(bound + HDR_LEN)) == NULL) {
+	put_u64(pb, n);
+	ml__graph__pack(m, pb + 8);
+	uint64_t head = align_up(8 + n);
+	memset(pb + 8 + n, 0, head - 8 - n);
+	uint64_t content = head + s.blob_len;
+	size_t bound = ZSTD_compressBound((size_t)content);
+	if ((out = ml_malloc(bound + HDR_LEN)) == NULL || (cc = ZSTD_createCCtx()) == NULL) {
 		rc = ml_fail(e, ML_ENOMEM, "out of memory compressing the graph");
 		goto done;
 	}
@@ -318,15 +378,38 @@ ml_mlg_encode(const struct ml_graph *g, uint8_t **buf, size_t *len, struct ml_er
 	put_u32(out + 4, ML_MLG_VERSION);
 	put_u32(out + 8, 0);
 	put_u32(out + 12, 0);
-	size_t z = ZSTD_compress(out + HDR_LEN, bound, pb, n, ZSTD_LEVEL);
-	if (ZSTD_isError(z)) {
-		rc = ml_fail(e, ML_EIO, "zstd: %s", ZSTD_getErrorName(z));
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, ZSTD_LEVEL);
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+	ZSTD_CCtx_setPledgedSrcSize(cc, content);
+	ZSTD_outBuffer ob = { out + HDR_LEN, bound, 0 };
+	if ((rc = zfeed(cc, &ob, pb, (size_t)head, e)) < 0)
 		goto done;
+	uint64_t pos = 0;
+	for (size_t i = 0; i < s.nbt; i++) {
+		const struct ml_tensor *t = s.bt[i];
+		if ((rc = zfeed(cc, &ob, t->data, t->nbytes, e)) < 0)
+			goto done;
+		pos += t->nbytes;
+		uint64_t pad = align_up(pos) - pos;
+		if ((rc = zfeed(cc, &ob, zeros, (size_t)pad, e)) < 0)
+			goto done;
+		pos += pad;
+	}
+	ZSTD_inBuffer ib = { NULL, 0, 0 };
+	for (;;) {
+		size_t r = ZSTD_compressStream2(cc, &ob, &ib, ZSTD_e_end);
+		if (ZSTD_isError(r)) {
+			rc = ml_fail(e, ML_EIO, "zstd: %s", ZSTD_getErrorName(r));
+			goto done;
+		}
+		if (r == 0)
+			break;
 	}
 	*buf = out;
-	*len = z + HDR_LEN;
+	*len = ob.pos + HDR_LEN;
 	out = NULL;
 done:
+	ZSTD_freeCCtx(cc);
 	ml_free(out);
 	ml_free(pb);
 	sfree(&s);
@@ -337,11 +420,19 @@ done:
  * Decoding: every string and array is copied into the graph arena, every
  * count is checked, and tensors are looked up by name.
  */
-static int dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, struct ml_err *e);
+struct blobref;
+static int dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth,
+		     const struct blobref *blob, struct ml_err *e);
+
+/* the blob of the graph being decoded: bounds for Tensor.data_off/data_len */
+struct blobref {
+	uint8_t *p;
+	uint64_t len;
+};
 
 static int
 dec_tensor_fields(struct ml_graph *g, struct ml_tensor *t, const Ml__Tensor *m, bool arena_data,
-		  struct ml_err *e)
+		  const struct blobref *blob, struct ml_err *e)
 {
 	if (m->rank < -1 || m->rank > ML_MAX_RANK || (m->rank >= 0 && m->n_dims != (size_t)m->rank) ||
 	    (m->rank < 0 && m->n_dims != 0))
@@ -380,7 +471,22 @@ dec_tensor_fields(struct ml_graph *g, struct ml_tensor *t, const Ml__Tensor *m, 
 		memcpy(t->q->scale, q->scale, sizeof(float) * q->n_scale);
 		memcpy(t->q->zero, q->zero, sizeof(int32_t) * q->n_zero);
 	}
-	if (m->data.len > 0 || t->kind == ML_TK_CONST || t->kind == ML_TK_PARAM) {
+	if (m->data_len > 0) {
+		struct ml_tval v = { .dtype = t->dtype, .rank = t->rank };
+		for (int d = 0; d < t->rank; d++)
+			v.dims[d] = t->dims[d];
+		int64_t nb = ml_tval_nbytes(&v);
+		if (blob == NULL || m->data.len > 0 || m->data_off > blob->len ||
+		    m->data_len > blob->len - m->data_off || m->data_off % BLOB_ALIGN != 0)
+			return ml_fail(e, ML_EFORMAT, "tensor '%s': data lies outside the file",
+				       t->name);
+		if (nb < 0 || (uint64_t)nb != m->data_len || ml_dtype_size(t->dtype) == 0)
+			return ml_fail(e, ML_EFORMAT,
+				       "tensor '%s': %llu data bytes do not match its shape", t->name,
+				       (unsigned long long)m->data_len);
+		t->data = blob->p + m->data_off;
+		t->nbytes = (size_t)m->data_len;
+	} else if (m->data.len > 0 || t->kind == ML_TK_CONST || t->kind == ML_TK_PARAM) {
 		struct ml_tval v;
 		memset(&v, 0, sizeof v);
 		v.dtype = t->dtype;
@@ -455,7 +561,7 @@ dec_attr(struct ml_graph *g, struct ml_attr *a, const Ml__Attr *m, int depth, st
 			if (t == NULL || (t->name = ml_graph_strdup(g, m->tensors[k]->name)) == NULL)
 				return ml_fail(e, ML_ENOMEM, "out of memory");
 			t->producer = -1;
-			ML_TRY(dec_tensor_fields(g, t, m->tensors[k], true, e));
+			ML_TRY(dec_tensor_fields(g, t, m->tensors[k], true, NULL, e));
 			a->tensors[k] = t;
 		}
 		break;
@@ -470,7 +576,7 @@ dec_attr(struct ml_graph *g, struct ml_attr *a, const Ml__Attr *m, int depth, st
 		for (size_t k = 0; k < m->n_graphs; k++) {
 			ML_TRY(ml_graph_new(&a->graphs[k], e));
 			a->graphs[k]->parent = g;
-			ML_TRY(dec_graph(a->graphs[k], m->graphs[k], depth + 1, e));
+			ML_TRY(dec_graph(a->graphs[k], m->graphs[k], depth + 1, NULL, e));
 		}
 		break;
 	default:
@@ -480,7 +586,8 @@ dec_attr(struct ml_graph *g, struct ml_attr *a, const Ml__Attr *m, int depth, st
 }
 
 static int
-dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, struct ml_err *e)
+dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, const struct blobref *blob,
+	  struct ml_err *e)
 {
 	if (depth > MAX_DEPTH)
 		return ml_fail(e, ML_EFORMAT, "subgraphs nest deeper than %d", MAX_DEPTH);
@@ -501,7 +608,7 @@ dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, struct ml_err *e)
 		int ti = ml_graph_tensor(g, tm->name);
 		if (ti < 0)
 			return ml_fail(e, ML_ENOMEM, "out of memory");
-		ML_TRY(dec_tensor_fields(g, g->tensors[ti], tm, false, e));
+		ML_TRY(dec_tensor_fields(g, g->tensors[ti], tm, false, blob, e));
 	}
 	for (size_t i = 0; i < m->n_nodes; i++) {
 		const Ml__Node *nm = m->nodes[i];
@@ -584,16 +691,56 @@ pb_free(void *ud, void *p)
 	ml_free(p);
 }
 
-int
-ml_mlg_decode(struct ml_graph **out, const uint8_t *buf, size_t len, struct ml_err *e)
+/*
+ * decode_content: raw is the whole frame content (ml_malloc'd, raw_len
+ * bytes); on success the graph takes it over as its blob.
+ */
+static int
+decode_content(struct ml_graph **out, uint8_t *raw, size_t raw_len, struct ml_err *e)
 {
 	ProtobufCAllocator pa = { pb_alloc, pb_free, NULL };
 	struct ml_graph *g = NULL;
-	uint8_t *raw = NULL;
 	Ml__Graph *m = NULL;
 	int rc;
 
-	*out = NULL;
+	if (raw_len < 8) {
+		ml_free(raw);
+		return ml_fail(e, ML_EFORMAT, "graph content is truncated");
+	}
+	uint64_t mlen = get_u64(raw);
+	if (mlen > raw_len - 8) {
+		ml_free(raw);
+		return ml_fail(e, ML_EFORMAT, "graph message length %llu exceeds the file",
+			       (unsigned long long)mlen);
+	}
+	uint64_t head = align_up(8 + mlen);
+	struct blobref blob = { raw + ML_MIN(head, raw_len), head <= raw_len ? raw_len - head : 0 };
+	m = ml__graph__unpack(&pa, (size_t)mlen, raw + 8);
+	if (m == NULL) {
+		rc = ml_fail(e, ML_EFORMAT, "corrupt graph message");
+		goto fail;
+	}
+	if ((rc = ml_graph_new(&g, e)) < 0)
+		goto fail;
+	g->blob = raw;
+	g->blob_len = raw_len;
+	raw = NULL;
+	if ((rc = dec_graph(g, m, 0, &blob, e)) < 0)
+		goto fail;
+	ml__graph__free_unpacked(m, &pa);
+	*out = g;
+	return 0;
+fail:
+	if (m != NULL)
+		ml__graph__free_unpacked(m, &pa);
+	ml_graph_free(g);
+	ml_free(raw);
+	return rc;
+}
+
+static int
+check_header(const uint8_t *buf, size_t len, struct ml_err *e)
+{
 	if (len < 4 || memcmp(buf, "MLG", 4) != 0)
 		return ml_fail(e, ML_EFORMAT, "not an mlg file (bad magic)");
 	if (len < HDR_LEN)
@@ -605,11 +752,33 @@ ml_mlg_decode(struct ml_graph **out, const uint8_t *buf, size_t len, struct ml_e
 			       ML_MLG_VERSION);
 	if (version == 0)
 		return ml_fail(e, ML_EFORMAT, "bad graph file version 0");
-	const uint8_t *z = buf + HDR_LEN;
-	size_t zlen = len - HDR_LEN;
+	return 0;
+}
+
+static int
+content_size(const uint8_t *z, size_t zlen, uint64_t *out, struct ml_err *e)
+{
 	unsigned long long raw_len = ZSTD_getFrameContentSize(z, zlen);
 	if (raw_len == ZSTD_CONTENTSIZE_ERROR || raw_len == ZSTD_CONTENTSIZE_UNKNOWN)
 		return ml_fail(e, ML_EFORMAT, "corrupt or truncated zstd frame");
+	if (raw_len > ml_alloc_cap() || raw_len > SIZE_MAX - 1)
+		return ml_fail(e, ML_ENOMEM, "graph of %llu bytes exceeds the allocation cap",
+			       raw_len);
+	*out = raw_len;
+	return 0;
+}
+
+int
+ml_mlg_decode(struct ml_graph **out, const uint8_t *buf, size_t len, struct ml_err *e)
+{
+	uint64_t raw_len;
+	uint8_t *raw;
+
+	*out = NULL;
+	ML_TRY(check_header(buf, len, e));
+	const uint8_t *z = buf + HDR_LEN;
+	size_t zlen = len - HDR_LEN;
+	ML_TRY(content_size(z, zlen, &raw_len, e));
 	size_t flen = ZSTD_findFrameCompressedSize(z, zlen);
 	if (ZSTD_isError(flen))
 		return ml_fail(e, ML_EFORMAT, "corrupt or truncated zstd frame: %s",
@@ -617,33 +786,119 @@ ml_mlg_decode(struct ml_graph **out, const uint8_t *buf, size_t len, struct ml_e
 	if (flen != zlen)
 		return ml_fail(e, ML_EFORMAT, "%zu bytes of trailing garbage after the zstd frame",
 			       zlen - flen);
-	if (raw_len > ml_alloc_cap() || raw_len > SIZE_MAX - 1)
-		return ml_fail(e, ML_ENOMEM, "graph of %llu bytes exceeds the allocation cap",
-			       raw_len);
 	if ((raw = ml_malloc((size_t)raw_len + 1)) == NULL)
-		return ml_fail(e, ML_ENOMEM, "cannot allocate %llu bytes", raw_len);
+		return ml_fail(e, ML_ENOMEM, "cannot allocate %llu bytes",
+			       (unsigned long long)raw_len);
 	size_t got = ZSTD_decompress(raw, (size_t)raw_len, z, zlen);
 	if (ZSTD_isError(got) || got != raw_len) {
-		rc = ml_fail(e, ML_EFORMAT, "corrupt zstd frame: %s",
-			     ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong size");
+		ml_free(raw);
+		return ml_fail(e, ML_EFORMAT, "corrupt zstd frame: %s",
+			       ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong size");
+	}
+	return decode_content(out, raw, (size_t)raw_len, e);
+}
+
+/*
+ * ml_mlg_read_fd: decode a graph file from fd, whose first head_len bytes
+ * (at least the 16-byte header) the caller has already read into head.
+ * Decompresses as it reads, so the weights are in memory once.
+ */
+int
+ml_mlg_read_fd(struct ml_graph **out, int fd, const uint8_t *head, size_t head_len,
+	       struct ml_err *e)
+{
+	enum { CHUNK = 1 << 20 };
+	uint8_t *in = NULL, *raw = NULL;
+	ZSTD_DCtx *dc = NULL;
+	uint64_t raw_len = 0;
+	size_t have = 0;
+	int rc = 0;
+
+	*out = NULL;
+	ML_TRY(check_header(head, head_len, e));
+	if ((in = ml_malloc(CHUNK)) == NULL || (dc = ZSTD_createDCtx()) == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto done;
 	}
-	m = ml__graph__unpack(&pa, got, raw);
-	if (m == NULL) {
-		rc = ml_fail(e, ML_EFORMAT, "corrupt graph message");
+	have = head_len - HDR_LEN;
+	memcpy(in, head + HDR_LEN, have);
+	/* the zstd frame header, up to 18 bytes, gives the content size */
+	while (have < 18) {
+		ssize_t k = read(fd, in + have, CHUNK - have);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			rc = ml_fail(e, ML_EIO, "read error: %s", strerror(errno));
+			goto done;
+		}
+		if (k == 0)
+			break;
+		have += (size_t)k;
+	}
+	if ((rc = content_size(in, have, &raw_len, e)) < 0)
+		goto done;
+	if ((raw = ml_malloc((size_t)raw_len + 1)) == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "cannot allocate %llu bytes", (unsigned long long)raw_len);
 		goto done;
 	}
-	if ((rc = ml_graph_new(&g, e)) < 0)
-		goto done;
-	if ((rc = dec_graph(g, m, 0, e)) < 0) {
-		ml_graph_free(g);
-		g = NULL;
+	ZSTD_outBuffer ob = { raw, (size_t)raw_len, 0 };
+	size_t r = 1;
+	bool eof = false;
+	while (r != 0) {
+		ZSTD_inBuffer ib = { in, have, 0 };
+		r = ZSTD_decompressStream(dc, &ob, &ib);
+		if (ZSTD_isError(r)) {
+			rc = ml_fail(e, ML_EFORMAT, "corrupt zstd frame: %s", ZSTD_getErrorName(r));
+			goto done;
+		}
+		memmove(in, in + ib.pos, have - ib.pos);
+		have -= ib.pos;
+		if (r == 0)
+			break;
+		if (ob.pos == ob.size && have == 0 && eof) {
+			rc = ml_fail(e, ML_EFORMAT, "corrupt zstd frame");
+			goto done;
+		}
+		if (eof && ib.pos == 0) {
+			rc = ml_fail(e, ML_EFORMAT, "truncated zstd frame");
+			goto done;
+		}
+		ssize_t k = read(fd, in + have, CHUNK - have);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			rc = ml_fail(e, ML_EIO, "read error: %s", strerror(errno));
+			goto done;
+		}
+		if (k == 0)
+			eof = true;
+		have += (size_t)k;
+	}
+	if (ob.pos != raw_len) {
+		rc = ml_fail(e, ML_EFORMAT, "zstd frame content is shorter than its header says");
 		goto done;
 	}
-	*out = g;
+	/* anything after the frame is an error, as for in-memory decoding */
+	for (;;) {
+		uint8_t extra[64];
+		if (have > 0) {
+			rc = ml_fail(e, ML_EFORMAT, "trailing garbage after the zstd frame");
+			goto done;
+		}
+		ssize_t k = read(fd, extra, sizeof extra);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k > 0) {
+			rc = ml_fail(e, ML_EFORMAT, "trailing garbage after the zstd frame");
+			goto done;
+		}
+		break;
+	}
+	rc = decode_content(out, raw, (size_t)raw_len, e);
+	raw = NULL;
 done:
-	if (m != NULL)
-		ml__graph__free_unpacked(m, &pa);
+	ZSTD_freeDCtx(dc);
+	ml_free(in);
 	ml_free(raw);
 	return rc;
 }

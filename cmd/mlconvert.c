@@ -1,0 +1,405 @@
+/*
+ * mlconvert.c: convert a model between the .mlg graph file, ONNX and the
+ * .mlt text form, and describe a model (--info): inputs, outputs, ops,
+ * parameters and a FLOP estimate.
+ */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char synopsis[] =
+	"mlconvert [-fqv] [--from FMT] [--to FMT] [-o OUTPUT] [--info [--json]] [INPUT | -]";
+
+static const char help_text[] =
+	"Convert a model between formats: mlg (the graph file), onnx and mlt (the\n"
+	"text form). The input format is detected from the content; the output\n"
+	"format comes from --to or OUTPUT's extension, and is mlg otherwise.\n"
+	"'-' or no INPUT reads stdin; no -o writes stdout.\n"
+	"\n"
+	"  -f, --force         write a binary format to a terminal\n"
+	"      --from FMT      read the input as FMT (mlg, onnx, mlt)\n"
+	"  -h, --help          print this help and exit\n"
+	"      --info          describe the model on stdout instead of converting it\n"
+	"                      (with -o, convert as well)\n"
+	"      --json          with --info, print a JSON object\n"
+	"  -o, --output FILE   write the model to FILE ('-' for stdout)\n"
+	"  -q, --quiet         print nothing but errors\n"
+	"      --to FMT        write the output as FMT (mlg, onnx, mlt)\n"
+	"  -v, --verbose       say what was read and written, on stderr\n"
+	"  -V, --version       print the version and exit\n";
+
+static _Noreturn void
+usage(FILE *fp, int status)
+{
+	fprintf(fp, "usage: %s\n", synopsis);
+	if (status == 0)
+		fprintf(fp, "\n%s", help_text);
+	exit(status);
+}
+
+static const char *const fmt_names[] = {
+	[ML_FMT_AUTO] = "auto", [ML_FMT_MLG] = "mlg", [ML_FMT_ONNX] = "onnx", [ML_FMT_MLT] = "mlt",
+};
+
+static enum ml_format
+parse_format(const char *opt, const char *s)
+{
+	for (int f = ML_FMT_MLG; f <= ML_FMT_MLT; f++)
+		if (strcmp(s, fmt_names[f]) == 0)
+			return (enum ml_format)f;
+	usage_error(synopsis, "%s: unknown format '%s' (use mlg, onnx or mlt)", opt, s);
+}
+
+/*
+ * The model summary.
+ */
+static int
+imax(int a, int b)
+{
+	return a > b ? a : b;
+}
+
+struct opcount {
+	char name[160];
+	int64_t n;
+};
+
+struct census {
+	struct opcount *ops;
+	int n, cap;
+};
+
+static void
+count_op(struct census *c, const struct ml_node *n)
+{
+	char name[160];
+	if (n->domain[0] != '\0')
+		snprintf(name, sizeof name, "%s.%s", n->domain, n->op_type);
+	else
+		snprintf(name, sizeof name, "%s", n->op_type);
+	for (int i = 0; i < c->n; i++) {
+		if (strcmp(c->ops[i].name, name) == 0) {
+			c->ops[i].n++;
+			return;
+		}
+	}
+	if (c->n == c->cap) {
+		c->cap = c->cap ? c->cap * 2 : 32;
+		c->ops = realloc(c->ops, sizeof *c->ops * (size_t)c->cap);
+		if (c->ops == NULL)
+			die(EXIT_FAIL, "out of memory");
+	}
+	snprintf(c->ops[c->n].name, sizeof c->ops[c->n].name, "%s", name);
+	c->ops[c->n++].n = 1;
+}
+
+/* count_ops: the ops of g and of its subgraphs (If branches, Loop bodies). */
+static void
+count_ops(struct census *c, const struct ml_graph *g)
+{
+	for (int i = 0; i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		count_op(c, n);
+		for (int j = 0; j < n->n_attr; j++) {
+			const struct ml_attr *a = &n->attrs[j];
+			if (a->type == ML_ATTR_GRAPH || a->type == ML_ATTR_GRAPHS)
+				for (int k = 0; k < a->n; k++)
+					count_ops(c, a->graphs[k]);
+		}
+	}
+}
+
+static int
+cmp_opcount(const void *a, const void *b)
+{
+	const struct opcount *x = a, *y = b;
+	if (x->n != y->n)
+		return x->n > y->n ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/* shape_str: "f32[batch,3,224,224]", with "?" for an unknown dim or rank. */
+static const char *
+shape_str(const struct ml_tensor *t, char *buf, size_t n)
+{
+	size_t k = (size_t)snprintf(buf, n, "%s[", ml_dtype_name(t->dtype));
+	if (t->rank < 0)
+		k += (size_t)snprintf(buf + (k < n ? k : n), k < n ? n - k : 0, "?...");
+	for (int d = 0; d < t->rank; d++) {
+		const char *sep = d ? "," : "";
+		size_t room = k < n ? n - k : 0;
+		char *p = buf + (k < n ? k : n);
+		if (t->dims[d] >= 0)
+			k += (size_t)snprintf(p, room, "%s%lld", sep, (long long)t->dims[d]);
+		else
+			k += (size_t)snprintf(p, room, "%s%s", sep, t->sym[d] ? t->sym[d] : "?");
+	}
+	snprintf(buf + (k < n ? k : n), k < n ? n - k : 0, "]");
+	return buf;
+}
+
+/* human: n with a decimal unit prefix and 3 significant digits: "1.82 G". */
+static void
+human(char *buf, size_t n, double v, const char *unit)
+{
+	static const char *const pre[] = { "", "K", "M", "G", "T", "P", "E" };
+	int i = 0;
+	while (v >= 999.5 && i < 6) {
+		v /= 1000;
+		i++;
+	}
+	if (i == 0)
+		snprintf(buf, n, "%.0f %s", v, unit);
+	else
+		snprintf(buf, n, "%.*f %s%s", v >= 99.95 ? 0 : v >= 9.995 ? 1 : 2, v, pre[i], unit);
+}
+
+/* human_bytes: a byte count in binary units: "44.6 MiB". */
+static void
+human_bytes(char *buf, size_t n, double v)
+{
+	static const char *const pre[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	int i = 0;
+	while (v >= 1023.5 && i < 5) {
+		v /= 1024;
+		i++;
+	}
+	if (i == 0)
+		snprintf(buf, n, "%.0f B", v);
+	else
+		snprintf(buf, n, "%.*f %s", v >= 99.95 ? 0 : v >= 9.995 ? 1 : 2, v, pre[i]);
+}
+
+static void
+json_shape(const struct ml_tensor *t)
+{
+	if (t->rank < 0) {
+		fputs("null", stdout);
+		return;
+	}
+	putchar('[');
+	for (int d = 0; d < t->rank; d++) {
+		if (d)
+			fputs(", ", stdout);
+		if (t->dims[d] >= 0)
+			printf("%lld", (long long)t->dims[d]);
+		else if (t->sym[d] != NULL)
+			json_str(stdout, t->sym[d]);
+		else
+			fputs("null", stdout);
+	}
+	putchar(']');
+}
+
+static void
+json_values(const char *key, const struct ml_graph *g, int n, const int *idx)
+{
+	printf(",\n  \"%s\": [", key);
+	for (int i = 0; i < n; i++) {
+		const struct ml_tensor *t = g->tensors[idx[i]];
+		printf("%s\n    {\"name\": ", i ? "," : "");
+		json_str(stdout, t->name);
+		printf(", \"dtype\": \"%s\", \"shape\": ", ml_dtype_name(t->dtype));
+		json_shape(t);
+		putchar('}');
+	}
+	printf("%s]", n ? "\n  " : "");
+}
+
+static void
+print_info(const struct ml_graph *g, const char *path, bool json)
+{
+	struct census c = { 0 };
+	int64_t params = 0, pbytes = 0, flops = 0;
+	char buf[1024];
+
+	count_ops(&c, g);
+	qsort(c.ops, (size_t)c.n, sizeof *c.ops, cmp_opcount);
+	ml_graph_param_stats(g, &params, &pbytes);
+	/* Subgraphs run a data-dependent number of times; the estimate counts the main graph. */
+	for (int i = 0; i < g->n_nodes; i++) {
+		int64_t f = ml_node_flops(g, i);
+		if (f > 0)
+			flops += f;
+	}
+	const char *name = g->name != NULL ? g->name : "";
+	if (json) {
+		printf("{\n  \"model\": ");
+		json_str(stdout, path);
+		printf(",\n  \"graph\": ");
+		json_str(stdout, name);
+		printf(",\n  \"producer\": ");
+		json_str(stdout, g->producer != NULL ? g->producer : "");
+		printf(",\n  \"ir_version\": %lld,\n  \"opset\": {", (long long)g->ir_version);
+		for (int i = 0; i < g->n_opsets; i++) {
+			printf("%s", i ? ", " : "");
+			json_str(stdout, g->opset_domain[i]);
+			printf(": %lld", (long long)g->opset_version[i]);
+		}
+		printf("}");
+		json_values("inputs", g, g->n_inputs, g->inputs);
+		json_values("outputs", g, g->n_outputs, g->outputs);
+		printf(",\n  \"nodes\": %d,\n  \"ops\": {", g->n_nodes);
+		for (int i = 0; i < c.n; i++) {
+			printf("%s", i ? ", " : "");
+			json_str(stdout, c.ops[i].name);
+			printf(": %lld", (long long)c.ops[i].n);
+		}
+		printf("},\n  \"params\": %lld,\n  \"param_bytes\": %lld,\n  \"flops\": %lld\n}\n",
+		       (long long)params, (long long)pbytes, (long long)flops);
+		free(c.ops);
+		return;
+	}
+	printf("graph: %s\n", name[0] ? name : "(unnamed)");
+	if (g->producer != NULL && g->producer[0] != '\0')
+		printf("producer: %s\n", g->producer);
+	printf("opset:");
+	if (g->n_opsets == 0)
+		printf(" (none)");
+	for (int i = 0; i < g->n_opsets; i++)
+		printf("%s %s %lld", i ? "," : "",
+		       g->opset_domain[i][0] ? g->opset_domain[i] : "ai.onnx",
+		       (long long)g->opset_version[i]);
+	putchar('\n');
+	int w = 4;
+	for (int i = 0; i < g->n_inputs; i++)
+		w = imax(w, (int)strlen(g->tensors[g->inputs[i]]->name));
+	for (int i = 0; i < g->n_outputs; i++)
+		w = imax(w, (int)strlen(g->tensors[g->outputs[i]]->name));
+	if (w > 48)
+		w = 48;
+	printf("inputs:%s\n", g->n_inputs ? "" : " (none)");
+	for (int i = 0; i < g->n_inputs; i++) {
+		const struct ml_tensor *t = g->tensors[g->inputs[i]];
+		printf("  %-*s  %s\n", w, t->name, shape_str(t, buf, sizeof buf));
+	}
+	printf("outputs:%s\n", g->n_outputs ? "" : " (none)");
+	for (int i = 0; i < g->n_outputs; i++) {
+		const struct ml_tensor *t = g->tensors[g->outputs[i]];
+		printf("  %-*s  %s\n", w, t->name, shape_str(t, buf, sizeof buf));
+	}
+	printf("ops: %d nodes\n", g->n_nodes);
+	w = 4;
+	for (int i = 0; i < c.n; i++)
+		w = imax(w, (int)strlen(c.ops[i].name));
+	for (int i = 0; i < c.n; i++)
+		printf("  %-*s  %lld\n", w, c.ops[i].name, (long long)c.ops[i].n);
+	char b1[64], b2[64];
+	human_bytes(b2, sizeof b2, (double)pbytes);
+	printf("parameters: %lld (%s)\n", (long long)params, b2);
+	human(b1, sizeof b1, (double)flops, "FLOP");
+	printf("flops: %s\n", b1);
+	free(c.ops);
+}
+
+int
+main(int argc, char **argv)
+{
+	enum { OPT_FROM = 256, OPT_TO, OPT_INFO, OPT_JSON };
+	static const struct option longopts[] = {
+		{ "force", no_argument, NULL, 'f' },
+		{ "from", required_argument, NULL, OPT_FROM },
+		{ "help", no_argument, NULL, 'h' },
+		{ "info", no_argument, NULL, OPT_INFO },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "output", required_argument, NULL, 'o' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "to", required_argument, NULL, OPT_TO },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	enum ml_format from = ML_FMT_AUTO, to = ML_FMT_AUTO;
+	const char *output = NULL;
+	bool force = false, info = false, json = false, version = false;
+	int verbose = 0, quiet = 0, c;
+
+	cli_init(argc, argv);
+	while ((c = getopt_long(argc, argv, "fho:qvV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+			force = true;
+			break;
+		case 'h':
+			usage(stdout, 0);
+		case 'o':
+			output = optarg;
+			break;
+		case 'q':
+			quiet = 1;
+			break;
+		case 'v':
+			verbose++;
+			break;
+		case 'V':
+			version = true;
+			break;
+		case OPT_FROM:
+			from = parse_format("--from", optarg);
+			break;
+		case OPT_TO:
+			to = parse_format("--to", optarg);
+			break;
+		case OPT_INFO:
+			info = true;
+			break;
+		case OPT_JSON:
+			json = true;
+			break;
+		default:
+			fprintf(stderr, "usage: %s\n", synopsis);
+			exit(EXIT_USAGE);
+		}
+	}
+	if (version) {
+		print_version(verbose);
+		return finish_stdout();
+	}
+	if (optind + 1 < argc)
+		usage_error(synopsis, "too many operands");
+	if (json && !info)
+		usage_error(synopsis, "--json needs --info");
+	const char *input = optind < argc ? argv[optind] : "-";
+	if (output != NULL && output[0] == '\0')
+		usage_error(synopsis, "-o: empty file name");
+	bool convert = !info || output != NULL;
+	if (output == NULL)
+		output = "-";
+	if (info && convert && strcmp(output, "-") == 0)
+		usage_error(synopsis, "--info prints to stdout; the model needs -o FILE");
+	if (to == ML_FMT_AUTO && strcmp(output, "-") != 0) {
+		const char *dot = strrchr(output, '.'), *slash = strrchr(output, '/');
+		if (dot != NULL && (slash == NULL || dot > slash))
+			to = ml_format_from_name(dot + 1);
+	}
+	if (to == ML_FMT_AUTO)
+		to = ML_FMT_MLG;
+	/* Refuse before reading a large model, not after. */
+	if (convert && to != ML_FMT_MLT)
+		refuse_tty_stdout(output, force);
+
+	struct ml_err err = { 0 };
+	struct ml_graph *g = NULL;
+	double t0 = ml_now();
+	if (ml_model_load(&g, input, from, &err) < 0)
+		die_err(&err);
+	double t1 = ml_now();
+	const char *shown_in = strcmp(input, "-") == 0 ? "<stdin>" : input;
+	if (verbose && !quiet)
+		fprintf(stderr, "%s: read %s: %d nodes, %d tensors (%.1f ms)\n", progname, shown_in,
+			g->n_nodes, g->n_tensors, (t1 - t0) * 1e3);
+	if (info)
+		print_info(g, shown_in, json);
+	if (convert) {
+		if (ml_model_save(g, output, to, &err) < 0)
+			die_err(&err);
+		if (verbose && !quiet)
+			fprintf(stderr, "%s: wrote %s as %s (%.1f ms)\n", progname,
+				strcmp(output, "-") == 0 ? "<stdout>" : output, fmt_names[to],
+				(ml_now() - t1) * 1e3);
+	}
+	ml_graph_free(g);
+	return finish_stdout();
+}
