@@ -235,7 +235,7 @@ print_info(const struct ml_graph *g, const char *path, bool json)
 		printf(",\n  \"ir_version\": %lld,\n  \"opset\": {", (long long)g->ir_version);
 		for (int i = 0; i < g->n_opsets; i++) {
 			printf("%s", i ? ", " : "");
-			json_str(stdout, g->opset_domain[i]);
+			json_str(stdout, g->opset_domain[i][0] ? g->opset_domain[i] : "ai.onnx");
 			printf(": %lld", (long long)g->opset_version[i]);
 		}
 		printf("}");

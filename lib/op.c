@@ -107,8 +107,9 @@ ml_node_infer(const struct ml_graph *g, const struct ml_node *n, struct ml_tval 
 	const struct ml_opdef *d = n->op != ML_OP_NONE ? ml_opdef_get(n->op) : NULL;
 
 	if (d == NULL || d->infer == NULL)
-		return ml_fail(e, ML_ENOTSUP, "node '%s': unsupported op '%s%s%s'", n->name,
-			       n->domain[0] ? n->domain : "", n->domain[0] ? "." : "", n->op_type);
+		return ml_fail(e, ML_ENOTSUP, "unsupported op '%s%s%s'%s%s%s",
+			       n->domain[0] ? n->domain : "", n->domain[0] ? "." : "", n->op_type,
+			       n->name[0] ? " (node '" : "", n->name, n->name[0] ? "')" : "");
 	ml_node_ctx(&c, g, n, in, out, e);
 	for (int i = 0; i < n->n_out; i++) {
 		out[i]->dtype = ML_UNDEF;
@@ -130,6 +131,16 @@ is_random(enum ml_op op)
 {
 	(void)op;
 	return false;
+}
+
+/*
+ * shape_only: ops whose CPU kernels read only their inputs' dtype and
+ * shape, never the data, so a fully known shape makes the value known.
+ */
+static bool
+shape_only(enum ml_op op)
+{
+	return op == ML_OP_SHAPE || op == ML_OP_SIZE || op == ML_OP_EYE_LIKE;
 }
 
 int
@@ -155,7 +166,8 @@ ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e
 		bool known = true;
 		for (int j = 0; j < n->n_in; j++) {
 			in[j] = n->in[j] >= 0 ? &vals[n->in[j]] : NULL;
-			if (in[j] != NULL && in[j]->data == NULL)
+			if (in[j] != NULL && in[j]->data == NULL &&
+			    !(shape_only(n->op) && ml_tval_numel(in[j]) >= 0))
 				known = false;
 		}
 		for (int j = 0; j < n->n_out; j++) {

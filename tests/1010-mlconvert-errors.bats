@@ -102,7 +102,7 @@ load helpers
 	"$PY" - <<-'EOF'
 	import onnx
 	from onnx import helper, TensorProto as T
-	w = helper.make_tensor("w", T.FLOAT, [1000, 1000], vals=b"\0\0\0\0" * 3, raw=True)
+	w = T(name="w", data_type=T.FLOAT, dims=[1000, 1000], raw_data=b"\0" * 12)
 	g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
 	    [helper.make_tensor_value_info("x", T.FLOAT, [1000, 1000])],
 	    [helper.make_tensor_value_info("y", T.FLOAT, [1000, 1000])], [w])

@@ -19,7 +19,7 @@ tools() {
 
 # manpage TOOL: the page rendered as plain text.
 manpage() {
-	MANWIDTH=200 mandoc -Tascii -O width=200 "$ML_ROOT/man/man1/$1.1" | col -bx
+	MANWIDTH=200 mandoc -Tascii -O width=200 "$ML_ROOT/man/man1/$1.1" | sed "s/.\x08//g"
 }
 
 # man_synopsis TOOL: the SYNOPSIS section of the page, on one line.
@@ -131,7 +131,7 @@ help_synopsis() {
 
 @test "the man5 page documents the mlg file format" {
 	[ -f "$ML_ROOT/man/man5/mlg.5" ]
-	page=$(MANWIDTH=200 mandoc -Tascii "$ML_ROOT/man/man5/mlg.5" | col -bx)
+	page=$(MANWIDTH=200 mandoc -Tascii "$ML_ROOT/man/man5/mlg.5" | sed "s/.\x08//g")
 	[[ $page == *MLG* ]]
 	[[ $page == *zstd* ]]
 	[[ $page == *"message Graph"* ]]

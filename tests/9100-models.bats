@@ -5,10 +5,13 @@
 bats_require_minimum_version 1.5.0
 load helpers
 
-ML_MODELS=${ML_MODELS:-$ML_ROOT/${B:-build}/models}
+ML_MODELS=${ML_MODELS:-$(dirname "$ML_BIN")/models}
 
 setup_file() {
-	"$PY" "$ML_ROOT/tests/models/export.py" -o "$ML_MODELS" | sed "s/^/# /" >&3
+	local rc=0 log=$BATS_FILE_TMPDIR/export.log
+	"$PY" "$ML_ROOT/tests/models/export.py" -o "$ML_MODELS" >"$log" 2>&1 || rc=$?
+	sed 's/^/# /' "$log" >&3
+	return "$rc"
 }
 
 # check_model NAME: convert, run on the saved input, compare with PyTorch.

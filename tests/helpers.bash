@@ -4,7 +4,10 @@
 # B names the build folder (default build, as `make test` builds it).
 
 ML_ROOT=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
-ML_BIN=${ML_BIN:-$ML_ROOT/${B:-build}/bin}
+case ${B:-build} in
+/*) ML_BIN=${ML_BIN:-$B/bin} ;;
+*) ML_BIN=${ML_BIN:-$ML_ROOT/${B:-build}/bin} ;;
+esac
 PATH=$ML_BIN:$PATH
 LC_ALL=C
 PY=/usr/bin/python3
@@ -84,9 +87,17 @@ no_temp_files() {
 	fi
 }
 
-# require_tool NAME: skip the test when build/bin has no NAME yet.
-require_tool() {
-	if [ ! -x "$ML_BIN/$1" ]; then
-		skip "$1 is not built"
+# teardown: when a test fails, show what its last `run` printed, since bats
+# itself shows only the exit status. A file that needs its own teardown
+# calls show_last_run from it.
+show_last_run() {
+	if [ -z "${BATS_TEST_COMPLETED:-}" ]; then
+		printf 'last run printed:\n%s\n' "${output:-}" >&2
+		if [ -n "${stderr:-}" ]; then
+			printf 'and on stderr:\n%s\n' "$stderr" >&2
+		fi
 	fi
+}
+teardown() {
+	show_last_run
 }

@@ -9,7 +9,10 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 B=${B:-build}
-BIN=$PWD/$B/bin
+case $B in
+/*) BIN=$B/bin ;;
+*) BIN=$PWD/$B/bin ;;
+esac
 LOGS=$B/test-logs
 CONF=${ML_CONFORMANCE:-../shared/conformance}
 DATA=${ML_ONNX_TESTS:-$HOME/onnx-tests}

@@ -6,13 +6,23 @@
  * where the expression allows it.
  */
 #if defined(__GNUC__) && !defined(__clang__)
-/* -O2 runs the vectoriser with its "very cheap" cost model, which skips loops with epilogues. */
-#pragma GCC optimize("O3")
+/*
+ * -O2 runs the vectoriser with its "very cheap" cost model, which skips
+ * loops with epilogues; and with trapping math GCC will not if-convert
+ * float selects (x < 0 ? 0 : x) into vector blends. No kernel reads the
+ * floating-point exception flags, so neither costs any semantics.
+ */
+#pragma GCC optimize("O3", "no-trapping-math")
 #endif
 #include <float.h>
 #include <tgmath.h>
 
 #include "cpu/elem.h"
+#include "cpu/fastmath.h"
+
+/* The vectorisable f32 exp and tanh of fastmath.h, and libm's for f64. */
+#define FEXP(v) _Generic((v), float: ml_expf, default: (exp))(v)
+#define FTANH(v) _Generic((v), float: ml_tanhf, default: (tanh))(v)
 
 /* The attributes of an activation, in the names ONNX gives them. */
 struct uparm {
@@ -31,7 +41,7 @@ typedef void (*unfn)(void *o, const void *x, int64_t n, const struct uparm *p);
 #define FLOAT_UNARY(X) \
 	X(ABS, fabs(v)) \
 	X(NEG, -v) \
-	X(EXP, exp(v)) \
+	X(EXP, FEXP(v)) \
 	X(LOG, log(v)) \
 	X(SQRT, sqrt(v)) \
 	X(RECIPROCAL, (T)1 / v) \
@@ -56,20 +66,20 @@ typedef void (*unfn)(void *o, const void *x, int64_t n, const struct uparm *p);
 	X(ELU, v < 0 ? a * expm1(v) : v) \
 	X(SELU, v <= 0 ? g * (a * exp(v) - a) : g * v) \
 	X(CELU, v > 0 ? v : a * expm1(v / a)) \
-	X(SIGMOID, v >= 0 ? (T)1 / ((T)1 + exp(-v)) : exp(v) / ((T)1 + exp(v))) \
+	X(SIGMOID, (T)1 / ((T)1 + FEXP(-v))) \
 	X(HARD_SIGMOID, CLAMP01(a * v + b)) \
 	X(HARD_SWISH, v * CLAMP01(v * (T)(1.0 / 6) + (T)0.5)) \
-	X(TANH, tanh(v)) \
+	X(TANH, FTANH(v)) \
 	X(SOFTPLUS, v > 0 ? v + log1p(exp(-v)) : log1p(exp(v))) \
 	X(SOFTSIGN, v / ((T)1 + fabs(v))) \
 	X(THRESHOLDED_RELU, v > a ? v : (T)0) \
 	X(GELU, (T)0.5 * v * ((T)1 + erf(v * (T)M_SQRT1_2))) \
-	X(SILU, v / ((T)1 + exp(-v))) \
+	X(SILU, v / ((T)1 + FEXP(-v))) \
 	X(SHRINK, v < -a ? v + b : v > a ? v - b : (T)0)
 
 /* Gelu with approximate="tanh" is not an op of its own, so it is listed apart. */
 #define GELU_TANH_EXPR \
-	((T)0.5 * v * ((T)1 + tanh((T)0.7978845608028654 * (v + (T)0.044715 * v * v * v))))
+	((T)0.5 * v * ((T)1 + FTANH((T)0.7978845608028654 * (v + (T)0.044715 * v * v * v))))
 
 #define DEF_UNARY(NAME, TT, SUF, EXPR) \
 static void \

@@ -10,14 +10,23 @@
  * as f32 (ml_cpu_as_f32).
  */
 #if defined(__GNUC__) && !defined(__clang__)
-/* -O2 runs the vectoriser with its "very cheap" cost model, which skips loops with epilogues. */
-#pragma GCC optimize("O3")
+/*
+ * -O2 runs the vectoriser with its "very cheap" cost model, which skips
+ * loops with epilogues; and with trapping math GCC will not if-convert
+ * float selects (x < 0 ? 0 : x) into vector blends. No kernel reads the
+ * floating-point exception flags, so neither costs any semantics.
+ */
+#pragma GCC optimize("O3", "no-trapping-math")
 #endif
 #include <float.h>
 #include <tgmath.h>
 
 #include "cpu/elem.h"
+#include "cpu/fastmath.h"
 #include "ops/reduce.h"
+
+/* The vectorisable f32 exp of fastmath.h, and libm's for f64. */
+#define FEXP(v) _Generic((v), float: ml_expf, default: (exp))(v)
 
 /* Columns of the inner dim one task handles, and the block of per-column state on the stack. */
 #define IBLOCK 4096
@@ -51,15 +60,31 @@ unsupported(struct ml_opctx *c, enum ml_dtype t)
 /*
  * RLOOP: reduce rows o in [o0, o1), columns [i0, i1) of the view, with the
  * accumulator `a` starting at INIT, updated by STEP from element `v`, and
- * finished by FIN (which may use R).
+ * finished by FIN (which may use R). A contiguous row (IN == 1) is split
+ * over LANES partial accumulators, merged by COMB (`a` with partial `v`):
+ * that breaks the loop-carried dependency and lets the loop vectorise.
  */
-#define RLOOP(INIT, STEP, FIN) \
+#define LANES 8
+#define RLOOP(INIT, STEP, COMB, FIN) \
 	for (int64_t o = o0; o < o1; o++) { \
 		const T *xp = x + o * R * IN; \
 		T *yp = y + o * IN; \
 		if (IN == 1) { \
+			T l[LANES]; \
+			int64_t r = 0; \
+			for (int k = 0; k < LANES; k++) \
+				l[k] = INIT; \
+			for (; r + LANES <= R; r += LANES) \
+				for (int k = 0; k < LANES; k++) { \
+					const T v = xp[r + k], a = l[k]; \
+					l[k] = STEP; \
+				} \
 			T a = INIT; \
-			for (int64_t r = 0; r < R; r++) { \
+			for (int k = 0; k < LANES; k++) { \
+				const T v = l[k]; \
+				a = COMB; \
+			} \
+			for (; r < R; r++) { \
 				const T v = xp[r]; \
 				a = STEP; \
 			} \
@@ -94,15 +119,15 @@ red_##SUF(enum ml_op op, const void *x_, void *y_, int64_t R, int64_t IN, int64_
 	const T *x = x_; \
 	T *y = y_; \
 	switch (op) { \
-	case ML_OP_REDUCE_SUM: RLOOP((T)0, ADD(a, v), a) break; \
-	case ML_OP_REDUCE_MEAN: RLOOP((T)0, ADD(a, v), DIVN(a, R)) break; \
-	case ML_OP_REDUCE_MAX: RLOOP(LOWEST, MAX(a, v), a) break; \
-	case ML_OP_REDUCE_MIN: RLOOP(HIGHEST, MIN(a, v), a) break; \
-	case ML_OP_REDUCE_PROD: RLOOP((T)1, MUL(a, v), a) break; \
-	case ML_OP_REDUCE_L1: RLOOP((T)0, ADD(a, ABS(v)), a) break; \
-	case ML_OP_REDUCE_L2: RLOOP((T)0, ADD(a, MUL(v, v)), (T)sqrt(a)) break; \
-	case ML_OP_REDUCE_LOG_SUM: RLOOP((T)0, ADD(a, v), (T)log(a)) break; \
-	case ML_OP_REDUCE_SUM_SQUARE: RLOOP((T)0, ADD(a, MUL(v, v)), a) break; \
+	case ML_OP_REDUCE_SUM: RLOOP((T)0, ADD(a, v), ADD(a, v), a) break; \
+	case ML_OP_REDUCE_MEAN: RLOOP((T)0, ADD(a, v), ADD(a, v), DIVN(a, R)) break; \
+	case ML_OP_REDUCE_MAX: RLOOP(LOWEST, MAX(a, v), MAX(a, v), a) break; \
+	case ML_OP_REDUCE_MIN: RLOOP(HIGHEST, MIN(a, v), MIN(a, v), a) break; \
+	case ML_OP_REDUCE_PROD: RLOOP((T)1, MUL(a, v), MUL(a, v), a) break; \
+	case ML_OP_REDUCE_L1: RLOOP((T)0, ADD(a, ABS(v)), ADD(a, v), a) break; \
+	case ML_OP_REDUCE_L2: RLOOP((T)0, ADD(a, MUL(v, v)), ADD(a, v), (T)sqrt(a)) break; \
+	case ML_OP_REDUCE_LOG_SUM: RLOOP((T)0, ADD(a, v), ADD(a, v), (T)log(a)) break; \
+	case ML_OP_REDUCE_SUM_SQUARE: RLOOP((T)0, ADD(a, MUL(v, v)), ADD(a, v), a) break; \
 	case ML_OP_REDUCE_LOG_SUM_EXP: \
 		for (int64_t o = o0; o < o1; o++) { \
 			const T *xp = x + o * R * IN; \
@@ -167,29 +192,39 @@ red_lookup(enum ml_dtype t)
 
 /*
  * Work splitting shared by the kernels: a task is one outer row and one
- * block of at most IBLOCK inner columns, so both many small rows and one
- * wide row spread over the threads.
+ * block of at most IBLOCK inner columns (ibs), so both many small rows and
+ * one wide row spread over the threads.
  */
 struct rjob {
 	enum ml_op op;
 	redfn fn;
 	const void *x;
 	void *y;
-	int64_t O, R, IN, nb;
+	int64_t O, R, IN, nb, ibs;
 	void *aux;
 };
 
 static int64_t
 rjob_grain(const struct rjob *j)
 {
-	int64_t per = ML_MAX(1, j->R) * ML_MIN(j->IN, IBLOCK);
+	int64_t per = ML_MAX(1, j->R) * j->ibs;
 	return ML_MAX(1, ML_GRAIN / ML_MAX(1, per));
 }
 
+/*
+ * rjob_split: the inner block size. With few outer rows the inner dim is
+ * cut finer (down to 256 columns), so that even one outer row (a reduction
+ * over axis 0) gives the threads enough tasks.
+ */
 static void
 rjob_split(struct rjob *j)
 {
-	j->nb = j->IN <= IBLOCK ? 1 : (j->IN + IBLOCK - 1) / IBLOCK;
+	int64_t ibs = j->IN;
+
+	if (j->O < 16 && j->IN > 256)
+		ibs = ML_MAX(256, j->IN * j->O / 16);
+	j->ibs = ML_MIN(ibs, IBLOCK);
+	j->nb = (j->IN + j->ibs - 1) / j->ibs;
 }
 
 static void
@@ -202,8 +237,8 @@ red_chunk(void *ctx, int64_t b, int64_t e)
 		return;
 	}
 	for (int64_t u = b; u < e; u++) {
-		int64_t o = u / j->nb, ib = (u % j->nb) * IBLOCK;
-		j->fn(j->op, j->x, j->y, j->R, j->IN, o, o + 1, ib, ML_MIN(j->IN, ib + IBLOCK));
+		int64_t o = u / j->nb, ib = (u % j->nb) * j->ibs;
+		j->fn(j->op, j->x, j->y, j->R, j->IN, o, o + 1, ib, ML_MIN(j->IN, ib + j->ibs));
 	}
 }
 
@@ -388,6 +423,33 @@ run_arg(struct ml_opctx *c)
  * view. Softmax subtracts the maximum before exponentiating; Hardmax
  * marks the first maximum.
  */
+#define DEF_LANESUM(SUF, TT) \
+static TT \
+lanesum_##SUF(const TT *x, int64_t n, bool exp_of) \
+{ \
+	typedef TT T; \
+	T l[LANES] = { 0 }, s = 0; \
+	int64_t r = 0; \
+	if (exp_of) { \
+		for (; r + LANES <= n; r += LANES) \
+			for (int k = 0; k < LANES; k++) \
+				l[k] += FEXP(x[r + k]); \
+		for (; r < n; r++) \
+			s += FEXP(x[r]); \
+	} else { \
+		for (; r + LANES <= n; r += LANES) \
+			for (int k = 0; k < LANES; k++) \
+				l[k] += x[r + k]; \
+		for (; r < n; r++) \
+			s += x[r]; \
+	} \
+	for (int k = 0; k < LANES; k++) \
+		s += l[k]; \
+	return s; \
+}
+DEF_LANESUM(f32, float)
+DEF_LANESUM(f64, double)
+
 #define DEF_SOFTMAX(SUF, TT) \
 static void \
 smax_##SUF(enum ml_op op, const void *x_, void *y_, int64_t N, int64_t IN, int64_t o0, \
@@ -400,66 +462,86 @@ smax_##SUF(enum ml_op op, const void *x_, void *y_, int64_t N, int64_t IN, int64
 		const T *xp = x + o * N * IN; \
 		T *yp = y + o * N * IN; \
 		if (IN == 1) { \
-			T m = -INFINITY, s = 0; \
-			int64_t arg = 0; \
-			for (int64_t r = 0; r < N; r++) \
-				if (xp[r] > m) { \
-					m = xp[r]; \
-					arg = r; \
-				} \
 			if (op == ML_OP_HARDMAX) { \
+				int64_t arg = 0; \
+				for (int64_t r = 1; r < N; r++) \
+					if (xp[r] > xp[arg]) \
+						arg = r; \
 				for (int64_t r = 0; r < N; r++) \
 					yp[r] = (T)(r == arg); \
 				continue; \
 			} \
+			T l[LANES], m = -INFINITY, s = 0; \
+			int64_t r = 0; \
+			for (int k = 0; k < LANES; k++) \
+				l[k] = -INFINITY; \
+			for (; r + LANES <= N; r += LANES) \
+				for (int k = 0; k < LANES; k++) \
+					l[k] = xp[r + k] > l[k] ? xp[r + k] : l[k]; \
+			for (; r < N; r++) \
+				m = xp[r] > m ? xp[r] : m; \
+			for (int k = 0; k < LANES; k++) \
+				m = l[k] > m ? l[k] : m; \
 			if (op == ML_OP_LOG_SOFTMAX) { \
-				for (int64_t r = 0; r < N; r++) \
-					s += exp(xp[r] - m); \
-				T ls = m + log(s); \
-				for (int64_t r = 0; r < N; r++) \
-					yp[r] = xp[r] - ls; \
+				for (int64_t q = 0; q < N; q++) \
+					yp[q] = xp[q] - m; \
+				s = lanesum_##SUF(yp, N, true); \
+				T ls = log(s); \
+				for (int64_t q = 0; q < N; q++) \
+					yp[q] -= ls; \
 				continue; \
 			} \
-			for (int64_t r = 0; r < N; r++) { \
-				T e = exp(xp[r] - m); \
-				yp[r] = e; \
-				s += e; \
-			} \
+			for (int64_t q = 0; q < N; q++) \
+				yp[q] = FEXP(xp[q] - m); \
+			s = lanesum_##SUF(yp, N, false); \
 			T inv = (T)1 / s; \
-			for (int64_t r = 0; r < N; r++) \
-				yp[r] *= inv; \
+			for (int64_t q = 0; q < N; q++) \
+				yp[q] *= inv; \
 			continue; \
 		} \
 		for (int64_t ib = i0; ib < i1; ib += SBLOCK) { \
 			int64_t ie = ML_MIN(i1, ib + SBLOCK), w = ie - ib; \
 			T m[SBLOCK], s[SBLOCK]; \
-			int64_t arg[SBLOCK]; \
-			for (int64_t i = 0; i < w; i++) { \
-				m[i] = -INFINITY; \
-				s[i] = 0; \
-				arg[i] = 0; \
-			} \
-			for (int64_t r = 0; r < N; r++) \
-				for (int64_t i = 0; i < w; i++) { \
-					T v = xp[r * IN + ib + i]; \
-					if (v > m[i]) { \
-						m[i] = v; \
-						arg[i] = r; \
-					} \
-				} \
 			if (op == ML_OP_HARDMAX) { \
+				int64_t arg[SBLOCK]; \
+				for (int64_t i = 0; i < w; i++) { \
+					m[i] = -INFINITY; \
+					arg[i] = 0; \
+				} \
+				for (int64_t r = 0; r < N; r++) \
+					for (int64_t i = 0; i < w; i++) { \
+						T v = xp[r * IN + ib + i]; \
+						if (v > m[i]) { \
+							m[i] = v; \
+							arg[i] = r; \
+						} \
+					} \
 				for (int64_t r = 0; r < N; r++) \
 					for (int64_t i = 0; i < w; i++) \
 						yp[r * IN + ib + i] = (T)(r == arg[i]); \
 				continue; \
 			} \
+			for (int64_t i = 0; i < w; i++) { \
+				m[i] = -INFINITY; \
+				s[i] = 0; \
+			} \
 			for (int64_t r = 0; r < N; r++) \
 				for (int64_t i = 0; i < w; i++) { \
-					T e = exp(xp[r * IN + ib + i] - m[i]); \
-					s[i] += e; \
-					if (op == ML_OP_SOFTMAX) \
-						yp[r * IN + ib + i] = e; \
+					T v = xp[r * IN + ib + i]; \
+					m[i] = v > m[i] ? v : m[i]; \
 				} \
+			if (op == ML_OP_SOFTMAX) { \
+				for (int64_t r = 0; r < N; r++) \
+					for (int64_t i = 0; i < w; i++) { \
+						T e = FEXP(xp[r * IN + ib + i] - m[i]); \
+						s[i] += e; \
+						yp[r * IN + ib + i] = e; \
+					} \
+			} else { \
+				for (int64_t r = 0; r < N; r++) \
+					for (int64_t i = 0; i < w; i++) \
+						s[i] += FEXP(xp[r * IN + ib + i] - m[i]); \
+			} \
 			if (op == ML_OP_LOG_SOFTMAX) { \
 				for (int64_t i = 0; i < w; i++) \
 					s[i] = m[i] + log(s[i]); \

@@ -1,8 +1,333 @@
 /*
- * rnn.c: CPU kernels of the rnn op family.
+ * rnn.c: CPU kernels of the rnn family: RNN, GRU and LSTM in f32 (f16 and
+ * bf16 run as f32), every direction, sequence_lens, initial states, both
+ * layouts, the activations attributes, clip, GRU's linear_before_reset
+ * and LSTM's peepholes and input_forget.
+ *
+ * Per direction, the input projection of every time step is one SGEMM
+ * (X W^T plus the biases, [seq * batch, gates * hidden]); each step then
+ * adds H_{t-1} R^T (one SGEMM, a GEMV at batch 1) and applies the gates
+ * elementwise. A batch entry past its sequence length keeps its state and
+ * writes zeros to Y, and in reverse it starts at its own last step.
  */
-#include "ml_impl.h"
+#include <strings.h>
+
+#include "cpu/elem.h"
+#include "cpu/nn.h"
+
+enum act_kind {
+	A_SIGMOID, A_TANH, A_RELU, A_AFFINE, A_LEAKY_RELU, A_THRESHOLDED_RELU, A_SCALED_TANH,
+	A_HARD_SIGMOID, A_ELU, A_SOFTSIGN, A_SOFTPLUS
+};
+
+struct act {
+	enum act_kind kind;
+	float alpha, beta;
+};
+
+/* The activation names of ONNX's RNN ops, with how many of alpha and beta each takes. */
+static const struct {
+	const char *name;
+	enum act_kind kind;
+	int nparams;
+	float alpha, beta;	/* defaults */
+} act_tab[] = {
+	{ "Sigmoid", A_SIGMOID, 0, 0, 0 },
+	{ "Tanh", A_TANH, 0, 0, 0 },
+	{ "Relu", A_RELU, 0, 0, 0 },
+	{ "Affine", A_AFFINE, 2, 1.0f, 0.0f },
+	{ "LeakyRelu", A_LEAKY_RELU, 1, 0.01f, 0 },
+	{ "ThresholdedRelu", A_THRESHOLDED_RELU, 1, 1.0f, 0 },
+	{ "ScaledTanh", A_SCALED_TANH, 2, 1.0f, 1.0f },
+	{ "HardSigmoid", A_HARD_SIGMOID, 2, 0.2f, 0.5f },
+	{ "Elu", A_ELU, 1, 1.0f, 0 },
+	{ "Softsign", A_SOFTSIGN, 0, 0, 0 },
+	{ "Softplus", A_SOFTPLUS, 0, 0, 0 },
+};
+
+static inline float
+act(const struct act *a, float x)
+{
+	switch (a->kind) {
+	case A_SIGMOID:
+		return 1.0f / (1.0f + expf(-x));
+	case A_TANH:
+		return tanhf(x);
+	case A_RELU:
+		return x > 0 ? x : 0.0f;
+	case A_AFFINE:
+		return a->alpha * x + a->beta;
+	case A_LEAKY_RELU:
+		return x >= 0 ? x : a->alpha * x;
+	case A_THRESHOLDED_RELU:
+		return x > a->alpha ? x : 0.0f;
+	case A_SCALED_TANH:
+		return a->alpha * tanhf(a->beta * x);
+	case A_HARD_SIGMOID:
+		return fmaxf(0.0f, fminf(1.0f, a->alpha * x + a->beta));
+	case A_ELU:
+		return x >= 0 ? x : a->alpha * (expf(x) - 1.0f);
+	case A_SOFTSIGN:
+		return x / (1.0f + fabsf(x));
+	case A_SOFTPLUS:
+		return log1pf(expf(x));
+	}
+	return x;
+}
+
+/*
+ * parse_acts: the node's activations for dirs directions, nper each (the
+ * defaults when the attribute is absent). A list of nper names serves
+ * both directions. alpha and beta values are taken in order by the
+ * functions that use them, as onnxruntime does.
+ */
+static int
+parse_acts(struct ml_opctx *c, int dirs, int nper, const enum act_kind *defs, struct act *out)
+{
+	const struct ml_attr *names = ml_attr_find(c->node, "activations");
+	const double *al = NULL, *be = NULL;
+	int nal = ml_attr_floats(c->node, "activation_alpha", &al);
+	int nbe = ml_attr_floats(c->node, "activation_beta", &be);
+	int ia = 0, ib = 0;
+
+	if (names == NULL || names->type != ML_ATTR_STRINGS || names->n == 0) {
+		for (int i = 0; i < dirs * nper; i++)
+			out[i] = (struct act){ defs[i % nper], 0, 0 };
+		return 0;
+	}
+	if (names->n != nper && names->n != dirs * nper)
+		return ml_opfail(c, ML_EINVAL, "activations has %d names, not %d", names->n,
+				 dirs * nper);
+	for (int i = 0; i < names->n; i++) {
+		size_t k;
+		for (k = 0; k < sizeof act_tab / sizeof act_tab[0]; k++)
+			if (strcasecmp(names->strings[i], act_tab[k].name) == 0)
+				break;
+		if (k == sizeof act_tab / sizeof act_tab[0])
+			return ml_opfail(c, ML_ENOTSUP, "activation \"%s\" is not supported",
+					 names->strings[i]);
+		out[i].kind = act_tab[k].kind;
+		out[i].alpha = act_tab[k].alpha;
+		out[i].beta = act_tab[k].beta;
+		if (act_tab[k].nparams >= 1 && ia < nal)
+			out[i].alpha = (float)al[ia++];
+		if (act_tab[k].nparams >= 2 && ib < nbe)
+			out[i].beta = (float)be[ib++];
+	}
+	if (names->n == nper)
+		for (int i = nper; i < dirs * nper; i++)
+			out[i] = out[i - nper];
+	return 0;
+}
+
+struct rnn {
+	enum ml_op op;
+	int ng;			/* gate blocks: 1, 3 or 4 */
+	int64_t seq, batch, in, h, dirs;
+	bool layout1, lbr, input_forget;
+	float clip;		/* 0: no clipping */
+	const float *x, *w, *r, *b, *init_h, *init_c, *p;
+	int64_t *lens;		/* per batch entry */
+	float *y, *yh, *yc;	/* outputs, NULL when not wanted */
+	struct act acts[6];
+};
+
+static inline float
+clipv(const struct rnn *s, float v)
+{
+	if (s->clip > 0)
+		v = v < -s->clip ? -s->clip : v > s->clip ? s->clip : v;
+	return v;
+}
+
+/* Offsets of (time t, direction d, batch b) in Y and of (d, b) in Y_h and the states. */
+static inline int64_t
+y_off(const struct rnn *s, int64_t t, int64_t d, int64_t b)
+{
+	return (s->layout1 ? (b * s->seq + t) * s->dirs + d : (t * s->dirs + d) * s->batch + b) * s->h;
+}
+
+static inline int64_t
+h_off(const struct rnn *s, int64_t d, int64_t b)
+{
+	return (s->layout1 ? b * s->dirs + d : d * s->batch + b) * s->h;
+}
+
+/*
+ * run_dir: one direction. xw is [seq * batch, ng * h] in X's row order,
+ * hr [batch, ng * h], and hs, cs, rh [batch, h] the hidden and cell states
+ * and GRU's r * H_{t-1}.
+ */
+static int
+run_dir(struct ml_opctx *c, const struct rnn *s, int64_t d, float *xw, float *hr, float *hs,
+	float *cs, float *rh)
+{
+	int64_t H = s->h, G = s->ng * H;
+	const float *w = s->w + d * G * s->in, *r = s->r + d * G * H;
+	const float *wb = s->b != NULL ? s->b + d * 2 * G : NULL, *rb = wb != NULL ? wb + G : NULL;
+	const float *p = s->p != NULL ? s->p + d * 3 * H : NULL;
+	const struct act *fa = &s->acts[d * (s->op == ML_OP_LSTM ? 3 : s->op == ML_OP_GRU ? 2 : 1)];
+	bool rev = s->dirs == 1 ? strcmp(ml_attr_str(c->node, "direction", "forward"), "reverse") == 0
+				: d == 1;
+	int64_t rows = s->seq * s->batch;
+
+	if (!ml_sgemm(false, true, rows, G, s->in, 1.0f, s->x, s->in, w, s->in, 0.0f, xw, G))
+		return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");
+	/* fold the biases into the projection, except GRU's Rb_h under linear_before_reset */
+	if (wb != NULL)
+		for (int64_t i = 0; i < rows; i++)
+			for (int64_t j = 0; j < G; j++)
+				xw[i * G + j] += wb[j] + (s->lbr && j >= 2 * H ? 0.0f : rb[j]);
+	for (int64_t b = 0; b < s->batch; b++)
+		for (int64_t j = 0; j < H; j++) {
+			hs[b * H + j] = s->init_h != NULL ? s->init_h[h_off(s, d, b) + j] : 0.0f;
+			if (cs != NULL)
+				cs[b * H + j] = s->init_c != NULL ? s->init_c[h_off(s, d, b) + j] : 0.0f;
+		}
+	for (int64_t st = 0; st < s->seq; st++) {
+		/* the recurrent product; GRU without linear_before_reset takes only z and r here */
+		int64_t gr = s->op == ML_OP_GRU && !s->lbr ? 2 * H : G;
+		if (!ml_sgemm(false, true, s->batch, gr, H, 1.0f, hs, H, r, H, 0.0f, hr, G))
+			return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");
+		if (s->op == ML_OP_GRU && !s->lbr) {
+			/* r = f(...) first, then (r * H_{t-1}) Rh^T into hr's h block */
+			for (int64_t b = 0; b < s->batch; b++) {
+				int64_t t = rev ? s->lens[b] - 1 - st : st;
+				const float *xr = xw + (s->layout1 ? b * s->seq + t : t * s->batch + b) * G;
+				for (int64_t j = 0; j < H; j++) {
+					float rg = st < s->lens[b] ?
+						act(&fa[0], clipv(s, xr[H + j] + hr[b * G + H + j])) : 0;
+					rh[b * H + j] = rg * hs[b * H + j];
+				}
+			}
+			if (!ml_sgemm(false, true, s->batch, H, H, 1.0f, rh, H, r + 2 * H * H, H, 0.0f,
+				      hr + 2 * H, G))
+				return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");
+		}
+		for (int64_t b = 0; b < s->batch; b++) {
+			if (st >= s->lens[b])
+				continue;
+			int64_t t = rev ? s->lens[b] - 1 - st : st;
+			const float *xr = xw + (s->layout1 ? b * s->seq + t : t * s->batch + b) * G;
+			const float *hb = hr + b * G;
+			float *hv = hs + b * H;
+			if (s->op == ML_OP_RNN) {
+				for (int64_t j = 0; j < H; j++)
+					hv[j] = act(&fa[0], clipv(s, xr[j] + hb[j]));
+			} else if (s->op == ML_OP_GRU) {
+				for (int64_t j = 0; j < H; j++) {
+					float z = act(&fa[0], clipv(s, xr[j] + hb[j]));
+					float hh;
+					if (s->lbr) {
+						float rg = act(&fa[0], clipv(s, xr[H + j] + hb[H + j]));
+						float rbh = rb != NULL ? rb[2 * H + j] : 0.0f;
+						hh = act(&fa[1], clipv(s, xr[2 * H + j] +
+									     rg * (hb[2 * H + j] + rbh)));
+					} else {
+						hh = act(&fa[1], clipv(s, xr[2 * H + j] + hb[2 * H + j]));
+					}
+					hv[j] = (1.0f - z) * hh + z * hv[j];
+				}
+			} else {
+				float *cv = cs + b * H;
+				for (int64_t j = 0; j < H; j++) {
+					float cp = cv[j];
+					float ig = xr[j] + hb[j] + (p != NULL ? p[j] * cp : 0.0f);
+					float fg = xr[2 * H + j] + hb[2 * H + j] +
+						   (p != NULL ? p[2 * H + j] * cp : 0.0f);
+					float cg = xr[3 * H + j] + hb[3 * H + j];
+					float i = act(&fa[0], clipv(s, ig));
+					float f = s->input_forget ? 1.0f - i : act(&fa[0], clipv(s, fg));
+					float cn = f * cp + i * act(&fa[1], clipv(s, cg));
+					float og = xr[H + j] + hb[H + j] + (p != NULL ? p[H + j] * cn : 0.0f);
+					float o = act(&fa[0], clipv(s, og));
+					cv[j] = cn;
+					hv[j] = o * act(&fa[2], cn);
+				}
+			}
+			if (s->y != NULL)
+				memcpy(s->y + y_off(s, t, d, b), hv, sizeof(float) * (size_t)H);
+		}
+	}
+	for (int64_t b = 0; b < s->batch; b++) {
+		if (s->yh != NULL)
+			memcpy(s->yh + h_off(s, d, b), hs + b * H, sizeof(float) * (size_t)H);
+		if (s->yc != NULL)
+			memcpy(s->yc + h_off(s, d, b), cs + b * H, sizeof(float) * (size_t)H);
+	}
+	return 0;
+}
+
+static int
+run_rnn(struct ml_opctx *c)
+{
+	static const enum act_kind d_rnn[] = { A_TANH }, d_gru[] = { A_SIGMOID, A_TANH },
+		d_lstm[] = { A_SIGMOID, A_TANH, A_TANH };
+	struct rnn s = { .op = c->node->op };
+	const struct ml_tval *x = c->in[0], *sl = ML_IN(c, 4);
+	void *buf = NULL;
+	int rc = 0;
+
+	if (ml_cpu_has_half(c))
+		return ml_cpu_as_f32(c, run_rnn);
+	if (x->dtype != ML_F32)
+		return ml_opfail(c, ML_ENOTSUP, "dtype %s is not supported", ml_dtype_name(x->dtype));
+	s.ng = s.op == ML_OP_LSTM ? 4 : s.op == ML_OP_GRU ? 3 : 1;
+	s.layout1 = ml_attr_int(c->node, "layout", 0) == 1;
+	s.seq = x->dims[s.layout1 ? 1 : 0];
+	s.batch = x->dims[s.layout1 ? 0 : 1];
+	s.in = x->dims[2];
+	s.h = c->in[2]->dims[2];
+	s.dirs = c->in[1]->dims[0];
+	s.lbr = ml_attr_int(c->node, "linear_before_reset", 0) != 0;
+	s.input_forget = ml_attr_int(c->node, "input_forget", 0) != 0;
+	s.clip = (float)ml_attr_float(c->node, "clip", 0);
+	if (s.clip < 0)
+		return ml_opfail(c, ML_EINVAL, "clip must be positive");
+	s.x = x->data;
+	s.w = c->in[1]->data;
+	s.r = c->in[2]->data;
+	s.b = ML_IN(c, 3) != NULL && ml_tval_numel(c->in[3]) > 0 ? c->in[3]->data : NULL;
+	s.init_h = ML_IN(c, 5) != NULL && ml_tval_numel(c->in[5]) > 0 ? c->in[5]->data : NULL;
+	if (s.op == ML_OP_LSTM) {
+		s.init_c = ML_IN(c, 6) != NULL && ml_tval_numel(c->in[6]) > 0 ? c->in[6]->data : NULL;
+		s.p = ML_IN(c, 7) != NULL && ml_tval_numel(c->in[7]) > 0 ? c->in[7]->data : NULL;
+	}
+	s.y = c->n_out > 0 ? c->out[0]->data : NULL;
+	s.yh = c->n_out > 1 ? c->out[1]->data : NULL;
+	s.yc = c->n_out > 2 && s.op == ML_OP_LSTM ? c->out[2]->data : NULL;
+	ML_TRY(parse_acts(c, (int)s.dirs, s.op == ML_OP_LSTM ? 3 : s.op == ML_OP_GRU ? 2 : 1,
+			  s.op == ML_OP_LSTM ? d_lstm : s.op == ML_OP_GRU ? d_gru : d_rnn, s.acts));
+
+	int64_t G = s.ng * s.h, n = s.seq * s.batch * G + s.batch * (G + 3 * s.h), sz;
+	if (!ml_mul_ok(n, (int64_t)sizeof(float), &sz))
+		return ml_opfail(c, ML_ENOMEM, "the RNN's buffers are too large");
+	buf = ml_malloc(sizeof(int64_t) * (size_t)ML_MAX(s.batch, 1) + (size_t)sz);
+	if (buf == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	s.lens = buf;
+	float *xw = (float *)(s.lens + ML_MAX(s.batch, 1)), *hr = xw + s.seq * s.batch * G;
+	float *hs = hr + s.batch * G, *cs = hs + s.batch * s.h, *rh = cs + s.batch * s.h;
+	for (int64_t b = 0; b < s.batch; b++) {
+		s.lens[b] = sl != NULL ? ml_get_i64(sl->data, sl->dtype, b) : s.seq;
+		if (s.lens[b] < 0 || s.lens[b] > s.seq) {
+			rc = ml_opfail(c, ML_EINVAL, "sequence_lens[%lld] = %lld is out of range",
+				       (long long)b, (long long)s.lens[b]);
+			goto out;
+		}
+	}
+	if (s.y != NULL)
+		memset(s.y, 0, sizeof(float) * (size_t)ml_tval_numel(c->out[0]));
+	for (int64_t d = 0; d < s.dirs && rc == 0; d++)
+		rc = run_dir(c, &s, d, xw, hr, hs, s.op == ML_OP_LSTM ? cs : NULL, rh);
+out:
+	ml_free(buf);
+	return rc;
+}
 
 const struct ml_cpu_kernel ml_cpu_rnn[] = {
+	{ ML_OP_RNN, run_rnn },
+	{ ML_OP_GRU, run_rnn },
+	{ ML_OP_LSTM, run_rnn },
 	{ .op = ML_OP_NONE },
 };

@@ -7,6 +7,10 @@
  */
 #include "cpu/shape.h"
 
+#ifdef __SSE2__
+#include <immintrin.h>
+#endif
+
 /* Below this many bytes a copy runs on the calling thread alone. */
 #define PAR_BYTES (64 * 1024)
 
@@ -80,7 +84,7 @@ fill_elems(uint8_t *d, const uint8_t *s, int64_t n, size_t es)
 }
 
 enum { K_RUN, K_FILL, K_T2, K_GEN };
-#define TILE 32
+#define TILE 64
 
 struct sview {
 	int rank, kind, nr;	/* nr: the dims a work unit's index decomposes over */
@@ -105,6 +109,32 @@ unit_offset(const struct sview *v, int64_t u, int64_t *coord)
 	return off;
 }
 
+#ifdef __SSE2__
+/*
+ * t4x4_f32: out[i][j] = src[i + j * ld] for a 4x4 block of 4-byte
+ * elements: four 16-byte loads along i, a register transpose, four
+ * 16-byte stores along j (ld and ldo in elements).
+ */
+static inline void
+t4x4_f32(uint8_t *d, const uint8_t *s, int64_t ld, int64_t ldo)
+{
+	__m128 r0 = _mm_loadu_ps((const float *)(const void *)s);
+	__m128 r1 = _mm_loadu_ps((const float *)(const void *)(s + 4 * ld));
+	__m128 r2 = _mm_loadu_ps((const float *)(const void *)(s + 8 * ld));
+	__m128 r3 = _mm_loadu_ps((const float *)(const void *)(s + 12 * ld));
+	_MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+	_mm_storeu_ps((float *)(void *)d, r0);
+	_mm_storeu_ps((float *)(void *)(d + 4 * ldo), r1);
+	_mm_storeu_ps((float *)(void *)(d + 8 * ldo), r2);
+	_mm_storeu_ps((float *)(void *)(d + 12 * ldo), r3);
+}
+#endif
+
+/*
+ * run_t2: the blocked transpose. Each unit is TILE output rows of one
+ * batch; tiles of TILE x TILE keep both sides in cache, and 4-byte
+ * elements move in 4x4 register blocks.
+ */
 static void
 run_t2(const struct sview *v, int64_t b, int64_t e)
 {
@@ -117,8 +147,21 @@ run_t2(const struct sview *v, int64_t b, int64_t e)
 		const uint8_t *s = v->src + unit_offset(v, bi, coord);
 		uint8_t *d = v->dst + (size_t)(bi * A) * (size_t)B * es;
 		for (int64_t j0 = 0; j0 < B; j0 += TILE) {
-			int64_t j1 = ML_MIN(B, j0 + TILE);
-			for (int64_t i = i0; i < i1; i++)
+			int64_t j1 = ML_MIN(B, j0 + TILE), i = i0;
+#ifdef __SSE2__
+			if (es == 4 && ld % 4 == 0) {
+				int64_t jn = j0 + (j1 - j0) / 4 * 4;
+				for (; i + 4 <= i1; i += 4) {
+					for (int64_t j = j0; j < jn; j += 4)
+						t4x4_f32(d + ((size_t)i * (size_t)B + (size_t)j) * 4,
+							 s + (size_t)i * 4 + j * ld, ld / 4, B);
+					for (int k = 0; k < 4 && jn < j1; k++)
+						copy_elems(d + ((size_t)(i + k) * (size_t)B + (size_t)jn) * 4,
+							   s + (size_t)(i + k) * 4 + jn * ld, j1 - jn, ld, 4);
+				}
+			}
+#endif
+			for (; i < i1; i++)
 				copy_elems(d + ((size_t)i * (size_t)B + (size_t)j0) * es,
 					   s + (size_t)i * es + j0 * ld, j1 - j0, ld, es);
 		}
@@ -471,7 +514,7 @@ struct pad_job {
 	int64_t pads[2 * ML_MAX_RANK];
 	int mode;
 	size_t es;
-	uint8_t val[16];
+	_Alignas(16) uint8_t val[16];
 };
 
 static void
@@ -655,7 +698,7 @@ k_constant_of_shape(struct ml_opctx *c)
 {
 	struct ml_tval *o = c->out[0];
 	const struct ml_attr *a = ml_attr_find(c->node, "value");
-	uint8_t zero[16] = { 0 };
+	_Alignas(16) uint8_t zero[16] = { 0 };
 	const void *v = zero;
 	size_t es;
 

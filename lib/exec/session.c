@@ -69,8 +69,9 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 		const struct ml_node *n = &g->nodes[i];
 		if (n->op == ML_OP_NONE || ml_opdef_get(n->op) == NULL ||
 		    ml_cpu_kernel_get(n->op) == NULL) {
-			ml_fail(e, ML_ENOTSUP, "node '%s': unsupported op '%s%s%s'", n->name,
-				n->domain[0] ? n->domain : "", n->domain[0] ? "." : "", n->op_type);
+			ml_fail(e, ML_ENOTSUP, "unsupported op '%s%s%s' (node %d%s%s%s)",
+				n->domain[0] ? n->domain : "", n->domain[0] ? "." : "", n->op_type, i,
+				n->name[0] ? " '" : "", n->name, n->name[0] ? "'" : "");
 			ml_session_free(s);
 			return ML_ENOTSUP;
 		}

@@ -172,7 +172,8 @@ dec_external(struct dec *d, const Onnx__TensorProto *tp, const char *name, uint8
 			       "tensor '%s': external data '%s' needs the model's folder", name, loc);
 	if (len != nbytes)
 		return ml_fail(d->e, ML_EFORMAT,
-			       "tensor '%s': external length %llu does not match the %zu bytes of its shape",
+			       "tensor '%s': external length %llu does not match "
+			       "the %zu bytes of its shape",
 			       name, (unsigned long long)len, nbytes);
 	size_t plen = strlen(d->dir) + strlen(loc) + 2;
 	char *path = malloc(plen);
@@ -194,7 +195,8 @@ dec_external(struct dec *d, const Onnx__TensorProto *tp, const char *name, uint8
 	}
 	if (off > (uint64_t)st.st_size || len > (uint64_t)st.st_size - off) {
 		rc = ml_fail(d->e, ML_EFORMAT,
-			     "tensor '%s': external data '%s' holds %lld bytes, too few for offset %llu and length %llu",
+			     "tensor '%s': external data '%s' holds %lld bytes, "
+			     "too few for offset %llu and length %llu",
 			     name, path, (long long)st.st_size, (unsigned long long)off,
 			     (unsigned long long)len);
 		goto out;
@@ -393,25 +395,38 @@ dec_type(struct dec *d, struct ml_graph *g, struct ml_tensor *t, const Onnx__Typ
 		unsigned k = (unsigned)tp->value_case;
 		const char *kind = k < sizeof kinds / sizeof kinds[0] && kinds[k] ? kinds[k] :
 			"not a tensor";
-		return ml_fail(d->e, ML_ENOTSUP, "'%s' is %s; only tensors are supported", t->name,
-			       kind);
+		return ml_fail(d->e, ML_ENOTSUP, "value '%s' is %s; only tensors are supported",
+			       t->name, kind);
 	}
 	const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
 	if (tt == NULL)
 		return 0;
-	if (tt->has_elem_type && tt->elem_type != 0) {
-		if (tt->elem_type == ML_STRING && !strict)
+	/*
+	 * Outside graph inputs and outputs a type is only a hint, which
+	 * inference redoes: one this library cannot hold is dropped.
+	 */
+	const Onnx__TensorShapeProto *sh = tt->shape;
+	if (!strict) {
+		bool ok = !tt->has_elem_type || tt->elem_type == 0 ||
+			(tt->elem_type > 0 && tt->elem_type < ML_DTYPE_MAX &&
+			 ml_dtype_size((enum ml_dtype)tt->elem_type) > 0);
+		for (size_t i = 0; ok && sh != NULL && i < sh->n_dim; i++)
+			ok = sh->n_dim <= ML_MAX_RANK && (sh->dim[i]->value_case !=
+				ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ||
+				sh->dim[i]->dim_value >= 0);
+		if (!ok)
 			return 0;
-		ML_TRY(dec_dtype(d, tt->elem_type, t->name, &t->dtype));
 	}
-	if (tt->shape == NULL)
+	if (tt->has_elem_type && tt->elem_type != 0)
+		ML_TRY(dec_dtype(d, tt->elem_type, t->name, &t->dtype));
+	if (sh == NULL)
 		return 0;
-	if (tt->shape->n_dim > ML_MAX_RANK)
+	if (sh->n_dim > ML_MAX_RANK)
 		return ml_fail(d->e, ML_EINVAL, "tensor '%s': rank %zu exceeds the maximum of %d",
-			       t->name, tt->shape->n_dim, ML_MAX_RANK);
-	t->rank = (int)tt->shape->n_dim;
+			       t->name, sh->n_dim, ML_MAX_RANK);
+	t->rank = (int)sh->n_dim;
 	for (int i = 0; i < t->rank; i++) {
-		const Onnx__TensorShapeProto__Dimension *dm = tt->shape->dim[i];
+		const Onnx__TensorShapeProto__Dimension *dm = sh->dim[i];
 		t->dims[i] = -1;
 		t->sym[i] = NULL;
 		if (dm->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
@@ -602,6 +617,16 @@ is_const(const struct ml_graph *g, int ti)
 	return g->tensors[ti]->kind == ML_TK_CONST || g->tensors[ti]->kind == ML_TK_PARAM;
 }
 
+static bool
+produced(const struct ml_graph *g, int ti)
+{
+	for (int i = g->n_nodes - 1; i >= 0; i--)
+		for (int j = 0; j < g->nodes[i].n_out; j++)
+			if (g->nodes[i].out[j] == ti)
+				return true;
+	return false;
+}
+
 static int
 dec_graph(struct dec *d, struct ml_graph *g, Onnx__GraphProto *gp, int depth)
 {
@@ -643,6 +668,12 @@ dec_graph(struct dec *d, struct ml_graph *g, Onnx__GraphProto *gp, int depth)
 		int ti = ml_graph_tensor(g, name);
 		if (ti < 0)
 			return ml_fail(d->e, ML_ENOMEM, "out of memory");
+		/*
+		 * A main graph's output must come from somewhere; a subgraph's
+		 * may be a value of an enclosing graph.
+		 */
+		if (is_main && g->tensors[ti]->kind == ML_TK_ACT && !produced(g, ti))
+			return ml_fail(d->e, ML_EFORMAT, "graph output '%s' is never computed", name);
 		if (!is_const(g, ti))
 			ML_TRY(dec_type(d, g, g->tensors[ti], vi->type, is_main));
 		if (vi->doc_string != NULL && vi->doc_string[0] != '\0')
@@ -684,6 +715,82 @@ dec_model(struct dec *d, struct ml_graph *g, Onnx__ModelProto *m)
 	return dec_graph(d, g, m->graph, 0);
 }
 
+/*
+ * check_nesting: walk the wire format of buf as a message of type desc and
+ * fail when sub-messages nest deeper than MAX_NEST. protobuf-c's unpacker
+ * recurses once per level, so a small crafted file (a graph attribute
+ * inside a graph attribute, a hundred thousand times) would otherwise
+ * exhaust the stack. Other damage is left for the unpacker to find.
+ */
+#define MAX_NEST (3 * MAX_DEPTH + 16)
+
+static bool
+get_varint(const uint8_t *p, size_t end, size_t *pos, uint64_t *v)
+{
+	*v = 0;
+	for (int shift = 0; shift < 64 && *pos < end; shift += 7) {
+		uint8_t b = p[(*pos)++];
+		*v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80))
+			return true;
+	}
+	return false;
+}
+
+static int
+check_nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDescriptor *desc,
+	      struct ml_err *e)
+{
+	struct { size_t end; const ProtobufCMessageDescriptor *desc; } st[MAX_NEST];
+	int top = 0;
+	size_t pos = 0;
+
+	st[0].end = len;
+	st[0].desc = desc;
+	while (top >= 0) {
+		if (pos >= st[top].end) {
+			pos = st[top--].end;
+			continue;
+		}
+		uint64_t tag, n;
+		if (!get_varint(buf, st[top].end, &pos, &tag))
+			return 0;
+		switch (tag & 7) {
+		case 0:
+			if (!get_varint(buf, st[top].end, &pos, &n))
+				return 0;
+			break;
+		case 1:
+			pos += 8;
+			break;
+		case 5:
+			pos += 4;
+			break;
+		case 2: {
+			if (!get_varint(buf, st[top].end, &pos, &n) || n > st[top].end - pos)
+				return 0;
+			const ProtobufCFieldDescriptor *f = tag >> 3 > UINT32_MAX ? NULL :
+				protobuf_c_message_descriptor_get_field(st[top].desc,
+									(unsigned)(tag >> 3));
+			if (f == NULL || f->type != PROTOBUF_C_TYPE_MESSAGE) {
+				pos += n;
+				break;
+			}
+			if (top + 1 >= MAX_NEST)
+				return ml_fail(e, ML_EFORMAT, "the model's messages nest deeper "
+					       "than %d levels", MAX_NEST);
+			top++;
+			st[top].end = pos + n;
+			st[top].desc = f->descriptor;
+			break;
+		}
+		default:
+			return 0;
+		}
+	}
+	return 0;
+}
+
 int
 ml_onnx_decode(struct ml_graph **out, const uint8_t *buf, size_t len, const char *dir,
 	       struct ml_err *e)
@@ -696,6 +803,7 @@ ml_onnx_decode(struct ml_graph **out, const uint8_t *buf, size_t len, const char
 	*out = NULL;
 	if (len == 0)
 		return ml_fail(e, ML_EFORMAT, "empty file, not an ONNX model");
+	ML_TRY(check_nesting(buf, len, &onnx__model_proto__descriptor, e));
 	Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, len, buf);
 	if (m == NULL)
 		return ml_fail(e, ML_EFORMAT, "not an ONNX model (protobuf parse failed)");
@@ -750,6 +858,7 @@ struct enc {
 	/* domains the nodes use, for the model's opset imports */
 	const char **domains;
 	int n_domains;
+	bool default_domain;	/* whether a node uses ONNX's default domain */
 };
 
 static Onnx__GraphProto *enc_graph(struct enc *x, const struct ml_graph *g, int depth);
@@ -767,8 +876,10 @@ pnew(struct enc *x, const ProtobufCMessageDescriptor *desc)
 static int
 note_domain(struct enc *x, const char *dom)
 {
-	if (dom == NULL || dom[0] == '\0')
+	if (dom == NULL || dom[0] == '\0') {
+		x->default_domain = true;
 		return 0;
+	}
 	for (int i = 0; i < x->n_domains; i++)
 		if (strcmp(x->domains[i], dom) == 0)
 			return 0;
@@ -828,7 +939,8 @@ enc_type(struct enc *x, const struct ml_tensor *t)
 	if (sh->dim == NULL)
 		return NULL;
 	for (int i = 0; i < t->rank; i++) {
-		Onnx__TensorShapeProto__Dimension *dm = pnew(x, &onnx__tensor_shape_proto__dimension__descriptor);
+		Onnx__TensorShapeProto__Dimension *dm =
+			pnew(x, &onnx__tensor_shape_proto__dimension__descriptor);
 		if (dm == NULL)
 			return NULL;
 		if (t->dims[i] >= 0) {
@@ -945,11 +1057,10 @@ enc_node(struct enc *x, const struct ml_graph *g, const struct ml_node *n, int d
 	if (n->name != NULL && n->name[0] != '\0')
 		np->name = n->name;
 	np->op_type = n->op_type;
-	if (n->domain != NULL && n->domain[0] != '\0') {
+	if (n->domain != NULL && n->domain[0] != '\0')
 		np->domain = n->domain;
-		if (note_domain(x, n->domain) < 0)
-			return NULL;
-	}
+	if (note_domain(x, n->domain) < 0)
+		return NULL;
 	np->n_input = (size_t)n->n_in;
 	np->n_output = (size_t)n->n_out;
 	np->n_attribute = (size_t)n->n_attr;
@@ -1061,8 +1172,9 @@ enc_model(struct enc *x, const struct ml_graph *g)
 		m->producer_version = ML_VERSION;
 	}
 	/*
-	 * Opset imports: the graph's own, ONNX's default when it has none,
-	 * and version 1 of any other domain a node uses (internal "ml" ops).
+	 * Opset imports: the graph's own, ONNX's default when it has none and
+	 * a node needs it, and version 1 of any other domain a node uses
+	 * (internal "ml" ops).
 	 */
 	m->opset_import = salloc(&x->s, sizeof *m->opset_import *
 				 (size_t)(g->n_opsets + x->n_domains + 2));
@@ -1074,7 +1186,8 @@ enc_model(struct enc *x, const struct ml_graph *g)
 		if (add_opset(x, m, g->opset_domain[i], g->opset_version[i]) < 0)
 			return NULL;
 	}
-	if (!have_default && add_opset(x, m, "", DEFAULT_OPSET) < 0)
+	if (!have_default && (x->default_domain || g->n_opsets == 0) &&
+	    add_opset(x, m, "", DEFAULT_OPSET) < 0)
 		return NULL;
 	for (int i = 0; i < x->n_domains; i++)
 		if (ml_graph_opset(g, x->domains[i], -1) < 0 && add_opset(x, m, x->domains[i], 1) < 0)
@@ -1083,7 +1196,8 @@ enc_model(struct enc *x, const struct ml_graph *g)
 	if (m->metadata_props == NULL)
 		return NULL;
 	for (int i = 0; i < g->n_meta; i++) {
-		Onnx__StringStringEntryProto *kv = pnew(x, &onnx__string_string_entry_proto__descriptor);
+		Onnx__StringStringEntryProto *kv =
+			pnew(x, &onnx__string_string_entry_proto__descriptor);
 		if (kv == NULL)
 			return NULL;
 		kv->key = g->meta[i].key;

@@ -15,6 +15,8 @@ ml_opfail(struct ml_opctx *c, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
+	if (c->node->name[0] == '\0')
+		return ml_fail(c->err, code, "%s: %s", c->node->op_type, buf);
 	return ml_fail(c->err, code, "node '%s' (%s): %s", c->node->name, c->node->op_type, buf);
 }
 

@@ -6,24 +6,6 @@
  */
 #include "ops/shape.h"
 
-/*
- * known: whether t's value is available. A tensor with no elements counts
- * as known even when its data pointer is NULL, as constants of size zero
- * may have none.
- */
-static bool
-known(const struct ml_tval *t)
-{
-	return t != NULL && t->rank >= 0 && (t->data != NULL || ml_tval_numel(t) == 0);
-}
-
-/* present: an optional input given and not empty (Resize's "" and [] alike). */
-static bool
-present(const struct ml_tval *t)
-{
-	return t != NULL && !(t->rank >= 0 && ml_tval_numel(t) == 0);
-}
-
 static int
 need(struct ml_opctx *c, int i)
 {
@@ -92,7 +74,7 @@ axes_of(struct ml_opctx *c, int input, int64_t *v, int max, bool *have, bool *un
 	}
 	if (t == NULL)
 		return 0;
-	if (!known(t)) {
+	if (!ml_shape_known(t)) {
 		*unknown = true;
 		return 0;
 	}
@@ -137,7 +119,7 @@ infer_reshape(struct ml_opctx *c)
 	ML_TRY(need(c, 1));
 	ML_TRY(check_index_dtype(c, s, "shape"));
 	o->dtype = x->dtype;
-	if (!known(s)) {
+	if (!ml_shape_known(s)) {
 		o->rank = -1;
 		if (s->rank == 1 && s->dims[0] >= 0) {
 			ML_TRY(check_rank(c, (int)s->dims[0]));
@@ -179,6 +161,26 @@ infer_reshape(struct ml_opctx *c)
 		if (allowzero && zero)
 			return ml_opfail(c, ML_EINVAL, "shape has both 0 and -1 with allowzero");
 		o->dims[neg] = -1;
+		if (total < 0 && x->rank >= 0) {
+			/*
+			 * An unknown dim that a 0 copies cancels out: [0, -1] over
+			 * [?, 3, 4] is [?, 12], the common reshape(batch, -1).
+			 */
+			int64_t in_rest = 1, out_rest = 1;
+			bool ok = true;
+			for (int i = 0; i < x->rank && ok; i++) {
+				bool copied = !allowzero && i < n && v[i] == 0;
+				if (!copied)
+					ok = x->dims[i] >= 0 && ml_mul_ok(in_rest, x->dims[i], &in_rest);
+			}
+			for (int i = 0; i < n && ok; i++) {
+				bool copied = !allowzero && v[i] == 0;
+				if (i != neg && !copied)
+					ok = ml_mul_ok(out_rest, v[i], &out_rest);
+			}
+			if (ok && out_rest > 0 && in_rest % out_rest == 0)
+				o->dims[neg] = in_rest / out_rest;
+		}
 		if (total >= 0 && prod_known) {
 			if (prod == 0) {
 				if (total != 0)
@@ -419,13 +421,13 @@ infer_split(struct ml_opctx *c)
 	int64_t dim = x->dims[a];
 	if ((sizes = ml_calloc((size_t)n, sizeof *sizes)) == NULL)
 		return ml_opfail(c, ML_ENOMEM, "out of memory");
-	if (ns >= 0 || present(st)) {
+	if (ns >= 0 || ml_shape_present(st)) {
 		int k;
 		if (ns >= 0) {
 			k = ns;
 			if (k == n)
 				memcpy(sizes, sa, (size_t)n * sizeof *sizes);
-		} else if (!known(st)) {
+		} else if (!ml_shape_known(st)) {
 			for (int i = 0; i < n; i++)
 				sizes[i] = -1;
 			k = n;
@@ -529,20 +531,20 @@ ml_shape_slice(struct ml_opctx *c, const struct ml_tval *x, int64_t *start, int6
 		if (ts == NULL || te == NULL)
 			return ml_opfail(c, ML_EINVAL, "inputs starts and ends are required");
 		ns = ne = 0;
-		if (known(ts) && known(te)) {
+		if (ml_shape_known(ts) && ml_shape_known(te)) {
 			ML_TRY(ns = ml_shape_ints(c, ts, sv, ML_MAX_RANK, "starts"));
 			ML_TRY(ne = ml_shape_ints(c, te, ev, ML_MAX_RANK, "ends"));
 		} else {
 			unknown = true;
 		}
 		if (ta != NULL) {
-			if (known(ta))
+			if (ml_shape_known(ta))
 				ML_TRY(na = ml_shape_ints(c, ta, av, ML_MAX_RANK, "axes"));
 			else
 				axes_unknown = true;
 		}
 		if (tt != NULL) {
-			if (known(tt))
+			if (ml_shape_known(tt))
 				ML_TRY(nt = ml_shape_ints(c, tt, tv, ML_MAX_RANK, "steps"));
 			else
 				unknown = true;
@@ -841,7 +843,7 @@ shape_input(struct ml_opctx *c, const struct ml_tval *s, int64_t *v, int *rank)
 	ML_TRY(check_index_dtype(c, s, "shape"));
 	if (s->rank > 1)
 		return ml_opfail(c, ML_EINVAL, "shape must be 1-D");
-	if (!known(s)) {
+	if (!ml_shape_known(s)) {
 		if (s->rank == 1 && s->dims[0] >= 0) {
 			ML_TRY(check_rank(c, (int)s->dims[0]));
 			*rank = (int)s->dims[0];
@@ -887,7 +889,7 @@ infer_constant_of_shape(struct ml_opctx *c)
 	if (r < 0)
 		return 0;
 	for (int i = 0; i < r; i++)
-		if (v[i] < 0 && known(ML_IN(c, 0)))
+		if (v[i] < 0 && ml_shape_known(ML_IN(c, 0)))
 			return ml_opfail(c, ML_EINVAL, "negative dim %lld", (long long)v[i]);
 	ml_set_shape(o, dt, r, v);
 	return 0;
@@ -908,7 +910,7 @@ infer_expand(struct ml_opctx *c)
 	if (s.rank < 0 || x->rank < 0)
 		return 0;
 	for (int i = 0; i < s.rank; i++)
-		if (s.dims[i] < 0 && known(ML_IN(c, 1)))
+		if (s.dims[i] < 0 && ml_shape_known(ML_IN(c, 1)))
 			return ml_opfail(c, ML_EINVAL, "negative dim %lld", (long long)s.dims[i]);
 	ts[0] = x;
 	ts[1] = &s;
@@ -929,7 +931,7 @@ infer_tile(struct ml_opctx *c)
 	ML_TRY(need(c, 1));
 	ML_TRY(check_index_dtype(c, rp, "repeats"));
 	ml_set_shape(o, x->dtype, x->rank, NULL);
-	if (x->rank < 0 || !known(rp))
+	if (x->rank < 0 || !ml_shape_known(rp))
 		return 0;
 	int n = ml_shape_ints(c, rp, v, ML_MAX_RANK, "repeats");
 	ML_TRY(n);
@@ -963,7 +965,7 @@ ml_shape_pads(struct ml_opctx *c, int rank, int64_t *pads, bool *known_out)
 		if (tp == NULL)
 			return ml_opfail(c, ML_EINVAL, "pads are required");
 		ML_TRY(check_index_dtype(c, tp, "pads"));
-		if (!known(tp) || (ta != NULL && !known(ta))) {
+		if (!ml_shape_known(tp) || (ta != NULL && !ml_shape_known(ta))) {
 			*known_out = false;
 			return 0;
 		}
@@ -1060,7 +1062,7 @@ infer_range(struct ml_opctx *c)
 	if (s->dtype != l->dtype || s->dtype != d->dtype)
 		return ml_opfail(c, ML_EINVAL, "start, limit and delta must have one dtype");
 	ml_set_shape(o, s->dtype, 1, NULL);
-	if (known(s) && known(l) && known(d)) {
+	if (ml_shape_known(s) && ml_shape_known(l) && ml_shape_known(d)) {
 		int64_t n = range_count(c, s, l, d);
 		ML_TRY(n);
 		o->dims[0] = n;
@@ -1088,7 +1090,7 @@ infer_one_hot(struct ml_opctx *c)
 	ML_TRY(check_rank(c, r));
 	ML_TRY(ml_norm_axis(c, axis, r, &a));
 	int64_t depth = -1;
-	if (known(dp)) {
+	if (ml_shape_known(dp)) {
 		double v = ml_get_f64(dp->data, dp->dtype, 0);
 		if (!(v >= 1) || v > 1e12)
 			return ml_opfail(c, ML_EINVAL, "depth %g must be positive", v);
@@ -1160,7 +1162,7 @@ infer_nonzero(struct ml_opctx *c)
 	ml_set_shape(o, ML_I64, 2, NULL);
 	if (x->rank >= 0)
 		o->dims[0] = ML_MAX(x->rank, 1);
-	if (known(x) && ml_dtype_size(x->dtype) > 0)
+	if (ml_shape_known(x) && ml_dtype_size(x->dtype) > 0)
 		o->dims[1] = count_nonzero(x);
 	return 0;
 }
@@ -1248,7 +1250,7 @@ infer_compress(struct ml_opctx *c)
 	}
 	int64_t lim = a >= 0 ? x->dims[a] : ml_tval_numel(x);
 	int64_t k = -1;
-	if (known(cd) && lim >= 0) {
+	if (ml_shape_known(cd) && lim >= 0) {
 		int64_t n = ml_tval_numel(cd);
 		k = 0;
 		for (int64_t i = 0; i < n; i++)
@@ -1295,162 +1297,6 @@ infer_unique(struct ml_opctx *c)
 	return 0;
 }
 
-static int
-parse_enum(struct ml_opctx *c, const char *attr, const char *def, const char *const *names,
-	   int n, int *out)
-{
-	const char *s = ml_attr_str(c->node, attr, def);
-	for (int i = 0; i < n; i++)
-		if (names[i] != NULL && strcmp(s, names[i]) == 0) {
-			*out = i;
-			return 0;
-		}
-	return ml_opfail(c, ML_EINVAL, "unknown %s '%s'", attr, s);
-}
-
-/*
- * read_floats: a float tensor's values (Resize's scales and roi) as doubles;
- * -1 when it is not known, else the count.
- */
-static int
-read_floats(struct ml_opctx *c, const struct ml_tval *t, double *v, int max, const char *what)
-{
-	int64_t n = ml_tval_numel(t);
-
-	if (!known(t))
-		return -1;
-	if (!ml_dtype_is_float(t->dtype))
-		return ml_opfail(c, ML_EINVAL, "%s must be a float tensor", what);
-	if (n > max)
-		return ml_opfail(c, ML_EINVAL, "%s has too many values", what);
-	for (int64_t i = 0; i < n; i++)
-		v[i] = ml_get_f64(t->data, t->dtype, i);
-	return (int)n;
-}
-
-int
-ml_shape_resize(struct ml_opctx *c, const struct ml_tval *x, struct ml_resize *r)
-{
-	static const char *const modes[] = { "nearest", "linear", "cubic" };
-	static const char *const ctms[] = {
-		"half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
-		"tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric"
-	};
-	static const char *const nms[] = { "round_prefer_floor", "round_prefer_ceil", "floor",
-					   "ceil" };
-	bool old = c->node->op == ML_OP_UPSAMPLE || c->opset < 11;
-	int rank = x->rank;
-	double sc[ML_MAX_RANK];
-	int64_t sz[ML_MAX_RANK];
-	int nsc = -2, nsz = -2;
-
-	memset(r, 0, sizeof *r);
-	r->rank = rank;
-	/* Some exporters of Upsample spell linear "bilinear". */
-	if (strcmp(ml_attr_str(c->node, "mode", ""), "bilinear") == 0)
-		r->mode = ML_RS_LINEAR;
-	else
-		ML_TRY(parse_enum(c, "mode", "nearest", modes, 3, &r->mode));
-	if (old) {
-		if (r->mode == ML_RS_CUBIC)
-			return ml_opfail(c, ML_EINVAL, "mode cubic needs opset 11");
-		r->ctm = ML_CT_ASYMMETRIC;
-		r->nearest = ML_NM_SIMPLE;
-	} else {
-		ML_TRY(parse_enum(c, "coordinate_transformation_mode", "half_pixel", ctms, 7,
-				  &r->ctm));
-		ML_TRY(parse_enum(c, "nearest_mode", "round_prefer_floor", nms, 4, &r->nearest));
-	}
-	r->cubic_a = ml_attr_float(c->node, "cubic_coeff_a", -0.75);
-	r->exclude_outside = ml_attr_int(c->node, "exclude_outside", 0) != 0;
-	r->extrapolation = ml_attr_float(c->node, "extrapolation_value", 0);
-	r->antialias = ml_attr_int(c->node, "antialias", 0) != 0;
-	if (ml_attr_find(c->node, "axes") != NULL ||
-	    strcmp(ml_attr_str(c->node, "keep_aspect_ratio_policy", "stretch"), "stretch") != 0)
-		return ml_opfail(c, ML_ENOTSUP, "axes and keep_aspect_ratio_policy are not supported");
-	for (int d = 0; d < rank; d++) {
-		r->out[d] = -1;
-		r->roi[d] = 0;
-		r->roi[rank + d] = 1;
-	}
-	if (c->node->op == ML_OP_UPSAMPLE && ml_attr_find(c->node, "scales") != NULL) {
-		const double *p;
-		nsc = ml_attr_floats(c->node, "scales", &p);
-		if (nsc < 0 || nsc > ML_MAX_RANK)
-			return ml_opfail(c, ML_EINVAL, "bad scales attribute");
-		memcpy(sc, p, (size_t)nsc * sizeof *sc);
-	} else if (old) {
-		const struct ml_tval *t = ML_IN(c, 1);
-		if (t == NULL)
-			return ml_opfail(c, ML_EINVAL, "input scales is required");
-		ML_TRY(nsc = read_floats(c, t, sc, ML_MAX_RANK, "scales"));
-	} else {
-		const struct ml_tval *troi = ML_IN(c, 1), *tsc = ML_IN(c, 2), *tsz = ML_IN(c, 3);
-		if (present(tsz)) {
-			if (!ml_dtype_is_int(tsz->dtype))
-				return ml_opfail(c, ML_EINVAL, "sizes must be int64");
-			if (known(tsz))
-				ML_TRY(nsz = ml_shape_ints(c, tsz, sz, ML_MAX_RANK, "sizes"));
-			else
-				nsz = -1;
-			if (present(tsc) && tsc->rank >= 0)
-				return ml_opfail(c, ML_EINVAL, "scales and sizes are both given");
-		} else if (present(tsc)) {
-			ML_TRY(nsc = read_floats(c, tsc, sc, ML_MAX_RANK, "scales"));
-		} else if (tsc == NULL || known(tsc)) {
-			return ml_opfail(c, ML_EINVAL, "one of scales and sizes is required");
-		} else {
-			nsc = -1;
-		}
-		if (r->ctm == ML_CT_TF_CROP_AND_RESIZE && present(troi)) {
-			double roi[2 * ML_MAX_RANK];
-			int n;
-			ML_TRY(n = read_floats(c, troi, roi, 2 * ML_MAX_RANK, "roi"));
-			if (n >= 0 && n != 2 * rank)
-				return ml_opfail(c, ML_EINVAL, "roi has %d values for rank %d", n, rank);
-			if (n > 0)
-				memcpy(r->roi, roi, (size_t)n * sizeof *roi);
-		}
-	}
-	if (nsz >= 0) {
-		if (nsz != rank)
-			return ml_opfail(c, ML_EINVAL, "%d sizes for rank %d", nsz, rank);
-		for (int d = 0; d < rank; d++) {
-			if (sz[d] < 0)
-				return ml_opfail(c, ML_EINVAL, "negative size %lld", (long long)sz[d]);
-			r->out[d] = sz[d];
-			r->scale[d] = x->dims[d] > 0 ? (double)sz[d] / (double)x->dims[d] : 0;
-		}
-	} else if (nsc >= 0) {
-		if (nsc != rank)
-			return ml_opfail(c, ML_EINVAL, "%d scales for rank %d", nsc, rank);
-		for (int d = 0; d < rank; d++) {
-			if (!(sc[d] > 0) || sc[d] > 1e6)
-				return ml_opfail(c, ML_EINVAL, "scale %g must be positive", sc[d]);
-			r->scale[d] = sc[d];
-			if (x->dims[d] >= 0)
-				r->out[d] = (int64_t)floor((double)x->dims[d] * sc[d]);
-		}
-	}
-	return 0;
-}
-
-static int
-infer_resize(struct ml_opctx *c)
-{
-	struct ml_tval *x = ML_IN(c, 0), *o = c->out[0];
-	struct ml_resize r;
-
-	ML_TRY(need(c, 0));
-	o->dtype = x->dtype;
-	o->rank = -1;
-	if (x->rank < 0)
-		return 0;
-	ML_TRY(ml_shape_resize(c, x, &r));
-	ml_set_shape(o, x->dtype, x->rank, r.out);
-	return 0;
-}
-
 const struct ml_opdef ml_opdefs_shape[] = {
 	{ ML_OP_IDENTITY, 1, 1, 1, 1, infer_identity, NULL },
 	{ ML_OP_RESHAPE, 2, 2, 1, 1, infer_reshape, NULL },
@@ -1484,7 +1330,7 @@ const struct ml_opdef ml_opdefs_shape[] = {
 	{ ML_OP_REVERSE_SEQUENCE, 2, 2, 1, 1, infer_reverse_sequence, NULL },
 	{ ML_OP_COMPRESS, 2, 2, 1, 1, infer_compress, NULL },
 	{ ML_OP_UNIQUE, 1, 1, 1, 4, infer_unique, NULL },
-	{ ML_OP_RESIZE, 1, 4, 1, 1, infer_resize, NULL },
-	{ ML_OP_UPSAMPLE, 1, 2, 1, 1, infer_resize, NULL },
+	{ ML_OP_RESIZE, 1, 4, 1, 1, ml_shape_infer_resize, NULL },
+	{ ML_OP_UPSAMPLE, 1, 2, 1, 1, ml_shape_infer_resize, NULL },
 	{ .op = ML_OP_NONE },
 };

@@ -9,6 +9,24 @@
 #include "ml_impl.h"
 
 /*
+ * ml_shape_known: whether t's value is available. A tensor with no elements counts
+ * as known even when its data pointer is NULL, as constants of size zero
+ * may have none.
+ */
+static inline bool
+ml_shape_known(const struct ml_tval *t)
+{
+	return t != NULL && t->rank >= 0 && (t->data != NULL || ml_tval_numel(t) == 0);
+}
+
+/* ml_shape_present: an optional input given and not empty (Resize's "" and [] alike). */
+static inline bool
+ml_shape_present(const struct ml_tval *t)
+{
+	return t != NULL && !(t->rank >= 0 && ml_tval_numel(t) == 0);
+}
+
+/*
  * ml_shape_ints: read the integer tensor t (data known) into v, at most max
  * values. Returns the count, or ML_EINVAL (naming what) when t is not an
  * integer tensor of rank 0 or 1 or holds more than max values.
@@ -60,6 +78,8 @@ struct ml_resize {
 
 /* ml_shape_resize: fill r for a Resize or Upsample node over input x (rank known). */
 int ml_shape_resize(struct ml_opctx *c, const struct ml_tval *x, struct ml_resize *r);
+/* ml_shape_infer_resize: the inference of Resize and Upsample. */
+int ml_shape_infer_resize(struct ml_opctx *c);
 
 /*
  * ml_shape_constant: the value of a Constant node: dtype, shape and data

@@ -152,7 +152,7 @@ test_npy(void)
 		((int16_t *)t.data)[i] = (int16_t)(i * 100 - 250);
 	uint8_t *buf;
 	size_t len;
-	ok(ml_npy_encode(&t, &buf, &len, &e) == 0 && (len - 6) % 64 == 0,
+	ok(ml_npy_encode(&t, &buf, &len, &e) == 0 && (len - 12) % 64 == 0,
 	   ".npy encodes with a 64-byte aligned header");
 	ok(ml_npy_decode(&u, buf, len, &e) == 0 && u.dtype == ML_I16 && u.rank == 3 &&
 	   u.dims[1] == 3 && memcmp(u.data, t.data, 12) == 0, ".npy decodes to the same array");

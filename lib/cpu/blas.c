@@ -1,0 +1,83 @@
+/*
+ * blas.c: the library's only use of cblas.h: row-major GEMM wrappers that
+ * check sizes against BLAS's int, route a single row or column to GEMV
+ * (OpenBLAS's GEMM is slow on those), and set OpenBLAS's thread count.
+ */
+#include <limits.h>
+
+#include <cblas.h>
+
+#include "cpu/nn.h"
+
+void
+ml_cblas_set_threads(int n)
+{
+	openblas_set_num_threads(n);
+}
+
+static bool
+fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
+{
+	return m >= 0 && n >= 0 && k >= 0 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX &&
+	       lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX;
+}
+
+/*
+ * The GEMM bodies for both precisions. With k == 0 the product is empty
+ * and C is only scaled. GEMV's beta == 0 is made explicit by clearing y,
+ * so that garbage (NaN) in an unwritten output never leaks through.
+ */
+#define GEMM_BODY(T, PFX)							\
+	if (!fits(m, n, k, lda, ldb, ldc))					\
+		return false;							\
+	if (m == 0 || n == 0)							\
+		return true;							\
+	if (k == 0) {								\
+		for (int64_t i = 0; i < m; i++)					\
+			for (int64_t j = 0; j < n; j++)				\
+				c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j]; \
+		return true;							\
+	}									\
+	if (m == 1) {								\
+		if (beta == 0)							\
+			memset(c, 0, sizeof(T) * (size_t)n);			\
+		int incx = ta ? (int)lda : 1;					\
+		if (tb)								\
+			cblas_##PFX##gemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, alpha, b, \
+					  (int)ldb, a, incx, beta, c, 1);	\
+		else								\
+			cblas_##PFX##gemv(CblasRowMajor, CblasTrans, (int)k, (int)n, alpha, b, \
+					  (int)ldb, a, incx, beta, c, 1);	\
+		return true;							\
+	}									\
+	if (n == 1) {								\
+		if (beta == 0)							\
+			for (int64_t i = 0; i < m; i++)				\
+				c[i * ldc] = 0;					\
+		int incx = tb ? 1 : (int)ldb;					\
+		if (ta)								\
+			cblas_##PFX##gemv(CblasRowMajor, CblasTrans, (int)k, (int)m, alpha, a, \
+					  (int)lda, b, incx, beta, c, (int)ldc);	\
+		else								\
+			cblas_##PFX##gemv(CblasRowMajor, CblasNoTrans, (int)m, (int)k, alpha, a, \
+					  (int)lda, b, incx, beta, c, (int)ldc);	\
+		return true;							\
+	}									\
+	cblas_##PFX##gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,	\
+			  tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, \
+			  (int)lda, b, (int)ldb, beta, c, (int)ldc);		\
+	return true;
+
+bool
+ml_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+	 int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+	GEMM_BODY(float, s)
+}
+
+bool
+ml_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a,
+	 int64_t lda, const double *b, int64_t ldb, double beta, double *c, int64_t ldc)
+{
+	GEMM_BODY(double, d)
+}

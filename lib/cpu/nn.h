@@ -1,0 +1,88 @@
+/*
+ * nn.h: what the CPU kernel files of the nn and rnn families share: the
+ * BLAS wrappers of lib/cpu/blas.c (the one file that includes cblas.h),
+ * the per-thread scratch buffer, and the kernels that ml_cpu_nn[] lists.
+ */
+#ifndef ML_CPU_NN_H
+#define ML_CPU_NN_H
+
+#include "ops/nn.h"
+
+/*
+ * ml_sgemm / ml_dgemm: C[m, n] = alpha * op(A) op(B) + beta * C, row-major,
+ * op transposing where ta/tb are set (A is then stored [k, m], B [n, k]).
+ * lda, ldb, ldc are row strides in elements. A single row or column goes
+ * to gemv. Call these from the calling thread only, never from inside
+ * ml_parallel_for: OpenBLAS runs its own threads. Returns false when a size
+ * does not fit BLAS's int (nothing is computed).
+ */
+bool ml_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+	      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+bool ml_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double *a,
+	      int64_t lda, const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
+
+/*
+ * ml_cpu_scratch: a buffer of at least n bytes owned by the calling thread
+ * and slot (0 .. ML_SCRATCH_SLOTS-1), reused across calls so that kernels
+ * run without allocating; NULL when allocation fails. The buffer lives
+ * until the thread's next larger request for that slot (or process exit);
+ * a kernel must not hold it across a call to another kernel.
+ */
+#define ML_SCRATCH_SLOTS 2
+void *ml_cpu_scratch(int slot, size_t n);
+
+/*
+ * struct ml_conv3: a convolution or pool geometry (struct ml_conv_geom) seen
+ * as 3-D: 1-D and 2-D windows get leading spatial dims of size 1, so one
+ * loop nest serves them all. Index 0 is depth, 1 height, 2 width. cg and mg
+ * are the input and output channels per group; insz, outsz and ksz the
+ * element counts of an input plane, an output plane and a kernel.
+ */
+struct ml_conv3 {
+	int64_t n, cin, cout, group, cg, mg;
+	int64_t in[3], out[3], k[3], s[3], d[3], p[3], pe[3];	/* p: pads before */
+	int64_t insz, outsz, ksz;
+	bool ceil_mode, count_include_pad;
+};
+
+/*
+ * ml_cpu_conv3: the 3-D view of c's node geometry (shapes from c's
+ * inputs, which are concrete in a kernel). ML_ENOTSUP for more than three
+ * spatial dims.
+ */
+int ml_cpu_conv3(struct ml_opctx *c, struct ml_conv3 *v);
+
+/*
+ * ml_valid_range: the j in [0, n) with 0 <= j * s + off < lim, as [*lo, *hi)
+ * (empty when *lo == *hi): which outputs of a window row read inside the
+ * input, so inner loops need no bounds checks.
+ */
+static inline void
+ml_valid_range(int64_t off, int64_t s, int64_t lim, int64_t n, int64_t *lo, int64_t *hi)
+{
+	int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
+	int64_t h = lim - off <= 0 ? 0 : (lim - off + s - 1) / s;
+
+	h = ML_MIN(h, n);
+	*lo = ML_MIN(l, h);
+	*hi = h;
+}
+
+/* Kernels of lib/cpu/nn_conv.c. */
+int ml_cpu_conv(struct ml_opctx *c);
+int ml_cpu_conv_transpose(struct ml_opctx *c);
+/* Kernels of lib/cpu/nn_pool.c. */
+int ml_cpu_max_pool(struct ml_opctx *c);
+int ml_cpu_avg_pool(struct ml_opctx *c);
+int ml_cpu_lp_pool(struct ml_opctx *c);
+int ml_cpu_global_pool(struct ml_opctx *c);
+/* Kernels of lib/cpu/nn_norm.c. */
+int ml_cpu_batchnorm(struct ml_opctx *c);
+int ml_cpu_instnorm(struct ml_opctx *c);
+int ml_cpu_layernorm(struct ml_opctx *c);
+int ml_cpu_groupnorm(struct ml_opctx *c);
+int ml_cpu_lrn(struct ml_opctx *c);
+int ml_cpu_lpnorm(struct ml_opctx *c);
+int ml_cpu_mvn(struct ml_opctx *c);
+
+#endif

@@ -1,0 +1,464 @@
+/*
+ * nn_conv.c: CPU kernels of Conv and ConvTranspose, over a 3-D view of
+ * 1-D, 2-D and 3-D windows (struct ml_conv3).
+ *
+ * f32 Conv has three variants, picked per node from its geometry:
+ * - pointwise (1x1 kernel, stride 1, no pads): the input planes already
+ *   are the GEMM's right-hand matrix, so each group is one SGEMM;
+ * - one input channel per group (depthwise, with any channel multiplier)
+ *   over a 2-D window: direct loops, split over the output planes with
+ *   ml_parallel_for, since a per-channel GEMM would be a tiny GEMV;
+ * - everything else: im2col into a per-thread scratch buffer (in column
+ *   tiles, so the buffer stays bounded), then SGEMM.
+ * f32 ConvTranspose is SGEMM into columns, then col2im. f64 runs direct
+ * loops (correct, not fast); f16 and bf16 run as f32. The bias is written
+ * into Y first and GEMMs accumulate onto it.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+/* -O2 runs the vectoriser with its "very cheap" cost model, which skips loops with epilogues. */
+#pragma GCC optimize("O3")
+#endif
+#include "cpu/elem.h"
+#include "cpu/nn.h"
+
+/* The largest im2col tile, in elements; big enough for one tile in most CNN layers. */
+#define COL_MAX ((int64_t)2 << 20)
+
+int
+ml_cpu_conv3(struct ml_opctx *c, struct ml_conv3 *v)
+{
+	struct ml_conv_geom g;
+
+	ML_TRY(ml_conv_geom(c, &g));
+	if (g.nsp < 1 || g.nsp > 3)
+		return ml_opfail(c, ML_ENOTSUP, "%d spatial dims are not supported", g.nsp);
+	memset(v, 0, sizeof *v);
+	v->n = g.n;
+	v->cin = g.cin;
+	v->cout = g.cout;
+	v->group = g.group;
+	v->cg = g.cin / g.group;
+	v->mg = g.cout / g.group;
+	v->ceil_mode = g.ceil_mode;
+	v->count_include_pad = g.count_include_pad;
+	int sh = 3 - g.nsp;
+	for (int i = 0; i < 3; i++) {
+		int j = i - sh;
+		v->in[i] = j < 0 ? 1 : g.in[j];
+		v->out[i] = j < 0 ? 1 : g.out[j];
+		v->k[i] = j < 0 ? 1 : g.k[j];
+		v->s[i] = j < 0 ? 1 : g.stride[j];
+		v->d[i] = j < 0 ? 1 : g.dil[j];
+		v->p[i] = j < 0 ? 0 : g.pb[j];
+		v->pe[i] = j < 0 ? 0 : g.pe[j];
+	}
+	v->insz = v->in[0] * v->in[1] * v->in[2];
+	v->outsz = v->out[0] * v->out[1] * v->out[2];
+	v->ksz = v->k[0] * v->k[1] * v->k[2];
+	return 0;
+}
+
+/* fill_bias: every plane of y [n, cout, outsz] starts at its channel's bias (or 0). */
+static void
+fill_bias(float *y, const float *bias, int64_t n, int64_t cout, int64_t sz)
+{
+	for (int64_t i = 0; i < n * cout; i++) {
+		float b = bias != NULL ? bias[i % cout] : 0.0f;
+		float *p = y + i * sz;
+		for (int64_t j = 0; j < sz; j++)
+			p[j] = b;
+	}
+}
+
+/*
+ * im2col: rows [r0, r1) of the column matrix for output positions
+ * [p0, p0 + tn) of one group. Row r is input channel r / ksz at kernel
+ * offset r % ksz; padding reads as 0. The inner copy runs along an output
+ * row over the range that reads inside the input.
+ */
+struct im2col_job {
+	const struct ml_conv3 *v;
+	const float *x;		/* the group's first input plane */
+	float *col;
+	int64_t p0, tn;
+};
+
+static void
+im2col_rows(void *ctx, int64_t r0, int64_t r1)
+{
+	const struct im2col_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], H = v->in[1], D = v->in[0];
+	int64_t OW = v->out[2], OH = v->out[1];
+
+	for (int64_t r = r0; r < r1; r++) {
+		int64_t ci = r / v->ksz, kk = r % v->ksz;
+		int64_t kw = kk % v->k[2], kh = kk / v->k[2] % v->k[1], kd = kk / (v->k[2] * v->k[1]);
+		const float *xc = j->x + ci * v->insz;
+		float *dst = j->col + r * j->tn;
+		int64_t off = kw * v->d[2] - v->p[2];
+		for (int64_t p = j->p0, end = j->p0 + j->tn; p < end;) {
+			int64_t ow0 = p % OW, t = p / OW, oh = t % OH, od = t / OH;
+			int64_t run = ML_MIN(OW - ow0, end - p);
+			int64_t id = od * v->s[0] - v->p[0] + kd * v->d[0];
+			int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+			if (id < 0 || id >= D || ih < 0 || ih >= H) {
+				memset(dst, 0, sizeof(float) * (size_t)run);
+			} else {
+				const float *row = xc + (id * H + ih) * W;
+				int64_t lo, hi, s = v->s[2];
+				ml_valid_range(off, s, W, OW, &lo, &hi);
+				lo = ML_MIN(ML_MAX(lo, ow0), ow0 + run);
+				hi = ML_MIN(ML_MAX(hi, lo), ow0 + run);
+				float *q = dst - ow0;
+				for (int64_t ow = ow0; ow < lo; ow++)
+					q[ow] = 0.0f;
+				if (s == 1) {
+					memcpy(q + lo, row + lo + off, sizeof(float) * (size_t)(hi - lo));
+				} else {
+					for (int64_t ow = lo; ow < hi; ow++)
+						q[ow] = row[ow * s + off];
+				}
+				for (int64_t ow = hi; ow < ow0 + run; ow++)
+					q[ow] = 0.0f;
+			}
+			dst += run;
+			p += run;
+		}
+	}
+}
+
+/*
+ * Depthwise (one input channel per group) 2-D convolution, plane by
+ * plane. Each kernel tap adds w * (a row of the input) into the output
+ * row over the range where it reads inside the input; with stride 1 this
+ * is a contiguous multiply-add that vectorises.
+ */
+struct dw_job {
+	const struct ml_conv3 *v;
+	const float *x, *w;
+	float *y;
+};
+
+static void
+dw_planes(void *ctx, int64_t b, int64_t e)
+{
+	const struct dw_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], OH = v->out[1];
+	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2];
+
+	for (int64_t pl = b; pl < e; pl++) {
+		int64_t n = pl / v->cout, oc = pl % v->cout, ic = oc / v->mg;
+		const float *x = j->x + (n * v->cin + ic) * v->insz;
+		const float *w = j->w + oc * v->ksz;
+		float *y = j->y + pl * v->outsz;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			float *yr = y + oh * OW;
+			for (int64_t kh = 0; kh < KH; kh++) {
+				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+				if (ih < 0 || ih >= H)
+					continue;
+				const float *xr = x + ih * W;
+				for (int64_t kw = 0; kw < KW; kw++) {
+					float wv = w[kh * KW + kw];
+					int64_t off = kw * v->d[2] - v->p[2], lo, hi;
+					ml_valid_range(off, sw, W, OW, &lo, &hi);
+					if (sw == 1) {
+						const float *xs = xr + off;
+						for (int64_t ow = lo; ow < hi; ow++)
+							yr[ow] += wv * xs[ow];
+					} else {
+						for (int64_t ow = lo; ow < hi; ow++)
+							yr[ow] += wv * xr[ow * sw + off];
+					}
+				}
+			}
+		}
+	}
+}
+
+static int
+conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
+{
+	const float *x = c->in[0]->data, *w = c->in[1]->data;
+	const float *bias = ML_IN(c, 2) != NULL ? c->in[2]->data : NULL;
+	float *y = c->out[0]->data;
+	int64_t K = v->cg * v->ksz;
+
+	fill_bias(y, bias, v->n, v->cout, v->outsz);
+	if (v->outsz == 0 || v->n == 0 || v->cout == 0)
+		return 0;
+	if (v->cg == 1 && v->in[0] == 1 && v->k[0] == 1 && v->out[0] == 1 &&
+	    v->p[0] == 0) {
+		struct dw_job j = { v, x, w, y };
+		int64_t work = v->outsz * v->ksz;
+		ml_parallel_for(v->n * v->cout, ML_MAX(1, 32768 / ML_MAX(work, 1)), dw_planes, &j);
+		return 0;
+	}
+	bool pointwise = v->ksz == 1;
+	for (int i = 0; i < 3; i++)
+		if (v->s[i] != 1 || v->p[i] != 0 || v->in[i] != v->out[i])
+			pointwise = false;
+	int64_t tn = v->outsz;
+	float *col = NULL;
+	if (!pointwise) {
+		if (K * tn > COL_MAX)
+			tn = ML_MIN(tn, ML_MAX(COL_MAX / ML_MAX(K, 1), 64));
+		col = ml_cpu_scratch(0, sizeof(float) * (size_t)(K * tn));
+		if (col == NULL)
+			return ml_opfail(c, ML_ENOMEM, "cannot allocate %lld bytes for im2col",
+					 (long long)(K * tn * 4));
+	}
+	for (int64_t n = 0; n < v->n; n++)
+		for (int64_t g = 0; g < v->group; g++) {
+			const float *xg = x + (n * v->cin + g * v->cg) * v->insz;
+			const float *wg = w + g * v->mg * K;
+			float *yg = y + (n * v->cout + g * v->mg) * v->outsz;
+			if (pointwise) {
+				if (!ml_sgemm(false, false, v->mg, v->outsz, K, 1.0f, wg, K, xg,
+					      v->insz, 1.0f, yg, v->outsz))
+					return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");
+				continue;
+			}
+			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
+				int64_t cur = ML_MIN(tn, v->outsz - p0);
+				struct im2col_job j = { v, xg, col, p0, cur };
+				ml_parallel_for(K, ML_MAX(1, 16384 / cur), im2col_rows, &j);
+				if (!ml_sgemm(false, false, v->mg, cur, K, 1.0f, wg, K, col, cur, 1.0f,
+					      yg + p0, v->outsz))
+					return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");
+			}
+		}
+	return 0;
+}
+
+/* Direct f64 convolution: the reference loop nest. */
+static void
+conv_f64(const struct ml_conv3 *v, const double *x, const double *w, const double *bias,
+	 double *y)
+{
+	for (int64_t n = 0; n < v->n; n++)
+		for (int64_t oc = 0; oc < v->cout; oc++) {
+			int64_t g = oc / v->mg;
+			double *yp = y + (n * v->cout + oc) * v->outsz;
+			for (int64_t od = 0; od < v->out[0]; od++)
+			for (int64_t oh = 0; oh < v->out[1]; oh++)
+			for (int64_t ow = 0; ow < v->out[2]; ow++) {
+				double s = bias != NULL ? bias[oc] : 0.0;
+				for (int64_t ci = 0; ci < v->cg; ci++) {
+					const double *xp = x + (n * v->cin + g * v->cg + ci) * v->insz;
+					const double *wp = w + (oc * v->cg + ci) * v->ksz;
+					for (int64_t kd = 0; kd < v->k[0]; kd++) {
+						int64_t id = od * v->s[0] - v->p[0] + kd * v->d[0];
+						if (id < 0 || id >= v->in[0])
+							continue;
+						for (int64_t kh = 0; kh < v->k[1]; kh++) {
+							int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+							if (ih < 0 || ih >= v->in[1])
+								continue;
+							for (int64_t kw = 0; kw < v->k[2]; kw++) {
+								int64_t iw = ow * v->s[2] - v->p[2] +
+									     kw * v->d[2];
+								if (iw < 0 || iw >= v->in[2])
+									continue;
+								s += xp[(id * v->in[1] + ih) * v->in[2] + iw] *
+								     wp[(kd * v->k[1] + kh) * v->k[2] + kw];
+							}
+						}
+					}
+				}
+				yp[(od * v->out[1] + oh) * v->out[2] + ow] = s;
+			}
+		}
+}
+
+int
+ml_cpu_conv(struct ml_opctx *c)
+{
+	struct ml_conv3 v;
+
+	if (ml_cpu_has_half(c))
+		return ml_cpu_as_f32(c, ml_cpu_conv);
+	ML_TRY(ml_cpu_conv3(c, &v));
+	switch (c->in[0]->dtype) {
+	case ML_F32:
+		return conv_f32(c, &v);
+	case ML_F64:
+		conv_f64(&v, c->in[0]->data, c->in[1]->data,
+			 ML_IN(c, 2) != NULL ? c->in[2]->data : NULL, c->out[0]->data);
+		return 0;
+	default:
+		return ml_opfail(c, ML_ENOTSUP, "dtype %s is not supported",
+				 ml_dtype_name(c->in[0]->dtype));
+	}
+}
+
+/*
+ * col2im for ConvTranspose: rows of the column matrix are (output
+ * channel, kernel offset) and columns input positions [p0, p0 + tn);
+ * each adds into the output position it lands on. The job splits over
+ * output channels, so no two chunks write the same plane.
+ */
+struct col2im_job {
+	const struct ml_conv3 *v;	/* in/out as the forward conv: in = Y's, out = X's */
+	const float *col;
+	float *y;			/* the group's first output plane */
+	int64_t p0, tn;
+};
+
+static void
+col2im_chans(void *ctx, int64_t m0, int64_t m1)
+{
+	const struct col2im_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	/* Y's sizes (the forward conv's input) and X's (the forward conv's output) */
+	int64_t W = v->in[2], H = v->in[1], D = v->in[0];
+	int64_t XW = v->out[2], XH = v->out[1];
+
+	for (int64_t m = m0; m < m1; m++)
+		for (int64_t kk = 0; kk < v->ksz; kk++) {
+			int64_t kw = kk % v->k[2], kh = kk / v->k[2] % v->k[1];
+			int64_t kd = kk / (v->k[2] * v->k[1]);
+			const float *src = j->col + (m * v->ksz + kk) * j->tn;
+			float *yc = j->y + m * v->insz;
+			int64_t off = kw * v->d[2] - v->p[2];
+			for (int64_t p = j->p0, end = j->p0 + j->tn; p < end;) {
+				int64_t iw0 = p % XW, t = p / XW, ih = t % XH, id = t / XH;
+				int64_t run = ML_MIN(XW - iw0, end - p);
+				int64_t od = id * v->s[0] - v->p[0] + kd * v->d[0];
+				int64_t oh = ih * v->s[1] - v->p[1] + kh * v->d[1];
+				if (od >= 0 && od < D && oh >= 0 && oh < H) {
+					float *row = yc + (od * H + oh) * W;
+					int64_t lo, hi, s = v->s[2];
+					ml_valid_range(off, s, W, XW, &lo, &hi);
+					lo = ML_MIN(ML_MAX(lo, iw0), iw0 + run);
+					hi = ML_MIN(ML_MAX(hi, lo), iw0 + run);
+					const float *q = src - iw0;
+					for (int64_t iw = lo; iw < hi; iw++)
+						row[iw * s + off] += q[iw];
+				}
+				src += run;
+				p += run;
+			}
+		}
+}
+
+/*
+ * ml_conv3 for ConvTranspose in forward terms: swap the roles of X and Y
+ * so that "in" is Y's spatial size and "out" X's, which is how col2im
+ * walks the positions. cg is X's channels per group, mg Y's.
+ */
+static void
+transpose_view(const struct ml_conv3 *t, struct ml_conv3 *f)
+{
+	*f = *t;
+	for (int i = 0; i < 3; i++) {
+		f->in[i] = t->out[i];
+		f->out[i] = t->in[i];
+	}
+	f->insz = t->outsz;
+	f->outsz = t->insz;
+}
+
+static int
+convt_f32(struct ml_opctx *c, const struct ml_conv3 *t)
+{
+	const float *x = c->in[0]->data, *w = c->in[1]->data;
+	const float *bias = ML_IN(c, 2) != NULL ? c->in[2]->data : NULL;
+	float *y = c->out[0]->data;
+	struct ml_conv3 v;
+	int64_t R = t->mg * t->ksz;	/* rows of the column matrix */
+
+	transpose_view(t, &v);
+	fill_bias(y, bias, t->n, t->cout, t->outsz);
+	if (t->insz == 0 || t->n == 0 || R == 0)
+		return 0;
+	int64_t tn = t->insz;
+	if (R * tn > COL_MAX)
+		tn = ML_MIN(tn, ML_MAX(COL_MAX / R, 64));
+	float *col = ml_cpu_scratch(0, sizeof(float) * (size_t)(R * tn));
+	if (col == NULL)
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate %lld bytes for col2im",
+				 (long long)(R * tn * 4));
+	for (int64_t n = 0; n < t->n; n++)
+		for (int64_t g = 0; g < t->group; g++) {
+			const float *xg = x + (n * t->cin + g * t->cg) * t->insz;
+			const float *wg = w + g * t->cg * R;
+			float *yg = y + (n * t->cout + g * t->mg) * t->outsz;
+			for (int64_t p0 = 0; p0 < t->insz; p0 += tn) {
+				int64_t cur = ML_MIN(tn, t->insz - p0);
+				if (!ml_sgemm(true, false, R, cur, t->cg, 1.0f, wg, R, xg + p0, t->insz,
+					      0.0f, col, cur))
+					return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");
+				struct col2im_job j = { &v, col, yg, p0, cur };
+				ml_parallel_for(t->mg, ML_MAX(1, 16384 / (cur * t->ksz)), col2im_chans,
+						&j);
+			}
+		}
+	return 0;
+}
+
+/* Direct f64 ConvTranspose: each input element scatters through the kernel. */
+static void
+convt_f64(const struct ml_conv3 *v, const double *x, const double *w, const double *bias,
+	  double *y)
+{
+	for (int64_t i = 0; i < v->n * v->cout; i++)
+		for (int64_t j = 0; j < v->outsz; j++)
+			y[i * v->outsz + j] = bias != NULL ? bias[i % v->cout] : 0.0;
+	for (int64_t n = 0; n < v->n; n++)
+		for (int64_t ci = 0; ci < v->cin; ci++) {
+			int64_t g = ci / v->cg;
+			const double *xp = x + (n * v->cin + ci) * v->insz;
+			for (int64_t m = 0; m < v->mg; m++) {
+				const double *wp = w + (ci * v->mg + m) * v->ksz;
+				double *yp = y + (n * v->cout + g * v->mg + m) * v->outsz;
+				for (int64_t id = 0; id < v->in[0]; id++)
+				for (int64_t ih = 0; ih < v->in[1]; ih++)
+				for (int64_t iw = 0; iw < v->in[2]; iw++) {
+					double xv = xp[(id * v->in[1] + ih) * v->in[2] + iw];
+					for (int64_t kd = 0; kd < v->k[0]; kd++) {
+						int64_t od = id * v->s[0] - v->p[0] + kd * v->d[0];
+						if (od < 0 || od >= v->out[0])
+							continue;
+						for (int64_t kh = 0; kh < v->k[1]; kh++) {
+							int64_t oh = ih * v->s[1] - v->p[1] + kh * v->d[1];
+							if (oh < 0 || oh >= v->out[1])
+								continue;
+							for (int64_t kw = 0; kw < v->k[2]; kw++) {
+								int64_t ow = iw * v->s[2] - v->p[2] +
+									     kw * v->d[2];
+								if (ow < 0 || ow >= v->out[2])
+									continue;
+								yp[(od * v->out[1] + oh) * v->out[2] + ow] +=
+									xv * wp[(kd * v->k[1] + kh) *
+										v->k[2] + kw];
+							}
+						}
+					}
+				}
+			}
+		}
+}
+
+int
+ml_cpu_conv_transpose(struct ml_opctx *c)
+{
+	struct ml_conv3 v;
+
+	if (ml_cpu_has_half(c))
+		return ml_cpu_as_f32(c, ml_cpu_conv_transpose);
+	ML_TRY(ml_cpu_conv3(c, &v));
+	switch (c->in[0]->dtype) {
+	case ML_F32:
+		return convt_f32(c, &v);
+	case ML_F64:
+		convt_f64(&v, c->in[0]->data, c->in[1]->data,
+			  ML_IN(c, 2) != NULL ? c->in[2]->data : NULL, c->out[0]->data);
+		return 0;
+	default:
+		return ml_opfail(c, ML_ENOTSUP, "dtype %s is not supported",
+				 ml_dtype_name(c->in[0]->dtype));
+	}
+}

@@ -1,0 +1,288 @@
+/*
+ * nn_pool.c: CPU kernels of MaxPool (with its Indices output),
+ * AveragePool, LpPool and the global pools, over the 3-D view of
+ * struct ml_conv3. Work splits over the [n, c] planes with
+ * ml_parallel_for. MaxPool runs f32, f64, int8 and uint8; the others f32
+ * and f64 (with f64 sums); f16 and bf16 run as f32.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#include <float.h>
+
+#include "cpu/elem.h"
+#include "cpu/nn.h"
+
+/* Elements per ml_parallel_for chunk of pooling work. */
+#define POOL_GRAIN 32768
+
+struct pool_job {
+	const struct ml_conv3 *v;
+	const void *x;
+	void *y;
+	int64_t *idx;		/* MaxPool's Indices, or NULL */
+	bool colmajor;		/* storage_order=1 */
+	double p;		/* LpPool */
+	int kind;		/* AVG or LP */
+};
+
+enum { POOL_AVG, POOL_LP };
+
+static int64_t
+plane_grain(const struct ml_conv3 *v)
+{
+	int64_t work = ML_MAX(v->outsz * v->ksz, 1);
+	return ML_MAX(1, POOL_GRAIN / work);
+}
+
+/*
+ * Max over each window; padding never wins. The index is that of the
+ * flattened input, row-major, or column-major over the spatial dims
+ * with storage_order=1; either way the first of equal maxima is kept.
+ */
+#define MAXPOOL(SUF, T, LOWEST)							\
+static void									\
+maxpool_##SUF(void *ctx, int64_t b, int64_t e)					\
+{										\
+	const struct pool_job *j = ctx;						\
+	const struct ml_conv3 *v = j->v;					\
+	int64_t D = v->in[0], H = v->in[1], W = v->in[2];			\
+	for (int64_t pl = b; pl < e; pl++) {					\
+		const T *x = (const T *)j->x + pl * v->insz;			\
+		T *y = (T *)j->y + pl * v->outsz;				\
+		int64_t *ix = j->idx != NULL ? j->idx + pl * v->outsz : NULL;	\
+		int64_t o = 0;							\
+		for (int64_t od = 0; od < v->out[0]; od++)			\
+		for (int64_t oh = 0; oh < v->out[1]; oh++)			\
+		for (int64_t ow = 0; ow < v->out[2]; ow++, o++) {		\
+			T best = LOWEST;					\
+			int64_t bi = 0;						\
+			bool any = false;					\
+			for (int64_t kd = 0; kd < v->k[0]; kd++) {		\
+				int64_t id = od * v->s[0] - v->p[0] + kd * v->d[0]; \
+				if (id < 0 || id >= D)				\
+					continue;				\
+				for (int64_t kh = 0; kh < v->k[1]; kh++) {	\
+					int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1]; \
+					if (ih < 0 || ih >= H)			\
+						continue;			\
+					const T *row = x + (id * H + ih) * W;	\
+					for (int64_t kw = 0; kw < v->k[2]; kw++) { \
+						int64_t iw = ow * v->s[2] - v->p[2] + kw * v->d[2]; \
+						if (iw < 0 || iw >= W)		\
+							continue;		\
+						if (!any || row[iw] > best) {	\
+							best = row[iw];		\
+							bi = j->colmajor ? id + ih * D + iw * D * H : \
+							     (id * H + ih) * W + iw; \
+							any = true;		\
+						}				\
+					}					\
+				}						\
+			}							\
+			y[o] = best;						\
+			if (ix != NULL)						\
+				ix[o] = pl * v->insz + bi;			\
+		}								\
+	}									\
+}
+MAXPOOL(f32, float, -INFINITY)
+MAXPOOL(f64, double, -INFINITY)
+MAXPOOL(i8, int8_t, INT8_MIN)
+MAXPOOL(u8, uint8_t, 0)
+
+int
+ml_cpu_max_pool(struct ml_opctx *c)
+{
+	struct ml_conv3 v;
+	void (*fn)(void *, int64_t, int64_t);
+
+	if (ml_cpu_has_half(c))
+		return ml_cpu_as_f32(c, ml_cpu_max_pool);
+	ML_TRY(ml_cpu_conv3(c, &v));
+	switch (c->in[0]->dtype) {
+	case ML_F32: fn = maxpool_f32; break;
+	case ML_F64: fn = maxpool_f64; break;
+	case ML_I8: fn = maxpool_i8; break;
+	case ML_U8: fn = maxpool_u8; break;
+	default:
+		return ml_opfail(c, ML_ENOTSUP, "dtype %s is not supported",
+				 ml_dtype_name(c->in[0]->dtype));
+	}
+	struct pool_job j = { &v, c->in[0]->data, c->out[0]->data,
+			      c->n_out > 1 ? c->out[1]->data : NULL,
+			      ml_attr_int(c->node, "storage_order", 0) == 1, 0, 0 };
+	ml_parallel_for(v.n * v.cin, plane_grain(&v), fn, &j);
+	return 0;
+}
+
+/*
+ * Window sums for AveragePool and LpPool. AveragePool divides by the
+ * window's elements inside the input, or with count_include_pad inside
+ * the padded input (a ceil_mode window may reach past even that). LpPool
+ * sums |x|^p over the elements inside; padding adds nothing.
+ */
+#define SUMPOOL(SUF, T)								\
+static void									\
+sumpool_##SUF(void *ctx, int64_t b, int64_t e)					\
+{										\
+	const struct pool_job *j = ctx;						\
+	const struct ml_conv3 *v = j->v;					\
+	int64_t D = v->in[0], H = v->in[1], W = v->in[2];			\
+	double p = j->p;							\
+	for (int64_t pl = b; pl < e; pl++) {					\
+		const T *x = (const T *)j->x + pl * v->insz;			\
+		T *y = (T *)j->y + pl * v->outsz;				\
+		int64_t o = 0;							\
+		for (int64_t od = 0; od < v->out[0]; od++)			\
+		for (int64_t oh = 0; oh < v->out[1]; oh++)			\
+		for (int64_t ow = 0; ow < v->out[2]; ow++, o++) {		\
+			double s = 0;						\
+			int64_t cnt = 0, cpad[3] = { 0, 0, 0 };			\
+			int64_t st[3] = { od * v->s[0] - v->p[0], oh * v->s[1] - v->p[1], \
+					  ow * v->s[2] - v->p[2] };		\
+			for (int a = 0; a < 3; a++)				\
+				for (int64_t k = 0; k < v->k[a]; k++) {		\
+					int64_t q = st[a] + k * v->d[a];	\
+					if (q >= -v->p[a] && q < v->in[a] + v->pe[a]) \
+						cpad[a]++;			\
+				}						\
+			for (int64_t kd = 0; kd < v->k[0]; kd++) {		\
+				int64_t id = st[0] + kd * v->d[0];		\
+				if (id < 0 || id >= D)				\
+					continue;				\
+				for (int64_t kh = 0; kh < v->k[1]; kh++) {	\
+					int64_t ih = st[1] + kh * v->d[1];	\
+					if (ih < 0 || ih >= H)			\
+						continue;			\
+					const T *row = x + (id * H + ih) * W;	\
+					for (int64_t kw = 0; kw < v->k[2]; kw++) { \
+						int64_t iw = st[2] + kw * v->d[2]; \
+						if (iw < 0 || iw >= W)		\
+							continue;		\
+						double xv = row[iw];		\
+						if (j->kind == POOL_AVG)	\
+							s += xv;		\
+						else if (p == 2)		\
+							s += xv * xv;		\
+						else				\
+							s += pow(fabs(xv), p);	\
+						cnt++;				\
+					}					\
+				}						\
+			}							\
+			if (j->kind == POOL_AVG) {				\
+				int64_t dv = v->count_include_pad ?		\
+					cpad[0] * cpad[1] * cpad[2] : cnt;	\
+				y[o] = (T)(dv > 0 ? s / (double)dv : 0);	\
+			} else {						\
+				y[o] = (T)(p == 2 ? sqrt(s) : p == 1 ? s : pow(s, 1 / p)); \
+			}							\
+		}								\
+	}									\
+}
+SUMPOOL(f32, float)
+SUMPOOL(f64, double)
+
+static double
+lp_p(const struct ml_node *n)
+{
+	const struct ml_attr *a = ml_attr_find(n, "p");
+
+	return a == NULL ? 2.0 : a->type == ML_ATTR_FLOAT ? a->f : (double)a->i;
+}
+
+static int
+run_sumpool(struct ml_opctx *c, int kind)
+{
+	struct ml_conv3 v;
+	void (*fn)(void *, int64_t, int64_t);
+
+	ML_TRY(ml_cpu_conv3(c, &v));
+	switch (c->in[0]->dtype) {
+	case ML_F32: fn = sumpool_f32; break;
+	case ML_F64: fn = sumpool_f64; break;
+	default:
+		return ml_opfail(c, ML_ENOTSUP, "dtype %s is not supported",
+				 ml_dtype_name(c->in[0]->dtype));
+	}
+	struct pool_job j = { &v, c->in[0]->data, c->out[0]->data, NULL, false,
+			      kind == POOL_LP ? lp_p(c->node) : 0, kind };
+	ml_parallel_for(v.n * v.cin, plane_grain(&v), fn, &j);
+	return 0;
+}
+
+int
+ml_cpu_avg_pool(struct ml_opctx *c)
+{
+	if (ml_cpu_has_half(c))
+		return ml_cpu_as_f32(c, ml_cpu_avg_pool);
+	return run_sumpool(c, POOL_AVG);
+}
+
+int
+ml_cpu_lp_pool(struct ml_opctx *c)
+{
+	if (ml_cpu_has_half(c))
+		return ml_cpu_as_f32(c, ml_cpu_lp_pool);
+	return run_sumpool(c, POOL_LP);
+}
+
+/* Global pools: one value per [n, c] plane. */
+struct gpool_job {
+	const void *x;
+	void *y;
+	int64_t sz;
+	enum ml_op op;
+	double p;
+};
+
+#define GPOOL(SUF, T)								\
+static void									\
+gpool_##SUF(void *ctx, int64_t b, int64_t e)					\
+{										\
+	const struct gpool_job *j = ctx;					\
+	for (int64_t pl = b; pl < e; pl++) {					\
+		const T *x = (const T *)j->x + pl * j->sz;			\
+		T *y = (T *)j->y + pl;						\
+		if (j->op == ML_OP_GLOBAL_MAX_POOL) {				\
+			T m = j->sz > 0 ? x[0] : (T)0;				\
+			for (int64_t i = 1; i < j->sz; i++)			\
+				m = x[i] > m ? x[i] : m;			\
+			*y = m;							\
+		} else if (j->op == ML_OP_GLOBAL_AVERAGE_POOL) {		\
+			double s = 0;						\
+			for (int64_t i = 0; i < j->sz; i++)			\
+				s += x[i];					\
+			*y = (T)(j->sz > 0 ? s / (double)j->sz : 0);		\
+		} else {							\
+			double s = 0;						\
+			for (int64_t i = 0; i < j->sz; i++)			\
+				s += j->p == 2 ? (double)x[i] * x[i] : pow(fabs((double)x[i]), j->p); \
+			*y = (T)(j->p == 2 ? sqrt(s) : pow(s, 1 / j->p));	\
+		}								\
+	}									\
+}
+GPOOL(f32, float)
+GPOOL(f64, double)
+
+int
+ml_cpu_global_pool(struct ml_opctx *c)
+{
+	const struct ml_tval *x = c->in[0];
+
+	if (ml_cpu_has_half(c))
+		return ml_cpu_as_f32(c, ml_cpu_global_pool);
+	int64_t planes = x->dims[0] * x->dims[1];
+	int64_t sz = planes > 0 ? ml_tval_numel(x) / planes : 0;
+	struct gpool_job j = { x->data, c->out[0]->data, sz, c->node->op, lp_p(c->node) };
+	void (*fn)(void *, int64_t, int64_t);
+	switch (x->dtype) {
+	case ML_F32: fn = gpool_f32; break;
+	case ML_F64: fn = gpool_f64; break;
+	default:
+		return ml_opfail(c, ML_ENOTSUP, "dtype %s is not supported", ml_dtype_name(x->dtype));
+	}
+	ml_parallel_for(planes, ML_MAX(1, POOL_GRAIN / ML_MAX(sz, 1)), fn, &j);
+	return 0;
+}

@@ -1,0 +1,23 @@
+#!/bin/sh
+# run.sh: the benchmark (`make bench`, not part of `make test`): batch-1
+# latency of mlrun against PyTorch and, where pip can install it into a
+# venv, ONNX Runtime; mlrun's whole-process time on a small MLP; its peak
+# memory on ResNet-18. B=DIR picks the build folder (default build).
+set -eu
+cd "$(dirname "$0")/../.."
+B=${B:-build}
+VENV=$B/bench-venv
+ORT=
+if [ ! -x "$VENV/bin/python" ]; then
+	/usr/bin/python3 -m venv --system-site-packages "$VENV" >/dev/null 2>&1 || rm -rf "$VENV"
+fi
+if [ -x "$VENV/bin/python" ]; then
+	if "$VENV/bin/python" -c 'import onnxruntime' 2>/dev/null ||
+		"$VENV/bin/pip" install -q onnxruntime >"$B/bench-pip.log" 2>&1; then
+		ORT=$VENV/bin/python
+	else
+		echo "bench: pip could not install onnxruntime (see $B/bench-pip.log); ORT is left out"
+	fi
+fi
+exec /usr/bin/python3 tests/bench/bench.py --bin "$B/bin" --work "$B/bench" \
+	--models "$B/models" ${ORT:+--ort-python "$ORT"}
