@@ -34,8 +34,10 @@ static _Noreturn void
 usage(FILE *fp, int status)
 {
 	fprintf(fp, "usage: %s\n", synopsis);
-	if (status == 0)
+	if (status == 0) {
 		fprintf(fp, "\n%s", help_text);
+		finish_stdout();
+	}
 	exit(status);
 }
 
@@ -208,22 +210,62 @@ json_values(const char *key, const struct ml_graph *g, int n, const int *idx)
 	printf("%s]", n ? "\n  " : "");
 }
 
-static void
-print_info(const struct ml_graph *g, const char *path, bool json)
+/*
+ * estimate_flops: the sum of ml_node_flops over the main graph (subgraphs
+ * run a data-dependent number of times and are not counted). Unknown input
+ * dims are taken as 1 first, so a model with a symbolic batch size gets the
+ * estimate for one sample; their names go to assumed (empty when none).
+ * This changes g's shapes, so it comes last.
+ */
+static int64_t
+estimate_flops(struct ml_graph *g, char *assumed, size_t n)
 {
-	struct census c = { 0 };
-	int64_t params = 0, pbytes = 0, flops = 0;
-	char buf[1024];
+	struct ml_err err = { 0 };
+	size_t k = 0;
+	bool changed = false;
 
-	count_ops(&c, g);
-	qsort(c.ops, (size_t)c.n, sizeof *c.ops, cmp_opcount);
-	ml_graph_param_stats(g, &params, &pbytes);
-	/* Subgraphs run a data-dependent number of times; the estimate counts the main graph. */
+	assumed[0] = '\0';
+	for (int i = 0; i < g->n_inputs; i++) {
+		struct ml_tensor *t = g->tensors[g->inputs[i]];
+		if (t->kind != ML_TK_INPUT)
+			continue;
+		for (int d = 0; d < t->rank; d++) {
+			if (t->dims[d] >= 0)
+				continue;
+			const char *name = t->sym[d] != NULL ? t->sym[d] : "?";
+			size_t len = strlen(name);
+			bool seen = false;
+			for (const char *p = assumed; (p = strstr(p, name)) != NULL; p += len)
+				seen |= (p == assumed || p[-1] == ' ') && (p[len] == '=');
+			if (!seen && k + len + 4 < n)
+				k += (size_t)snprintf(assumed + k, n - k, "%s%s=1", k ? " " : "", name);
+			t->dims[d] = 1;
+			t->sym[d] = NULL;
+			changed = true;
+		}
+	}
+	/* When inference fails on the made-up sizes, the static shapes still give an estimate. */
+	if (changed)
+		ml_graph_infer(g, &err);
+	int64_t flops = 0;
 	for (int i = 0; i < g->n_nodes; i++) {
 		int64_t f = ml_node_flops(g, i);
 		if (f > 0)
 			flops += f;
 	}
+	return flops;
+}
+
+static void
+print_info(struct ml_graph *g, const char *path, bool json)
+{
+	struct census c = { 0 };
+	int64_t params = 0, pbytes = 0, flops;
+	char buf[1024], assumed[256];
+
+	count_ops(&c, g);
+	qsort(c.ops, (size_t)c.n, sizeof *c.ops, cmp_opcount);
+	ml_graph_param_stats(g, &params, &pbytes);
 	const char *name = g->name != NULL ? g->name : "";
 	if (json) {
 		printf("{\n  \"model\": ");
@@ -247,8 +289,12 @@ print_info(const struct ml_graph *g, const char *path, bool json)
 			json_str(stdout, c.ops[i].name);
 			printf(": %lld", (long long)c.ops[i].n);
 		}
-		printf("},\n  \"params\": %lld,\n  \"param_bytes\": %lld,\n  \"flops\": %lld\n}\n",
+		flops = estimate_flops(g, assumed, sizeof assumed);
+		printf("},\n  \"params\": %lld,\n  \"param_bytes\": %lld,\n  \"flops\": %lld",
 		       (long long)params, (long long)pbytes, (long long)flops);
+		printf(",\n  \"flops_assume\": ");
+		json_str(stdout, assumed);
+		printf("\n}\n");
 		free(c.ops);
 		return;
 	}
@@ -289,8 +335,9 @@ print_info(const struct ml_graph *g, const char *path, bool json)
 	char b1[64], b2[64];
 	human_bytes(b2, sizeof b2, (double)pbytes);
 	printf("parameters: %lld (%s)\n", (long long)params, b2);
+	flops = estimate_flops(g, assumed, sizeof assumed);
 	human(b1, sizeof b1, (double)flops, "FLOP");
-	printf("flops: %s\n", b1);
+	printf("flops: %s%s%s%s\n", b1, assumed[0] ? " (" : "", assumed, assumed[0] ? ")" : "");
 	free(c.ops);
 }
 
@@ -390,8 +437,6 @@ main(int argc, char **argv)
 	if (verbose && !quiet)
 		fprintf(stderr, "%s: read %s: %d nodes, %d tensors (%.1f ms)\n", progname, shown_in,
 			g->n_nodes, g->n_tensors, (t1 - t0) * 1e3);
-	if (info)
-		print_info(g, shown_in, json);
 	if (convert) {
 		if (ml_model_save(g, output, to, &err) < 0)
 			die_err(&err);
@@ -400,6 +445,9 @@ main(int argc, char **argv)
 				strcmp(output, "-") == 0 ? "<stdout>" : output, fmt_names[to],
 				(ml_now() - t1) * 1e3);
 	}
+	/* The summary comes last: the FLOP estimate changes the graph's shapes. */
+	if (info)
+		print_info(g, shown_in, json);
 	ml_graph_free(g);
 	return finish_stdout();
 }

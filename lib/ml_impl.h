@@ -43,6 +43,7 @@ struct ml_opctx {
 	struct ml_tval **out;
 	int64_t opset;		/* the graph's ONNX opset, for version-dependent semantics */
 	struct ml_err *err;
+	struct ml_session *sess;	/* the running session; NULL in static inference */
 };
 
 /* IN(c, i): input i or NULL when omitted or beyond n_in. */
@@ -130,6 +131,19 @@ void ml_bcast_strides(const struct ml_tval *in, const struct ml_tval *out, int64
  */
 int ml_mlg_read_fd(struct ml_graph **out, int fd, const uint8_t *head, size_t head_len,
 		   struct ml_err *e);
+
+/*
+ * Subgraphs (control flow). ml_subsession_new opens a session on sub (a
+ * GRAPH attribute of a node) whose names not defined inside resolve to
+ * values of parent (and its parents) at each run. ml_session_bind binds
+ * input i of the session's graph to v, borrowing v's data until the next
+ * run, with no check against the declared type (ONNX bodies often declare
+ * loose shapes). ml_session_graph borrows the session's graph.
+ */
+int ml_subsession_new(struct ml_session **out, struct ml_graph *sub, struct ml_session *parent,
+		      struct ml_err *e);
+int ml_session_bind(struct ml_session *s, int i, const struct ml_tval *v, struct ml_err *e);
+const struct ml_graph *ml_session_graph(const struct ml_session *s);
 
 /* ml_cblas_threads: set OpenBLAS's thread count (lib/cpu/blas.c). */
 void ml_cblas_set_threads(int n);

@@ -20,9 +20,10 @@
 #include "cpu/elem.h"
 #include "cpu/fastmath.h"
 
-/* The vectorisable f32 exp and tanh of fastmath.h, and libm's for f64. */
+/* The vectorisable f32 exp, tanh and erfc of fastmath.h, and libm's for f64. */
 #define FEXP(v) _Generic((v), float: ml_expf, default: (exp))(v)
 #define FTANH(v) _Generic((v), float: ml_tanhf, default: (tanh))(v)
+#define FERFC(v) _Generic((v), float: ml_erfcf, default: (erfc))(v)
 
 /* The attributes of an activation, in the names ONNX gives them. */
 struct uparm {
@@ -73,7 +74,7 @@ typedef void (*unfn)(void *o, const void *x, int64_t n, const struct uparm *p);
 	X(SOFTPLUS, v > 0 ? v + log1p(exp(-v)) : log1p(exp(v))) \
 	X(SOFTSIGN, v / ((T)1 + fabs(v))) \
 	X(THRESHOLDED_RELU, v > a ? v : (T)0) \
-	X(GELU, (T)0.5 * v * ((T)1 + erf(v * (T)M_SQRT1_2))) \
+	X(GELU, (T)0.5 * v * FERFC(-v * (T)M_SQRT1_2)) \
 	X(SILU, v / ((T)1 + FEXP(-v))) \
 	X(SHRINK, v < -a ? v + b : v > a ? v - b : (T)0)
 

@@ -9,6 +9,8 @@
 
 struct ml_session {
 	struct ml_graph *g;
+	struct ml_session *parent;	/* for subgraph sessions: the enclosing one */
+	bool *outer;		/* per tensor: resolved from the parent at each run */
 	struct ml_session_opts o;
 	struct ml_tval *vals;	/* runtime value per tensor */
 	bool *bound;		/* per tensor: input bound by the caller */
@@ -24,6 +26,38 @@ struct ml_session {
 	struct ml_tval **in, **out;
 	int max_io;
 };
+
+/*
+ * mark_outer_uses: names a node's subgraphs read from enclosing scopes are
+ * inputs of that node in all but name: keep them alive until it has run.
+ */
+static void
+mark_outer_uses(struct ml_session *s, const struct ml_graph *sub, int ni, int depth)
+{
+	if (depth > 32)
+		return;
+	for (int t = 0; t < sub->n_tensors; t++) {
+		const struct ml_tensor *st = sub->tensors[t];
+		if (st->kind != ML_TK_ACT)
+			continue;
+		bool produced = false;
+		for (int i = 0; i < sub->n_nodes && !produced; i++)
+			for (int j = 0; j < sub->nodes[i].n_out; j++)
+				produced |= sub->nodes[i].out[j] == t;
+		if (produced)
+			continue;
+		int pt = ml_graph_find(s->g, st->name);
+		if (pt >= 0 && s->last_use[pt] < ni && s->last_use[pt] != s->g->n_nodes)
+			s->last_use[pt] = ni;
+	}
+	for (int i = 0; i < sub->n_nodes; i++)
+		for (int a = 0; a < sub->nodes[i].n_attr; a++) {
+			const struct ml_attr *at = &sub->nodes[i].attrs[a];
+			if (at->type == ML_ATTR_GRAPH || at->type == ML_ATTR_GRAPHS)
+				for (int k = 0; k < at->n; k++)
+					mark_outer_uses(s, at->graphs[k], ni, depth + 1);
+		}
+}
 
 int
 ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_session_opts *o,
@@ -52,6 +86,7 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->slot_off = ml_calloc(nt, sizeof *s->slot_off);
 	s->slot_len = ml_calloc(nt, sizeof *s->slot_len);
 	s->node_time = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_time);
+	s->outer = ml_calloc(nt, sizeof *s->outer);
 	s->max_io = 1;
 	for (int i = 0; i < g->n_nodes; i++) {
 		s->max_io = ML_MAX(s->max_io, g->nodes[i].n_in);
@@ -60,7 +95,8 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->in = ml_calloc((size_t)s->max_io, sizeof *s->in);
 	s->out = ml_calloc((size_t)s->max_io, sizeof *s->out);
 	if (s->vals == NULL || s->bound == NULL || s->last_use == NULL || s->slot_off == NULL ||
-	    s->slot_len == NULL || s->node_time == NULL || s->in == NULL || s->out == NULL) {
+	    s->slot_len == NULL || s->node_time == NULL || s->in == NULL || s->out == NULL ||
+	    s->outer == NULL) {
 		ml_session_free(s);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	}
@@ -86,6 +122,13 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 				s->last_use[g->nodes[i].in[j]] = i;
 	for (int i = 0; i < g->n_outputs; i++)
 		s->last_use[g->outputs[i]] = g->n_nodes;
+	for (int i = 0; i < g->n_nodes; i++)
+		for (int a = 0; a < g->nodes[i].n_attr; a++) {
+			const struct ml_attr *at = &g->nodes[i].attrs[a];
+			if (at->type == ML_ATTR_GRAPH || at->type == ML_ATTR_GRAPHS)
+				for (int k = 0; k < at->n; k++)
+					mark_outer_uses(s, at->graphs[k], i, 0);
+		}
 	s->arena_bytes = -1;
 	*out = s;
 	return 0;
@@ -113,6 +156,7 @@ ml_session_free(struct ml_session *s)
 	}
 	ml_free(s->vals);
 	ml_free(s->bound);
+	ml_free(s->outer);
 	ml_free(s->last_use);
 	ml_free(s->slot_off);
 	ml_free(s->slot_len);
@@ -312,12 +356,74 @@ plan_valid(struct ml_session *s)
 	return same;
 }
 
+/*
+ * resolve_outer: give every name the subgraph reads but does not define
+ * the value it has in the nearest enclosing session (borrowed).
+ */
+static void
+resolve_outer(struct ml_session *s)
+{
+	const struct ml_graph *g = s->g;
+	for (int t = 0; t < g->n_tensors; t++) {
+		const struct ml_tensor *ten = g->tensors[t];
+		if ((s->bound[t] && !s->outer[t]) || ten->kind != ML_TK_ACT || ten->producer >= 0)
+			continue;
+		const struct ml_tval *v = NULL;
+		for (const struct ml_session *p = s->parent; p != NULL && v == NULL; p = p->parent) {
+			int pt = ml_graph_find(p->g, ten->name);
+			if (pt >= 0 && (p->vals[pt].data != NULL || ml_tval_numel(&p->vals[pt]) == 0) &&
+			    p->vals[pt].rank >= 0 && p->vals[pt].dtype != ML_UNDEF)
+				v = &p->vals[pt];
+		}
+		if (v == NULL)
+			continue;	/* an unused name; a reader fails with a clear message */
+		s->vals[t] = *v;
+		s->vals[t].owned = false;
+		s->bound[t] = true;
+		s->outer[t] = true;
+	}
+}
+
+int
+ml_subsession_new(struct ml_session **out, struct ml_graph *sub, struct ml_session *parent,
+		  struct ml_err *e)
+{
+	ML_TRY(ml_graph_toposort(sub, e));
+	struct ml_session_opts o = parent->o;
+	o.device = "cpu";
+	o.profile = false;
+	ML_TRY(ml_session_new(out, sub, &o, e));
+	(*out)->parent = parent;
+	return 0;
+}
+
+int
+ml_session_bind(struct ml_session *s, int i, const struct ml_tval *v, struct ml_err *e)
+{
+	if (i < 0 || i >= s->g->n_inputs)
+		return ml_fail(e, ML_EINVAL, "subgraph has %d inputs, not %d", s->g->n_inputs, i + 1);
+	int t = s->g->inputs[i];
+	ml_tval_clear(&s->vals[t]);
+	s->vals[t] = *v;
+	s->vals[t].owned = false;
+	s->bound[t] = true;
+	return 0;
+}
+
+const struct ml_graph *
+ml_session_graph(const struct ml_session *s)
+{
+	return s->g;
+}
+
 int
 ml_session_run(struct ml_session *s, struct ml_err *e)
 {
 	const struct ml_graph *g = s->g;
 	int rc = 0;
 
+	if (s->parent != NULL)
+		resolve_outer(s);
 	for (int i = 0; i < g->n_inputs; i++) {
 		int t = g->inputs[i];
 		if (s->bound[t])
@@ -383,6 +489,7 @@ ml_session_run(struct ml_session *s, struct ml_err *e)
 		}
 		struct ml_opctx c;
 		ml_node_ctx(&c, g, n, s->in, s->out, e);
+		c.sess = s;
 		if ((rc = ml_cpu_kernel_get(n->op)(&c)) < 0)
 			goto fail;
 		for (int j = 0; j < n->n_out; j++)

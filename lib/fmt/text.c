@@ -256,9 +256,20 @@ mlt_infer_node(struct mlt_gstate *gs, int ni)
 	struct ml_tval iv[MAXIO], ov[MAXIO], *in[MAXIO], *out[MAXIO];
 	struct ml_err e2 = { 0 };
 
-	if (n->op == ML_OP_NONE || ml_opdef_get(n->op) == NULL || n->n_in > MAXIO ||
-	    n->n_out > MAXIO || mlt_gs_grow(gs) < 0)
+	const struct ml_opdef *d = n->op != ML_OP_NONE ? ml_opdef_get(n->op) : NULL;
+
+	/*
+	 * Inference trusts the arity the registry gives, as ml_graph_validate
+	 * checks it before any other inference runs; here it runs first.
+	 */
+	if (d == NULL || d->infer == NULL || n->n_in > MAXIO || n->n_out > MAXIO ||
+	    n->n_in < d->min_in || (d->max_in >= 0 && n->n_in > d->max_in) ||
+	    n->n_out < d->min_out || (d->max_out >= 0 && n->n_out > d->max_out) ||
+	    mlt_gs_grow(gs) < 0)
 		return;
+	for (int j = 0; j < d->min_in; j++)
+		if (n->in[j] < 0)
+			return;
 	for (int j = 0; j < n->n_in; j++) {
 		in[j] = NULL;
 		if (n->in[j] >= 0) {

@@ -380,7 +380,13 @@ mlt_take_name(struct mlt_parser *p, char **out)
 	if ((*out = ml_malloc(n + 1)) == NULL)
 		return mlt_nomem(p);
 	memcpy(*out, s, n + 1);
-	return mlt_next(p);
+	int rc = mlt_next(p);
+	if (rc < 0) {
+		/* nothing is returned on failure, so callers free nothing */
+		ml_free(*out);
+		*out = NULL;
+	}
+	return rc;
 }
 
 /* mlt_take_string: consume a STRING token into g's arena. */

@@ -241,16 +241,23 @@ auto_pad(struct ml_opctx *c, int *ap)
 	return 0;
 }
 
-/* split_pad: total padding into before/after, the odd one after for SAME_UPPER. */
+/*
+ * split_pad: total padding into before/after, the odd one after for
+ * SAME_UPPER and before otherwise. The halving floors, as ONNX's reference
+ * does, which matters for ConvTranspose's negative totals (an output_shape
+ * past the full output): the extra output then goes at the end.
+ */
 static void
 split_pad(int64_t total, bool upper, int64_t *pb, int64_t *pe)
 {
+	int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+
 	if (upper) {
-		*pb = total / 2;
-		*pe = total - *pb;
+		*pb = half;
+		*pe = total - half;
 	} else {
-		*pe = total / 2;
-		*pb = total - *pe;
+		*pe = half;
+		*pb = total - half;
 	}
 }
 
