@@ -8,13 +8,21 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
-#include <float.h>
-
 #include "cpu/elem.h"
 #include "cpu/nn.h"
 
 /* Elements per ml_parallel_for chunk of pooling work. */
 #define POOL_GRAIN 32768
+
+/*
+ * struct win: for each output index along one dim, the first input index
+ * of its window and the range [lo, hi) of kernel taps that land inside the
+ * input, so the window loops need no bounds checks; cpad counts the taps
+ * inside the padded input (AveragePool's count_include_pad divisor).
+ */
+struct win {
+	int64_t start, lo, hi, cpad;
+};
 
 struct pool_job {
 	const struct ml_conv3 *v;
@@ -24,9 +32,38 @@ struct pool_job {
 	bool colmajor;		/* storage_order=1 */
 	double p;		/* LpPool */
 	int kind;		/* AVG or LP */
+	const struct win *w[3];	/* per dim, one entry per output index */
 };
 
 enum { POOL_AVG, POOL_LP };
+
+/* make_wins: the struct win tables of v's three dims, in one allocation (free *w[0]). */
+static int
+make_wins(struct ml_opctx *c, const struct ml_conv3 *v, const struct win **w)
+{
+	struct win *t = ml_malloc(sizeof *t * (size_t)(v->out[0] + v->out[1] + v->out[2] + 1));
+
+	if (t == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	for (int a = 0; a < 3; a++) {
+		w[a] = t;
+		for (int64_t o = 0; o < v->out[a]; o++, t++) {
+			int64_t st = o * v->s[a] - v->p[a], lo, hi;
+			/* taps k with 0 <= st + k * d < in */
+			ml_valid_range(st, v->d[a], v->in[a], v->k[a], &lo, &hi);
+			t->start = st;
+			t->lo = lo;
+			t->hi = hi;
+			t->cpad = 0;
+			for (int64_t k = 0; k < v->k[a]; k++) {
+				int64_t q = st + k * v->d[a];
+				if (q >= -v->p[a] && q < v->in[a] + v->pe[a])
+					t->cpad++;
+			}
+		}
+	}
+	return 0;
+}
 
 static int64_t
 plane_grain(const struct ml_conv3 *v)
@@ -39,6 +76,7 @@ plane_grain(const struct ml_conv3 *v)
  * Max over each window; padding never wins. The index is that of the
  * flattened input, row-major, or column-major over the spatial dims
  * with storage_order=1; either way the first of equal maxima is kept.
+ * A window wholly in the padding gives the type's lowest value.
  */
 #define MAXPOOL(SUF, T, LOWEST)							\
 static void									\
@@ -47,42 +85,45 @@ maxpool_##SUF(void *ctx, int64_t b, int64_t e)					\
 	const struct pool_job *j = ctx;						\
 	const struct ml_conv3 *v = j->v;					\
 	int64_t D = v->in[0], H = v->in[1], W = v->in[2];			\
+	int64_t dd = v->d[0], dh = v->d[1], dw = v->d[2];			\
 	for (int64_t pl = b; pl < e; pl++) {					\
 		const T *x = (const T *)j->x + pl * v->insz;			\
 		T *y = (T *)j->y + pl * v->outsz;				\
 		int64_t *ix = j->idx != NULL ? j->idx + pl * v->outsz : NULL;	\
 		int64_t o = 0;							\
-		for (int64_t od = 0; od < v->out[0]; od++)			\
-		for (int64_t oh = 0; oh < v->out[1]; oh++)			\
+		for (int64_t od = 0; od < v->out[0]; od++) {			\
+		const struct win *wd = &j->w[0][od];				\
+		for (int64_t oh = 0; oh < v->out[1]; oh++) {			\
+		const struct win *wh = &j->w[1][oh];				\
 		for (int64_t ow = 0; ow < v->out[2]; ow++, o++) {		\
+			const struct win *ww = &j->w[2][ow];			\
 			T best = LOWEST;					\
-			int64_t bi = 0;						\
-			bool any = false;					\
-			for (int64_t kd = 0; kd < v->k[0]; kd++) {		\
-				int64_t id = od * v->s[0] - v->p[0] + kd * v->d[0]; \
-				if (id < 0 || id >= D)				\
-					continue;				\
-				for (int64_t kh = 0; kh < v->k[1]; kh++) {	\
-					int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1]; \
-					if (ih < 0 || ih >= H)			\
+			int64_t bi = -1;					\
+			for (int64_t kd = wd->lo; kd < wd->hi; kd++) {		\
+				int64_t id = wd->start + kd * dd;		\
+				for (int64_t kh = wh->lo; kh < wh->hi; kh++) {	\
+					int64_t ih = wh->start + kh * dh;	\
+					const T *row = x + (id * H + ih) * W + ww->start; \
+					if (ix == NULL) {			\
+						for (int64_t kw = ww->lo; kw < ww->hi; kw++) \
+							best = row[kw * dw] > best ? row[kw * dw] : best; \
 						continue;			\
-					const T *row = x + (id * H + ih) * W;	\
-					for (int64_t kw = 0; kw < v->k[2]; kw++) { \
-						int64_t iw = ow * v->s[2] - v->p[2] + kw * v->d[2]; \
-						if (iw < 0 || iw >= W)		\
-							continue;		\
-						if (!any || row[iw] > best) {	\
-							best = row[iw];		\
+					}					\
+					for (int64_t kw = ww->lo; kw < ww->hi; kw++) { \
+						if (bi < 0 || row[kw * dw] > best) { \
+							int64_t iw = ww->start + kw * dw; \
+							best = row[kw * dw];	\
 							bi = j->colmajor ? id + ih * D + iw * D * H : \
 							     (id * H + ih) * W + iw; \
-							any = true;		\
 						}				\
 					}					\
 				}						\
 			}							\
 			y[o] = best;						\
 			if (ix != NULL)						\
-				ix[o] = pl * v->insz + bi;			\
+				ix[o] = pl * v->insz + ML_MAX(bi, 0);		\
+		}								\
+		}								\
 		}								\
 	}									\
 }
@@ -111,8 +152,10 @@ ml_cpu_max_pool(struct ml_opctx *c)
 	}
 	struct pool_job j = { &v, c->in[0]->data, c->out[0]->data,
 			      c->n_out > 1 ? c->out[1]->data : NULL,
-			      ml_attr_int(c->node, "storage_order", 0) == 1, 0, 0 };
+			      ml_attr_int(c->node, "storage_order", 0) == 1, 0, 0, { NULL } };
+	ML_TRY(make_wins(c, &v, j.w));
 	ml_parallel_for(v.n * v.cin, plane_grain(&v), fn, &j);
+	ml_free((void *)j.w[0]);
 	return 0;
 }
 
@@ -128,56 +171,46 @@ sumpool_##SUF(void *ctx, int64_t b, int64_t e)					\
 {										\
 	const struct pool_job *j = ctx;						\
 	const struct ml_conv3 *v = j->v;					\
-	int64_t D = v->in[0], H = v->in[1], W = v->in[2];			\
+	int64_t H = v->in[1], W = v->in[2];					\
+	int64_t dd = v->d[0], dh = v->d[1], dw = v->d[2];			\
 	double p = j->p;							\
 	for (int64_t pl = b; pl < e; pl++) {					\
 		const T *x = (const T *)j->x + pl * v->insz;			\
 		T *y = (T *)j->y + pl * v->outsz;				\
 		int64_t o = 0;							\
-		for (int64_t od = 0; od < v->out[0]; od++)			\
-		for (int64_t oh = 0; oh < v->out[1]; oh++)			\
+		for (int64_t od = 0; od < v->out[0]; od++) {			\
+		const struct win *wd = &j->w[0][od];				\
+		for (int64_t oh = 0; oh < v->out[1]; oh++) {			\
+		const struct win *wh = &j->w[1][oh];				\
 		for (int64_t ow = 0; ow < v->out[2]; ow++, o++) {		\
+			const struct win *ww = &j->w[2][ow];			\
 			double s = 0;						\
-			int64_t cnt = 0, cpad[3] = { 0, 0, 0 };			\
-			int64_t st[3] = { od * v->s[0] - v->p[0], oh * v->s[1] - v->p[1], \
-					  ow * v->s[2] - v->p[2] };		\
-			for (int a = 0; a < 3; a++)				\
-				for (int64_t k = 0; k < v->k[a]; k++) {		\
-					int64_t q = st[a] + k * v->d[a];	\
-					if (q >= -v->p[a] && q < v->in[a] + v->pe[a]) \
-						cpad[a]++;			\
-				}						\
-			for (int64_t kd = 0; kd < v->k[0]; kd++) {		\
-				int64_t id = st[0] + kd * v->d[0];		\
-				if (id < 0 || id >= D)				\
-					continue;				\
-				for (int64_t kh = 0; kh < v->k[1]; kh++) {	\
-					int64_t ih = st[1] + kh * v->d[1];	\
-					if (ih < 0 || ih >= H)			\
-						continue;			\
-					const T *row = x + (id * H + ih) * W;	\
-					for (int64_t kw = 0; kw < v->k[2]; kw++) { \
-						int64_t iw = st[2] + kw * v->d[2]; \
-						if (iw < 0 || iw >= W)		\
-							continue;		\
-						double xv = row[iw];		\
+			for (int64_t kd = wd->lo; kd < wd->hi; kd++) {		\
+				int64_t id = wd->start + kd * dd;		\
+				for (int64_t kh = wh->lo; kh < wh->hi; kh++) {	\
+					int64_t ih = wh->start + kh * dh;	\
+					const T *row = x + (id * H + ih) * W + ww->start; \
+					for (int64_t kw = ww->lo; kw < ww->hi; kw++) { \
+						double xv = row[kw * dw];	\
 						if (j->kind == POOL_AVG)	\
 							s += xv;		\
 						else if (p == 2)		\
 							s += xv * xv;		\
 						else				\
 							s += pow(fabs(xv), p);	\
-						cnt++;				\
 					}					\
 				}						\
 			}							\
 			if (j->kind == POOL_AVG) {				\
 				int64_t dv = v->count_include_pad ?		\
-					cpad[0] * cpad[1] * cpad[2] : cnt;	\
+					wd->cpad * wh->cpad * ww->cpad :	\
+					(wd->hi - wd->lo) * (wh->hi - wh->lo) * (ww->hi - ww->lo); \
 				y[o] = (T)(dv > 0 ? s / (double)dv : 0);	\
 			} else {						\
 				y[o] = (T)(p == 2 ? sqrt(s) : p == 1 ? s : pow(s, 1 / p)); \
 			}							\
+		}								\
+		}								\
 		}								\
 	}									\
 }
@@ -207,8 +240,10 @@ run_sumpool(struct ml_opctx *c, int kind)
 				 ml_dtype_name(c->in[0]->dtype));
 	}
 	struct pool_job j = { &v, c->in[0]->data, c->out[0]->data, NULL, false,
-			      kind == POOL_LP ? lp_p(c->node) : 0, kind };
+			      kind == POOL_LP ? lp_p(c->node) : 0, kind, { NULL } };
+	ML_TRY(make_wins(c, &v, j.w));
 	ml_parallel_for(v.n * v.cin, plane_grain(&v), fn, &j);
+	ml_free((void *)j.w[0]);
 	return 0;
 }
 

@@ -23,6 +23,8 @@ struct ml_session {
 	int plan_key_n;
 	bool planned;
 	double *node_time;
+	bool check_shapes;
+	struct ml_err *err_sink;	/* the error struct of the run in progress */	/* ML_CHECK_SHAPES=1: compare results with static inference */
 	struct ml_tval **in, **out;
 	int max_io;
 };
@@ -130,6 +132,8 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 					mark_outer_uses(s, at->graphs[k], i, 0);
 		}
 	s->arena_bytes = -1;
+	const char *cs = getenv("ML_CHECK_SHAPES");
+	s->check_shapes = cs != NULL && strcmp(cs, "1") == 0;
 	*out = s;
 	return 0;
 }
@@ -357,6 +361,38 @@ plan_valid(struct ml_session *s)
 }
 
 /*
+ * check_static: with ML_CHECK_SHAPES=1, every kernel result must agree
+ * with what static inference said of it at load: the dtype, the rank and
+ * every dim it knew. Tests run the whole ONNX suite this way.
+ */
+static int
+check_static(struct ml_session *s, const struct ml_node *n)
+{
+	const struct ml_graph *g = s->g;
+	for (int j = 0; j < n->n_out; j++) {
+		int t = n->out[j];
+		if (t < 0)
+			continue;
+		const struct ml_tensor *st = g->tensors[t];
+		const struct ml_tval *v = &s->vals[t];
+		bool ok = st->dtype == ML_UNDEF || st->dtype == v->dtype;
+		ok = ok && (st->rank < 0 || st->rank == v->rank);
+		for (int d = 0; ok && st->rank >= 0 && d < st->rank; d++)
+			ok = st->dims[d] < 0 || st->dims[d] == v->dims[d];
+		if (!ok) {
+			char a[128], b[128];
+			struct ml_tval sv;
+			ml_graph_tval(g, t, &sv);
+			return ml_fail(s->err_sink, ML_EINVAL,
+				       "node '%s' (%s): output '%s' is %s but inference said %s",
+				       n->name, n->op_type, st->name, ml_tval_shape_str(v, a, sizeof a),
+				       ml_tval_shape_str(&sv, b, sizeof b));
+		}
+	}
+	return 0;
+}
+
+/*
  * resolve_outer: give every name the subgraph reads but does not define
  * the value it has in the nearest enclosing session (borrowed).
  */
@@ -422,6 +458,7 @@ ml_session_run(struct ml_session *s, struct ml_err *e)
 	const struct ml_graph *g = s->g;
 	int rc = 0;
 
+	s->err_sink = e;
 	if (s->parent != NULL)
 		resolve_outer(s);
 	for (int i = 0; i < g->n_inputs; i++) {
@@ -495,6 +532,8 @@ ml_session_run(struct ml_session *s, struct ml_err *e)
 		for (int j = 0; j < n->n_out; j++)
 			if (n->out[j] < 0)
 				ml_tval_clear(&scratch[j]);
+		if (s->check_shapes && (rc = check_static(s, n)) < 0)
+			goto fail;
 		/* release heap values after their last reader */
 		for (int j = 0; j < n->n_in; j++) {
 			int t = n->in[j];
