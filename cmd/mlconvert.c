@@ -326,7 +326,13 @@ print_info(struct ml_graph *g, const char *path, bool json)
 		const struct ml_tensor *t = g->tensors[g->outputs[i]];
 		printf("  %-*s  %s\n", w, t->name, shape_str(t, buf, sizeof buf));
 	}
-	printf("ops: %d nodes\n", g->n_nodes);
+	int64_t total = 0;
+	for (int i = 0; i < c.n; i++)
+		total += c.ops[i].n;
+	if (total != g->n_nodes)
+		printf("ops: %d nodes, %lld with subgraphs\n", g->n_nodes, (long long)total);
+	else
+		printf("ops: %d nodes\n", g->n_nodes);
 	w = 4;
 	for (int i = 0; i < c.n; i++)
 		w = imax(w, (int)strlen(c.ops[i].name));

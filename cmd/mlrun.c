@@ -37,8 +37,10 @@ static _Noreturn void
 usage(FILE *fp, int status)
 {
 	fprintf(fp, "usage: %s\n", synopsis);
-	if (status == 0)
+	if (status == 0) {
 		fprintf(fp, "\n%s", help_text);
+		exit(finish_stdout());
+	}
 	exit(status);
 }
 

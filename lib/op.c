@@ -129,8 +129,8 @@ ml_node_infer(const struct ml_graph *g, const struct ml_node *n, struct ml_tval 
 static bool
 is_random(enum ml_op op)
 {
-	(void)op;
-	return false;
+	return op == ML_OP_BERNOULLI || op == ML_OP_RANDOM_UNIFORM || op == ML_OP_RANDOM_NORMAL ||
+	       op == ML_OP_RANDOM_UNIFORM_LIKE || op == ML_OP_RANDOM_NORMAL_LIKE;
 }
 
 /*

@@ -65,7 +65,7 @@ filesize() {
 # on_tty CMD...: run CMD with stdout (and stdin, stderr) on a pseudo-terminal;
 # its output goes to tty.out and the command's status is returned.
 on_tty() {
-	local cmd= a
+	local cmd='' a
 	for a in "$@"; do
 		cmd="$cmd $(printf '%q' "$a")"
 	done

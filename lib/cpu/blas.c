@@ -1,17 +1,66 @@
 /*
  * blas.c: the library's only use of cblas.h: row-major GEMM wrappers that
  * check sizes against BLAS's int, route a single row or column to GEMV
- * (OpenBLAS's GEMM is slow on those), and set OpenBLAS's thread count.
+ * (OpenBLAS's GEMM is slow on those), set OpenBLAS's thread count, and
+ * pick OpenBLAS's AVX-512 kernels on CPUs newer than the OpenBLAS build.
  */
 #include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <strings.h>
 
 #include <cblas.h>
 
 #include "cpu/nn.h"
 
+/*
+ * A DYNAMIC_ARCH OpenBLAS picks its kernels once, at load, from the CPU
+ * model; a CPU it does not know (Debian 12's 0.3.21 on AMD Zen 4 and 5)
+ * gets the AVX2 "Haswell" kernels even when it has AVX-512, which run
+ * SGEMM at about 60% of the speed of the "SkylakeX" ones there. These two
+ * exported functions of DYNAMIC_ARCH builds redo the choice, honouring
+ * OPENBLAS_CORETYPE; they are weak so that other OpenBLAS builds (and
+ * other BLAS libraries) still link, and the switch is then skipped.
+ */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+static pthread_once_t core_once = PTHREAD_ONCE_INIT;
+
+static void
+pick_core(void)
+{
+	const char *name = openblas_get_corename();
+
+	if (gotoblas_dynamic_init == NULL || gotoblas_dynamic_quit == NULL ||
+	    getenv("OPENBLAS_CORETYPE") != NULL || name == NULL)
+		return;
+	if (strcasecmp(name, "Haswell") != 0 && strcasecmp(name, "Zen") != 0)
+		return;
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512cd") ||
+	    !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512dq") ||
+	    !__builtin_cpu_supports("avx512vl"))
+		return;
+	/* the variable is only read by gotoblas_dynamic_init, and removed again at once */
+	if (setenv("OPENBLAS_CORETYPE", "SkylakeX", 0) != 0)
+		return;
+	gotoblas_dynamic_quit();
+	gotoblas_dynamic_init();
+	unsetenv("OPENBLAS_CORETYPE");
+}
+
+/* blas_init: run before the first BLAS call of the process, while no other is in flight. */
+static void
+blas_init(void)
+{
+	pthread_once(&core_once, pick_core);
+}
+
 void
 ml_cblas_set_threads(int n)
 {
+	blas_init();
 	openblas_set_num_threads(n);
 }
 
@@ -28,6 +77,7 @@ fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
  * so that garbage (NaN) in an unwritten output never leaks through.
  */
 #define GEMM_BODY(T, PFX)							\
+	blas_init();								\
 	if (!fits(m, n, k, lda, ldb, ldc))					\
 		return false;							\
 	if (m == 0 || n == 0)							\

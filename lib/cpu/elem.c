@@ -280,6 +280,9 @@ BROW(r_prelu_i8, int8_t, int8_t, x < 0 ? (uint64_t)x * (uint64_t)y : (uint64_t)x
 BROW(r_prelu_i16, int16_t, int16_t, x < 0 ? (uint64_t)x * (uint64_t)y : (uint64_t)x)
 BROW(r_prelu_i32, int32_t, int32_t, x < 0 ? (uint64_t)x * (uint64_t)y : (uint64_t)x)
 BROW(r_prelu_i64, int64_t, int64_t, x < 0 ? (uint64_t)x * (uint64_t)y : (uint64_t)x)
+/* PRelu of unsigned values, never negative, is x itself. */
+#define UPRELU_ROW(SUF, T) BROW(r_prelu_##SUF, T, T, ((void)y, x))
+UINT_TYPES(UPRELU_ROW)
 
 /*
  * Integer Pow by squaring, wrapping like numpy's. A negative exponent
@@ -370,6 +373,7 @@ bin_row(enum ml_op op, enum ml_dtype t, bool fmod_attr)
 	case DT: \
 		switch (op) { \
 		COMMON(SUF) \
+		case ML_OP_PRELU: return r_prelu_##SUF; \
 		default: return NULL; \
 		}
 	FCASE(f32, ML_F32)
@@ -512,7 +516,8 @@ run_variadic(struct ml_opctx *c)
 	for (int i = 1; i < c->n_in; i++)
 		if (c->in[i]->dtype != c->in[0]->dtype)
 			return ml_opfail(c, ML_EINVAL, "inputs have dtypes %s and %s",
-					 ml_dtype_name(c->in[0]->dtype), ml_dtype_name(c->in[i]->dtype));
+					 ml_dtype_name(c->in[0]->dtype),
+					 ml_dtype_name(c->in[i]->dtype));
 	rowfn row = bin_row(op, o->dtype, false);
 	if (row == NULL || (op == ML_OP_MEAN && o->dtype != ML_F32 && o->dtype != ML_F64))
 		return unsupported(c, o->dtype);

@@ -203,7 +203,7 @@ static void
 un_copy(void *o, const void *x, int64_t n, const struct uparm *p)
 {
 	(void)p;
-	if (o != x)
+	if (o != x && n > 0)
 		memcpy(o, x, (size_t)n);
 }
 
@@ -411,7 +411,7 @@ ml_cpu_clip(struct ml_opctx *c)
 	for (int i = 1; i < 3; i++) {
 		const struct ml_tval *b = ML_IN(c, i);
 		if (b != NULL && (b->dtype != x->dtype || ml_tval_numel(b) < 1))
-			return ml_opfail(c, ML_EINVAL, "input %d must be a scalar of the input's dtype", i);
+			return ml_opfail(c, ML_EINVAL, "input %d must be a scalar of x's dtype", i);
 	}
 	switch (x->dtype) {
 #define X(T, SUF, DT, LO, HI) \

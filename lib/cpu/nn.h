@@ -28,7 +28,7 @@ bool ml_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, c
  * until the thread's next larger request for that slot (or process exit);
  * a kernel must not hold it across a call to another kernel.
  */
-#define ML_SCRATCH_SLOTS 2
+#define ML_SCRATCH_SLOTS 3
 void *ml_cpu_scratch(int slot, size_t n);
 
 /*
@@ -71,6 +71,14 @@ ml_valid_range(int64_t off, int64_t s, int64_t lim, int64_t n, int64_t *lo, int6
 /* Kernels of lib/cpu/nn_conv.c. */
 int ml_cpu_conv(struct ml_opctx *c);
 int ml_cpu_conv_transpose(struct ml_opctx *c);
+/*
+ * lib/cpu/nn_wino.c: ml_wino_ok tells whether the f32 Winograd F(4x4, 3x3)
+ * convolution applies to v and pays; ml_wino_conv computes Y (bias
+ * included) with it. It uses scratch slots 0 to 2.
+ */
+bool ml_wino_ok(const struct ml_conv3 *v);
+int ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+		 const float *bias, float *y);
 /* Kernels of lib/cpu/nn_pool.c. */
 int ml_cpu_max_pool(struct ml_opctx *c);
 int ml_cpu_avg_pool(struct ml_opctx *c);

@@ -129,30 +129,128 @@ im2col_rows(void *ctx, int64_t r0, int64_t r1)
 }
 
 /*
+ * SIMD builds of the hot loops: the library is compiled for x86-64-v2
+ * (SSE4), so the loops that matter get AVX2+FMA and AVX-512 clones too,
+ * picked at load time by the CPU (GCC's ifunc-based target_clones).
+ */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define ML_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ML_CLONES
+#endif
+
+/*
  * Depthwise (one input channel per group) 2-D convolution, plane by
  * plane. Each kernel tap adds w * (a row of the input) into the output
  * row over the range where it reads inside the input; with stride 1 this
- * is a contiguous multiply-add that vectorises.
+ * is a contiguous multiply-add that vectorises. 3x3 kernels without
+ * dilation (MobileNet's and EfficientNet's) take dw3_row instead, which
+ * sums all nine taps in registers in one pass over the output row.
  */
 struct dw_job {
 	const struct ml_conv3 *v;
-	const float *x, *w;
+	const float *x, *w, *bias;
 	float *y;
 };
 
+/*
+ * dw3_row: one output row of a 3x3 depthwise convolution with stride S
+ * along the row, from input rows r[0..2] (a row outside the input comes
+ * with zero weights and any valid pointer). Outputs whose window lies
+ * inside the row run the unchecked loop; the few at the edges check.
+ */
+#define DW3_ROW(S)								\
+static void									\
+dw3_row_s##S(float *restrict yr, const float *const *r, const float *w, float b, \
+	     int64_t OW, int64_t W, int64_t pl)					\
+{										\
+	int64_t lo = (pl + S - 1) / S, hi = W >= 3 ? (W - 3 + pl) / S + 1 : 0;	\
+	lo = ML_MIN(lo, OW);							\
+	hi = ML_MAX(ML_MIN(hi, OW), lo);					\
+	const float *r0 = r[0], *r1 = r[1], *r2 = r[2];				\
+	float w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];	\
+	float w6 = w[6], w7 = w[7], w8 = w[8];					\
+	for (int64_t ow = 0; ow < OW; ow++) {					\
+		if (ow == lo) {							\
+			const float *p0 = r0 + lo * S - pl, *p1 = r1 + lo * S - pl; \
+			const float *p2 = r2 + lo * S - pl;			\
+			float *q = yr + lo;					\
+			for (int64_t i = 0; i < hi - lo; i++)			\
+				q[i] = b + w0 * p0[i * S] + w1 * p0[i * S + 1] + w2 * p0[i * S + 2] + \
+				       w3 * p1[i * S] + w4 * p1[i * S + 1] + w5 * p1[i * S + 2] + \
+				       w6 * p2[i * S] + w7 * p2[i * S + 1] + w8 * p2[i * S + 2]; \
+			ow = hi - 1;						\
+			if (hi > lo)						\
+				continue;					\
+			ow = lo;						\
+		}								\
+		float acc = b;							\
+		for (int64_t kw = 0; kw < 3; kw++) {				\
+			int64_t iw = ow * S - pl + kw;				\
+			if (iw < 0 || iw >= W)					\
+				continue;					\
+			acc += w[kw] * r0[iw] + w[3 + kw] * r1[iw] + w[6 + kw] * r2[iw]; \
+		}								\
+		yr[ow] = acc;							\
+	}									\
+}
+ML_CLONES DW3_ROW(1)
+ML_CLONES DW3_ROW(2)
+
 static void
+dw3_plane(const struct ml_conv3 *v, const float *x, const float *w, float b, float *y)
+{
+	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], OH = v->out[1];
+
+	for (int64_t oh = 0; oh < OH; oh++) {
+		const float *r[3];
+		float wr[9];
+		int64_t valid = -1;
+		for (int kh = 0; kh < 3; kh++) {
+			int64_t ih = oh * v->s[1] - v->p[1] + kh;
+			if (ih >= 0 && ih < H)
+				valid = ih;
+		}
+		if (valid < 0) {
+			for (int64_t ow = 0; ow < OW; ow++)
+				y[oh * OW + ow] = b;
+			continue;
+		}
+		for (int kh = 0; kh < 3; kh++) {
+			int64_t ih = oh * v->s[1] - v->p[1] + kh;
+			bool in = ih >= 0 && ih < H;
+			r[kh] = x + (in ? ih : valid) * W;
+			for (int kw = 0; kw < 3; kw++)
+				wr[kh * 3 + kw] = in ? w[kh * 3 + kw] : 0.0f;
+		}
+		if (v->s[2] == 1)
+			dw3_row_s1(y + oh * OW, r, wr, b, OW, W, v->p[2]);
+		else
+			dw3_row_s2(y + oh * OW, r, wr, b, OW, W, v->p[2]);
+	}
+}
+
+ML_CLONES static void
 dw_planes(void *ctx, int64_t b, int64_t e)
 {
 	const struct dw_job *j = ctx;
 	const struct ml_conv3 *v = j->v;
 	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], OH = v->out[1];
 	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2];
+	bool k3 = KH == 3 && KW == 3 && v->d[1] == 1 && v->d[2] == 1 && (sw == 1 || sw == 2);
 
 	for (int64_t pl = b; pl < e; pl++) {
 		int64_t n = pl / v->cout, oc = pl % v->cout, ic = oc / v->mg;
 		const float *x = j->x + (n * v->cin + ic) * v->insz;
 		const float *w = j->w + oc * v->ksz;
 		float *y = j->y + pl * v->outsz;
+		float bias = j->bias != NULL ? j->bias[oc] : 0.0f;
+		if (k3) {
+			dw3_plane(v, x, w, bias, y);
+			continue;
+		}
+		for (int64_t i = 0; i < v->outsz; i++)
+			y[i] = bias;
 		for (int64_t oh = 0; oh < OH; oh++) {
 			float *yr = y + oh * OW;
 			for (int64_t kh = 0; kh < KH; kh++) {
@@ -186,16 +284,18 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 	float *y = c->out[0]->data;
 	int64_t K = v->cg * v->ksz;
 
-	fill_bias(y, bias, v->n, v->cout, v->outsz);
 	if (v->outsz == 0 || v->n == 0 || v->cout == 0)
 		return 0;
 	if (v->cg == 1 && v->in[0] == 1 && v->k[0] == 1 && v->out[0] == 1 &&
 	    v->p[0] == 0) {
-		struct dw_job j = { v, x, w, y };
+		struct dw_job j = { v, x, w, bias, y };
 		int64_t work = v->outsz * v->ksz;
 		ml_parallel_for(v->n * v->cout, ML_MAX(1, 32768 / ML_MAX(work, 1)), dw_planes, &j);
 		return 0;
 	}
+	if (ml_wino_ok(v))
+		return ml_wino_conv(c, v, x, w, bias, y);
+	fill_bias(y, bias, v->n, v->cout, v->outsz);
 	bool pointwise = v->ksz == 1;
 	for (int i = 0; i < 3; i++)
 		if (v->s[i] != 1 || v->p[i] != 0 || v->in[i] != v->out[i])

@@ -132,6 +132,59 @@ MAXPOOL(f64, double, -INFINITY)
 MAXPOOL(i8, int8_t, INT8_MIN)
 MAXPOOL(u8, uint8_t, 0)
 
+/*
+ * 2-D f32 MaxPool without Indices, separably: the max across each
+ * window's columns for every input row first, then down each window's
+ * rows, which is contiguous along the output row and vectorises. A chunk
+ * of planes shares one [in rows, out cols] buffer.
+ */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+static void
+maxpool2d_f32(void *ctx, int64_t b, int64_t e)
+{
+	const struct pool_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t H = v->in[1], W = v->in[2], OH = v->out[1], OW = v->out[2];
+	int64_t dh = v->d[1], dw = v->d[2];
+	float *hm = ml_malloc(sizeof(float) * (size_t)ML_MAX(H * OW, 1));
+
+	if (hm == NULL) {
+		/* no memory for the fast way: the general loop needs none */
+		maxpool_f32(ctx, b, e);
+		return;
+	}
+	for (int64_t pl = b; pl < e; pl++) {
+		const float *x = (const float *)j->x + pl * v->insz;
+		float *y = (float *)j->y + pl * v->outsz;
+		for (int64_t ih = 0; ih < H; ih++) {
+			const float *xr = x + ih * W;
+			float *hr = hm + ih * OW;
+			for (int64_t ow = 0; ow < OW; ow++) {
+				const struct win *ww = &j->w[2][ow];
+				const float *p = xr + ww->start;
+				float m = -INFINITY;
+				for (int64_t kw = ww->lo; kw < ww->hi; kw++)
+					m = p[kw * dw] > m ? p[kw * dw] : m;
+				hr[ow] = m;
+			}
+		}
+		for (int64_t oh = 0; oh < OH; oh++) {
+			const struct win *wh = &j->w[1][oh];
+			float *yr = y + oh * OW;
+			for (int64_t ow = 0; ow < OW; ow++)
+				yr[ow] = -INFINITY;
+			for (int64_t kh = wh->lo; kh < wh->hi; kh++) {
+				const float *hr = hm + (wh->start + kh * dh) * OW;
+				for (int64_t ow = 0; ow < OW; ow++)
+					yr[ow] = hr[ow] > yr[ow] ? hr[ow] : yr[ow];
+			}
+		}
+	}
+	ml_free(hm);
+}
+
 int
 ml_cpu_max_pool(struct ml_opctx *c)
 {
@@ -154,6 +207,9 @@ ml_cpu_max_pool(struct ml_opctx *c)
 			      c->n_out > 1 ? c->out[1]->data : NULL,
 			      ml_attr_int(c->node, "storage_order", 0) == 1, 0, 0, { NULL } };
 	ML_TRY(make_wins(c, &v, j.w));
+	if (fn == maxpool_f32 && j.idx == NULL && v.in[0] == 1 && v.k[0] == 1 && v.out[0] == 1 &&
+	    v.p[0] == 0)
+		fn = maxpool2d_f32;
 	ml_parallel_for(v.n * v.cin, plane_grain(&v), fn, &j);
 	ml_free((void *)j.w[0]);
 	return 0;

@@ -147,7 +147,8 @@ red_##SUF(enum ml_op op, const void *x_, void *y_, int64_t R, int64_t IN, int64_
 						m[i - ib] = 0; \
 				for (int64_t r = 0; r < R; r++) \
 					for (int64_t i = ib; i < ie; i++) \
-						s[i - ib] += exp((double)xp[r * IN + i] - (double)m[i - ib]); \
+						s[i - ib] += exp((double)xp[r * IN + i] - \
+								 (double)m[i - ib]); \
 				for (int64_t i = ib; i < ie; i++) \
 					y[o * IN + i] = (T)(log(s[i - ib]) + (double)m[i - ib]); \
 			} \
@@ -296,7 +297,8 @@ run_reduce(struct ml_opctx *c)
 	if (!known)
 		return ml_opfail(c, ML_EINVAL, "the axes have no value");
 	if (noop) {
-		memcpy(y->data, x->data, (size_t)ml_tval_nbytes(x));
+		if (ml_tval_nbytes(x) > 0)
+			memcpy(y->data, x->data, (size_t)ml_tval_nbytes(x));
 		return 0;
 	}
 	/* size-1 dims do not matter to the layout, so they are dropped first */

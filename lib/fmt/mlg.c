@@ -10,6 +10,7 @@
 
 #include "ml_impl.h"
 #include "mlg.pb-c.h"
+#include "pbcheck.h"
 
 #define HDR_LEN 16
 #define ZSTD_LEVEL 3
@@ -715,6 +716,8 @@ decode_content(struct ml_graph **out, uint8_t *raw, size_t raw_len, struct ml_er
 	}
 	uint64_t head = align_up(8 + mlen);
 	struct blobref blob = { raw + ML_MIN(head, raw_len), head <= raw_len ? raw_len - head : 0 };
+	if ((rc = ml_pb_check_nesting(raw + 8, (size_t)mlen, &ml__graph__descriptor, e)) < 0)
+		goto fail;
 	m = ml__graph__unpack(&pa, (size_t)mlen, raw + 8);
 	if (m == NULL) {
 		rc = ml_fail(e, ML_EFORMAT, "corrupt graph message");

@@ -12,6 +12,7 @@
 
 #include "ml_impl.h"
 #include "onnx.pb-c.h"
+#include "pbcheck.h"
 
 /*
  * ONNX stores raw_data and external data little-endian; the decoder and
@@ -715,82 +716,6 @@ dec_model(struct dec *d, struct ml_graph *g, Onnx__ModelProto *m)
 	return dec_graph(d, g, m->graph, 0);
 }
 
-/*
- * check_nesting: walk the wire format of buf as a message of type desc and
- * fail when sub-messages nest deeper than MAX_NEST. protobuf-c's unpacker
- * recurses once per level, so a small crafted file (a graph attribute
- * inside a graph attribute, a hundred thousand times) would otherwise
- * exhaust the stack. Other damage is left for the unpacker to find.
- */
-#define MAX_NEST (3 * MAX_DEPTH + 16)
-
-static bool
-get_varint(const uint8_t *p, size_t end, size_t *pos, uint64_t *v)
-{
-	*v = 0;
-	for (int shift = 0; shift < 64 && *pos < end; shift += 7) {
-		uint8_t b = p[(*pos)++];
-		*v |= (uint64_t)(b & 0x7f) << shift;
-		if (!(b & 0x80))
-			return true;
-	}
-	return false;
-}
-
-static int
-check_nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDescriptor *desc,
-	      struct ml_err *e)
-{
-	struct { size_t end; const ProtobufCMessageDescriptor *desc; } st[MAX_NEST];
-	int top = 0;
-	size_t pos = 0;
-
-	st[0].end = len;
-	st[0].desc = desc;
-	while (top >= 0) {
-		if (pos >= st[top].end) {
-			pos = st[top--].end;
-			continue;
-		}
-		uint64_t tag, n;
-		if (!get_varint(buf, st[top].end, &pos, &tag))
-			return 0;
-		switch (tag & 7) {
-		case 0:
-			if (!get_varint(buf, st[top].end, &pos, &n))
-				return 0;
-			break;
-		case 1:
-			pos += 8;
-			break;
-		case 5:
-			pos += 4;
-			break;
-		case 2: {
-			if (!get_varint(buf, st[top].end, &pos, &n) || n > st[top].end - pos)
-				return 0;
-			const ProtobufCFieldDescriptor *f = tag >> 3 > UINT32_MAX ? NULL :
-				protobuf_c_message_descriptor_get_field(st[top].desc,
-									(unsigned)(tag >> 3));
-			if (f == NULL || f->type != PROTOBUF_C_TYPE_MESSAGE) {
-				pos += n;
-				break;
-			}
-			if (top + 1 >= MAX_NEST)
-				return ml_fail(e, ML_EFORMAT, "the model's messages nest deeper "
-					       "than %d levels", MAX_NEST);
-			top++;
-			st[top].end = pos + n;
-			st[top].desc = f->descriptor;
-			break;
-		}
-		default:
-			return 0;
-		}
-	}
-	return 0;
-}
-
 int
 ml_onnx_decode(struct ml_graph **out, const uint8_t *buf, size_t len, const char *dir,
 	       struct ml_err *e)
@@ -803,7 +728,7 @@ ml_onnx_decode(struct ml_graph **out, const uint8_t *buf, size_t len, const char
 	*out = NULL;
 	if (len == 0)
 		return ml_fail(e, ML_EFORMAT, "empty file, not an ONNX model");
-	ML_TRY(check_nesting(buf, len, &onnx__model_proto__descriptor, e));
+	ML_TRY(ml_pb_check_nesting(buf, len, &onnx__model_proto__descriptor, e));
 	Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, len, buf);
 	if (m == NULL)
 		return ml_fail(e, ML_EFORMAT, "not an ONNX model (protobuf parse failed)");

@@ -675,11 +675,16 @@ apply_decl(struct mlt_parser *p, struct mlt_gstate *gs, struct decl *d, enum dct
 	gs->declared[i] = 1;
 	struct ml_tensor *t = g->tensors[i];
 	if (d->has_lit) {
-		struct ml_err e2 = { 0 };
-		int rc = ml_graph_set_data(g, i, d->has_kind ? d->kind : ML_TK_CONST, d->dtype,
-					   d->rank, d->dims, d->data, d->nbytes, &e2);
-		if (rc < 0)
-			return mlt_err(p, &d->at, rc == ML_ENOMEM ? rc : ML_EFORMAT, "%s", e2.msg);
+		/*
+		 * parse_literal checked the size against the shape; the buffer
+		 * moves to the graph, so big weights are never held twice.
+		 */
+		if (ml_graph_owns_data(g, t))
+			ml_free(t->data);
+		t->data = d->data;
+		t->nbytes = d->nbytes;
+		d->data = NULL;
+		t->kind = d->has_kind ? d->kind : ML_TK_CONST;
 	} else if (d->has_kind) {
 		t->kind = d->kind;
 	} else if (ctx == D_INPUT) {

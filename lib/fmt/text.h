@@ -144,8 +144,11 @@ void mlt_fmt_f64(double v, char *buf, size_t n);
 const char *mlt_elem_read(const char *s, size_t n, enum ml_dtype dt, void *dst);
 size_t mlt_b64_len(size_t nbytes);
 void mlt_b64_encode(const uint8_t *src, size_t n, char *dst);
-/* mlt_b64_decode: decode n characters (whitespace skipped); -1 on a bad character or length. */
+/* mlt_b64_table: per byte, its 6-bit value, or -1 bad, -2 white space, -3 '='. */
+const int8_t *mlt_b64_table(void);
+/* mlt_b64_decoded_len: the bytes n characters decode to (white space skipped), or -1. */
 int64_t mlt_b64_decoded_len(const char *s, size_t n);
+/* mlt_b64_decode: decode exactly dlen bytes; -1 on a bad character or length. */
 int mlt_b64_decode(const char *s, size_t n, uint8_t *dst, size_t dlen);
 
 #endif

@@ -4,6 +4,7 @@
  * names, exact number formatting and reading, and base64.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 
 #include "text.h"
@@ -185,42 +186,50 @@ mlt_b64_encode(const uint8_t *src, size_t n, char *dst)
 	}
 }
 
-static int
-b64v(int c)
+/*
+ * b64tab: per byte, its 6-bit value, or B64_SPACE, B64_PAD, B64_BAD. Big
+ * tensors are hundreds of megabytes of base64, so decoding is one table
+ * look-up a character.
+ */
+enum { B64_BAD = -1, B64_SPACE = -2, B64_PAD = -3 };
+static int8_t b64tab[256];
+static pthread_once_t b64_once = PTHREAD_ONCE_INIT;
+
+static void
+b64_init(void)
 {
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
+	for (int i = 0; i < 256; i++)
+		b64tab[i] = B64_BAD;
+	for (int i = 0; i < 64; i++)
+		b64tab[(unsigned char)b64c[i]] = (int8_t)i;
+	b64tab[' '] = b64tab['\t'] = b64tab['\n'] = b64tab['\r'] = B64_SPACE;
+	b64tab['='] = B64_PAD;
 }
 
-static bool
-b64_space(int c)
+const int8_t *
+mlt_b64_table(void)
 {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+	pthread_once(&b64_once, b64_init);
+	return b64tab;
 }
 
 int64_t
 mlt_b64_decoded_len(const char *s, size_t n)
 {
 	int64_t chars = 0, pad = 0;
+	pthread_once(&b64_once, b64_init);
 	for (size_t i = 0; i < n; i++) {
-		int c = (unsigned char)s[i];
-		if (b64_space(c))
-			continue;
-		if (c == '=') {
+		int v = b64tab[(unsigned char)s[i]];
+		if (v >= 0) {
+			if (pad > 0)
+				return -1;
+			chars++;
+		} else if (v == B64_PAD) {
 			pad++;
-		} else if (b64v(c) < 0 || pad > 0) {
+			chars++;
+		} else if (v == B64_BAD) {
 			return -1;
 		}
-		chars++;
 	}
 	if (chars % 4 != 0 || pad > 2)
 		return -1;
@@ -230,14 +239,30 @@ mlt_b64_decoded_len(const char *s, size_t n)
 int
 mlt_b64_decode(const char *s, size_t n, uint8_t *dst, size_t dlen)
 {
+	const unsigned char *q = (const unsigned char *)s, *end = q + n;
 	uint32_t acc = 0;
 	int k = 0;
 	size_t o = 0;
-	for (size_t i = 0; i < n; i++) {
-		int c = (unsigned char)s[i];
-		if (b64_space(c) || c == '=')
+
+	pthread_once(&b64_once, b64_init);
+	while (q < end) {
+		/* the common case: four data characters in a row */
+		if (k == 0 && end - q >= 4 && o + 3 <= dlen) {
+			int a = b64tab[q[0]], b = b64tab[q[1]], c = b64tab[q[2]], d = b64tab[q[3]];
+			if ((a | b | c | d) >= 0) {
+				uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 |
+					     (uint32_t)d;
+				dst[o] = (uint8_t)(v >> 16);
+				dst[o + 1] = (uint8_t)(v >> 8);
+				dst[o + 2] = (uint8_t)v;
+				o += 3;
+				q += 4;
+				continue;
+			}
+		}
+		int v = b64tab[*q++];
+		if (v == B64_SPACE || v == B64_PAD)
 			continue;
-		int v = b64v(c);
 		if (v < 0)
 			return -1;
 		acc = acc << 6 | (uint32_t)v;

@@ -395,6 +395,9 @@ param(struct lctx *c, const char *suffix, enum ml_tkind kind, enum ml_dtype dt, 
 	int rc = ml_graph_set_data(c->g, ti, kind, dt, rank, dims, NULL, (size_t)nb, &e2);
 	if (rc < 0)
 		return mlt_err(c->p, &c->kw, rc, "%s", e2.msg);
+	if (mlt_gs_grow(c->gs) < 0)
+		return mlt_err(c->p, &c->kw, ML_ENOMEM, "out of memory");
+	c->gs->declared[ti] = 1;	/* a later declaration of it is a conflict */
 	void *data = c->g->tensors[ti]->data;
 	uint64_t s = c->p->seed ^ fnv1a64(name);
 	for (int64_t i = 0; i < n; i++) {

@@ -79,12 +79,6 @@ is_id(int c)
 	return is_id0(c) || is_digit(c) || c == '.';
 }
 
-static bool
-is_b64(int c)
-{
-	return is_id0(c) || is_digit(c) || c == '+' || c == '/' || c == '=';
-}
-
 /*
  * lex: the token at *pos into t, advancing *pos past it. Lexical errors
  * are reported here so their positions are exact.
@@ -131,12 +125,13 @@ lex(struct mlt_parser *p, struct mlt_pos *pos, struct mlt_tok *t)
 		if (q - s == 6 && memcmp(s, "base64", 6) == 0 && q < end && *q == '"') {
 			const char *r = q + 1;
 			int l2 = line, c2 = col + 7;
+			const int8_t *tab = mlt_b64_table();
 			while (r < end && *r != '"') {
+				int v = tab[(unsigned char)*r];
 				if (*r == '\n') {
 					l2++;
 					c2 = 1;
-				} else if (!is_b64((unsigned char)*r) && *r != ' ' && *r != '\t' &&
-					   *r != '\r') {
+				} else if (v == -1) {
 					struct mlt_tok at = { .line = l2, .col = c2 };
 					return mlt_err(p, &at, ML_EFORMAT,
 						       "bad character in base64 data");

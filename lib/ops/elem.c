@@ -105,8 +105,8 @@ infer_unary(struct ml_opctx *c)
 	if (c->node->op == ML_OP_GELU) {
 		const char *a = ml_attr_str(c->node, "approximate", "none");
 		if (strcmp(a, "none") != 0 && strcmp(a, "tanh") != 0)
-			return ml_opfail(c, ML_EINVAL, "approximate must be \"none\" or \"tanh\", not \"%s\"",
-					 a);
+			return ml_opfail(c, ML_EINVAL,
+					 "approximate must be \"none\" or \"tanh\", not \"%s\"", a);
 	}
 	return 0;
 }

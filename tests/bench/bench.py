@@ -85,16 +85,28 @@ def convert(binp, src, dst):
         raise RuntimeError("mlconvert exited %d: %s" % (r.returncode, r.stderr.strip()))
 
 
-def peak_rss_kib(cmd):
-    """Run cmd and return its peak resident set size in KiB (from wait4's rusage)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    err = p.stderr.read().decode(errors="replace").strip()
-    p.stderr.close()
-    if p.returncode != 0:
-        raise RuntimeError("%s exited %d: %s" % (cmd[0], p.returncode, err))
-    return ru.ru_maxrss
+def peak_rss_kib(cmd, work):
+    """
+    Run cmd and return its peak resident set size in KiB. Linux keeps the
+    high-water mark across exec, so a child forked from this process (which
+    has PyTorch loaded) would report this process's size: the count comes
+    from /usr/bin/time, or else from a fresh small python.
+    """
+    out = os.path.join(work, "rss.txt")
+    if os.access("/usr/bin/time", os.X_OK):
+        wrap = ["/usr/bin/time", "-f", "%M", "-o", out]
+    else:
+        wrap = ["/usr/bin/python3", "-c",
+                "import resource, subprocess, sys\n"
+                "r = subprocess.run(sys.argv[2:]).returncode\n"
+                "open(sys.argv[1], 'w').write('%d\\n' % "
+                "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+                "sys.exit(r)", out]
+    r = subprocess.run(wrap + cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("%s exited %d: %s" % (cmd[0], r.returncode, r.stderr.strip()))
+    with open(out) as f:
+        return int(f.read().split()[-1])
 
 
 def memory_model(onnx_path):
@@ -208,7 +220,7 @@ def main():
     try:
         rss = peak_rss_kib([os.path.join(a.bin, "mlrun"), mlg, "-i",
                             "input=" + os.path.join(r18, "input.npy"), "--threads",
-                            str(THREADS), "-q"]) * 1024
+                            str(THREADS), "-q"], a.work) * 1024
     except (RuntimeError, OSError) as e:
         rss = None
         print("bench: resnet18 peak RSS: %s" % e, file=sys.stderr)

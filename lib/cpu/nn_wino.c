@@ -1,0 +1,246 @@
+/*
+ * nn_wino.c: f32 3x3 stride-1 convolution by Winograd's F(4x4, 3x3)
+ * (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks").
+ *
+ * Each 4x4 output tile comes from a 6x6 input tile: the input tiles are
+ * transformed (V = B^T d B), the filters too (U = G g G^T), and for each
+ * of the 36 transformed positions one SGEMM multiplies U [M, C] by
+ * V [C, tiles]; the output transform (A^T m A) gives the tiles back. That
+ * is 36 multiplies per 16 outputs and input channel instead of 144, at
+ * the price of the transforms, which are linear passes over memory split
+ * over ml_parallel_for. It pays on the wide layers of ResNet-style
+ * networks; ml_wino_ok keeps it to shapes where the GEMMs stay large.
+ * The error stays near f32 rounding for the magnitudes of real networks
+ * (about 1e-6 relative to the largest output).
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#include <stdatomic.h>
+
+#include "cpu/nn.h"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define ML_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ML_CLONES
+#endif
+
+/* The fewest tiles (GEMM columns) and channels for which Winograd beats im2col + SGEMM. */
+#define WINO_MIN_TILES 36
+#define WINO_MIN_CHANNELS 16
+
+bool
+ml_wino_ok(const struct ml_conv3 *v)
+{
+	int64_t tiles = ((v->out[1] + 3) / 4) * ((v->out[2] + 3) / 4);
+
+	return v->group == 1 && v->k[0] == 1 && v->k[1] == 3 && v->k[2] == 3 && v->in[0] == 1 &&
+	       v->out[0] == 1 && v->p[0] == 0 && v->s[1] == 1 && v->s[2] == 1 && v->d[1] == 1 &&
+	       v->d[2] == 1 && v->cin >= WINO_MIN_CHANNELS && v->cout >= WINO_MIN_CHANNELS &&
+	       tiles >= WINO_MIN_TILES;
+}
+
+struct wino {
+	const struct ml_conv3 *v;
+	int64_t C, M, TH, TW, T;
+	const float *x, *w, *bias;
+	float *y, *U, *V, *Mo;
+	atomic_int nomem;
+};
+
+/*
+ * The filter transform U = G g G^T, for filters [m0, m1). The 36 values
+ * of a filter go to 36 rows of U that lie M * C apart, often a power of
+ * two that would map every store to the same cache set, so a block of
+ * channels is transformed into a local buffer first and each row written
+ * in one contiguous run.
+ */
+#define WINO_CB 64
+
+static void
+wino_filters(void *ctx, int64_t m0, int64_t m1)
+{
+	struct wino *j = ctx;
+	int64_t C = j->C, MC = j->M * j->C;
+	float ub[36][WINO_CB];
+
+	for (int64_t m = m0; m < m1; m++)
+		for (int64_t cb = 0; cb < C; cb += WINO_CB) {
+			int64_t nc = ML_MIN(WINO_CB, C - cb);
+			for (int64_t ci = 0; ci < nc; ci++) {
+				const float *g = j->w + (m * C + cb + ci) * 9;
+				float t[6][3];
+				for (int k = 0; k < 3; k++) {
+					float g0 = g[k], g1 = g[3 + k], g2 = g[6 + k];
+					t[0][k] = g0 * 0.25f;
+					t[1][k] = (g0 + g1 + g2) * (-1.0f / 6);
+					t[2][k] = (g0 - g1 + g2) * (-1.0f / 6);
+					t[3][k] = g0 * (1.0f / 24) + g1 * (1.0f / 12) + g2 * (1.0f / 6);
+					t[4][k] = g0 * (1.0f / 24) - g1 * (1.0f / 12) + g2 * (1.0f / 6);
+					t[5][k] = g2;
+				}
+				for (int r = 0; r < 6; r++) {
+					float g0 = t[r][0], g1 = t[r][1], g2 = t[r][2];
+					ub[r * 6 + 0][ci] = g0 * 0.25f;
+					ub[r * 6 + 1][ci] = (g0 + g1 + g2) * (-1.0f / 6);
+					ub[r * 6 + 2][ci] = (g0 - g1 + g2) * (-1.0f / 6);
+					ub[r * 6 + 3][ci] = g0 * (1.0f / 24) + g1 * (1.0f / 12) + g2 * (1.0f / 6);
+					ub[r * 6 + 4][ci] = g0 * (1.0f / 24) - g1 * (1.0f / 12) + g2 * (1.0f / 6);
+					ub[r * 6 + 5][ci] = g2;
+				}
+			}
+			for (int xi = 0; xi < 36; xi++)
+				memcpy(j->U + xi * MC + m * C + cb, ub[xi], sizeof(float) * (size_t)nc);
+		}
+}
+
+/*
+ * The input transform V = B^T d B for channels [c0, c1) of one image.
+ * Per tile row, the six input rows (zero-padded) are first combined down
+ * the columns, vectorised along the row, then across each tile.
+ */
+ML_CLONES static void
+wino_inputs(void *ctx, int64_t c0, int64_t c1)
+{
+	struct wino *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t H = v->in[1], W = v->in[2], WP = 4 * j->TW + 2, CT = j->C * j->T;
+	float *rows = ml_malloc(sizeof(float) * (size_t)(12 * WP));
+
+	if (rows == NULL) {
+		atomic_store(&j->nomem, 1);
+		return;
+	}
+	float *t = rows + 6 * WP;
+	for (int64_t c = c0; c < c1; c++) {
+		const float *xc = j->x + c * v->insz;
+		for (int64_t ty = 0; ty < j->TH; ty++) {
+			for (int i = 0; i < 6; i++) {
+				int64_t ih = 4 * ty - v->p[1] + i;
+				float *rw = rows + i * WP;
+				if (ih < 0 || ih >= H) {
+					memset(rw, 0, sizeof(float) * (size_t)WP);
+					continue;
+				}
+				/* row q holds input column q - pad: zeros, then the row, then zeros */
+				int64_t lo = ML_MIN(v->p[2], WP), hi = ML_MIN(v->p[2] + W, WP);
+				memset(rw, 0, sizeof(float) * (size_t)lo);
+				memcpy(rw + lo, xc + ih * W + (lo - v->p[2]), sizeof(float) * (size_t)(hi - lo));
+				memset(rw + hi, 0, sizeof(float) * (size_t)(WP - hi));
+			}
+			const float *d0 = rows, *d1 = rows + WP, *d2 = rows + 2 * WP;
+			const float *d3 = rows + 3 * WP, *d4 = rows + 4 * WP, *d5 = rows + 5 * WP;
+			for (int64_t q = 0; q < WP; q++) {
+				t[q] = 4 * d0[q] - 5 * d2[q] + d4[q];
+				t[WP + q] = -4 * d1[q] - 4 * d2[q] + d3[q] + d4[q];
+				t[2 * WP + q] = 4 * d1[q] - 4 * d2[q] - d3[q] + d4[q];
+				t[3 * WP + q] = -2 * d1[q] - d2[q] + 2 * d3[q] + d4[q];
+				t[4 * WP + q] = 2 * d1[q] - d2[q] - 2 * d3[q] + d4[q];
+				t[5 * WP + q] = 4 * d1[q] - 5 * d3[q] + d5[q];
+			}
+			for (int r = 0; r < 6; r++) {
+				const float *tr = t + r * WP;
+				float *o = j->V + (r * 6) * CT + c * j->T + ty * j->TW;
+				for (int64_t tx = 0; tx < j->TW; tx++) {
+					const float *e = tr + 4 * tx;
+					o[tx] = 4 * e[0] - 5 * e[2] + e[4];
+					o[CT + tx] = -4 * e[1] - 4 * e[2] + e[3] + e[4];
+					o[2 * CT + tx] = 4 * e[1] - 4 * e[2] - e[3] + e[4];
+					o[3 * CT + tx] = -2 * e[1] - e[2] + 2 * e[3] + e[4];
+					o[4 * CT + tx] = 2 * e[1] - e[2] - 2 * e[3] + e[4];
+					o[5 * CT + tx] = 4 * e[1] - 5 * e[3] + e[5];
+				}
+			}
+		}
+	}
+	ml_free(rows);
+}
+
+/*
+ * The output transform Y = A^T m A (plus the bias) for filters [m0, m1):
+ * across the tiles first, vectorised along the tile row, then down, into
+ * four row buffers whose valid part is copied to Y.
+ */
+ML_CLONES static void
+wino_outputs(void *ctx, int64_t m0, int64_t m1)
+{
+	struct wino *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t OH = v->out[1], OW = v->out[2], TW = j->TW, MT = j->M * j->T;
+	float *t = ml_malloc(sizeof(float) * (size_t)(24 * TW + 16 * TW));
+
+	if (t == NULL) {
+		atomic_store(&j->nomem, 1);
+		return;
+	}
+	float *orow = t + 24 * TW;	/* [4][4 * TW] */
+	for (int64_t m = m0; m < m1; m++) {
+		float b = j->bias != NULL ? j->bias[m] : 0.0f;
+		for (int64_t ty = 0; ty < j->TH; ty++) {
+			/* t[r][s][tx]: row r of the tile reduced across to output column s */
+			for (int r = 0; r < 6; r++) {
+				const float *p = j->Mo + (r * 6) * MT + m * j->T + ty * TW;
+				float *t0 = t + (r * 4) * TW, *t1 = t0 + TW, *t2 = t1 + TW, *t3 = t2 + TW;
+				for (int64_t tx = 0; tx < TW; tx++) {
+					float e0 = p[tx], e1 = p[MT + tx], e2 = p[2 * MT + tx];
+					float e3 = p[3 * MT + tx], e4 = p[4 * MT + tx], e5 = p[5 * MT + tx];
+					t0[tx] = e0 + e1 + e2 + e3 + e4;
+					t1[tx] = e1 - e2 + 2 * (e3 - e4);
+					t2[tx] = e1 + e2 + 4 * (e3 + e4);
+					t3[tx] = e1 - e2 + 8 * (e3 - e4) + e5;
+				}
+			}
+			for (int s = 0; s < 4; s++) {
+				const float *a0 = t + (0 * 4 + s) * TW, *a1 = t + (1 * 4 + s) * TW;
+				const float *a2 = t + (2 * 4 + s) * TW, *a3 = t + (3 * 4 + s) * TW;
+				const float *a4 = t + (4 * 4 + s) * TW, *a5 = t + (5 * 4 + s) * TW;
+				for (int64_t tx = 0; tx < TW; tx++) {
+					float e0 = a0[tx], e1 = a1[tx], e2 = a2[tx], e3 = a3[tx];
+					float e4 = a4[tx], e5 = a5[tx];
+					orow[0 * 4 * TW + 4 * tx + s] = b + e0 + e1 + e2 + e3 + e4;
+					orow[1 * 4 * TW + 4 * tx + s] = b + e1 - e2 + 2 * (e3 - e4);
+					orow[2 * 4 * TW + 4 * tx + s] = b + e1 + e2 + 4 * (e3 + e4);
+					orow[3 * 4 * TW + 4 * tx + s] = b + e1 - e2 + 8 * (e3 - e4) + e5;
+				}
+			}
+			float *ym = j->y + m * v->outsz;
+			for (int q = 0; q < 4 && 4 * ty + q < OH; q++)
+				memcpy(ym + (4 * ty + q) * OW, orow + q * 4 * TW, sizeof(float) * (size_t)OW);
+		}
+	}
+	ml_free(t);
+}
+
+int
+ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+	     const float *bias, float *y)
+{
+	struct wino j = { .v = v, .C = v->cin, .M = v->cout, .w = w, .bias = bias };
+
+	j.TH = (v->out[1] + 3) / 4;
+	j.TW = (v->out[2] + 3) / 4;
+	j.T = j.TH * j.TW;
+	atomic_init(&j.nomem, 0);
+	j.U = ml_cpu_scratch(2, sizeof(float) * (size_t)(36 * j.M * j.C));
+	j.V = ml_cpu_scratch(0, sizeof(float) * (size_t)(36 * j.C * j.T));
+	j.Mo = ml_cpu_scratch(1, sizeof(float) * (size_t)(36 * j.M * j.T));
+	if (j.U == NULL || j.V == NULL || j.Mo == NULL)
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate Winograd buffers");
+	ml_parallel_for(j.M, ML_MAX(1, 4096 / (j.C * 8)), wino_filters, &j);
+	for (int64_t n = 0; n < v->n; n++) {
+		j.x = x + n * j.C * v->insz;
+		j.y = y + n * j.M * v->outsz;
+		ml_parallel_for(j.C, ML_MAX(1, 16384 / (v->insz * 4)), wino_inputs, &j);
+		if (atomic_load(&j.nomem))
+			return ml_opfail(c, ML_ENOMEM, "out of memory");
+		for (int xi = 0; xi < 36; xi++)
+			if (!ml_sgemm(false, false, j.M, j.T, j.C, 1.0f, j.U + xi * j.M * j.C, j.C,
+				      j.V + xi * j.C * j.T, j.T, 0.0f, j.Mo + xi * j.M * j.T, j.T))
+				return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");
+		ml_parallel_for(j.M, ML_MAX(1, 16384 / (v->outsz * 4)), wino_outputs, &j);
+		if (atomic_load(&j.nomem))
+			return ml_opfail(c, ML_ENOMEM, "out of memory");
+	}
+	return 0;
+}

@@ -1,0 +1,84 @@
+/*
+ * pbcheck.c: a pre-pass over protobuf wire data that bounds how deeply
+ * messages nest, shared by the ONNX and graph-file readers.
+ */
+#include <protobuf-c/protobuf-c.h>
+
+#include "ml_impl.h"
+#include "pbcheck.h"
+
+/*
+ * check_nesting: walk the wire format of buf as a message of type desc and
+ * fail when sub-messages nest deeper than MAX_NEST. protobuf-c's unpacker
+ * recurses once per level, so a small crafted file (a graph attribute
+ * inside a graph attribute, a hundred thousand times) would otherwise
+ * exhaust the stack. Other damage is left for the unpacker to find.
+ */
+
+static bool
+get_varint(const uint8_t *p, size_t end, size_t *pos, uint64_t *v)
+{
+	*v = 0;
+	for (int shift = 0; shift < 64 && *pos < end; shift += 7) {
+		uint8_t b = p[(*pos)++];
+		*v |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80))
+			return true;
+	}
+	return false;
+}
+
+int
+ml_pb_check_nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDescriptor *desc,
+		    struct ml_err *e)
+{
+	struct { size_t end; const ProtobufCMessageDescriptor *desc; } st[MAX_NEST];
+	int top = 0;
+	size_t pos = 0;
+
+	st[0].end = len;
+	st[0].desc = desc;
+	while (top >= 0) {
+		if (pos >= st[top].end) {
+			pos = st[top--].end;
+			continue;
+		}
+		uint64_t tag, n;
+		if (!get_varint(buf, st[top].end, &pos, &tag))
+			return 0;
+		switch (tag & 7) {
+		case 0:
+			if (!get_varint(buf, st[top].end, &pos, &n))
+				return 0;
+			break;
+		case 1:
+			pos += 8;
+			break;
+		case 5:
+			pos += 4;
+			break;
+		case 2: {
+			if (!get_varint(buf, st[top].end, &pos, &n) || n > st[top].end - pos)
+				return 0;
+			const ProtobufCFieldDescriptor *f = tag >> 3 > UINT32_MAX ? NULL :
+				protobuf_c_message_descriptor_get_field(st[top].desc,
+									(unsigned)(tag >> 3));
+			if (f == NULL || f->type != PROTOBUF_C_TYPE_MESSAGE) {
+				pos += n;
+				break;
+			}
+			if (top + 1 >= MAX_NEST)
+				return ml_fail(e, ML_EFORMAT, "the model's messages nest deeper "
+					       "than %d levels", MAX_NEST);
+			top++;
+			st[top].end = pos + n;
+			st[top].desc = f->descriptor;
+			break;
+		}
+		default:
+			return 0;
+		}
+	}
+	return 0;
+}
+

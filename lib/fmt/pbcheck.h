@@ -1,0 +1,23 @@
+/*
+ * pbcheck.h: bounds on protobuf nesting before protobuf-c unpacks (which
+ * recurses once per level, so a small crafted file could exhaust the stack).
+ */
+#ifndef ML_PBCHECK_H
+#define ML_PBCHECK_H
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "ml.h"
+
+/* sub-messages may nest this deep; enough for 32 levels of subgraphs */
+#define MAX_NEST (3 * 32 + 16)
+
+/*
+ * ml_pb_check_nesting: walk buf as a message of type desc; ML_EFORMAT when
+ * sub-messages nest deeper than MAX_NEST. Other damage is left for the
+ * unpacker to find (returns 0).
+ */
+int ml_pb_check_nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDescriptor *desc,
+			struct ml_err *e);
+
+#endif
