@@ -50,10 +50,10 @@ ml_graph_alloc(struct ml_graph *g, size_t n)
 char *
 ml_graph_strndup(struct ml_graph *g, const char *s, size_t n)
 {
-	if (s == NULL)
+	if (s == NULL && n > 0)
 		return NULL;
 	char *p = ml_graph_alloc(g, n + 1);
-	if (p != NULL)
+	if (p != NULL && n > 0)
 		memcpy(p, s, n);
 	return p;
 }

@@ -145,7 +145,12 @@ out:
 	return rc;
 }
 
-/* MaxUnpool: zeros, with X's values at I's flat indices into the output. */
+/*
+ * MaxUnpool: zeros, with X's values at I's flat indices. The indices
+ * address the unpooled shape (in - 1) * stride - pads + kernel; an
+ * output_shape that differs from it (ONNX ignores pads then) gets that
+ * block at its origin, cropped or zero-extended, as ONNX's test data does.
+ */
 static int
 run_max_unpool(struct ml_opctx *c)
 {
@@ -154,15 +159,47 @@ run_max_unpool(struct ml_opctx *c)
 	size_t es = ml_dtype_size(x->dtype);
 	int64_t n = ml_tval_numel(x), ny = ml_tval_numel(y);
 	const int64_t *ip = ind->data;
+	const int64_t *ks, *st, *pads;
+	int nk = ml_attr_ints(c->node, "kernel_shape", &ks);
+	int ns = ml_attr_ints(c->node, "strides", &st);
+	int np = ml_attr_ints(c->node, "pads", &pads);
+	int64_t inf[ML_MAX_RANK], ninf = 1;
+	bool same = true;
 
-	if (ml_tval_numel(ind) != n || es == 0 || y->dtype != x->dtype)
-		return ml_opfail(c, ML_EINVAL, "X and I differ in shape");
+	if (ml_tval_numel(ind) != n || es == 0 || y->dtype != x->dtype || nk != x->rank - 2 ||
+	    y->rank != x->rank)
+		return ml_opfail(c, ML_EINVAL, "X, I and the output disagree in shape");
+	inf[0] = x->dims[0];
+	inf[1] = x->dims[1];
+	for (int i = 0; i < nk; i++) {
+		int64_t p = np > 0 && ML_IN(c, 2) == NULL ? pads[i] + pads[nk + i] : 0;
+		inf[2 + i] = (x->dims[2 + i] - 1) * (ns > 0 ? st[i] : 1) - p + ks[i];
+	}
+	for (int d = 0; d < x->rank; d++) {
+		ninf *= inf[d];
+		same = same && inf[d] == y->dims[d];
+	}
 	memset(y->data, 0, es * (size_t)ny);
 	for (int64_t i = 0; i < n; i++) {
-		if (ip[i] < 0 || ip[i] >= ny)
-			return ml_opfail(c, ML_EINVAL, "index %lld is outside the output's %lld elements",
-					 (long long)ip[i], (long long)ny);
-		memcpy((uint8_t *)y->data + es * (size_t)ip[i], (const uint8_t *)x->data + es * (size_t)i,
+		int64_t at = ip[i];
+		if (at < 0 || at >= (same ? ny : ninf))
+			return ml_opfail(c, ML_EINVAL, "index %lld is outside the unpooled %lld elements",
+					 (long long)at, (long long)(same ? ny : ninf));
+		if (!same) {
+			int64_t rem = at, pos = 0, mul = 1;
+			bool in = true;
+			for (int d = x->rank - 1; d >= 0; d--) {
+				int64_t q = rem % inf[d];
+				rem /= inf[d];
+				in = in && q < y->dims[d];
+				pos += q * mul;
+				mul *= y->dims[d];
+			}
+			if (!in)
+				continue;
+			at = pos;
+		}
+		memcpy((uint8_t *)y->data + es * (size_t)at, (const uint8_t *)x->data + es * (size_t)i,
 		       es);
 	}
 	return 0;

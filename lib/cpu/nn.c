@@ -11,7 +11,7 @@
 #include "cpu/nn.h"
 
 static _Thread_local struct {
-	void *p;
+	void *raw, *p;		/* the allocation, and p: raw aligned up to 64 bytes */
 	size_t n;
 } scratch[ML_SCRATCH_SLOTS];
 
@@ -21,11 +21,13 @@ ml_cpu_scratch(int slot, size_t n)
 	ML_ASSERT(slot >= 0 && slot < ML_SCRATCH_SLOTS);
 	if (n <= scratch[slot].n && scratch[slot].p != NULL)
 		return scratch[slot].p;
-	ml_free(scratch[slot].p);
+	ml_free(scratch[slot].raw);
 	/* grow by a quarter more than asked, so a slowly growing size reallocates rarely */
 	size_t want = n + n / 4 + 64;
-	scratch[slot].p = ml_malloc(want);
-	scratch[slot].n = scratch[slot].p != NULL ? want : 0;
+	scratch[slot].raw = ml_malloc(want + 64);
+	scratch[slot].p = scratch[slot].raw == NULL ? NULL :
+		(void *)(((uintptr_t)scratch[slot].raw + 63) & ~(uintptr_t)63);
+	scratch[slot].n = scratch[slot].raw != NULL ? want : 0;
 	return scratch[slot].p;
 }
 

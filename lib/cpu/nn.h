@@ -22,8 +22,8 @@ bool ml_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, c
 	      int64_t lda, const double *b, int64_t ldb, double beta, double *c, int64_t ldc);
 
 /*
- * ml_cpu_scratch: a buffer of at least n bytes owned by the calling thread
- * and slot (0 .. ML_SCRATCH_SLOTS-1), reused across calls so that kernels
+ * ml_cpu_scratch: a buffer of at least n bytes, aligned to 64, owned by the
+ * calling thread and slot (0 .. ML_SCRATCH_SLOTS-1), reused across calls so that kernels
  * run without allocating; NULL when allocation fails. The buffer lives
  * until the thread's next larger request for that slot (or process exit);
  * a kernel must not hold it across a call to another kernel.
@@ -71,6 +71,25 @@ ml_valid_range(int64_t off, int64_t s, int64_t lim, int64_t n, int64_t *lo, int6
 /* Kernels of lib/cpu/nn_conv.c. */
 int ml_cpu_conv(struct ml_opctx *c);
 int ml_cpu_conv_transpose(struct ml_opctx *c);
+/*
+ * lib/cpu/nn_gemm.c: an AVX-512 SGEMM with B packed, for the f32
+ * convolutions. ml_pgemm_ok: whether this CPU runs it. B packed is
+ * ml_pgemm_packed_len(k, n) floats, 64-byte aligned: column j of row p at
+ * [(j / ML_PG_NR) * ML_PG_NR * k + p * ML_PG_NR + j % ML_PG_NR] (the last
+ * panel's columns past n may hold anything). ml_pgemm: C[m, n] = A[m, k]
+ * (row stride lda) times B, plus bias[row] (NULL: 0), or plus C when
+ * accumulate; it splits over ml_parallel_for itself.
+ */
+#define ML_PG_NR 32
+bool ml_pgemm_ok(void);
+int64_t ml_pgemm_packed_len(int64_t k, int64_t n);
+void ml_pgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
+	      const float *bias, float *c, int64_t ldc, bool accumulate);
+/* ml_pgemm_batch: nb such products, A, packed B and C of product i at a + i * sa, etc. */
+void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+		    int64_t sa, const float *bp, int64_t sb, const float *bias, float *c,
+		    int64_t ldc, int64_t sc, bool accumulate);
+
 /*
  * lib/cpu/nn_wino.c: ml_wino_ok tells whether the f32 Winograd F(4x4, 3x3)
  * convolution applies to v and pays; ml_wino_conv computes Y (bias

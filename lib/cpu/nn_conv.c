@@ -71,64 +71,6 @@ fill_bias(float *y, const float *bias, int64_t n, int64_t cout, int64_t sz)
 }
 
 /*
- * im2col: rows [r0, r1) of the column matrix for output positions
- * [p0, p0 + tn) of one group. Row r is input channel r / ksz at kernel
- * offset r % ksz; padding reads as 0. The inner copy runs along an output
- * row over the range that reads inside the input.
- */
-struct im2col_job {
-	const struct ml_conv3 *v;
-	const float *x;		/* the group's first input plane */
-	float *col;
-	int64_t p0, tn;
-};
-
-static void
-im2col_rows(void *ctx, int64_t r0, int64_t r1)
-{
-	const struct im2col_job *j = ctx;
-	const struct ml_conv3 *v = j->v;
-	int64_t W = v->in[2], H = v->in[1], D = v->in[0];
-	int64_t OW = v->out[2], OH = v->out[1];
-
-	for (int64_t r = r0; r < r1; r++) {
-		int64_t ci = r / v->ksz, kk = r % v->ksz;
-		int64_t kw = kk % v->k[2], kh = kk / v->k[2] % v->k[1], kd = kk / (v->k[2] * v->k[1]);
-		const float *xc = j->x + ci * v->insz;
-		float *dst = j->col + r * j->tn;
-		int64_t off = kw * v->d[2] - v->p[2];
-		for (int64_t p = j->p0, end = j->p0 + j->tn; p < end;) {
-			int64_t ow0 = p % OW, t = p / OW, oh = t % OH, od = t / OH;
-			int64_t run = ML_MIN(OW - ow0, end - p);
-			int64_t id = od * v->s[0] - v->p[0] + kd * v->d[0];
-			int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
-			if (id < 0 || id >= D || ih < 0 || ih >= H) {
-				memset(dst, 0, sizeof(float) * (size_t)run);
-			} else {
-				const float *row = xc + (id * H + ih) * W;
-				int64_t lo, hi, s = v->s[2];
-				ml_valid_range(off, s, W, OW, &lo, &hi);
-				lo = ML_MIN(ML_MAX(lo, ow0), ow0 + run);
-				hi = ML_MIN(ML_MAX(hi, lo), ow0 + run);
-				float *q = dst - ow0;
-				for (int64_t ow = ow0; ow < lo; ow++)
-					q[ow] = 0.0f;
-				if (s == 1) {
-					memcpy(q + lo, row + lo + off, sizeof(float) * (size_t)(hi - lo));
-				} else {
-					for (int64_t ow = lo; ow < hi; ow++)
-						q[ow] = row[ow * s + off];
-				}
-				for (int64_t ow = hi; ow < ow0 + run; ow++)
-					q[ow] = 0.0f;
-			}
-			dst += run;
-			p += run;
-		}
-	}
-}
-
-/*
  * SIMD builds of the hot loops: the library is compiled for x86-64-v2
  * (SSE4), so the loops that matter get AVX2+FMA and AVX-512 clones too,
  * picked at load time by the CPU (GCC's ifunc-based target_clones).
@@ -140,13 +82,98 @@ im2col_rows(void *ctx, int64_t r0, int64_t r1)
 #endif
 
 /*
+ * im2col: rows [r0, r1) of the column matrix for output positions
+ * [p0, p0 + tn) of one group. Row r is input channel r / ksz at kernel
+ * offset r % ksz; padding reads as 0. Column q of row r goes to
+ * col[(q / pw) * pstride + r * rstride + q % pw]: a plain [rows, tn]
+ * matrix (pw = tn, rstride = tn) or ml_pgemm's panels (pw = ML_PG_NR).
+ * The copy runs in segments that end at an output row or a panel edge,
+ * each over the range that reads inside the input.
+ */
+struct im2col_job {
+	const struct ml_conv3 *v;
+	const float *x;		/* the group's first input plane */
+	float *col;
+	int64_t p0, tn;
+	int64_t pw, pstride, rstride;
+};
+
+ML_CLONES static void
+im2col_rows(void *ctx, int64_t r0, int64_t r1)
+{
+	const struct im2col_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], H = v->in[1], D = v->in[0];
+	int64_t OW = v->out[2], OH = v->out[1];
+	/* the output position of column 0, and its panel offset, tracked without division */
+	int64_t ow00 = j->p0 % OW, oh00 = j->p0 / OW % OH, od00 = j->p0 / (OW * OH);
+
+	for (int64_t r = r0; r < r1; r++) {
+		int64_t ci = r / v->ksz, kk = r % v->ksz;
+		int64_t kw = kk % v->k[2], kh = kk / v->k[2] % v->k[1], kd = kk / (v->k[2] * v->k[1]);
+		const float *xc = j->x + ci * v->insz;
+		int64_t off = kw * v->d[2] - v->p[2], s = v->s[2];
+		int64_t vlo, vhi;
+		ml_valid_range(off, s, W, OW, &vlo, &vhi);
+		int64_t ow0 = ow00, oh = oh00, od = od00, pq = 0;
+		float *pbase = j->col + r * j->rstride;
+		for (int64_t q = 0; q < j->tn;) {
+			int64_t run = ML_MIN(ML_MIN(OW - ow0, j->tn - q), j->pw - pq);
+			float *dst = pbase + pq;
+			int64_t id = od * v->s[0] - v->p[0] + kd * v->d[0];
+			int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+			if (id < 0 || id >= D || ih < 0 || ih >= H) {
+				memset(dst, 0, sizeof(float) * (size_t)run);
+			} else {
+				const float *row = xc + (id * H + ih) * W;
+				int64_t lo = ML_MIN(ML_MAX(vlo, ow0), ow0 + run);
+				int64_t hi = ML_MIN(ML_MAX(vhi, lo), ow0 + run);
+				float *qd = dst - ow0;
+				for (int64_t ow = ow0; ow < lo; ow++)
+					qd[ow] = 0.0f;
+				if (s == 1) {
+					memcpy(qd + lo, row + lo + off, sizeof(float) * (size_t)(hi - lo));
+				} else if (s == 2) {
+					const float *rs = row + off;
+					for (int64_t ow = lo; ow < hi; ow++)
+						qd[ow] = rs[2 * ow];
+				} else {
+					for (int64_t ow = lo; ow < hi; ow++)
+						qd[ow] = row[ow * s + off];
+				}
+				for (int64_t ow = hi; ow < ow0 + run; ow++)
+					qd[ow] = 0.0f;
+			}
+			q += run;
+			pq += run;
+			if (pq == j->pw) {
+				pq = 0;
+				pbase += j->pstride;
+			}
+			ow0 += run;
+			if (ow0 == OW) {
+				ow0 = 0;
+				if (++oh == OH) {
+					oh = 0;
+					od++;
+				}
+			}
+		}
+	}
+}
+
+/*
  * Depthwise (one input channel per group) 2-D convolution, plane by
  * plane. Each kernel tap adds w * (a row of the input) into the output
  * row over the range where it reads inside the input; with stride 1 this
- * is a contiguous multiply-add that vectorises. 3x3 kernels without
- * dilation (MobileNet's and EfficientNet's) take dw3_row instead, which
- * sums all nine taps in registers in one pass over the output row.
+ * is a contiguous multiply-add that vectorises. Square 3, 5 and 7 wide
+ * kernels without dilation and with stride 1 or 2 along the row
+ * (MobileNet's and EfficientNet's) take a DWK_ROW kernel instead, which
+ * sums all taps in registers in one pass over the output row.
  */
+/* Kernel widths up to this get their column ranges computed once per call. */
+#define DW_MAXK 16
+
 struct dw_job {
 	const struct ml_conv3 *v;
 	const float *x, *w, *bias;
@@ -154,59 +181,84 @@ struct dw_job {
 };
 
 /*
- * dw3_row: one output row of a 3x3 depthwise convolution with stride S
- * along the row, from input rows r[0..2] (a row outside the input comes
- * with zero weights and any valid pointer). Outputs whose window lies
- * inside the row run the unchecked loop; the few at the edges check.
+ * DWK_ROW(K, S): one output row of a KxK depthwise convolution without
+ * dilation, with stride S along the row, from input rows r[0..K) (a row
+ * outside the input comes with zero weights and any valid pointer). The
+ * outputs whose window lies inside the row sum all taps in registers, an
+ * unrolled loop the compiler vectorises along the row; the few at the
+ * edges check each tap.
  */
-#define DW3_ROW(S)								\
-static void									\
-dw3_row_s##S(float *restrict yr, const float *const *r, const float *w, float b, \
-	     int64_t OW, int64_t W, int64_t pl)					\
+#define DWK_ROW(K, S)								\
+ML_CLONES static void								\
+dw_row_k##K##_s##S(float *restrict yr, const float *const *r, const float *w, float b, \
+		   int64_t OW, int64_t W, int64_t pl)				\
 {										\
-	int64_t lo = (pl + S - 1) / S, hi = W >= 3 ? (W - 3 + pl) / S + 1 : 0;	\
+	int64_t lo = (pl + S - 1) / S, hi = W >= K ? (W - K + pl) / S + 1 : 0;	\
 	lo = ML_MIN(lo, OW);							\
 	hi = ML_MAX(ML_MIN(hi, OW), lo);					\
-	const float *r0 = r[0], *r1 = r[1], *r2 = r[2];				\
-	float w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];	\
-	float w6 = w[6], w7 = w[7], w8 = w[8];					\
 	for (int64_t ow = 0; ow < OW; ow++) {					\
-		if (ow == lo) {							\
-			const float *p0 = r0 + lo * S - pl, *p1 = r1 + lo * S - pl; \
-			const float *p2 = r2 + lo * S - pl;			\
-			float *q = yr + lo;					\
-			for (int64_t i = 0; i < hi - lo; i++)			\
-				q[i] = b + w0 * p0[i * S] + w1 * p0[i * S + 1] + w2 * p0[i * S + 2] + \
-				       w3 * p1[i * S] + w4 * p1[i * S + 1] + w5 * p1[i * S + 2] + \
-				       w6 * p2[i * S] + w7 * p2[i * S + 1] + w8 * p2[i * S + 2]; \
+		if (ow == lo && hi > lo) {					\
+			for (int64_t o = lo; o < hi; o++) {			\
+				float acc = b;					\
+				_Pragma("GCC unroll 8")				\
+				for (int kh = 0; kh < K; kh++) {		\
+					const float *p = r[kh] + o * S - pl;	\
+					_Pragma("GCC unroll 8")			\
+					for (int kw = 0; kw < K; kw++)		\
+						acc += w[kh * K + kw] * p[kw];	\
+				}						\
+				yr[o] = acc;					\
+			}							\
 			ow = hi - 1;						\
-			if (hi > lo)						\
-				continue;					\
-			ow = lo;						\
+			continue;						\
 		}								\
 		float acc = b;							\
-		for (int64_t kw = 0; kw < 3; kw++) {				\
+		for (int64_t kw = 0; kw < K; kw++) {				\
 			int64_t iw = ow * S - pl + kw;				\
 			if (iw < 0 || iw >= W)					\
 				continue;					\
-			acc += w[kw] * r0[iw] + w[3 + kw] * r1[iw] + w[6 + kw] * r2[iw]; \
+			for (int kh = 0; kh < K; kh++)				\
+				acc += w[kh * K + kw] * r[kh][iw];		\
 		}								\
 		yr[ow] = acc;							\
 	}									\
 }
-ML_CLONES DW3_ROW(1)
-ML_CLONES DW3_ROW(2)
+DWK_ROW(3, 1)
+DWK_ROW(3, 2)
+DWK_ROW(5, 1)
+DWK_ROW(5, 2)
+DWK_ROW(7, 1)
+DWK_ROW(7, 2)
 
-static void
-dw3_plane(const struct ml_conv3 *v, const float *x, const float *w, float b, float *y)
+typedef void (*dwrow_fn)(float *restrict, const float *const *, const float *, float, int64_t,
+			 int64_t, int64_t);
+
+/* dw_row_fn: the row kernel for a KxK window of stride sw, or NULL. */
+static dwrow_fn
+dw_row_fn(int64_t k, int64_t sw)
 {
-	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], OH = v->out[1];
+	if (sw != 1 && sw != 2)
+		return NULL;
+	switch (k) {
+	case 3: return sw == 1 ? dw_row_k3_s1 : dw_row_k3_s2;
+	case 5: return sw == 1 ? dw_row_k5_s1 : dw_row_k5_s2;
+	case 7: return sw == 1 ? dw_row_k7_s1 : dw_row_k7_s2;
+	default: return NULL;
+	}
+}
+
+/* dwk_plane: one plane through a row kernel; rows outside the input get zero weights. */
+static void
+dwk_plane(const struct ml_conv3 *v, dwrow_fn row, const float *x, const float *w, float b,
+	  float *y)
+{
+	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], OH = v->out[1], K = v->k[1];
+	const float *r[7];
+	float wr[49];
 
 	for (int64_t oh = 0; oh < OH; oh++) {
-		const float *r[3];
-		float wr[9];
 		int64_t valid = -1;
-		for (int kh = 0; kh < 3; kh++) {
+		for (int64_t kh = 0; kh < K; kh++) {
 			int64_t ih = oh * v->s[1] - v->p[1] + kh;
 			if (ih >= 0 && ih < H)
 				valid = ih;
@@ -216,17 +268,14 @@ dw3_plane(const struct ml_conv3 *v, const float *x, const float *w, float b, flo
 				y[oh * OW + ow] = b;
 			continue;
 		}
-		for (int kh = 0; kh < 3; kh++) {
+		for (int64_t kh = 0; kh < K; kh++) {
 			int64_t ih = oh * v->s[1] - v->p[1] + kh;
 			bool in = ih >= 0 && ih < H;
 			r[kh] = x + (in ? ih : valid) * W;
-			for (int kw = 0; kw < 3; kw++)
-				wr[kh * 3 + kw] = in ? w[kh * 3 + kw] : 0.0f;
+			for (int64_t kw = 0; kw < K; kw++)
+				wr[kh * K + kw] = in ? w[kh * K + kw] : 0.0f;
 		}
-		if (v->s[2] == 1)
-			dw3_row_s1(y + oh * OW, r, wr, b, OW, W, v->p[2]);
-		else
-			dw3_row_s2(y + oh * OW, r, wr, b, OW, W, v->p[2]);
+		row(y + oh * OW, r, wr, b, OW, W, v->p[2]);
 	}
 }
 
@@ -237,16 +286,21 @@ dw_planes(void *ctx, int64_t b, int64_t e)
 	const struct ml_conv3 *v = j->v;
 	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], OH = v->out[1];
 	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2];
-	bool k3 = KH == 3 && KW == 3 && v->d[1] == 1 && v->d[2] == 1 && (sw == 1 || sw == 2);
+	dwrow_fn rowfn = KH == KW && v->d[1] == 1 && v->d[2] == 1 ? dw_row_fn(KW, sw) : NULL;
 
+	/* the output range of each kernel column, the same for every row and plane */
+	int64_t kr[2 * DW_MAXK];
+	bool ranges = KW <= DW_MAXK;
+	for (int64_t kw = 0; ranges && kw < KW; kw++)
+		ml_valid_range(kw * v->d[2] - v->p[2], sw, W, OW, &kr[2 * kw], &kr[2 * kw + 1]);
 	for (int64_t pl = b; pl < e; pl++) {
 		int64_t n = pl / v->cout, oc = pl % v->cout, ic = oc / v->mg;
 		const float *x = j->x + (n * v->cin + ic) * v->insz;
 		const float *w = j->w + oc * v->ksz;
 		float *y = j->y + pl * v->outsz;
 		float bias = j->bias != NULL ? j->bias[oc] : 0.0f;
-		if (k3) {
-			dw3_plane(v, x, w, bias, y);
+		if (rowfn != NULL) {
+			dwk_plane(v, rowfn, x, w, bias, y);
 			continue;
 		}
 		for (int64_t i = 0; i < v->outsz; i++)
@@ -261,7 +315,12 @@ dw_planes(void *ctx, int64_t b, int64_t e)
 				for (int64_t kw = 0; kw < KW; kw++) {
 					float wv = w[kh * KW + kw];
 					int64_t off = kw * v->d[2] - v->p[2], lo, hi;
-					ml_valid_range(off, sw, W, OW, &lo, &hi);
+					if (ranges) {
+						lo = kr[2 * kw];
+						hi = kr[2 * kw + 1];
+					} else {
+						ml_valid_range(off, sw, W, OW, &lo, &hi);
+					}
 					if (sw == 1) {
 						const float *xs = xr + off;
 						for (int64_t ow = lo; ow < hi; ow++)
@@ -274,6 +333,40 @@ dw_planes(void *ctx, int64_t b, int64_t e)
 			}
 		}
 	}
+}
+
+/*
+ * conv_pgemm: the im2col variant over ml_pgemm, with im2col (and, for a
+ * pointwise convolution, the plain copy it reduces to) writing B in
+ * ml_pgemm's panels and the bias added by the GEMM's store.
+ */
+static int
+conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+	   const float *bias, float *y)
+{
+	int64_t K = v->cg * v->ksz, tn = v->outsz;
+
+	if (K * tn > COL_MAX)
+		tn = ML_MIN(tn, ML_MAX(COL_MAX / ML_MAX(K, 1) / ML_PG_NR * ML_PG_NR, ML_PG_NR));
+	float *col = ml_cpu_scratch(0, sizeof(float) * (size_t)ml_pgemm_packed_len(K, tn));
+	if (col == NULL)
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate %lld bytes for im2col",
+				 (long long)(ml_pgemm_packed_len(K, tn) * 4));
+	for (int64_t n = 0; n < v->n; n++)
+		for (int64_t g = 0; g < v->group; g++) {
+			const float *xg = x + (n * v->cin + g * v->cg) * v->insz;
+			const float *wg = w + g * v->mg * K;
+			float *yg = y + (n * v->cout + g * v->mg) * v->outsz;
+			const float *bg = bias != NULL ? bias + g * v->mg : NULL;
+			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
+				int64_t cur = ML_MIN(tn, v->outsz - p0);
+				struct im2col_job j = { v, xg, col, p0, cur, ML_PG_NR, ML_PG_NR * K,
+							ML_PG_NR };
+				ml_parallel_for(K, ML_MAX(1, 16384 / cur), im2col_rows, &j);
+				ml_pgemm(v->mg, cur, K, wg, K, col, bg, yg + p0, v->outsz, false);
+			}
+		}
+	return 0;
 }
 
 static int
@@ -295,6 +388,8 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 	}
 	if (ml_wino_ok(v))
 		return ml_wino_conv(c, v, x, w, bias, y);
+	if (ml_pgemm_ok())
+		return conv_pgemm(c, v, x, w, bias, y);
 	fill_bias(y, bias, v->n, v->cout, v->outsz);
 	bool pointwise = v->ksz == 1;
 	for (int i = 0; i < 3; i++)
@@ -323,7 +418,7 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 			}
 			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
 				int64_t cur = ML_MIN(tn, v->outsz - p0);
-				struct im2col_job j = { v, xg, col, p0, cur };
+				struct im2col_job j = { v, xg, col, p0, cur, cur, 0, cur };
 				ml_parallel_for(K, ML_MAX(1, 16384 / cur), im2col_rows, &j);
 				if (!ml_sgemm(false, false, v->mg, cur, K, 1.0f, wg, K, col, cur, 1.0f,
 					      yg + p0, v->outsz))

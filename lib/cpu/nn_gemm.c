@@ -98,6 +98,8 @@ struct pg_job {
 	const float *a, *bp, *bias;
 	float *c;
 	bool accumulate;
+	int64_t per;			/* items per product of the batch */
+	int64_t sa, sb, sc;		/* batch strides of A, B (packed) and C */
 };
 
 static void
@@ -105,20 +107,23 @@ pg_items(void *ctx, int64_t b, int64_t e)
 {
 	const struct pg_job *j = ctx;
 
-	for (int64_t it = b; it < e; it++) {
+	for (int64_t it0 = b; it0 < e; it0++) {
+		int64_t bi = it0 / j->per, it = it0 % j->per;
 		int64_t jp = it / j->ngroups, g = it % j->ngroups;
+		const float *A = j->a + bi * j->sa;
+		float *Cb = j->c + bi * j->sc;
 		int64_t n0 = jp * ML_PG_NR, w = ML_MIN(ML_PG_NR, j->n - n0);
 		__mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
 		__mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
 		int64_t i0 = g * MB, i1 = ML_MIN(j->m, i0 + MB);
-		const float *panel = j->bp + jp * ML_PG_NR * j->k;
+		const float *panel = j->bp + bi * j->sb + jp * ML_PG_NR * j->k;
 		for (int64_t kc = 0; kc < j->k; kc += KC) {
 			int64_t kk = ML_MIN(KC, j->k - kc);
 			int mode = kc > 0 || j->accumulate ? 1 : 0;
 			for (int64_t i = i0; i < i1;) {
 				int64_t rem = i1 - i;
-				const float *a = j->a + i * j->lda + kc;
-				float *c = j->c + i * j->ldc + n0;
+				const float *a = A + i * j->lda + kc;
+				float *c = Cb + i * j->ldc + n0;
 				const float *bias = j->bias != NULL ? j->bias + i : NULL;
 				const float *bpk = panel + kc * ML_PG_NR;
 				if (rem > 8) {
@@ -139,26 +144,36 @@ pg_items(void *ctx, int64_t b, int64_t e)
 #endif
 
 void
+ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+	       int64_t sa, const float *bp, int64_t sb, const float *bias, float *c, int64_t ldc,
+	       int64_t sc, bool accumulate)
+{
+#ifdef HAVE_PGEMM
+	if (m <= 0 || n <= 0 || nb <= 0)
+		return;
+	if (k <= 0) {
+		for (int64_t bi = 0; bi < nb && !accumulate; bi++)
+			for (int64_t i = 0; i < m; i++)
+				for (int64_t jj = 0; jj < n; jj++)
+					c[bi * sc + i * ldc + jj] = bias != NULL ? bias[i] : 0.0f;
+		return;
+	}
+	struct pg_job j = { m, n, k, lda, ldc, (m + MB - 1) / MB, a, bp, bias, c, accumulate, 0,
+			    sa, sb, sc };
+	j.per = (n + ML_PG_NR - 1) / ML_PG_NR * j.ngroups;
+	/* an item is MB x 32 x k multiply-adds; a chunk of a few of them is worth a thread */
+	int64_t grain = ML_MAX(1, (int64_t)(1 << 20) / ML_MAX(MB * ML_PG_NR * k, 1));
+	ml_parallel_for(nb * j.per, grain, pg_items, &j);
+#else
+	(void)nb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)sa, (void)bp, (void)sb;
+	(void)bias, (void)c, (void)ldc, (void)sc, (void)accumulate;
+	ML_ASSERT(!"ml_pgemm without AVX-512 support");
+#endif
+}
+
+void
 ml_pgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
 	 const float *bias, float *c, int64_t ldc, bool accumulate)
 {
-#ifdef HAVE_PGEMM
-	if (m <= 0 || n <= 0)
-		return;
-	if (k <= 0) {
-		for (int64_t i = 0; i < m && !accumulate; i++)
-			for (int64_t jj = 0; jj < n; jj++)
-				c[i * ldc + jj] = bias != NULL ? bias[i] : 0.0f;
-		return;
-	}
-	struct pg_job j = { m, n, k, lda, ldc, (m + MB - 1) / MB, a, bp, bias, c, accumulate };
-	int64_t items = (n + ML_PG_NR - 1) / ML_PG_NR * j.ngroups;
-	/* an item is MB x 32 x k multiply-adds; a chunk of a few of them is worth a thread */
-	int64_t grain = ML_MAX(1, (int64_t)(1 << 20) / ML_MAX(MB * ML_PG_NR * k, 1));
-	ml_parallel_for(items, grain, pg_items, &j);
-#else
-	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)bp, (void)bias, (void)c, (void)ldc;
-	(void)accumulate;
-	ML_ASSERT(!"ml_pgemm without AVX-512 support");
-#endif
+	ml_pgemm_batch(1, m, n, k, a, lda, 0, bp, 0, bias, c, ldc, 0, accumulate);
 }

@@ -46,6 +46,8 @@ struct wino {
 	int64_t C, M, TH, TW, T;
 	const float *x, *w, *bias;
 	float *y, *U, *V, *Mo;
+	bool packed;		/* V in ml_pgemm's panels, vstride floats per position */
+	int64_t vstride;
 	atomic_int nomem;
 };
 
@@ -141,6 +143,23 @@ wino_inputs(void *ctx, int64_t c0, int64_t c1)
 			}
 			for (int r = 0; r < 6; r++) {
 				const float *tr = t + r * WP;
+				if (j->packed) {
+					/* position xi's [C, T] in panels: (c, t) at (t / NR) * NR * C + c * NR + t % NR */
+					int64_t vs = j->vstride, t0 = ty * j->TW;
+					float *o = j->V + (r * 6) * vs + c * ML_PG_NR;
+					for (int64_t tx = 0; tx < j->TW; tx++) {
+						const float *e = tr + 4 * tx;
+						int64_t tt = t0 + tx;
+						float *q = o + tt / ML_PG_NR * ML_PG_NR * j->C + tt % ML_PG_NR;
+						q[0] = 4 * e[0] - 5 * e[2] + e[4];
+						q[vs] = -4 * e[1] - 4 * e[2] + e[3] + e[4];
+						q[2 * vs] = 4 * e[1] - 4 * e[2] - e[3] + e[4];
+						q[3 * vs] = -2 * e[1] - e[2] + 2 * e[3] + e[4];
+						q[4 * vs] = 2 * e[1] - e[2] - 2 * e[3] + e[4];
+						q[5 * vs] = 4 * e[1] - 5 * e[3] + e[5];
+					}
+					continue;
+				}
 				float *o = j->V + (r * 6) * CT + c * j->T + ty * j->TW;
 				for (int64_t tx = 0; tx < j->TW; tx++) {
 					const float *e = tr + 4 * tx;
@@ -223,7 +242,9 @@ ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	j.T = j.TH * j.TW;
 	atomic_init(&j.nomem, 0);
 	j.U = ml_cpu_scratch(2, sizeof(float) * (size_t)(36 * j.M * j.C));
-	j.V = ml_cpu_scratch(0, sizeof(float) * (size_t)(36 * j.C * j.T));
+	j.packed = ml_pgemm_ok();
+	j.vstride = j.packed ? ml_pgemm_packed_len(j.C, j.T) : j.C * j.T;
+	j.V = ml_cpu_scratch(0, sizeof(float) * (size_t)(36 * j.vstride));
 	j.Mo = ml_cpu_scratch(1, sizeof(float) * (size_t)(36 * j.M * j.T));
 	if (j.U == NULL || j.V == NULL || j.Mo == NULL)
 		return ml_opfail(c, ML_ENOMEM, "cannot allocate Winograd buffers");
@@ -234,7 +255,10 @@ ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 		ml_parallel_for(j.C, ML_MAX(1, 16384 / (v->insz * 4)), wino_inputs, &j);
 		if (atomic_load(&j.nomem))
 			return ml_opfail(c, ML_ENOMEM, "out of memory");
-		for (int xi = 0; xi < 36; xi++)
+		if (j.packed)
+			ml_pgemm_batch(36, j.M, j.T, j.C, j.U, j.C, j.M * j.C, j.V, j.vstride, NULL,
+				       j.Mo, j.T, j.M * j.T, false);
+		for (int xi = 0; xi < 36 && !j.packed; xi++)
 			if (!ml_sgemm(false, false, j.M, j.T, j.C, 1.0f, j.U + xi * j.M * j.C, j.C,
 				      j.V + xi * j.C * j.T, j.T, 0.0f, j.Mo + xi * j.M * j.T, j.T))
 				return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");

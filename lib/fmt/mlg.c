@@ -157,7 +157,10 @@ enc_attr(struct scratch *s, const struct ml_attr *a, int depth)
 	m->name = str_or_empty(a->name);
 	m->type = a->type;
 	switch (a->type) {
-	case ML_ATTR_FLOAT: m->f = a->f; break;
+	case ML_ATTR_FLOAT:
+		m->f = a->f;
+		m->f_negzero = a->f == 0 && signbit(a->f);
+		break;
 	case ML_ATTR_INT: m->i = a->i; break;
 	case ML_ATTR_STRING:
 		m->s.data = (uint8_t *)a->s;
@@ -503,7 +506,8 @@ dec_tensor_fields(struct ml_graph *g, struct ml_tensor *t, const Ml__Tensor *m, 
 		if (p == NULL)
 			return ml_fail(e, ML_ENOMEM, "tensor '%s': cannot allocate %zu bytes", t->name,
 				       m->data.len);
-		memcpy(p, m->data.data, m->data.len);
+		if (m->data.len > 0)
+			memcpy(p, m->data.data, m->data.len);
 		t->data = p;
 		t->nbytes = m->data.len;
 	}
@@ -516,7 +520,7 @@ dec_attr(struct ml_graph *g, struct ml_attr *a, const Ml__Attr *m, int depth, st
 	if (m->type < ML_ATTR_FLOAT || m->type > ML_ATTR_GRAPHS)
 		return ml_fail(e, ML_EFORMAT, "attribute '%s': unknown type %d", m->name, m->type);
 	a->type = (enum ml_attr_type)m->type;
-	a->f = m->f;
+	a->f = m->f_negzero ? -0.0 : m->f;
 	a->i = m->i;
 	switch (a->type) {
 	case ML_ATTR_STRING:
@@ -530,14 +534,16 @@ dec_attr(struct ml_graph *g, struct ml_attr *a, const Ml__Attr *m, int depth, st
 		a->floats = ml_graph_alloc(g, sizeof(double) * (m->n_floats + 1));
 		if (a->floats == NULL)
 			return ml_fail(e, ML_ENOMEM, "out of memory");
-		memcpy(a->floats, m->floats, sizeof(double) * m->n_floats);
+		if (m->n_floats > 0)
+			memcpy(a->floats, m->floats, sizeof(double) * m->n_floats);
 		break;
 	case ML_ATTR_INTS:
 		a->n = (int)m->n_ints;
 		a->ints = ml_graph_alloc(g, sizeof(int64_t) * (m->n_ints + 1));
 		if (a->ints == NULL)
 			return ml_fail(e, ML_ENOMEM, "out of memory");
-		memcpy(a->ints, m->ints, sizeof(int64_t) * m->n_ints);
+		if (m->n_ints > 0)
+			memcpy(a->ints, m->ints, sizeof(int64_t) * m->n_ints);
 		break;
 	case ML_ATTR_STRINGS:
 		a->n = (int)m->n_strings;

@@ -108,15 +108,21 @@
  * exact double.
  *
  * The canonical form (ml_text_encode) writes: the header with ir_version
- * and opset_import; the signature; a value block with the type of every
- * other typed tensor without data; the body, one op per line (layers are
- * written as the ops they expand to); then every tensor with data, in the
- * order the body first uses them. Tensors of up to 16 elements are written
- * inline, each number as the shortest decimal that reads back exactly;
- * larger ones (or any whose bits a decimal cannot hold, e.g. NaN payloads)
- * in base64, 76 characters a line. Float attributes that float32 cannot
- * hold exactly are written in hexadecimal. Decoding the canonical text gives
- * the same graph, and encoding that graph gives the same text, byte for byte.
+ * and opset_import; the signature; a value block declaring every other
+ * tensor that has a type, an annotation or a kind of its own, or that no
+ * node uses (a bare name); the body, one op per line, with a [name] prefix
+ * where the node has a name (layers are written as the ops they expand
+ * to); then, after the body, every tensor with data, in the order the body
+ * first uses them (in a subgraph, which has no place after its body, they
+ * are in the value block). Tensors of up to 16 elements are written inline,
+ * each number as the shortest decimal that reads back exactly; larger ones,
+ * and any whose bits a decimal cannot hold (NaN payloads, bool bytes other
+ * than 0 and 1), in base64, 76 characters a line. Float attributes that
+ * float32 cannot hold exactly are written in hexadecimal. Names that are
+ * not identifiers, or are one of the words of this grammar (dtype, kind
+ * and layer names, base64, inf, nan, true, false), are quoted. Decoding
+ * the canonical text gives the same graph (tensors may be numbered
+ * differently), and encoding that graph gives the same text, byte for byte.
  *
  * LAYER SHORTHANDS
  *
