@@ -521,6 +521,13 @@ const struct ml_tval *ml_session_output(const struct ml_session *s, int i);
 int64_t ml_session_arena_bytes(const struct ml_session *s);
 /* ml_session_node_time: seconds node i took in the last run (with opts.profile). */
 double ml_session_node_time(const struct ml_session *s, int i);
+/*
+ * ml_session_node_flops / ml_session_node_bytes: with opts.profile, the
+ * FLOPs and the bytes read and written by node i in the last run, from
+ * that run's shapes.
+ */
+int64_t ml_session_node_flops(const struct ml_session *s, int i);
+int64_t ml_session_node_bytes(const struct ml_session *s, int i);
 /* ml_node_flops: an estimate of the floating-point operations of node ni, from static shapes. */
 int64_t ml_node_flops(const struct ml_graph *g, int ni);
 

@@ -11,6 +11,12 @@
 #include "cpu/elem.h"
 #include "cpu/nn.h"
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define POOL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define POOL_CLONES
+#endif
+
 /* Elements per ml_parallel_for chunk of pooling work. */
 #define POOL_GRAIN 32768
 
@@ -138,10 +144,7 @@ MAXPOOL(u8, uint8_t, 0)
  * rows, which is contiguous along the output row and vectorises. A chunk
  * of planes shares one [in rows, out cols] buffer.
  */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-static void
+POOL_CLONES static void
 maxpool2d_f32(void *ctx, int64_t b, int64_t e)
 {
 	const struct pool_job *j = ctx;
@@ -329,7 +332,7 @@ struct gpool_job {
 };
 
 #define GPOOL(SUF, T)								\
-static void									\
+POOL_CLONES static void								\
 gpool_##SUF(void *ctx, int64_t b, int64_t e)					\
 {										\
 	const struct gpool_job *j = ctx;					\
@@ -342,9 +345,17 @@ gpool_##SUF(void *ctx, int64_t b, int64_t e)					\
 				m = x[i] > m ? x[i] : m;			\
 			*y = m;							\
 		} else if (j->op == ML_OP_GLOBAL_AVERAGE_POOL) {		\
+			/* 16 partial sums in T vectorise; they add up in double */ \
+			T part[16] = { 0 };					\
+			int64_t i = 0;						\
+			for (; i + 16 <= j->sz; i += 16)			\
+				for (int l = 0; l < 16; l++)			\
+					part[l] += x[i + l];			\
 			double s = 0;						\
-			for (int64_t i = 0; i < j->sz; i++)			\
+			for (; i < j->sz; i++)					\
 				s += x[i];					\
+			for (int l = 0; l < 16; l++)				\
+				s += part[l];					\
 			*y = (T)(j->sz > 0 ? s / (double)j->sz : 0);		\
 		} else {							\
 			double s = 0;						\

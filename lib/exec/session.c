@@ -23,6 +23,7 @@ struct ml_session {
 	int plan_key_n;
 	bool planned;
 	double *node_time;
+	int64_t *node_flops, *node_bytes;	/* with opts.profile: from the run's shapes */
 	bool check_shapes;
 	struct ml_err *err_sink;	/* the error struct of the run in progress */	/* ML_CHECK_SHAPES=1: compare results with static inference */
 	struct ml_tval **in, **out;
@@ -88,6 +89,8 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->slot_off = ml_calloc(nt, sizeof *s->slot_off);
 	s->slot_len = ml_calloc(nt, sizeof *s->slot_len);
 	s->node_time = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_time);
+	s->node_flops = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_flops);
+	s->node_bytes = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_bytes);
 	s->outer = ml_calloc(nt, sizeof *s->outer);
 	s->max_io = 1;
 	for (int i = 0; i < g->n_nodes; i++) {
@@ -98,7 +101,7 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->out = ml_calloc((size_t)s->max_io, sizeof *s->out);
 	if (s->vals == NULL || s->bound == NULL || s->last_use == NULL || s->slot_off == NULL ||
 	    s->slot_len == NULL || s->node_time == NULL || s->in == NULL || s->out == NULL ||
-	    s->outer == NULL) {
+	    s->outer == NULL || s->node_flops == NULL || s->node_bytes == NULL) {
 		ml_session_free(s);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	}
@@ -166,6 +169,8 @@ ml_session_free(struct ml_session *s)
 	ml_free(s->slot_len);
 	ml_free(s->arena);
 	ml_free(s->node_time);
+	ml_free(s->node_flops);
+	ml_free(s->node_bytes);
 	ml_free(s->in);
 	ml_free(s->out);
 	ml_free(s);
@@ -529,6 +534,23 @@ ml_session_run(struct ml_session *s, struct ml_err *e)
 		c.sess = s;
 		if ((rc = ml_cpu_kernel_get(n->op)(&c)) < 0)
 			goto fail;
+		if (s->o.profile) {
+			s->node_time[i] = ml_now() - t0;
+			const struct ml_opdef *d = ml_opdef_get(n->op);
+			int64_t bytes = 0, fl = 0;
+			for (int j = 0; j < n->n_in; j++)
+				if (s->in[j] != NULL && ml_tval_nbytes(s->in[j]) > 0)
+					bytes += ml_tval_nbytes(s->in[j]);
+			for (int j = 0; j < n->n_out; j++)
+				if (ml_tval_nbytes(s->out[j]) > 0) {
+					bytes += ml_tval_nbytes(s->out[j]);
+					fl += ml_tval_numel(s->out[j]);
+				}
+			if (d->flops != NULL)
+				fl = d->flops(&c);
+			s->node_flops[i] = fl;
+			s->node_bytes[i] = bytes;
+		}
 		for (int j = 0; j < n->n_out; j++)
 			if (n->out[j] < 0)
 				ml_tval_clear(&scratch[j]);
@@ -541,8 +563,6 @@ ml_session_run(struct ml_session *s, struct ml_err *e)
 			    g->tensors[t]->kind == ML_TK_ACT)
 				ml_tval_clear(&s->vals[t]);
 		}
-		if (s->o.profile)
-			s->node_time[i] = ml_now() - t0;
 		continue;
 fail:
 		for (int j = 0; j < n->n_out; j++)
@@ -571,4 +591,16 @@ double
 ml_session_node_time(const struct ml_session *s, int i)
 {
 	return i >= 0 && i < s->g->n_nodes ? s->node_time[i] : 0;
+}
+
+int64_t
+ml_session_node_flops(const struct ml_session *s, int i)
+{
+	return i >= 0 && i < s->g->n_nodes ? s->node_flops[i] : 0;
+}
+
+int64_t
+ml_session_node_bytes(const struct ml_session *s, int i)
+{
+	return i >= 0 && i < s->g->n_nodes ? s->node_bytes[i] : 0;
 }
