@@ -61,9 +61,10 @@ $(B)/bin/%: tests/tools/%.c $(B)/lib/libml.a $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
 
-$(B)/ml.pc: Makefile
-	@mkdir -p build
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: 0.4.0\nLibs: -L$${libdir} -lml\nLibs.private: -lprotobuf-c -lzstd -lopenblas -lz -lm -pthread\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
+# rewritten every time, so `make install PREFIX=...` gets its own prefix
+$(B)/ml.pc: FORCE
+	@mkdir -p $(B)
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: 0.4.0\nLibs: -L$${libdir} -lml\nLibs.private: -lprotobuf-c -lzstd -lopenblas -lz -lm -pthread\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
 
 deps:
 	sh tools/deps.sh
@@ -93,4 +94,6 @@ install: all
 clean:
 	rm -rf build
 
-.PHONY: all deps test demo bench install clean
+FORCE:
+
+.PHONY: FORCE all deps test demo bench install clean

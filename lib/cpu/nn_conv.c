@@ -230,6 +230,53 @@ DWK_ROW(5, 2)
 DWK_ROW(7, 1)
 DWK_ROW(7, 2)
 
+/*
+ * DWK_FLAT(K): a whole small plane of a KxK stride-1 depthwise
+ * convolution at once. The plane is copied, zero-padded, into a buffer
+ * of rows Wp = OW + K - 1 wide; output (oh, ow) is then the dot product
+ * of the kernel with the buffer at flat offset oh * Wp + ow, a loop over
+ * the flat offset that vectorises however narrow the plane is (the
+ * columns past OW are computed and dropped). Row kernels would run
+ * mostly in their edge code on the 7x7 and 14x14 planes of the last
+ * stages of MobileNet and EfficientNet.
+ */
+#define DW_FLAT_MAX 4096	/* floats of the padded plane (16 KB, on the stack) */
+
+#define DWK_FLAT(K)								\
+ML_CLONES static void								\
+dw_flat_k##K(const struct ml_conv3 *v, const float *x, const float *w, float b, float *y) \
+{										\
+	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], OH = v->out[1];	\
+	int64_t Wp = OW + K - 1, Hp = OH + K - 1;				\
+	float xp[DW_FLAT_MAX + 64], acc[DW_FLAT_MAX];				\
+	for (int64_t i = 0; i < Hp * Wp + K; i++)				\
+		xp[i] = 0.0f;							\
+	for (int64_t r = 0; r < Hp; r++) {					\
+		int64_t ih = r - v->p[1];					\
+		if (ih < 0 || ih >= H)						\
+			continue;						\
+		int64_t lo, hi;							\
+		ml_valid_range(-v->p[2], 1, W, Wp, &lo, &hi);			\
+		memcpy(xp + r * Wp + lo, x + ih * W + lo - v->p[2],		\
+		       sizeof(float) * (size_t)(hi - lo));			\
+	}									\
+	int64_t n = OH * Wp;							\
+	for (int64_t o = 0; o < n; o++) {					\
+		float s = b;							\
+		_Pragma("GCC unroll 8")						\
+		for (int kh = 0; kh < K; kh++)					\
+			_Pragma("GCC unroll 8")					\
+			for (int kw = 0; kw < K; kw++)				\
+				s += w[kh * K + kw] * xp[o + kh * Wp + kw];	\
+		acc[o] = s;							\
+	}									\
+	for (int64_t oh = 0; oh < OH; oh++)					\
+		memcpy(y + oh * OW, acc + oh * Wp, sizeof(float) * (size_t)OW);	\
+}
+DWK_FLAT(3)
+DWK_FLAT(5)
+DWK_FLAT(7)
+
 typedef void (*dwrow_fn)(float *restrict, const float *const *, const float *, float, int64_t,
 			 int64_t, int64_t);
 
@@ -287,6 +334,8 @@ dw_planes(void *ctx, int64_t b, int64_t e)
 	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], OH = v->out[1];
 	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2];
 	dwrow_fn rowfn = KH == KW && v->d[1] == 1 && v->d[2] == 1 ? dw_row_fn(KW, sw) : NULL;
+	bool flat = rowfn != NULL && sw == 1 && v->s[1] == 1 &&
+		    (OH + KH - 1) * (OW + KW - 1) + KW <= DW_FLAT_MAX;
 
 	/* the output range of each kernel column, the same for every row and plane */
 	int64_t kr[2 * DW_MAXK];
@@ -299,6 +348,15 @@ dw_planes(void *ctx, int64_t b, int64_t e)
 		const float *w = j->w + oc * v->ksz;
 		float *y = j->y + pl * v->outsz;
 		float bias = j->bias != NULL ? j->bias[oc] : 0.0f;
+		if (flat) {
+			if (KW == 3)
+				dw_flat_k3(v, x, w, bias, y);
+			else if (KW == 5)
+				dw_flat_k5(v, x, w, bias, y);
+			else
+				dw_flat_k7(v, x, w, bias, y);
+			continue;
+		}
 		if (rowfn != NULL) {
 			dwk_plane(v, rowfn, x, w, bias, y);
 			continue;
