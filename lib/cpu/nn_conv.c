@@ -231,47 +231,63 @@ DWK_ROW(7, 1)
 DWK_ROW(7, 2)
 
 /*
- * DWK_FLAT(K): a whole small plane of a KxK stride-1 depthwise
- * convolution at once. The plane is copied, zero-padded, into a buffer
- * of rows Wp = OW + K - 1 wide; output (oh, ow) is then the dot product
- * of the kernel with the buffer at flat offset oh * Wp + ow, a loop over
- * the flat offset that vectorises however narrow the plane is (the
- * columns past OW are computed and dropped). Row kernels would run
- * mostly in their edge code on the 7x7 and 14x14 planes of the last
- * stages of MobileNet and EfficientNet.
+ * DWK_FLAT(K): a whole small plane of a KxK depthwise convolution with
+ * stride S (1 or 2, the same both ways) at once. The plane is copied,
+ * zero-padded, into a buffer of rows Wp wide; the stride-1 output at
+ * (r, c) is then the dot product of the kernel with the buffer at flat
+ * offset r * Wp + c, a loop over the flat offset that vectorises however
+ * narrow the plane is. Each needed row is computed across all Wp columns
+ * and every S-th value kept. Row kernels would run mostly in their edge
+ * code on the 7x7 and 14x14 planes of MobileNet's and EfficientNet's last
+ * stages.
  */
 #define DW_FLAT_MAX 4096	/* floats of the padded plane (16 KB, on the stack) */
+
+/* dw_flat_fits: whether the padded plane of v fits the flat kernels' buffer. */
+static bool
+dw_flat_fits(const struct ml_conv3 *v)
+{
+	int64_t s = v->s[2], k = v->k[2];
+	int64_t wp = (v->out[2] - 1) * s + k, hp = (v->out[1] - 1) * s + k;
+
+	return v->s[1] == s && (s == 1 || s == 2) && wp * hp + k <= DW_FLAT_MAX;
+}
 
 #define DWK_FLAT(K)								\
 ML_CLONES static void								\
 dw_flat_k##K(const struct ml_conv3 *v, const float *x, const float *w, float b, float *y) \
 {										\
 	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], OH = v->out[1];	\
-	int64_t Wp = OW + K - 1, Hp = OH + K - 1;				\
+	int64_t S = v->s[2], Wp = (OW - 1) * S + K, Hp = (OH - 1) * S + K;	\
 	float xp[DW_FLAT_MAX + 64], acc[DW_FLAT_MAX];				\
+	int64_t lo, hi;								\
+	ml_valid_range(-v->p[2], 1, W, Wp, &lo, &hi);				\
 	for (int64_t i = 0; i < Hp * Wp + K; i++)				\
 		xp[i] = 0.0f;							\
 	for (int64_t r = 0; r < Hp; r++) {					\
 		int64_t ih = r - v->p[1];					\
-		if (ih < 0 || ih >= H)						\
-			continue;						\
-		int64_t lo, hi;							\
-		ml_valid_range(-v->p[2], 1, W, Wp, &lo, &hi);			\
-		memcpy(xp + r * Wp + lo, x + ih * W + lo - v->p[2],		\
-		       sizeof(float) * (size_t)(hi - lo));			\
+		if (ih >= 0 && ih < H)						\
+			memcpy(xp + r * Wp + lo, x + ih * W + lo - v->p[2],	\
+			       sizeof(float) * (size_t)(hi - lo));		\
 	}									\
-	int64_t n = OH * Wp;							\
-	for (int64_t o = 0; o < n; o++) {					\
-		float s = b;							\
-		_Pragma("GCC unroll 8")						\
-		for (int kh = 0; kh < K; kh++)					\
+	for (int64_t oh = 0; oh < OH; oh++) {					\
+		const float *xr = xp + oh * S * Wp;				\
+		for (int64_t o = 0; o < Wp; o++) {				\
+			float s = b;						\
 			_Pragma("GCC unroll 8")					\
-			for (int kw = 0; kw < K; kw++)				\
-				s += w[kh * K + kw] * xp[o + kh * Wp + kw];	\
-		acc[o] = s;							\
+			for (int kh = 0; kh < K; kh++)				\
+				_Pragma("GCC unroll 8")				\
+				for (int kw = 0; kw < K; kw++)			\
+					s += w[kh * K + kw] * xr[o + kh * Wp + kw]; \
+			acc[o] = s;						\
+		}								\
+		float *yr = y + oh * OW;					\
+		if (S == 1)							\
+			memcpy(yr, acc, sizeof(float) * (size_t)OW);		\
+		else								\
+			for (int64_t ow = 0; ow < OW; ow++)			\
+				yr[ow] = acc[2 * ow];				\
 	}									\
-	for (int64_t oh = 0; oh < OH; oh++)					\
-		memcpy(y + oh * OW, acc + oh * Wp, sizeof(float) * (size_t)OW);	\
 }
 DWK_FLAT(3)
 DWK_FLAT(5)
@@ -334,8 +350,7 @@ dw_planes(void *ctx, int64_t b, int64_t e)
 	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], OH = v->out[1];
 	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2];
 	dwrow_fn rowfn = KH == KW && v->d[1] == 1 && v->d[2] == 1 ? dw_row_fn(KW, sw) : NULL;
-	bool flat = rowfn != NULL && sw == 1 && v->s[1] == 1 &&
-		    (OH + KH - 1) * (OW + KW - 1) + KW <= DW_FLAT_MAX;
+	bool flat = rowfn != NULL && dw_flat_fits(v);
 
 	/* the output range of each kernel column, the same for every row and plane */
 	int64_t kr[2 * DW_MAXK];
@@ -446,7 +461,8 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 	}
 	if (ml_wino_ok(v))
 		return ml_wino_conv(c, v, x, w, bias, y);
-	if (ml_pgemm_ok())
+	/* a few output columns would fill little of ml_pgemm's 32-wide panels: BLAS's GEMV wins */
+	if (ml_pgemm_ok() && v->outsz >= 16)
 		return conv_pgemm(c, v, x, w, bias, y);
 	fill_bias(y, bias, v->n, v->cout, v->outsz);
 	bool pointwise = v->ksz == 1;
