@@ -4,6 +4,8 @@
 # make test       run every test; ends with "N passed, M failed"
 # make install    PREFIX=/usr/local DESTDIR=
 # make OPENCL=0   build without OpenCL
+# make asan       build in build-asan with AddressSanitizer and UBSan, run every test
+# make fuzz       build the libFuzzer targets in build-fuzz/fuzz (tests/fuzz/run.sh runs them)
 .SUFFIXES:
 
 B ?= build
@@ -28,7 +30,7 @@ TEST_TOOLS = $(patsubst tests/tools/%.c,$(B)/bin/%,$(wildcard tests/tools/*.c))
 ONNX_PROTO ?= /usr/include/onnx/onnx.proto
 HDRS = $(wildcard lib/*.h lib/*.def lib/*/*.h) $(B)/gen/mlg.pb-c.h $(B)/gen/onnx.pb-c.h
 
-all: $(BINS) $(TEST_TOOLS) $(B)/ml.pc
+all: $(BINS) $(TEST_TOOLS) $(B)/bin/fuzz_replay $(B)/ml.pc
 
 $(B)/gen/mlg.pb-c.c $(B)/gen/mlg.pb-c.h: formats/mlg.proto
 	@mkdir -p $(B)/gen
@@ -60,6 +62,45 @@ $(B)/bin/%: $(B)/obj/cmd/%.o $(CLI_OBJS) $(B)/lib/libml.a
 $(B)/bin/%: tests/tools/%.c $(B)/lib/libml.a $(HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
+
+# The fuzz targets of tests/fuzz: fuzz_replay runs them over the corpus with
+# the normal compiler (in make test); make fuzz links them with libFuzzer.
+FUZZ_TARGETS = mlg onnx text npy
+FUZZ_SRCS = $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%.c) tests/fuzz/common.c
+
+$(B)/bin/fuzz_replay: tests/fuzz/replay.c $(FUZZ_SRCS) tests/fuzz/fuzz.h $(B)/lib/libml.a $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -Itests/fuzz -DFUZZ_REPLAY -o $@ tests/fuzz/replay.c \
+		$(FUZZ_SRCS) $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
+
+$(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/common.c tests/fuzz/fuzz.h $(B)/lib/libml.a $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -Itests/fuzz -fsanitize=fuzzer -o $@ $< tests/fuzz/common.c \
+		$(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
+
+SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CC ?= clang
+
+fuzz:
+	$(MAKE) B=build-fuzz CC=$(FUZZ_CC) WERROR= CFLAGS="-O1 -g -fsanitize=fuzzer-no-link $(SAN_FLAGS)" \
+		$(FUZZ_TARGETS:%=build-fuzz/fuzz/fuzz_%)
+
+# Every report of either sanitizer aborts the tool (status 134, never an
+# expected status) and is also logged, so a test that tolerates a failure
+# still cannot hide one.
+SAN_LOGS = $(CURDIR)/build-asan/san-logs
+ASAN_ENV = ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:log_path=$(SAN_LOGS)/asan \
+	UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_path=$(SAN_LOGS)/ubsan \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp
+
+asan: deps
+	$(MAKE) B=build-asan CFLAGS="-O2 -g $(SAN_FLAGS)" all
+	rm -rf $(SAN_LOGS) && mkdir -p $(SAN_LOGS)
+	$(ASAN_ENV) B=build-asan sh tests/run.sh; rc=$$?; \
+	if [ -n "$$(ls $(SAN_LOGS))" ]; then \
+		echo "== sanitizer reports ($(SAN_LOGS)):"; cat $(SAN_LOGS)/*; exit 1; \
+	fi; \
+	exit $$rc
 
 # rewritten every time, so `make install PREFIX=...` gets its own prefix
 $(B)/ml.pc: FORCE
@@ -96,4 +137,4 @@ clean:
 
 FORCE:
 
-.PHONY: FORCE all deps test demo bench install clean
+.PHONY: FORCE all deps test demo bench install clean asan fuzz

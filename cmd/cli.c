@@ -1,7 +1,8 @@
 /*
  * cli.c: helpers every tool shares: diagnostics in the `tool: message`
  * form with the exit statuses of DESIGN.md, checked number parsing, the
- * terminal rule for binary output, and the final stdout check.
+ * terminal rule for binary output, the final stdout check, and the
+ * inputs of a run (-i, --dim, --random) that mlrun and mlprof share.
  */
 #include <errno.h>
 #include <math.h>
@@ -168,4 +169,148 @@ json_str(FILE *fp, const char *s)
 		}
 	}
 	fputc('"', fp);
+}
+
+void
+cli_add_input(struct cli_inputs *in, char *arg, const char *synopsis)
+{
+	char *eq = strchr(arg, '=');
+	if (eq == NULL || eq == arg || eq[1] == '\0')
+		usage_error(synopsis, "--input: '%s' is not NAME=FILE", arg);
+	struct cli_bind *nb = realloc(in->binds, sizeof *nb * (size_t)(in->nbinds + 1));
+	if (nb == NULL)
+		die(EXIT_FAIL, "out of memory");
+	in->binds = nb;
+	*eq = '\0';
+	in->binds[in->nbinds].name = arg;
+	in->binds[in->nbinds].file = eq + 1;
+	in->nbinds++;
+}
+
+void
+cli_add_dim(struct cli_inputs *in, char *arg, const char *synopsis)
+{
+	char *eq = strchr(arg, '=');
+	if (eq == NULL || eq == arg)
+		usage_error(synopsis, "--dim: '%s' is not NAME=N", arg);
+	*eq = '\0';
+	struct cli_dim *nd = realloc(in->dims, sizeof *nd * (size_t)(in->ndims + 1));
+	if (nd == NULL)
+		die(EXIT_FAIL, "out of memory");
+	in->dims = nd;
+	in->dims[in->ndims].name = arg;
+	in->dims[in->ndims].v = parse_int("--dim", eq + 1, 0, INT32_MAX, synopsis);
+	in->ndims++;
+}
+
+void
+cli_inputs_free(struct cli_inputs *in)
+{
+	free(in->binds);
+	free(in->dims);
+	in->binds = NULL;
+	in->dims = NULL;
+	in->nbinds = in->ndims = 0;
+}
+
+static uint64_t rng_state;
+
+static uint64_t
+rng_next(void)
+{
+	/* splitmix64: small, seedable, the same on every machine */
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double
+rng_unit(void)
+{
+	return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static void
+make_input(struct ml_tval *v, const struct ml_tensor *t, const char *how,
+	   const struct cli_inputs *in)
+{
+	struct ml_err err = { 0 };
+	int64_t dims[ML_MAX_RANK];
+	if (t->rank < 0)
+		die(EXIT_INVALID, "input '%s' has an unknown rank; give it with -i %s=FILE.npy",
+		    t->name, t->name);
+	for (int d = 0; d < t->rank; d++) {
+		dims[d] = t->dims[d];
+		if (dims[d] < 0) {
+			dims[d] = 1;
+			for (int k = 0; k < in->ndims; k++)
+				if (t->sym[d] != NULL && strcmp(in->dims[k].name, t->sym[d]) == 0)
+					dims[d] = in->dims[k].v;
+		}
+	}
+	enum ml_dtype dt = t->dtype == ML_UNDEF ? ML_F32 : t->dtype;
+	if (ml_tval_alloc(v, dt, t->rank, dims, &err) < 0)
+		die_err(&err);
+	int64_t n = ml_tval_numel(v);
+	for (int64_t i = 0; i < n; i++) {
+		double x;
+		if (strcmp(how, "zeros") == 0)
+			x = 0;
+		else if (strcmp(how, "ones") == 0)
+			x = 1;
+		else if (ml_dtype_is_float(dt))
+			x = rng_unit() * 2 - 1;
+		else if (dt == ML_BOOL)
+			x = (double)(rng_next() & 1);
+		else
+			x = (double)(rng_next() % 10);
+		ml_set_f64(v->data, dt, i, x);
+	}
+}
+
+void
+cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path,
+		const struct cli_inputs *in)
+{
+	struct ml_err err = { 0 };
+
+	rng_state = in->seed;
+	for (int i = 0; i < in->nbinds; i++) {
+		struct ml_tval v = { 0 };
+		const char *f = in->binds[i].file;
+		if (strcmp(f, "zeros") == 0 || strcmp(f, "ones") == 0 || strcmp(f, "random") == 0) {
+			int ti = ml_graph_find(g, in->binds[i].name);
+			bool isin = false;
+			for (int k = 0; k < g->n_inputs; k++)
+				isin |= g->inputs[k] == ti;
+			if (ti < 0 || !isin)
+				die(EXIT_INVALID, "%s: the model has no input '%s'", path,
+				    in->binds[i].name);
+			make_input(&v, g->tensors[ti], f, in);
+		} else if (ml_npy_load(&v, f, &err) < 0) {
+			die_err(&err);
+		}
+		if (ml_session_set_input(s, in->binds[i].name, &v, &err) < 0) {
+			ml_err_prefix(&err, f);
+			die_err(&err);
+		}
+		ml_tval_clear(&v);
+	}
+	for (int i = 0; i < g->n_inputs; i++) {
+		const struct ml_tensor *t = g->tensors[g->inputs[i]];
+		bool given = false;
+		for (int k = 0; k < in->nbinds; k++)
+			given |= strcmp(in->binds[k].name, t->name) == 0;
+		if (given || t->kind == ML_TK_CONST || t->kind == ML_TK_PARAM)
+			continue;
+		if (!in->random)
+			die(EXIT_INVALID, "%s: input '%s' is not given (use -i %s=FILE.npy or --random)",
+			    path, t->name, t->name);
+		struct ml_tval v = { 0 };
+		make_input(&v, t, "random", in);
+		if (ml_session_set_input(s, t->name, &v, &err) < 0)
+			die_err(&err);
+		ml_tval_clear(&v);
+	}
 }

@@ -48,4 +48,41 @@ int finish_stdout(void);
 /* json_str: write s as a JSON string literal to fp. */
 void json_str(FILE *fp, const char *s);
 
+/*
+ * Inputs for a run, shared by mlrun and mlprof: -i NAME=FILE bindings
+ * (FILE a .npy file, or zeros, ones, random), --dim NAME=N sizes for
+ * symbolic dims of made-up arrays, and --random with --seed for every input
+ * not given.
+ */
+struct cli_bind {
+	char *name;
+	char *file;
+};
+struct cli_dim {
+	char *name;
+	int64_t v;
+};
+struct cli_inputs {
+	struct cli_bind *binds;
+	int nbinds;
+	struct cli_dim *dims;
+	int ndims;
+	bool random;
+	uint64_t seed;
+};
+/* cli_add_input: take -i NAME=FILE (arg is split in place); usage error when malformed. */
+void cli_add_input(struct cli_inputs *in, char *arg, const char *synopsis);
+/* cli_add_dim: take --dim NAME=N; usage error when malformed. */
+void cli_add_dim(struct cli_inputs *in, char *arg, const char *synopsis);
+/*
+ * cli_bind_inputs: bind every input of g in s, the -i ones first in their
+ * order, then --random for the rest; dies with status 3 for a missing or
+ * unknown input or a bad file. The random numbers restart from the seed at
+ * each call, so every session gets the same inputs.
+ */
+void cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path,
+		     const struct cli_inputs *in);
+/* cli_inputs_free: release what cli_add_input and cli_add_dim took. */
+void cli_inputs_free(struct cli_inputs *in);
+
 #endif

@@ -44,72 +44,6 @@ usage(FILE *fp, int status)
 	exit(status);
 }
 
-struct binding {
-	char *name;
-	char *file;
-};
-
-struct dimval {
-	char *name;
-	int64_t v;
-};
-
-static uint64_t rng_state;
-
-static uint64_t
-rng_next(void)
-{
-	/* splitmix64: small, seedable, the same on every machine */
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static double
-rng_unit(void)
-{
-	return (double)(rng_next() >> 11) * (1.0 / 9007199254740992.0);
-}
-
-static void
-make_input(struct ml_tval *v, const struct ml_tensor *t, const char *how, const struct dimval *dv,
-	   int ndv)
-{
-	struct ml_err err = { 0 };
-	int64_t dims[ML_MAX_RANK];
-	if (t->rank < 0)
-		die(EXIT_INVALID, "input '%s' has an unknown rank; give it with -i %s=FILE.npy",
-		    t->name, t->name);
-	for (int d = 0; d < t->rank; d++) {
-		dims[d] = t->dims[d];
-		if (dims[d] < 0) {
-			dims[d] = 1;
-			for (int k = 0; k < ndv; k++)
-				if (t->sym[d] != NULL && strcmp(dv[k].name, t->sym[d]) == 0)
-					dims[d] = dv[k].v;
-		}
-	}
-	enum ml_dtype dt = t->dtype == ML_UNDEF ? ML_F32 : t->dtype;
-	if (ml_tval_alloc(v, dt, t->rank, dims, &err) < 0)
-		die_err(&err);
-	int64_t n = ml_tval_numel(v);
-	for (int64_t i = 0; i < n; i++) {
-		double x;
-		if (strcmp(how, "zeros") == 0)
-			x = 0;
-		else if (strcmp(how, "ones") == 0)
-			x = 1;
-		else if (ml_dtype_is_float(dt))
-			x = rng_unit() * 2 - 1;
-		else if (dt == ML_BOOL)
-			x = (double)(rng_next() & 1);
-		else
-			x = (double)(rng_next() % 10);
-		ml_set_f64(v->data, dt, i, x);
-	}
-}
-
 static int
 cmp_double(const void *a, const void *b)
 {
@@ -168,11 +102,9 @@ main(int argc, char **argv)
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct binding *binds = NULL;
-	struct dimval *dims = NULL;
-	int nbinds = 0, ndims = 0, verbose = 0, quiet = 0, json = 0, threads = 0, random = 0;
+	struct cli_inputs in = { 0 };
+	int verbose = 0, quiet = 0, json = 0, threads = 0;
 	int64_t repeat = 0, warmup = -1;
-	uint64_t seed = 0;
 	const char *outdir = NULL, *device = "cpu";
 	bool version = false;
 	int c;
@@ -182,19 +114,9 @@ main(int argc, char **argv)
 		switch (c) {
 		case 'h':
 			usage(stdout, 0);
-		case 'i': {
-			char *eq = strchr(optarg, '=');
-			if (eq == NULL || eq == optarg || eq[1] == '\0')
-				usage_error(synopsis, "--input: '%s' is not NAME=FILE", optarg);
-			binds = realloc(binds, sizeof *binds * (size_t)(nbinds + 1));
-			if (binds == NULL)
-				die(EXIT_FAIL, "out of memory");
-			*eq = '\0';
-			binds[nbinds].name = optarg;
-			binds[nbinds].file = eq + 1;
-			nbinds++;
+		case 'i':
+			cli_add_input(&in, optarg, synopsis);
 			break;
-		}
 		case 'o':
 			outdir = optarg;
 			break;
@@ -210,30 +132,20 @@ main(int argc, char **argv)
 		case OPT_DEVICE:
 			device = optarg;
 			break;
-		case OPT_DIM: {
-			char *eq = strchr(optarg, '=');
-			if (eq == NULL || eq == optarg)
-				usage_error(synopsis, "--dim: '%s' is not NAME=N", optarg);
-			*eq = '\0';
-			dims = realloc(dims, sizeof *dims * (size_t)(ndims + 1));
-			if (dims == NULL)
-				die(EXIT_FAIL, "out of memory");
-			dims[ndims].name = optarg;
-			dims[ndims].v = parse_int("--dim", eq + 1, 0, INT32_MAX, synopsis);
-			ndims++;
+		case OPT_DIM:
+			cli_add_dim(&in, optarg, synopsis);
 			break;
-		}
 		case OPT_JSON:
 			json = 1;
 			break;
 		case OPT_RANDOM:
-			random = 1;
+			in.random = true;
 			break;
 		case OPT_REPEAT:
 			repeat = parse_int("--repeat", optarg, 1, 1000000000, synopsis);
 			break;
 		case OPT_SEED:
-			seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
+			in.seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
 			break;
 		case OPT_THREADS:
 			threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
@@ -257,7 +169,6 @@ main(int argc, char **argv)
 		usage_error(synopsis, "--warmup needs --repeat");
 	if (warmup < 0)
 		warmup = repeat > 0 ? 1 : 0;
-	rng_state = seed;
 	ml_set_threads(threads);
 
 	struct ml_err err = { 0 };
@@ -268,42 +179,7 @@ main(int argc, char **argv)
 		die_err(&err);
 	if (ml_session_new(&s, g, &so, &err) < 0)
 		die_err(&err);
-	for (int i = 0; i < nbinds; i++) {
-		struct ml_tval v = { 0 };
-		const char *f = binds[i].file;
-		if (strcmp(f, "zeros") == 0 || strcmp(f, "ones") == 0 || strcmp(f, "random") == 0) {
-			int ti = ml_graph_find(g, binds[i].name);
-			bool isin = false;
-			for (int k = 0; k < g->n_inputs; k++)
-				isin |= g->inputs[k] == ti;
-			if (ti < 0 || !isin)
-				die(EXIT_INVALID, "%s: the model has no input '%s'", path, binds[i].name);
-			make_input(&v, g->tensors[ti], f, dims, ndims);
-		} else if (ml_npy_load(&v, f, &err) < 0) {
-			die_err(&err);
-		}
-		if (ml_session_set_input(s, binds[i].name, &v, &err) < 0) {
-			ml_err_prefix(&err, f);
-			die_err(&err);
-		}
-		ml_tval_clear(&v);
-	}
-	for (int i = 0; i < g->n_inputs; i++) {
-		const struct ml_tensor *t = g->tensors[g->inputs[i]];
-		bool given = false;
-		for (int k = 0; k < nbinds; k++)
-			given |= strcmp(binds[k].name, t->name) == 0;
-		if (given || t->kind == ML_TK_CONST || t->kind == ML_TK_PARAM)
-			continue;
-		if (!random)
-			die(EXIT_INVALID, "%s: input '%s' is not given (use -i %s=FILE.npy or --random)",
-			    path, t->name, t->name);
-		struct ml_tval v = { 0 };
-		make_input(&v, t, "random", dims, ndims);
-		if (ml_session_set_input(s, t->name, &v, &err) < 0)
-			die_err(&err);
-		ml_tval_clear(&v);
-	}
+	cli_bind_inputs(s, g, path, &in);
 	if (outdir != NULL) {
 		struct stat st;
 		if (stat(outdir, &st) < 0) {
@@ -388,8 +264,7 @@ main(int argc, char **argv)
 				(long long)ml_session_arena_bytes(s));
 	}
 	free(lat);
-	free(binds);
-	free(dims);
+	cli_inputs_free(&in);
 	ml_session_free(s);
 	ml_graph_free(g);
 	return finish_stdout();

@@ -534,4 +534,118 @@ int64_t ml_node_flops(const struct ml_graph *g, int ni);
 /* ml_now: a monotonic clock in seconds. */
 double ml_now(void);
 
+/*
+ * Profiling (lib/exec/prof.c, prof_out.c, prof_diff.c): the library side of
+ * mlprof. A struct ml_prof collects, run after run, what a session made
+ * with opts.profile measured: per node its time, its start and its FLOP and
+ * byte counts, and per tensor where it lived. From those it writes the
+ * reports: a table, CSV, a JSON report (which `mlprof diff` reads back), a
+ * Chrome trace-event file, an SVG picture and a cost model. Writers print
+ * to a caller-given stream and leave error checks of that stream to the
+ * caller; they fail only when memory runs out.
+ */
+
+/*
+ * struct ml_tensor_mem: where one tensor lived in a session's last run.
+ * off is its arena offset and len the bytes the plan reserved (off -1 and
+ * len 0: on the heap, or not an activation); bytes is the size of its value
+ * in the last profiled run; first is its producer node (-1: an input or a
+ * constant) and last its last reader (-1: none; n_nodes: a graph output).
+ * shape has dtype and dims of the last profiled run, data NULL.
+ */
+struct ml_tensor_mem {
+	int64_t off, len, bytes;
+	int first, last;
+	struct ml_tval shape;
+};
+/* ml_session_node_start: ml_now() when node i began in the last run (with opts.profile). */
+double ml_session_node_start(const struct ml_session *s, int i);
+/* ml_session_tensor_mem: fill m for tensor t; ML_EINVAL when t is out of range. */
+int ml_session_tensor_mem(const struct ml_session *s, int t, struct ml_tensor_mem *m);
+
+struct ml_prof;
+
+/* Row groupings of the reports: one row per node, per op type, per name prefix, per phase. */
+enum ml_prof_group { ML_PROF_BY_NODE, ML_PROF_BY_OP, ML_PROF_BY_PREFIX, ML_PROF_BY_PHASE };
+/* Sort keys of the table and CSV rows (ml_prof_sort_from_name: -1 when unknown). */
+enum ml_prof_sort {
+	ML_PROF_SORT_TIME, ML_PROF_SORT_MEDIAN, ML_PROF_SORT_ORDER, ML_PROF_SORT_NAME,
+	ML_PROF_SORT_OP, ML_PROF_SORT_FLOPS, ML_PROF_SORT_BYTES, ML_PROF_SORT_GFLOPS,
+	ML_PROF_SORT_GBPS
+};
+int ml_prof_sort_from_name(const char *s);
+
+/* struct ml_prof_opts: how the reports look; zero is a valid default. */
+struct ml_prof_opts {
+	const char *model;	/* the model path the reports name */
+	int threads;
+	int64_t warmup;		/* untimed runs made before the profile */
+	int sort;		/* enum ml_prof_sort */
+	int64_t top;		/* rows of the table and CSV, 0: all */
+	int group;		/* enum ml_prof_group */
+	int prefix_depth;	/* components of a name for ML_PROF_BY_PREFIX (default 1) */
+	bool memory;		/* the table adds the memory plan and tensor lifetimes */
+	bool compare;		/* the table puts devices side by side, even one */
+};
+
+/*
+ * ml_prof_new: an empty profile of g on device dev for up to runs timed
+ * runs. g must outlive the profile. ml_prof_free accepts NULL.
+ */
+int ml_prof_new(struct ml_prof **out, const struct ml_graph *g, const char *dev, int64_t runs,
+		struct ml_err *e);
+void ml_prof_free(struct ml_prof *p);
+/*
+ * ml_prof_record: add the last run of s (a session of the profile's graph
+ * made with opts.profile) that began at t0 (ml_now()) and took wall seconds.
+ * ML_EINVAL when the profile already holds its runs.
+ */
+int ml_prof_record(struct ml_prof *p, const struct ml_session *s, double t0, double wall,
+		   struct ml_err *e);
+/* ml_prof_runs: the runs recorded; ml_prof_wall_median / ml_prof_nodes_median: seconds per run. */
+int64_t ml_prof_runs(const struct ml_prof *p);
+double ml_prof_wall_median(struct ml_prof *p);
+double ml_prof_nodes_median(struct ml_prof *p);
+/* ml_prof_has_phases: whether any node of the graph is marked with a training phase. */
+bool ml_prof_has_phases(struct ml_prof *p);
+
+/*
+ * The writers. ps[0..n-1] are profiles of the same graph on different
+ * devices: the table and the JSON report show them side by side when n > 1;
+ * the trace gives each its own lanes. The others use ps[0] alone.
+ */
+int ml_prof_write_table(struct ml_prof *const *ps, int n, const struct ml_prof_opts *o, FILE *fp,
+			struct ml_err *e);
+int ml_prof_write_csv(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, struct ml_err *e);
+int ml_prof_write_json(struct ml_prof *const *ps, int n, const struct ml_prof_opts *o, FILE *fp,
+		       struct ml_err *e);
+int ml_prof_write_trace(struct ml_prof *const *ps, int n, const struct ml_prof_opts *o, FILE *fp,
+			struct ml_err *e);
+int ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, struct ml_err *e);
+/*
+ * ml_prof_write_costmodel: the cost model of --calibrate, as JSON: per
+ * device and op type the measured nanoseconds per FLOP, per byte and per
+ * node, with the sums they come from.
+ */
+int ml_prof_write_costmodel(struct ml_prof *const *ps, int n, const struct ml_prof_opts *o,
+			    FILE *fp, struct ml_err *e);
+
+/*
+ * ml_prof_diff: compare two JSON reports of ml_prof_write_json, a (the
+ * baseline) and b, node by node and in total, with a 95% confidence
+ * interval of each change (a bootstrap of the medians from the samples, or
+ * Welch's t on the means where a report has no samples). Writes a table,
+ * or JSON with as_json, to fp; *regressed is set when the lower end of the
+ * total's interval is above threshold (a fraction: 0.05 is 5%).
+ * ML_EFORMAT for a file that is not such a report, ML_EINVAL when one
+ * cannot be opened.
+ */
+struct ml_prof_diff_opts {
+	double threshold;
+	int64_t top;		/* node rows, 0: all */
+	bool as_json;
+};
+int ml_prof_diff(const char *a, const char *b, const struct ml_prof_diff_opts *o, FILE *fp,
+		 bool *regressed, struct ml_err *e);
+
 #endif

@@ -1,6 +1,7 @@
 #!/bin/sh
 # run.sh: run every test of the ml toolchain, as `make test` does after
-# `make all`: (a) the C unit tests build/bin/test_*, (b) the bats CLI tests,
+# `make all`: (a) the C unit tests build/bin/test_* and the fuzz corpus
+# replay, (b) the bats CLI tests,
 # (c) the ONNX backend node tests, (d) the real-model tests. Prints each
 # stage's summary and ends with one line "N passed, M failed"; exits 0 only
 # when M is 0. B=DIR picks another build folder (default build).
@@ -70,6 +71,25 @@ for t in "$BIN"/test_*; do
 	u_fail=$((u_fail + f))
 done
 note unit "$u_pass" "$u_fail"
+
+# (a2) the fuzz corpus (tests/fuzz/corpus: seeds and every crash found),
+# replayed through the fuzz targets without libFuzzer: one test per target.
+echo "== fuzz: corpus replay ($B/bin/fuzz_replay)"
+if [ -x "$BIN/fuzz_replay" ]; then
+	timeout 1800 "$BIN/fuzz_replay" tests/fuzz/corpus >"$LOGS/fuzz.tap" 2>&1
+	rc=$?
+	cat "$LOGS/fuzz.tap"
+	set -- $(tap_count "$LOGS/fuzz.tap")
+	p=$1 f=$2
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		echo "fuzz_replay: exit status $rc"
+		f=1
+	fi
+	note fuzz "$p" "$f"
+else
+	echo "fuzz: $BIN/fuzz_replay is missing"
+	note fuzz 0 1
+fi
 
 # run_bats STAGE FILE...: the bats files as TAP, counted.
 run_bats() {

@@ -122,6 +122,10 @@ bool
 ml_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
 	 int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
+	/* a row or a column: the library's own GEMV keeps OpenBLAS's threads asleep */
+	if ((m == 1 || n == 1) && m > 0 && n > 0 && k > 0 && fits(m, n, k, lda, ldb, ldc) &&
+	    ml_sgemv_own(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+		return true;
 	GEMM_BODY(float, s)
 }
 

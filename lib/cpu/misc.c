@@ -464,7 +464,7 @@ run_tfidf(struct ml_opctx *c)
 		memset(counts, 0, sizeof(double) * (size_t)ni);
 		for (int64_t dist = 1; dist <= skip + 1; dist++) {
 			int64_t lo = dist == 1 ? mn : ML_MAX(mn, 2);
-			if (lo > mx)
+			if (lo > mx || (lo - 1) * dist >= C)
 				break;
 			for (int64_t s = 0; s < C; s++)
 				for (int64_t L = lo; L <= mx && s + (L - 1) * dist < C; L++) {

@@ -273,7 +273,7 @@ static int
 try_gemm(struct ml_opctx *c, const struct ml_einsum *e, int64_t st[][ML_EINSUM_MAXAX],
 	 bool *done)
 {
-	const struct ml_tval *A = c->in[0], *B = c->in[1];
+	const struct ml_tval *A = c->in[0], *B = ML_IN(c, 1);
 	struct ml_tval *Y = c->out[0];
 	struct gview bt = { 0 }, mv = { 0 }, nv = { 0 }, kv = { 0 };
 	int inA[ML_EINSUM_MAXAX] = { 0 }, inB[ML_EINSUM_MAXAX] = { 0 };

@@ -44,8 +44,9 @@ gs_reflect_##SUF(T v, T tlo, T thi)						\
 	T mn = tlo / 2, span = (thi - tlo) / 2;					\
 	v = FABS(v - mn);							\
 	T extra = FMOD(v, span);						\
-	int64_t flips = (int64_t)FLOOR(v / span);				\
-	return flips % 2 == 0 ? extra + mn : span - extra + mn;			\
+	/* the parity of floor(v / span), without an int cast that may overflow */ \
+	bool even = FMOD(FLOOR(v / span), (T)2) == 0;				\
+	return even ? extra + mn : span - extra + mn;				\
 }										\
 										\
 static T									\
@@ -196,7 +197,12 @@ ml_cpu_grid_sample(struct ml_opctx *c)
 	return 0;
 }
 
-/* RoiAlign over [rois, channels] units. */
+/*
+ * RoiAlign over [rois, channels] units. RA_MAXGRID bounds the adaptive
+ * sampling grid of one bin, so that a huge RoI is refused instead of
+ * running for ever.
+ */
+#define RA_MAXGRID 4096
 struct rajob {
 	const void *x, *rois;
 	const int64_t *bidx;
@@ -226,10 +232,12 @@ ra_units_##SUF(void *ctx, int64_t b, int64_t e)					\
 			rh = rh > 1 ? rh : 1;					\
 		}								\
 		T bh = rh / (T)j->oh, bw = rw / (T)j->ow;			\
-		int64_t gh = j->sr > 0 ? j->sr : (int64_t)CEIL(rh / (T)j->oh);	\
-		int64_t gw = j->sr > 0 ? j->sr : (int64_t)CEIL(rw / (T)j->ow);	\
-		gh = gh > 0 ? gh : 0;						\
-		gw = gw > 0 ? gw : 0;						\
+		T fgh = CEIL(rh / (T)j->oh), fgw = CEIL(rw / (T)j->ow);		\
+		/* a bad RoI (checked before) must not reach an int cast */	\
+		fgh = fgh > 0 && fgh <= RA_MAXGRID ? fgh : 0;			\
+		fgw = fgw > 0 && fgw <= RA_MAXGRID ? fgw : 0;			\
+		int64_t gh = j->sr > 0 ? j->sr : (int64_t)fgh;			\
+		int64_t gw = j->sr > 0 ? j->sr : (int64_t)fgw;			\
 		T count = (T)ML_MAX(gh * gw, 1);				\
 		for (int64_t ph = 0; ph < j->oh; ph++)				\
 			for (int64_t pw = 0; pw < j->ow; pw++) {		\
@@ -300,12 +308,34 @@ ml_cpu_roi_align(struct ml_opctx *c)
 	int64_t *bidx = ml_malloc(sizeof(int64_t) * (size_t)ML_MAX(R, 1));
 	if (bidx == NULL)
 		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	j.oh = y->dims[2];
+	j.ow = y->dims[3];
+	j.sr = ml_attr_int(c->node, "sampling_ratio", 0);
+	j.scale = ml_attr_float(c->node, "spatial_scale", 1.0);
+	if (j.sr > RA_MAXGRID)
+		return ml_opfail(c, ML_EINVAL, "sampling_ratio %lld is too large", (long long)j.sr);
+	for (int64_t r = 0; r < R * 4; r++) {
+		double v = ml_get_f64(rois->data, rois->dtype, r) * j.scale;
+		if (!(fabs(v) <= 1e7)) {
+			ml_free(bidx);
+			return ml_opfail(c, ML_EINVAL, "RoI coordinate %g is not finite or too large",
+					 ml_get_f64(rois->data, rois->dtype, r));
+		}
+		if (j.sr == 0 && r % 4 >= 2) {
+			double ext = v - ml_get_f64(rois->data, rois->dtype, r - 2) * j.scale;
+			double bins = r % 4 == 2 ? (double)j.ow : (double)j.oh;
+			if (ext / bins > RA_MAXGRID) {
+				ml_free(bidx);
+				return ml_opfail(c, ML_EINVAL, "an RoI needs too many samples");
+			}
+		}
+	}
 	for (int64_t r = 0; r < R; r++) {
 		bidx[r] = ml_get_i64(bi->data, bi->dtype, r);
 		if (bidx[r] < 0 || bidx[r] >= x->dims[0]) {
+			long long v = (long long)bidx[r];
 			ml_free(bidx);
-			return ml_opfail(c, ML_EINVAL, "batch index %lld is out of range",
-					 (long long)bidx[r]);
+			return ml_opfail(c, ML_EINVAL, "batch index %lld is out of range", v);
 		}
 	}
 	j.x = x->data;
@@ -315,10 +345,6 @@ ml_cpu_roi_align(struct ml_opctx *c)
 	j.C = x->dims[1];
 	j.H = x->dims[2];
 	j.W = x->dims[3];
-	j.oh = y->dims[2];
-	j.ow = y->dims[3];
-	j.sr = ml_attr_int(c->node, "sampling_ratio", 0);
-	j.scale = ml_attr_float(c->node, "spatial_scale", 1.0);
 	/* opset 16 added the attribute, defaulting to the corrected half_pixel */
 	j.half = strcmp(ml_attr_str(c->node, "coordinate_transformation_mode",
 				    c->opset >= 16 ? "half_pixel" : "output_half_pixel"),

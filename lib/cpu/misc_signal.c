@@ -434,7 +434,9 @@ ml_cpu_mel(struct ml_opctx *c)
 	for (int64_t i = 0; i < np; i++) {
 		double f = (double)i * step + (double)lmel;
 		f = 700.0 * (pow(10.0, f / 2595.0) - 1.0);
-		fb[i] = (int64_t)floor((double)(dftl + 1) * f / (double)rate);
+		f = floor((double)(dftl + 1) * f / (double)rate);
+		/* out of range (or NaN) edges are refused below, never cast */
+		fb[i] = f >= -1 && f <= (double)nspec + 1 ? (int64_t)f : -1;
 	}
 	int rc = 0;
 	for (int64_t i = 0; i < bins && rc == 0; i++) {

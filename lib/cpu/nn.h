@@ -91,6 +91,14 @@ void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a,
 		    int64_t ldc, int64_t sc, bool accumulate);
 
 /*
+ * ml_sgemv_own: ml_sgemm's product for m == 1 or n == 1 (k >= 1) without
+ * BLAS, split over ml_parallel_for; false (nothing done) when it does not
+ * handle the case (a strided C column of A^T b) or is out of memory.
+ */
+bool ml_sgemv_own(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+		  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/*
  * lib/cpu/nn_wino.c: ml_wino_ok tells whether the f32 Winograd F(4x4, 3x3)
  * convolution applies to v and pays; ml_wino_conv computes Y (bias
  * included) with it. It uses scratch slots 0 to 2.

@@ -2,17 +2,20 @@
  * nn_conv.c: CPU kernels of Conv and ConvTranspose, over a 3-D view of
  * 1-D, 2-D and 3-D windows (struct ml_conv3).
  *
- * f32 Conv has three variants, picked per node from its geometry:
- * - pointwise (1x1 kernel, stride 1, no pads): the input planes already
- *   are the GEMM's right-hand matrix, so each group is one SGEMM;
- * - one input channel per group (depthwise, with any channel multiplier)
- *   over a 2-D window: direct loops, split over the output planes with
- *   ml_parallel_for, since a per-channel GEMM would be a tiny GEMV;
- * - everything else: im2col into a per-thread scratch buffer (in column
- *   tiles, so the buffer stays bounded), then SGEMM.
+ * f32 Conv picks one of these per node from its geometry:
+ * - one input channel per group (depthwise, any channel multiplier) over
+ *   a 2-D window: direct loops over the output planes, split with
+ *   ml_parallel_for (a per-channel GEMM would be a tiny GEMV), with
+ *   register-blocked kernels for square 3, 5 and 7 wide windows;
+ * - 3x3 stride 1 on wide layers: Winograd F(4x4, 3x3) (nn_wino.c);
+ * - everything else, on CPUs with AVX-512: im2col straight into the
+ *   packed panels of the library's own SGEMM (nn_gemm.c), which adds the
+ *   bias as it stores; a 1x1 stride-1 convolution's im2col is a copy;
+ * - otherwise: im2col into a per-thread scratch buffer (in column tiles,
+ *   so the buffer stays bounded) and BLAS, except that 1x1 stride-1 needs
+ *   no im2col at all.
  * f32 ConvTranspose is SGEMM into columns, then col2im. f64 runs direct
- * loops (correct, not fast); f16 and bf16 run as f32. The bias is written
- * into Y first and GEMMs accumulate onto it.
+ * loops (correct, not fast); f16 and bf16 run as f32.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 /* -O2 runs the vectoriser with its "very cheap" cost model, which skips loops with epilogues. */

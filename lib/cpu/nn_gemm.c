@@ -11,11 +11,14 @@
  * block of A passes over it. Work items (a panel by a group of row
  * blocks) split over ml_parallel_for; this is not BLAS, so pool threads
  * may run it. Off x86-64, or on CPUs without AVX-512F, ml_pgemm_ok() is
- * false and callers use BLAS.
+ * false and callers use BLAS. The file also holds the GEMV that
+ * ml_sgemm uses for a single row or column (see ml_sgemv_own).
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
+#include <stdatomic.h>
+
 #include "cpu/nn.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -30,12 +33,15 @@ bool
 ml_pgemm_ok(void)
 {
 #ifdef HAVE_PGEMM
-	static int ok = -1;
-	if (ok < 0) {
+	/* -1 until known; racing first callers compute the same value */
+	static atomic_int ok = -1;
+	int v = atomic_load_explicit(&ok, memory_order_relaxed);
+	if (v < 0) {
 		__builtin_cpu_init();
-		ok = __builtin_cpu_supports("avx512f") ? 1 : 0;
+		v = __builtin_cpu_supports("avx512f") ? 1 : 0;
+		atomic_store_explicit(&ok, v, memory_order_relaxed);
 	}
-	return ok == 1;
+	return v == 1;
 #else
 	return false;
 #endif
@@ -176,4 +182,119 @@ ml_pgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const flo
 	 const float *bias, float *c, int64_t ldc, bool accumulate)
 {
 	ml_pgemm_batch(1, m, n, k, a, lda, 0, bp, 0, bias, c, ldc, 0, accumulate);
+}
+
+/*
+ * GEMV without BLAS. At batch 1 the fully connected layers are GEMVs;
+ * OpenBLAS runs those on its own threads, which then spin for a while
+ * after each call and take the cores from the kernels that follow, so
+ * the library runs them itself: memory-bound loops split over the pool.
+ * Two shapes cover every case: dot products of contiguous rows, and sums
+ * of scaled rows.
+ */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define GV_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define GV_CLONES
+#endif
+
+struct gv_job {
+	const float *m, *v;	/* the matrix (rows ldm apart) and the contiguous vector */
+	int64_t rows, cols, ldm;
+	float alpha, beta;
+	float *y;
+	int64_t incy;
+};
+
+/* y[i * incy] = alpha * dot(m[i, :], v) + beta * y for rows [b, e). */
+GV_CLONES static void
+gv_dots(void *ctx, int64_t b, int64_t e)
+{
+	const struct gv_job *j = ctx;
+
+	for (int64_t i = b; i < e; i++) {
+		const float *r = j->m + i * j->ldm;
+		float part[16] = { 0 };
+		int64_t p = 0;
+		for (; p + 16 <= j->cols; p += 16)
+			for (int l = 0; l < 16; l++)
+				part[l] += r[p + l] * j->v[p + l];
+		float s = 0;
+		for (; p < j->cols; p++)
+			s += r[p] * j->v[p];
+		for (int l = 0; l < 16; l++)
+			s += part[l];
+		float *y = j->y + i * j->incy;
+		*y = j->alpha * s + (j->beta == 0 ? 0.0f : j->beta * *y);
+	}
+}
+
+/* y[c] = alpha * sum_p v[p] * m[p, c] + beta * y[c] for columns [b, e) (incy 1). */
+GV_CLONES static void
+gv_axpys(void *ctx, int64_t b, int64_t e)
+{
+	const struct gv_job *j = ctx;
+	float *y = j->y;
+
+	for (int64_t c = b; c < e; c++)
+		y[c] = j->beta == 0 ? 0.0f : j->beta * y[c];
+	for (int64_t p = 0; p < j->rows; p++) {
+		const float *r = j->m + p * j->ldm;
+		float a = j->alpha * j->v[p];
+		for (int64_t c = b; c < e; c++)
+			y[c] += a * r[c];
+	}
+}
+
+bool
+ml_sgemv_own(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+	     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+	/* the vector operand, gathered into contiguous memory when strided */
+	const float *vec;
+	int64_t vinc;
+	float *tmp = NULL;
+
+	if (m == 1) {
+		vec = a;
+		vinc = ta ? lda : 1;
+	} else {
+		vec = b;
+		vinc = tb ? 1 : ldb;
+	}
+	if (vinc != 1) {
+		if ((tmp = ml_malloc(sizeof(float) * (size_t)k)) == NULL)
+			return false;
+		for (int64_t p = 0; p < k; p++)
+			tmp[p] = vec[p * vinc];
+		vec = tmp;
+	}
+	struct gv_job j = { .v = vec, .alpha = alpha, .beta = beta, .y = c };
+	int64_t grain;
+	if (m == 1 && !tb) {
+		/* c[1, n] = a[1, k] B[k, n]: scaled rows of B */
+		j.m = b, j.rows = k, j.cols = n, j.ldm = ldb, j.incy = 1;
+		grain = ML_MAX(64, (int64_t)(1 << 16) / ML_MAX(k, 1));
+		ml_parallel_for(n, grain, gv_axpys, &j);
+	} else if (m == 1) {
+		/* c[1, n] = a[1, k] B^T, B [n, k]: dots with B's rows */
+		j.m = b, j.rows = n, j.cols = k, j.ldm = ldb, j.incy = 1;
+		grain = ML_MAX(1, (int64_t)(1 << 16) / ML_MAX(k, 1));
+		ml_parallel_for(n, grain, gv_dots, &j);
+	} else if (!ta) {
+		/* c[m, 1] = A[m, k] b: dots with A's rows */
+		j.m = a, j.rows = m, j.cols = k, j.ldm = lda, j.incy = ldc;
+		grain = ML_MAX(1, (int64_t)(1 << 16) / ML_MAX(k, 1));
+		ml_parallel_for(m, grain, gv_dots, &j);
+	} else if (ldc == 1) {
+		/* c[m, 1] = A^T b, A [k, m]: scaled rows of A, into a contiguous column */
+		j.m = a, j.rows = k, j.cols = m, j.ldm = lda, j.incy = 1;
+		grain = ML_MAX(64, (int64_t)(1 << 16) / ML_MAX(k, 1));
+		ml_parallel_for(m, grain, gv_axpys, &j);
+	} else {
+		ml_free(tmp);
+		return false;
+	}
+	ml_free(tmp);
+	return true;
 }

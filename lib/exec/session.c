@@ -24,6 +24,8 @@ struct ml_session {
 	bool planned;
 	double *node_time;
 	int64_t *node_flops, *node_bytes;	/* with opts.profile: from the run's shapes */
+	double *node_start;	/* with opts.profile: ml_now() as each node began */
+	struct ml_tval *prof_val;	/* with opts.profile: per tensor, last run's shape (no data) */
 	bool check_shapes;
 	struct ml_err *err_sink;	/* the error struct of the run in progress */	/* ML_CHECK_SHAPES=1: compare results with static inference */
 	struct ml_tval **in, **out;
@@ -91,6 +93,9 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->node_time = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_time);
 	s->node_flops = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_flops);
 	s->node_bytes = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_bytes);
+	s->node_start = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_start);
+	if (s->o.profile)
+		s->prof_val = ml_calloc(nt, sizeof *s->prof_val);
 	s->outer = ml_calloc(nt, sizeof *s->outer);
 	s->max_io = 1;
 	for (int i = 0; i < g->n_nodes; i++) {
@@ -101,7 +106,8 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->out = ml_calloc((size_t)s->max_io, sizeof *s->out);
 	if (s->vals == NULL || s->bound == NULL || s->last_use == NULL || s->slot_off == NULL ||
 	    s->slot_len == NULL || s->node_time == NULL || s->in == NULL || s->out == NULL ||
-	    s->outer == NULL || s->node_flops == NULL || s->node_bytes == NULL) {
+	    s->outer == NULL || s->node_flops == NULL || s->node_bytes == NULL ||
+	    s->node_start == NULL || (s->o.profile && s->prof_val == NULL)) {
 		ml_session_free(s);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	}
@@ -171,6 +177,8 @@ ml_session_free(struct ml_session *s)
 	ml_free(s->node_time);
 	ml_free(s->node_flops);
 	ml_free(s->node_bytes);
+	ml_free(s->node_start);
+	ml_free(s->prof_val);
 	ml_free(s->in);
 	ml_free(s->out);
 	ml_free(s);
@@ -301,7 +309,7 @@ plan(struct ml_session *s, struct ml_err *e)
 			for (int k = 0; k <= nlive; k++) {
 				int64_t next = k < nlive ? live[k].off : INT64_MAX;
 				int64_t gap = next - prev_end;
-				if (gap >= len && gap < best_gap) {
+				if (gap >= len && (best < 0 || gap < best_gap)) {
 					best = prev_end;
 					best_gap = gap;
 					best_pos = k;
@@ -536,6 +544,13 @@ ml_session_run(struct ml_session *s, struct ml_err *e)
 			goto fail;
 		if (s->o.profile) {
 			s->node_time[i] = ml_now() - t0;
+			s->node_start[i] = t0;
+			for (int j = 0; j < n->n_out; j++)
+				if (n->out[j] >= 0) {
+					s->prof_val[n->out[j]] = *s->out[j];
+					s->prof_val[n->out[j]].data = NULL;
+					s->prof_val[n->out[j]].owned = false;
+				}
 			const struct ml_opdef *d = ml_opdef_get(n->op);
 			int64_t bytes = 0, fl = 0;
 			for (int j = 0; j < n->n_in; j++)
@@ -603,4 +618,40 @@ int64_t
 ml_session_node_bytes(const struct ml_session *s, int i)
 {
 	return i >= 0 && i < s->g->n_nodes ? s->node_bytes[i] : 0;
+}
+
+double
+ml_session_node_start(const struct ml_session *s, int i)
+{
+	return i >= 0 && i < s->g->n_nodes ? s->node_start[i] : 0;
+}
+
+int
+ml_session_tensor_mem(const struct ml_session *s, int t, struct ml_tensor_mem *m)
+{
+	const struct ml_graph *g = s->g;
+	memset(m, 0, sizeof *m);
+	m->off = -1;
+	m->first = m->last = -1;
+	m->shape.rank = -1;
+	if (t < 0 || t >= g->n_tensors)
+		return ML_EINVAL;
+	m->off = s->planned ? s->slot_off[t] : -1;
+	m->len = s->planned && s->slot_off[t] >= 0 ? s->slot_len[t] : 0;
+	m->first = g->tensors[t]->producer;
+	m->last = s->last_use[t];
+	if (s->prof_val != NULL && s->prof_val[t].rank >= 0 && s->prof_val[t].dtype != ML_UNDEF) {
+		m->shape = s->prof_val[t];
+		m->bytes = ML_MAX(ml_tval_nbytes(&m->shape), 0);
+	} else if (s->bound[t]) {
+		m->shape = s->vals[t];
+		m->shape.data = NULL;
+		m->shape.owned = false;
+		m->bytes = ML_MAX(ml_tval_nbytes(&m->shape), 0);
+	} else {
+		ml_graph_tval(g, t, &m->shape);
+		m->shape.data = NULL;
+		m->bytes = ML_MAX(ml_tval_nbytes(&m->shape), 0);
+	}
+	return 0;
 }

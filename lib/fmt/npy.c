@@ -33,9 +33,11 @@ dict_value(const char *h, const char *end, const char *key)
 	for (const char *p = h; p + kl + 2 < end; p++) {
 		if ((*p == '\'' || *p == '"') && memcmp(p + 1, key, kl) == 0 && p[kl + 1] == *p) {
 			p = skip_ws(p + kl + 2, end);
-			if (p < end && *p == ':')
-				return skip_ws(p + 1, end);
-			return NULL;
+			if (p >= end || *p != ':')
+				return NULL;
+			/* a key at the very end of the header has no value */
+			p = skip_ws(p + 1, end);
+			return p < end ? p : NULL;
 		}
 	}
 	return NULL;

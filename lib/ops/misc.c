@@ -248,6 +248,9 @@ infer_roi_align(struct ml_opctx *c)
 	return 0;
 }
 
+/* The largest kernel, stride or pad MaxUnpool takes (keeps the size arithmetic exact). */
+#define ML_UNPOOL_MAX ((int64_t)1 << 30)
+
 /*
  * MaxUnpool: the output's spatial dims are (in - 1) * stride - pads +
  * kernel, or the output_shape input's values.
@@ -274,7 +277,9 @@ infer_max_unpool(struct ml_opctx *c)
 	if ((ns >= 0 && ns != nk) || (np >= 0 && np != 2 * nk))
 		return ml_opfail(c, ML_EINVAL, "strides or pads do not match kernel_shape");
 	for (int i = 0; i < nk; i++)
-		if (ks[i] < 1 || (ns > 0 && st[i] < 1) || (np > 0 && (pads[i] < 0 || pads[nk + i] < 0)))
+		if (ks[i] < 1 || ks[i] > ML_UNPOOL_MAX || (ns > 0 && (st[i] < 1 || st[i] > ML_UNPOOL_MAX)) ||
+		    (np > 0 && (pads[i] < 0 || pads[nk + i] < 0 || pads[i] > ML_UNPOOL_MAX ||
+				pads[nk + i] > ML_UNPOOL_MAX)))
 			return ml_opfail(c, ML_EINVAL, "bad kernel_shape, strides or pads");
 	if (x->rank >= 0 && ind->rank >= 0) {
 		if (ind->rank != x->rank)
@@ -314,7 +319,10 @@ infer_max_unpool(struct ml_opctx *c)
 	for (int i = 0; i < nk; i++) {
 		int64_t in = x->dims[2 + i], s = ns > 0 ? st[i] : 1;
 		int64_t p = np > 0 ? pads[i] + pads[nk + i] : 0;
-		dims[2 + i] = in < 0 ? -1 : (in - 1) * s - p + ks[i];
+		int64_t prod;
+		if (in >= 0 && !ml_mul_ok(in > 0 ? in - 1 : 0, s, &prod))
+			return ml_opfail(c, ML_EINVAL, "the output would be too large");
+		dims[2 + i] = in < 0 ? -1 : in == 0 ? 0 : prod - p + ks[i];
 		if (in >= 0 && dims[2 + i] < 0)
 			return ml_opfail(c, ML_EINVAL, "the output would be empty");
 	}

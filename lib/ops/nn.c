@@ -592,9 +592,11 @@ check_vec(struct ml_opctx *c, int i, int64_t n, const char *what)
 
 	if (t == NULL || t->rank < 0)
 		return 0;
-	if (t->rank != 1 || (n >= 0 && t->dims[0] >= 0 && t->dims[0] != n))
-		return ml_opfail(c, ML_EINVAL, "%s must be a vector of %lld values", what,
-				 (long long)n);
+	if (t->rank != 1)
+		return ml_opfail(c, ML_EINVAL, "%s must be a vector, not of rank %d", what, t->rank);
+	if (n >= 0 && t->dims[0] >= 0 && t->dims[0] != n)
+		return ml_opfail(c, ML_EINVAL, "%s has %lld values, not %lld", what,
+				 (long long)t->dims[0], (long long)n);
 	return 0;
 }
 

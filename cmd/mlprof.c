@@ -1,0 +1,508 @@
+/*
+ * mlprof.c: profile a model: time every node over repeated runs and report
+ * a table, CSV or JSON, a trace-event file, an SVG picture, the memory plan
+ * and a cost model; `mlprof diff` compares two JSON reports.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+static const char synopsis[] =
+	"mlprof [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy]... [--random [--seed S]]\n"
+	"              [--dim NAME=N]... [--repeat N] [--warmup K] [--sort KEY] [--top N]\n"
+	"              [--group BY] [--json | --csv] [--memory] [--trace FILE] [--svg FILE]\n"
+	"              [--calibrate] [-o FILE] [MODEL | -]\n"
+	"       mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json\n"
+	"       mlprof --devices";
+
+static const char diff_synopsis[] =
+	"mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json";
+
+static const char help_text[] =
+	"Time every node of a model (.mlg, .onnx or .mlt; '-' reads stdin) over\n"
+	"repeated runs and print one row per node, largest total time first.\n"
+	"\n"
+	"  -i, --input NAME=FILE   bind graph input NAME to a .npy file; FILE may also be\n"
+	"                          zeros, ones or random (shape from the model)\n"
+	"      --random            make every input not given with -i from random numbers\n"
+	"      --seed S            seed for --random (default 0)\n"
+	"      --dim NAME=N        size of symbolic dim NAME for made-up inputs (default 1)\n"
+	"      --repeat N          timed runs (default 10)\n"
+	"      --warmup K          untimed runs before the timed ones (default 1)\n"
+	"      --sort KEY          row order: time (default), median, order, name, op,\n"
+	"                          flops, bytes, gflops or gbps\n"
+	"      --top N             print only the first N rows\n"
+	"      --group BY          one row per node (default), op, prefix[:DEPTH] or phase\n"
+	"      --json              print the JSON report (what mlprof diff reads)\n"
+	"      --csv               print the rows as CSV\n"
+	"      --memory            add the memory plan and tensor lifetimes to the table\n"
+	"      --trace FILE        write a Chrome trace-event file (Perfetto, chrome://tracing)\n"
+	"      --svg FILE          write an SVG timeline and bar chart of the time\n"
+	"      --calibrate         write the cost model of the run (for mlrun --device auto)\n"
+	"  -o, --output FILE       write the report, or with --calibrate the cost model, to FILE\n"
+	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
+	"      --device DEV        cpu (default), cl, cl:N, auto, or all: each device in turn\n"
+	"      --devices           list the devices and exit (status 3 without an OpenCL one)\n"
+	"  -q, --quiet             print nothing but errors\n"
+	"  -v, --verbose           print more (each run's time, on stderr)\n"
+	"  -h, --help              print this help and exit\n"
+	"  -V, --version           print the version and exit\n"
+	"\n"
+	"mlprof diff compares two --json reports, a baseline A and B, per node and in total\n"
+	"with 95% confidence intervals, and exits 1 when the total is slower beyond noise\n"
+	"and beyond the threshold:\n"
+	"      --threshold PCT     the slowdown of the total that fails (default 5)\n"
+	"      --top N             print only the N nodes that changed most\n"
+	"      --json              print the comparison as JSON\n";
+
+static _Noreturn void
+usage(FILE *fp, int status)
+{
+	fprintf(fp, "usage: %s\n", synopsis);
+	if (status == 0) {
+		fprintf(fp, "\n%s", help_text);
+		exit(finish_stdout());
+	}
+	exit(status);
+}
+
+#define MAX_DEVICES 17
+
+/*
+ * probe_devices: the devices a session can be made on: the CPU, then
+ * each OpenCL device a build with OpenCL finds. *why gets the reason when
+ * there is no OpenCL device.
+ */
+static int
+probe_devices(char names[MAX_DEVICES][16], struct ml_err *why)
+{
+	struct ml_graph *g = NULL;
+	struct ml_session *s = NULL;
+	struct ml_err err = { 0 };
+	int n = 0;
+
+	snprintf(names[n++], 16, "cpu");
+	if (ml_graph_new(&g, &err) < 0)
+		die_err(&err);
+	struct ml_session_opts so = { .device = "cl" };
+	if (ml_session_new(&s, g, &so, why) == 0) {
+		ml_session_free(s);
+		for (int k = 0; n < MAX_DEVICES; k++) {
+			char dev[16];
+			snprintf(dev, sizeof dev, "cl:%d", k);
+			so.device = dev;
+			if (ml_session_new(&s, g, &so, &err) < 0)
+				break;
+			ml_session_free(s);
+			snprintf(names[n++], 16, "%s", dev);
+		}
+		if (n == 1)
+			snprintf(names[n++], 16, "cl");
+	}
+	ml_graph_free(g);
+	return n;
+}
+
+/* write_out: run fn into memory, then write it to path atomically ('-': stdout). */
+static void
+write_out(const char *path, int (*fn)(void *, FILE *, struct ml_err *), void *ctx)
+{
+	struct ml_err err = { 0 };
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&buf, &len);
+	if (fp == NULL)
+		die(EXIT_FAIL, "out of memory");
+	int rc = fn(ctx, fp, &err);
+	if (fclose(fp) != 0 && rc == 0)
+		rc = ml_fail(&err, ML_ENOMEM, "out of memory");
+	if (rc == 0 && strcmp(path, "-") == 0) {
+		if (fwrite(buf, 1, len, stdout) != len)
+			rc = ml_fail(&err, ML_EIO, "write error: %s", strerror(errno));
+	} else if (rc == 0) {
+		rc = ml_write_atomic(path, buf, len, &err);
+	}
+	free(buf);
+	if (rc < 0)
+		die_err(&err);
+}
+
+struct job {
+	struct ml_prof **ps;
+	int n;
+	struct ml_prof_opts *o;
+	int what;
+};
+
+enum { OUT_TABLE, OUT_JSON, OUT_CSV, OUT_TRACE, OUT_SVG, OUT_COST };
+
+static int
+emit(void *ctx, FILE *fp, struct ml_err *e)
+{
+	struct job *j = ctx;
+	switch (j->what) {
+	case OUT_JSON: return ml_prof_write_json(j->ps, j->n, j->o, fp, e);
+	case OUT_CSV: return ml_prof_write_csv(j->ps[0], j->o, fp, e);
+	case OUT_TRACE: return ml_prof_write_trace(j->ps, j->n, j->o, fp, e);
+	case OUT_SVG: return ml_prof_write_svg(j->ps[0], j->o, fp, e);
+	case OUT_COST: return ml_prof_write_costmodel(j->ps, j->n, j->o, fp, e);
+	default: return ml_prof_write_table(j->ps, j->n, j->o, fp, e);
+	}
+}
+
+/* mkdirs: make every folder of path's parent; die with status 1 when one cannot be made. */
+static void
+mkdirs(const char *path)
+{
+	char buf[4096];
+	snprintf(buf, sizeof buf, "%s", path);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+			die(EXIT_FAIL, "cannot create '%s': %s", buf, strerror(errno));
+		*p = '/';
+	}
+}
+
+static int
+diff_main(int argc, char **argv)
+{
+	enum { OPT_THRESHOLD = 256, OPT_TOP, OPT_JSON };
+	static const struct option longopts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "threshold", required_argument, NULL, OPT_THRESHOLD },
+		{ "top", required_argument, NULL, OPT_TOP },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ml_prof_diff_opts o = { .threshold = 0.05 };
+	struct ml_err err = { 0 };
+	bool quiet = false, regressed = false;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "hq", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout, 0);
+		case 'q':
+			quiet = true;
+			break;
+		case OPT_JSON:
+			o.as_json = true;
+			break;
+		case OPT_THRESHOLD: {
+			char tmp[64];
+			size_t n = strlen(optarg);
+			snprintf(tmp, sizeof tmp, "%s", optarg);
+			if (n > 0 && n < sizeof tmp && tmp[n - 1] == '%')
+				tmp[n - 1] = '\0';
+			o.threshold = parse_double("--threshold", tmp, diff_synopsis) / 100;
+			if (o.threshold < 0)
+				usage_error(diff_synopsis, "--threshold: '%s' is negative", optarg);
+			break;
+		}
+		case OPT_TOP:
+			o.top = parse_int("--top", optarg, 1, INT32_MAX, diff_synopsis);
+			break;
+		default:
+			fprintf(stderr, "usage: %s\n", diff_synopsis);
+			exit(EXIT_USAGE);
+		}
+	}
+	if (argc - optind != 2)
+		usage_error(diff_synopsis, "diff needs two reports, A.json and B.json");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&buf, &len);
+	if (fp == NULL)
+		die(EXIT_FAIL, "out of memory");
+	int rc = ml_prof_diff(argv[optind], argv[optind + 1], &o, fp, &regressed, &err);
+	fclose(fp);
+	if (rc < 0)
+		die_err(&err);
+	if (!quiet)
+		fwrite(buf, 1, len, stdout);
+	free(buf);
+	finish_stdout();
+	if (regressed) {
+		warnx("%s is slower than %s beyond the %g%% threshold", argv[optind + 1], argv[optind],
+		      o.threshold * 100);
+		return EXIT_FAIL;
+	}
+	return EXIT_OK;
+}
+
+static int
+parse_group(const char *s, int *depth)
+{
+	*depth = 1;
+	if (strcmp(s, "node") == 0)
+		return ML_PROF_BY_NODE;
+	if (strcmp(s, "op") == 0)
+		return ML_PROF_BY_OP;
+	if (strcmp(s, "phase") == 0)
+		return ML_PROF_BY_PHASE;
+	if (strcmp(s, "prefix") == 0)
+		return ML_PROF_BY_PREFIX;
+	if (strncmp(s, "prefix:", 7) == 0) {
+		*depth = (int)parse_int("--group", s + 7, 1, 64, synopsis);
+		return ML_PROF_BY_PREFIX;
+	}
+	usage_error(synopsis, "--group: '%s' is not node, op, prefix[:DEPTH] or phase", s);
+}
+
+int
+main(int argc, char **argv)
+{
+	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
+	       OPT_DEVICE, OPT_DIM, OPT_CSV, OPT_SORT, OPT_TOP, OPT_GROUP, OPT_MEMORY, OPT_TRACE,
+	       OPT_SVG, OPT_CALIBRATE, OPT_DEVICES };
+	static const struct option longopts[] = {
+		{ "calibrate", no_argument, NULL, OPT_CALIBRATE },
+		{ "csv", no_argument, NULL, OPT_CSV },
+		{ "device", required_argument, NULL, OPT_DEVICE },
+		{ "devices", no_argument, NULL, OPT_DEVICES },
+		{ "dim", required_argument, NULL, OPT_DIM },
+		{ "group", required_argument, NULL, OPT_GROUP },
+		{ "help", no_argument, NULL, 'h' },
+		{ "input", required_argument, NULL, 'i' },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "memory", no_argument, NULL, OPT_MEMORY },
+		{ "output", required_argument, NULL, 'o' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "random", no_argument, NULL, OPT_RANDOM },
+		{ "repeat", required_argument, NULL, OPT_REPEAT },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "sort", required_argument, NULL, OPT_SORT },
+		{ "svg", required_argument, NULL, OPT_SVG },
+		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "top", required_argument, NULL, OPT_TOP },
+		{ "trace", required_argument, NULL, OPT_TRACE },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "warmup", required_argument, NULL, OPT_WARMUP },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli_inputs in = { 0 };
+	struct ml_prof_opts po = { .sort = ML_PROF_SORT_TIME, .group = ML_PROF_BY_NODE };
+	int verbose = 0, quiet = 0, threads = 0, fmt = OUT_TABLE;
+	int64_t repeat = 10, warmup = 1;
+	const char *device = "cpu", *outpath = NULL, *trace = NULL, *svg = NULL;
+	bool version = false, calibrate = false, list_devices = false;
+	int c;
+
+	cli_init(argc, argv);
+	if (argc > 1 && strcmp(argv[1], "diff") == 0)
+		return diff_main(argc - 1, argv + 1);
+	while ((c = getopt_long(argc, argv, "hi:o:qvV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout, 0);
+		case 'i':
+			cli_add_input(&in, optarg, synopsis);
+			break;
+		case 'o':
+			outpath = optarg;
+			break;
+		case 'q':
+			quiet = 1;
+			break;
+		case 'v':
+			verbose++;
+			break;
+		case 'V':
+			version = true;
+			break;
+		case OPT_CALIBRATE:
+			calibrate = true;
+			break;
+		case OPT_CSV:
+		case OPT_JSON:
+			if (fmt != OUT_TABLE && fmt != (c == OPT_CSV ? OUT_CSV : OUT_JSON))
+				usage_error(synopsis, "--json and --csv exclude each other");
+			fmt = c == OPT_CSV ? OUT_CSV : OUT_JSON;
+			break;
+		case OPT_DEVICE:
+			device = optarg;
+			break;
+		case OPT_DEVICES:
+			list_devices = true;
+			break;
+		case OPT_DIM:
+			cli_add_dim(&in, optarg, synopsis);
+			break;
+		case OPT_GROUP:
+			po.group = parse_group(optarg, &po.prefix_depth);
+			break;
+		case OPT_MEMORY:
+			po.memory = true;
+			break;
+		case OPT_RANDOM:
+			in.random = true;
+			break;
+		case OPT_REPEAT:
+			repeat = parse_int("--repeat", optarg, 1, 1000000, synopsis);
+			break;
+		case OPT_SEED:
+			in.seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
+			break;
+		case OPT_SORT:
+			if ((po.sort = ml_prof_sort_from_name(optarg)) < 0)
+				usage_error(synopsis, "--sort: '%s' is not time, median, order, name, op, "
+					    "flops, bytes, gflops or gbps", optarg);
+			break;
+		case OPT_SVG:
+			svg = optarg;
+			break;
+		case OPT_THREADS:
+			threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
+			break;
+		case OPT_TOP:
+			po.top = parse_int("--top", optarg, 1, INT32_MAX, synopsis);
+			break;
+		case OPT_TRACE:
+			trace = optarg;
+			break;
+		case OPT_WARMUP:
+			warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
+			break;
+		default:
+			fprintf(stderr, "usage: %s\n", synopsis);
+			exit(EXIT_USAGE);
+		}
+	}
+	if (version) {
+		print_version(verbose);
+		return finish_stdout();
+	}
+	char devs[MAX_DEVICES][16];
+	if (list_devices) {
+		struct ml_err why = { 0 };
+		if (optind < argc)
+			usage_error(synopsis, "--devices takes no model");
+		ml_set_threads(threads);
+		int nd = probe_devices(devs, &why);
+		for (int k = 0; k < nd; k++)
+			printf("%s\n", devs[k]);
+		finish_stdout();
+		if (nd == 1) {
+			fprintf(stderr, "%s: no OpenCL device: %s\n", progname,
+				why.msg[0] ? why.msg : "none found");
+			return EXIT_INVALID;
+		}
+		return EXIT_OK;
+	}
+	if (optind + 1 < argc)
+		usage_error(synopsis, "too many operands");
+	const char *path = optind < argc ? argv[optind] : "-";
+	int to_stdout = (trace != NULL && strcmp(trace, "-") == 0) +
+			(svg != NULL && strcmp(svg, "-") == 0);
+	if (to_stdout > 1)
+		usage_error(synopsis, "only one of --trace and --svg can write to '-'");
+	if (to_stdout > 0 && outpath == NULL)
+		quiet = 1;	/* the trace or the picture is the output */
+	char costpath[4096] = "";
+	bool cost_default = false;
+	if (calibrate) {
+		cost_default = outpath == NULL;
+		if (outpath != NULL) {
+			snprintf(costpath, sizeof costpath, "%s", outpath);
+		} else {
+			const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+			if (xdg != NULL && xdg[0] == '/')
+				snprintf(costpath, sizeof costpath, "%s/ml/costmodel.json", xdg);
+			else if (home != NULL && home[0] != '\0')
+				snprintf(costpath, sizeof costpath, "%s/.cache/ml/costmodel.json", home);
+			else
+				usage_error(synopsis, "--calibrate: HOME is not set; give -o FILE");
+		}
+		outpath = NULL;
+	}
+	ml_set_threads(threads);
+
+	struct ml_err err = { 0 };
+	struct ml_graph *g = NULL;
+	int nd = 1;
+	if (strcmp(device, "all") == 0) {
+		struct ml_err why = { 0 };
+		nd = probe_devices(devs, &why);
+		if (!quiet || verbose)
+			fprintf(stderr, "%s: devices: %s", progname, devs[0]);
+		for (int k = 1; k < nd; k++)
+			fprintf(stderr, ", %s", devs[k]);
+		if (nd == 1)
+			fprintf(stderr, " (no OpenCL device: %s)", why.msg[0] ? why.msg : "none found");
+		fputc('\n', stderr);
+		po.compare = true;
+	} else {
+		snprintf(devs[0], sizeof devs[0], "%s", device);
+		if (strlen(device) >= sizeof devs[0])
+			usage_error(synopsis, "--device: '%s' is not a device", device);
+	}
+	if (ml_model_load(&g, path, ML_FMT_AUTO, &err) < 0)
+		die_err(&err);
+	struct ml_prof *ps[MAX_DEVICES] = { 0 };
+	for (int k = 0; k < nd; k++) {
+		struct ml_session *s = NULL;
+		struct ml_session_opts so = { .device = devs[k], .verbose = verbose, .profile = true };
+		if (ml_session_new(&s, g, &so, &err) < 0)
+			die_err(&err);
+		cli_bind_inputs(s, g, path, &in);
+		if (ml_prof_new(&ps[k], g, devs[k], repeat, &err) < 0)
+			die_err(&err);
+		for (int64_t i = 0; i < warmup; i++)
+			if (ml_session_run(s, &err) < 0)
+				die_err(&err);
+		for (int64_t i = 0; i < repeat; i++) {
+			double t0 = ml_now();
+			if (ml_session_run(s, &err) < 0)
+				die_err(&err);
+			double wall = ml_now() - t0;
+			if (ml_prof_record(ps[k], s, t0, wall, &err) < 0)
+				die_err(&err);
+			if (verbose)
+				fprintf(stderr, "%s: %s run %lld: %.3f ms\n", progname, devs[k],
+					(long long)i, wall * 1e3);
+		}
+		ml_session_free(s);
+	}
+	po.model = path;
+	po.threads = ml_get_threads();
+	po.warmup = warmup;
+	if (po.group == ML_PROF_BY_PHASE && !ml_prof_has_phases(ps[0]) && !quiet)
+		warnx("no node is marked with a phase (training graphs name nodes forward/..., "
+		      "backward/..., optimizer/... or set metadata phase:NODE)");
+
+	struct job j = { ps, nd, &po, OUT_TRACE };
+	if (trace != NULL)
+		write_out(trace, emit, &j);
+	if (svg != NULL) {
+		j.what = OUT_SVG;
+		write_out(svg, emit, &j);
+	}
+	if (calibrate) {
+		if (cost_default)
+			mkdirs(costpath);
+		j.what = OUT_COST;
+		write_out(costpath, emit, &j);
+		if (verbose)
+			fprintf(stderr, "%s: wrote the cost model to %s\n", progname, costpath);
+	}
+	j.what = fmt;
+	if (outpath != NULL)
+		write_out(outpath, emit, &j);
+	else if (!quiet)
+		write_out("-", emit, &j);
+	for (int k = 0; k < nd; k++)
+		ml_prof_free(ps[k]);
+	cli_inputs_free(&in);
+	ml_graph_free(g);
+	return finish_stdout();
+}
