@@ -79,7 +79,7 @@ $(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/common.c tests/fuzz/fuzz.h $(B)
 		$(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
 
 SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-FUZZ_CC ?= clang
+FUZZ_CC ?= clang-14
 
 fuzz:
 	$(MAKE) B=build-fuzz CC=$(FUZZ_CC) WERROR= CFLAGS="-O1 -g -fsanitize=fuzzer-no-link $(SAN_FLAGS)" \
@@ -93,10 +93,11 @@ ASAN_ENV = ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:log_path
 	UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_path=$(SAN_LOGS)/ubsan \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp
 
+# The tests that run make themselves (make install) get the same CFLAGS.
 asan: deps
 	$(MAKE) B=build-asan CFLAGS="-O2 -g $(SAN_FLAGS)" all
 	rm -rf $(SAN_LOGS) && mkdir -p $(SAN_LOGS)
-	$(ASAN_ENV) B=build-asan sh tests/run.sh; rc=$$?; \
+	$(ASAN_ENV) CFLAGS="-O2 -g $(SAN_FLAGS)" B=build-asan sh tests/run.sh; rc=$$?; \
 	if [ -n "$$(ls $(SAN_LOGS))" ]; then \
 		echo "== sanitizer reports ($(SAN_LOGS)):"; cat $(SAN_LOGS)/*; exit 1; \
 	fi; \

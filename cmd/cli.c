@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -15,6 +16,29 @@
 #include "cli.h"
 
 const char *progname = "ml";
+
+/* size_value: a byte count with an optional K/M/G suffix (powers of 1024) and B. */
+static bool
+size_value(const char *s, uint64_t *out)
+{
+	char *end;
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t mul = 1;
+	switch (*end) {
+	case 'k': case 'K': mul = 1ull << 10; end++; break;
+	case 'm': case 'M': mul = 1ull << 20; end++; break;
+	case 'g': case 'G': mul = 1ull << 30; end++; break;
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end != '\0' || errno == ERANGE || v > UINT64_MAX / mul)
+		return false;
+	*out = v * mul;
+	return true;
+}
 
 void
 cli_init(int argc, char **argv)
@@ -26,36 +50,94 @@ cli_init(int argc, char **argv)
 	}
 	/* a closed pipe is an error on write, reported once, not a signal */
 	signal(SIGPIPE, SIG_IGN);
+	const char *cap = getenv("ML_MAX_ALLOC");
+	uint64_t v;
+	if (cap != NULL && *cap != '\0') {
+		if (!size_value(cap, &v) || v == 0)
+			die(EXIT_USAGE, "ML_MAX_ALLOC: '%s' is not a size (bytes, or with K, M or G)",
+			    cap);
+		ml_set_alloc_cap(v);
+	}
 	ml_alloc_cap();
+}
+
+/*
+ * put_msg: "progname: msg" and a newline on stderr, with control
+ * characters escaped: names in messages come from files, and one with a
+ * newline must not make the diagnostic two lines.
+ */
+static void
+put_msg(const char *msg)
+{
+	fprintf(stderr, "%s: ", progname);
+	for (const unsigned char *p = (const unsigned char *)msg; *p != '\0'; p++) {
+		if (*p == '\n')
+			fputs("\\n", stderr);
+		else if (*p == '\t')
+			fputs("\\t", stderr);
+		else if (*p < 0x20 || *p == 0x7f)
+			fprintf(stderr, "\\x%02x", *p);
+		else
+			fputc(*p, stderr);
+	}
+	fputc('\n', stderr);
+}
+
+static void
+vput_msg(const char *fmt, va_list ap)
+{
+	char buf[2048];
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	put_msg(buf);
 }
 
 void
 warnx(const char *fmt, ...)
 {
 	va_list ap;
-	fprintf(stderr, "%s: ", progname);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vput_msg(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 _Noreturn void
 die(int status, const char *fmt, ...)
 {
 	va_list ap;
-	fprintf(stderr, "%s: ", progname);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vput_msg(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 	exit(status);
+}
+
+/*
+ * stdout_gone: whether stdout is a pipe or socket whose reader has left.
+ * Output that nobody reads any more is no error to report: the tool
+ * stops quietly (status 1), as a tool killed by SIGPIPE would.
+ */
+static bool
+stdout_gone(void)
+{
+	struct pollfd p = { .fd = STDOUT_FILENO, .events = 0 };
+	return errno == EPIPE || (poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0);
 }
 
 _Noreturn void
 die_err(const struct ml_err *err)
 {
-	fprintf(stderr, "%s: %s\n", progname, err->msg[0] ? err->msg : ml_strerror(err->code));
+	if (err->code == ML_EIO && stdout_gone())
+		exit(EXIT_FAIL);
+	const char *msg = err->msg[0] ? err->msg : ml_strerror(err->code);
+	if (err->code == ML_ENOMEM && (ml_alloc_cap_hit() || strstr(msg, "allocation cap"))) {
+		/* say which limit it was and how to raise it */
+		char buf[sizeof err->msg + 128];
+		snprintf(buf, sizeof buf, "%s (%s %llu bytes; see ML_MAX_ALLOC)", msg,
+			 strstr(msg, "allocation cap") ? "the cap is" : "over the allocation cap of",
+			 (unsigned long long)ml_alloc_cap());
+		put_msg(buf);
+	} else {
+		put_msg(msg);
+	}
 	exit(ml_exit_status(err->code));
 }
 
@@ -109,24 +191,10 @@ parse_double(const char *opt, const char *s, const char *synopsis)
 uint64_t
 parse_size(const char *opt, const char *s, const char *synopsis)
 {
-	char *end;
-	errno = 0;
-	if (*s == '-')
+	uint64_t v;
+	if (!size_value(s, &v))
 		usage_error(synopsis, "%s: '%s' is not a size", opt, s);
-	unsigned long long v = strtoull(s, &end, 10);
-	uint64_t mul = 1;
-	if (end != s) {
-		switch (*end) {
-		case 'k': case 'K': mul = 1ull << 10; end++; break;
-		case 'm': case 'M': mul = 1ull << 20; end++; break;
-		case 'g': case 'G': mul = 1ull << 30; end++; break;
-		}
-		if (*end == 'B' || *end == 'b')
-			end++;
-	}
-	if (end == s || *end != '\0' || errno == ERANGE || v > UINT64_MAX / mul)
-		usage_error(synopsis, "%s: '%s' is not a size", opt, s);
-	return v * mul;
+	return v;
 }
 
 void
@@ -140,11 +208,13 @@ int
 finish_stdout(void)
 {
 	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "%s: write error: %s\n", progname, strerror(errno));
+		if (!stdout_gone())
+			fprintf(stderr, "%s: write error: %s\n", progname, strerror(errno));
 		exit(EXIT_FAIL);
 	}
 	if (fclose(stdout) != 0) {
-		fprintf(stderr, "%s: write error: %s\n", progname, strerror(errno));
+		if (!stdout_gone())
+			fprintf(stderr, "%s: write error: %s\n", progname, strerror(errno));
 		exit(EXIT_FAIL);
 	}
 	return 0;

@@ -10,7 +10,8 @@
 #include "cli.h"
 
 static const char synopsis[] =
-	"mlconvert [-fqv] [--from FMT] [--to FMT] [-o OUTPUT] [--info [--json]] [INPUT | -]";
+	"mlconvert [-fqv] [--from FMT] [--to FMT] [-o OUTPUT] [--info [--json]] [--max-alloc SIZE]\n"
+	"                 [INPUT | -]";
 
 static const char help_text[] =
 	"Convert a model between formats: mlg (the graph file), onnx and mlt (the\n"
@@ -24,6 +25,8 @@ static const char help_text[] =
 	"      --info          describe the model on stdout instead of converting it\n"
 	"                      (with -o, convert as well)\n"
 	"      --json          with --info, print a JSON object\n"
+	"      --max-alloc SIZE  allocate at most SIZE bytes (K, M, G suffixes;\n"
+	"                      default ML_MAX_ALLOC or 16G)\n"
 	"  -o, --output FILE   write the model to FILE ('-' for stdout)\n"
 	"  -q, --quiet         print nothing but errors\n"
 	"      --to FMT        write the output as FMT (mlg, onnx, mlt)\n"
@@ -264,7 +267,9 @@ print_info(struct ml_graph *g, const char *path, bool json)
 	char buf[1024], assumed[256];
 
 	count_ops(&c, g);
-	qsort(c.ops, (size_t)c.n, sizeof *c.ops, cmp_opcount);
+	/* a graph without nodes has no op list, and qsort must not get NULL */
+	if (c.n > 0)
+		qsort(c.ops, (size_t)c.n, sizeof *c.ops, cmp_opcount);
 	ml_graph_param_stats(g, &params, &pbytes);
 	const char *name = g->name != NULL ? g->name : "";
 	if (json) {
@@ -350,13 +355,14 @@ print_info(struct ml_graph *g, const char *path, bool json)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_FROM = 256, OPT_TO, OPT_INFO, OPT_JSON };
+	enum { OPT_FROM = 256, OPT_TO, OPT_INFO, OPT_JSON, OPT_MAX_ALLOC };
 	static const struct option longopts[] = {
 		{ "force", no_argument, NULL, 'f' },
 		{ "from", required_argument, NULL, OPT_FROM },
 		{ "help", no_argument, NULL, 'h' },
 		{ "info", no_argument, NULL, OPT_INFO },
 		{ "json", no_argument, NULL, OPT_JSON },
+		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "to", required_argument, NULL, OPT_TO },
@@ -400,6 +406,9 @@ main(int argc, char **argv)
 			break;
 		case OPT_JSON:
 			json = true;
+			break;
+		case OPT_MAX_ALLOC:
+			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
 			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);

@@ -15,7 +15,7 @@ static const char synopsis[] =
 	"mlprof [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy]... [--random [--seed S]]\n"
 	"              [--dim NAME=N]... [--repeat N] [--warmup K] [--sort KEY] [--top N]\n"
 	"              [--group BY] [--json | --csv] [--memory] [--trace FILE] [--svg FILE]\n"
-	"              [--calibrate] [-o FILE] [MODEL | -]\n"
+	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [MODEL | -]\n"
 	"       mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json\n"
 	"       mlprof --devices";
 
@@ -44,6 +44,8 @@ static const char help_text[] =
 	"      --svg FILE          write an SVG timeline and bar chart of the time\n"
 	"      --calibrate         write the cost model of the run (for mlrun --device auto)\n"
 	"  -o, --output FILE       write the report, or with --calibrate the cost model, to FILE\n"
+	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes;\n"
+	"                          default ML_MAX_ALLOC or 16G)\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
 	"      --device DEV        cpu (default), cl, cl:N, auto, or all: each device in turn\n"
 	"      --devices           list the devices and exit (status 3 without an OpenCL one)\n"
@@ -78,14 +80,14 @@ usage(FILE *fp, int status)
  * there is no OpenCL device.
  */
 static int
-probe_devices(char names[MAX_DEVICES][16], struct ml_err *why)
+probe_devices(char names[MAX_DEVICES][64], struct ml_err *why)
 {
 	struct ml_graph *g = NULL;
 	struct ml_session *s = NULL;
 	struct ml_err err = { 0 };
 	int n = 0;
 
-	snprintf(names[n++], 16, "cpu");
+	snprintf(names[n++], 64, "cpu");
 	if (ml_graph_new(&g, &err) < 0)
 		die_err(&err);
 	struct ml_session_opts so = { .device = "cl" };
@@ -98,10 +100,10 @@ probe_devices(char names[MAX_DEVICES][16], struct ml_err *why)
 			if (ml_session_new(&s, g, &so, &err) < 0)
 				break;
 			ml_session_free(s);
-			snprintf(names[n++], 16, "%s", dev);
+			snprintf(names[n++], 64, "%s", dev);
 		}
 		if (n == 1)
-			snprintf(names[n++], 16, "cl");
+			snprintf(names[n++], 64, "cl");
 	}
 	ml_graph_free(g);
 	return n;
@@ -187,6 +189,7 @@ diff_main(int argc, char **argv)
 	bool quiet = false, regressed = false;
 	int c;
 
+	argv[0] = (char *)progname;	/* getopt's messages name the tool, not "diff" */
 	while ((c = getopt_long(argc, argv, "hq", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
@@ -263,7 +266,7 @@ main(int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
 	       OPT_DEVICE, OPT_DIM, OPT_CSV, OPT_SORT, OPT_TOP, OPT_GROUP, OPT_MEMORY, OPT_TRACE,
-	       OPT_SVG, OPT_CALIBRATE, OPT_DEVICES };
+	       OPT_SVG, OPT_CALIBRATE, OPT_DEVICES, OPT_MAX_ALLOC };
 	static const struct option longopts[] = {
 		{ "calibrate", no_argument, NULL, OPT_CALIBRATE },
 		{ "csv", no_argument, NULL, OPT_CSV },
@@ -274,6 +277,7 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "input", required_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, OPT_JSON },
+		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
 		{ "memory", no_argument, NULL, OPT_MEMORY },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -341,6 +345,9 @@ main(int argc, char **argv)
 		case OPT_GROUP:
 			po.group = parse_group(optarg, &po.prefix_depth);
 			break;
+		case OPT_MAX_ALLOC:
+			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
+			break;
 		case OPT_MEMORY:
 			po.memory = true;
 			break;
@@ -382,7 +389,7 @@ main(int argc, char **argv)
 		print_version(verbose);
 		return finish_stdout();
 	}
-	char devs[MAX_DEVICES][16];
+	char devs[MAX_DEVICES][64];
 	if (list_devices) {
 		struct ml_err why = { 0 };
 		if (optind < argc)

@@ -12,7 +12,8 @@
 
 static const char synopsis[] =
 	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy]... [--random [--seed S]]\n"
-	"             [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]] [--json] [MODEL | -]";
+	"             [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]] [--json]\n"
+	"             [--max-alloc SIZE] [MODEL | -]";
 
 static const char help_text[] =
 	"Run a model (.mlg, .onnx or .mlt; '-' reads stdin) on the CPU.\n"
@@ -26,6 +27,8 @@ static const char help_text[] =
 	"      --repeat N          run N times and report latency\n"
 	"      --warmup K          untimed runs before the timed ones (default 1 with --repeat)\n"
 	"      --json              print a JSON report on stdout\n"
+	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes;\n"
+	"                          default ML_MAX_ALLOC or 16G)\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
 	"      --device DEV        cpu (default), cl, cl:N or auto\n"
 	"  -q, --quiet             print nothing but errors\n"
@@ -84,13 +87,14 @@ int
 main(int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
-	       OPT_DEVICE, OPT_DIM };
+	       OPT_DEVICE, OPT_DIM, OPT_MAX_ALLOC };
 	static const struct option longopts[] = {
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "dim", required_argument, NULL, OPT_DIM },
 		{ "help", no_argument, NULL, 'h' },
 		{ "input", required_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, OPT_JSON },
+		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
 		{ "output-dir", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "random", no_argument, NULL, OPT_RANDOM },
@@ -137,6 +141,9 @@ main(int argc, char **argv)
 			break;
 		case OPT_JSON:
 			json = 1;
+			break;
+		case OPT_MAX_ALLOC:
+			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
 			break;
 		case OPT_RANDOM:
 			in.random = true;

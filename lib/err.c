@@ -70,6 +70,7 @@ ml_exit_status(int code)
 static _Atomic uint64_t alloc_total;
 static uint64_t alloc_cap;
 static atomic_int cap_init;
+static atomic_int cap_hit;	/* set once an allocation is refused for the cap */
 
 uint64_t
 ml_alloc_cap(void)
@@ -103,17 +104,26 @@ ml_set_alloc_cap(uint64_t bytes)
 	atomic_store(&cap_init, 1);
 }
 
+bool
+ml_alloc_cap_hit(void)
+{
+	return atomic_load(&cap_hit) != 0;
+}
+
 #define HDR 16
 
 void *
 ml_malloc(size_t n)
 {
 	uint64_t cap = ml_alloc_cap();
-	if (n > cap || n > SIZE_MAX - HDR)
+	if (n > cap || n > SIZE_MAX - HDR) {
+		atomic_store(&cap_hit, 1);
 		return NULL;
+	}
 	uint64_t now = atomic_fetch_add(&alloc_total, n);
 	if (now + n > cap) {
 		atomic_fetch_sub(&alloc_total, n);
+		atomic_store(&cap_hit, 1);
 		return NULL;
 	}
 	unsigned char *p = malloc(n + HDR);

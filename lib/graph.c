@@ -657,10 +657,23 @@ ml_graph_validate(const struct ml_graph *g, struct ml_err *e)
 				       t->rank);
 		if ((unsigned)t->dtype >= ML_DTYPE_MAX)
 			return ml_fail(e, ML_EINVAL, "tensor '%s': unknown dtype %d", t->name, t->dtype);
-		for (int d = 0; d < t->rank; d++)
+		bool known = true;
+		for (int d = 0; d < t->rank; d++) {
 			if (t->dims[d] < -1)
 				return ml_fail(e, ML_EINVAL, "tensor '%s': dim %d is %lld", t->name, d,
 					       (long long)t->dims[d]);
+			known &= t->dims[d] >= 0;
+		}
+		/* a declared shape whose byte size overflows could never be allocated */
+		if (known && t->rank >= 0) {
+			struct ml_tval v;
+			ml_graph_tval(g, i, &v);
+			if (ml_tval_numel(&v) < 0 || ml_tval_nbytes(&v) < 0) {
+				char buf[256];
+				return ml_fail(e, ML_EINVAL, "tensor '%s': shape %s is too large", t->name,
+					       ml_tval_shape_str(&v, buf, sizeof buf));
+			}
+		}
 		if (t->kind == ML_TK_CONST || t->kind == ML_TK_PARAM) {
 			struct ml_tval v;
 			ml_graph_tval(g, i, &v);

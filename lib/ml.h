@@ -164,6 +164,8 @@ void *ml_realloc(void *p, size_t n);
 void ml_free(void *p);
 void ml_set_alloc_cap(uint64_t bytes);
 uint64_t ml_alloc_cap(void);
+/* ml_alloc_cap_hit: whether any allocation so far was refused for the cap (not by the system). */
+bool ml_alloc_cap_hit(void);
 /* ml_mul_ok: *out = a * b; false on overflow or a negative operand. */
 bool ml_mul_ok(int64_t a, int64_t b, int64_t *out);
 
@@ -585,7 +587,7 @@ struct ml_prof_opts {
 	int group;		/* enum ml_prof_group */
 	int prefix_depth;	/* components of a name for ML_PROF_BY_PREFIX (default 1) */
 	bool memory;		/* the table adds the memory plan and tensor lifetimes */
-	bool compare;		/* the table puts devices side by side, even one */
+	bool compare;		/* devices side by side (table, JSON), even one */
 };
 
 /*

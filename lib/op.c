@@ -115,7 +115,27 @@ ml_node_infer(const struct ml_graph *g, const struct ml_node *n, struct ml_tval 
 		out[i]->dtype = ML_UNDEF;
 		out[i]->rank = -1;
 	}
-	return d->infer(&c);
+	ML_TRY(d->infer(&c));
+	/*
+	 * A shape from attributes or input values (Expand, ConstantOfShape,
+	 * Tile, ...) can be too large for any size arithmetic: refuse it here,
+	 * for loading and running alike, rather than in every op.
+	 */
+	for (int i = 0; i < n->n_out; i++) {
+		const struct ml_tval *o = out[i];
+		bool known = o->rank >= 0;
+		for (int d = 0; known && d < o->rank && d < ML_MAX_RANK; d++)
+			known = o->dims[d] >= 0;
+		if (o->rank > ML_MAX_RANK)
+			return ml_fail(e, ML_EINVAL, "node '%s' (%s): output %d has rank %d, above %d",
+				       n->name, n->op_type, i, o->rank, ML_MAX_RANK);
+		if (known && (ml_tval_numel(o) < 0 || ml_tval_nbytes(o) < 0)) {
+			char buf[256];
+			return ml_fail(e, ML_EINVAL, "node '%s' (%s): output %d of shape %s is too large",
+				       n->name, n->op_type, i, ml_tval_shape_str(o, buf, sizeof buf));
+		}
+	}
+	return 0;
 }
 
 /*

@@ -183,8 +183,8 @@ run_max_unpool(struct ml_opctx *c)
 	for (int64_t i = 0; i < n; i++) {
 		int64_t at = ip[i];
 		if (at < 0 || at >= (same ? ny : ninf))
-			return ml_opfail(c, ML_EINVAL, "index %lld is outside the unpooled %lld elements",
-					 (long long)at, (long long)(same ? ny : ninf));
+			return ml_opfail(c, ML_EINVAL, "index %lld is outside the %lld unpooled "
+					 "elements", (long long)at, (long long)(same ? ny : ninf));
 		if (!same) {
 			int64_t rem = at, pos = 0, mul = 1;
 			bool in = true;

@@ -251,7 +251,8 @@ ra_units_##SUF(void *ctx, int64_t b, int64_t e)					\
 						T v[4] = { 0, 0, 0, 0 };	\
 						if (!(y < -1 || y > (T)H || x < -1 || x > (T)W)) { \
 							T yy = y > 0 ? y : 0, xx = x > 0 ? x : 0; \
-							int64_t y0 = (int64_t)yy, x0 = (int64_t)xx, y1, x1; \
+							int64_t y0 = (int64_t)yy, y1; \
+							int64_t x0 = (int64_t)xx, x1; \
 							if (y0 >= H - 1) {	\
 								y0 = y1 = H - 1; \
 								yy = (T)y0;	\

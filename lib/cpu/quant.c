@@ -611,11 +611,11 @@ i2c_rows(void *ctx, int64_t r0, int64_t r1)
 				int64_t base = ((ci * v->in[0] + id) * v->in[1] + ih) * v->in[2];
 				for (int64_t ow = 0; ow < v->out[2]; ow++) {
 					int64_t iw = ow * v->s[2] - v->p[2] + kw * v->d[2];
-					int32_t xv = 0;
+					int32_t xv = j->zp;
 					if (rowin && iw >= 0 && iw < v->in[2])
-						xv = (j->i8 ? ((const int8_t *)j->x)[base + iw]
-							    : ((const uint8_t *)j->x)[base + iw]) - j->zp;
-					dp[ow] = (int16_t)xv;
+						xv = j->i8 ? ((const int8_t *)j->x)[base + iw]
+							   : ((const uint8_t *)j->x)[base + iw];
+					dp[ow] = (int16_t)(xv - j->zp);
 				}
 			}
 		}
@@ -683,7 +683,7 @@ run_qconv(struct ml_opctx *c)
 			igemm_run(&j);
 		}
 	if (ql) {
-		/* per output channel m: scale x_scale * w_scale[m] / y_scale, as rows of [n * cout, outsz] */
+		/* rows of [n * cout, outsz]: channel m scales by x_scale * w_scale[m] / y_scale */
 		float *sx = load_f32(c->in[1]), *sw = load_f32(c->in[4]), *sy = load_f32(c->in[6]);
 		int32_t *bv = NULL;
 		if (sx != NULL && sw != NULL && bias != NULL)

@@ -47,6 +47,7 @@ ml_prof_new(struct ml_prof **out, const struct ml_graph *g, const char *dev, int
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	p->g = g;
 	snprintf(p->device, sizeof p->device, "%s", dev != NULL ? dev : "cpu");
+	snprintf(p->ran_on, sizeof p->ran_on, "%s", strncmp(p->device, "cl", 2) == 0 ? p->device : "cpu");
 	p->n = g->n_nodes;
 	p->cap = runs;
 	p->t = ml_calloc((size_t)cells, sizeof *p->t);
@@ -293,8 +294,6 @@ node_shape(const struct ml_prof *p, int i, char *buf, size_t n)
 	}
 }
 
-static int sort_key;
-
 static double
 rate(int64_t count, double s)
 {
@@ -307,7 +306,7 @@ cmp_rows(const void *a, const void *b)
 	const struct prof_row *x = a, *y = b;
 	double u = 0, v = 0;
 	int c;
-	switch (sort_key) {
+	switch (x->sort) {
 	case ML_PROF_SORT_ORDER:
 		break;
 	case ML_PROF_SORT_NAME:
@@ -382,7 +381,8 @@ prof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct p
 	for (int k = 0; k < nr; k++)
 		r[k].share = all > 0 ? r[k].total / all : 0;
 	if (sorted && o->sort != ML_PROF_SORT_ORDER) {
-		sort_key = o->sort;
+		for (int k = 0; k < nr; k++)
+			r[k].sort = o->sort;
 		qsort(r, (size_t)nr, sizeof *r, cmp_rows);
 	}
 	*rows = r;
@@ -621,7 +621,7 @@ json_one(FILE *fp, struct ml_prof *p, const struct ml_prof_opts *o, struct ml_er
 		fprintf(fp, ", \"op\": ");
 		jstr(fp, nd->op_type);
 		fprintf(fp, ", \"device\": ");
-		jstr(fp, p->device);
+		jstr(fp, p->ran_on);
 		fprintf(fp, ", \"shape\": ");
 		jstr(fp, shape);
 		fprintf(fp, ", \"phase\": ");
@@ -670,7 +670,7 @@ int
 ml_prof_write_json(struct ml_prof *const *ps, int n, const struct ml_prof_opts *o, FILE *fp,
 		   struct ml_err *e)
 {
-	if (n == 1) {
+	if (n == 1 && !o->compare) {
 		ML_TRY(json_one(fp, ps[0], o, e));
 		fputc('\n', fp);
 		return 0;
@@ -795,8 +795,8 @@ ml_prof_write_trace(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 		const struct ml_graph *g = p->g;
 		int pid = k + 1;
 		char qname[64];
-		trace_meta(fp, pid, 0, "process_name", p->device, &first);
-		snprintf(qname, sizeof qname, "%s queue 0", p->device);
+		trace_meta(fp, pid, 0, "process_name", p->ran_on, &first);
+		snprintf(qname, sizeof qname, "%s queue 0", p->ran_on);
 		trace_meta(fp, pid, 1, "thread_name", qname, &first);
 		for (int64_t r = 0; r < p->runs; r++) {
 			double base = (p->t0[r] - origin) * 1e6;

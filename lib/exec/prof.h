@@ -21,7 +21,8 @@ struct prof_stat {
  */
 struct ml_prof {
 	const struct ml_graph *g;
-	char device[32];
+	char device[32];	/* the device asked for: cpu, cl, cl:N, auto */
+	char ran_on[32];	/* where the nodes ran: auto places every node on the CPU for now */
 	int n;			/* nodes */
 	int64_t cap, runs;
 	double *t, *st;
@@ -51,6 +52,7 @@ struct prof_row {
 	int64_t calls;
 	double median, total, share;	/* seconds, and a fraction of all nodes' time */
 	int64_t flops, bytes;	/* per call */
+	int sort;		/* the sort key, for the comparison */
 };
 
 /* prof_ready: make the statistics (idempotent); ML_ENOMEM. */

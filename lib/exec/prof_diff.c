@@ -583,8 +583,8 @@ cmp_drow(const void *x, const void *y)
 }
 
 /*
- * match: the node of b that is a's node i: the same name where names are
- * unique in b, else the same index and op.
+ * match: the node of b that is a's node x: the one of the same name, or
+ * where x has no name or b repeats it, the one of the same index and op.
  */
 static struct dstat *
 match(struct dreport *b, const struct dstat *x)
@@ -599,6 +599,8 @@ match(struct dreport *b, const struct dstat *x)
 			}
 		if (count == 1)
 			return hit->used ? NULL : hit;
+		if (count == 0)
+			return NULL;
 	}
 	for (int i = 0; i < b->nn; i++)
 		if (!b->nodes[i].used && b->nodes[i].index == x->index &&

@@ -193,7 +193,7 @@ ml_prof_write_table(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 			continue;
 		}
 		if (by_node)
-			fprintf(fp, "  %-6s  %-*s", p->device, ws, fit(x->shape, ws, sf, sizeof sf));
+			fprintf(fp, "  %-6s  %-*s", p->ran_on, ws, fit(x->shape, ws, sf, sizeof sf));
 		fprintf(fp, "  %6lld  %10s  %10s  %5.1f%%", (long long)x->calls,
 			fmt_time(x->median, buf[0], 32), fmt_time(x->total, buf[1], 32), 100 * x->share);
 		put_rate(fp, x->flops, x->median);
@@ -282,7 +282,7 @@ ml_prof_write_csv(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 			fputc(',', fp);
 			csv_field(fp, x->op);
 			fputc(',', fp);
-			csv_field(fp, p->device);
+			csv_field(fp, p->ran_on);
 			fputc(',', fp);
 			csv_field(fp, x->shape);
 			fputc(',', fp);
@@ -316,14 +316,32 @@ xml_text(FILE *fp, const char *s)
 	}
 }
 
-/* op_hue: a stable colour per op type, so Conv is the same colour in every picture. */
-static int
-op_hue(const char *op)
+/*
+ * struct palette: a colour per name (op type, or group), given in order of
+ * first use and stepped round the colour wheel by the golden angle, so
+ * that the names of one picture get colours far apart; #rrggbb at 60%
+ * saturation and 55% lightness, since SVG 1.1 has no hsl().
+ */
+struct palette {
+	const char **names;
+	int n;
+};
+
+static const char *
+colour(struct palette *pl, const char *name, char *buf, size_t n)
 {
-	uint32_t h = 2166136261u;
-	for (; *op; op++)
-		h = (h ^ (uint8_t)*op) * 16777619u;
-	return (int)(h % 360);
+	int k = 0;
+	while (k < pl->n && strcmp(pl->names[k], name) != 0)
+		k++;
+	if (k == pl->n)
+		pl->names[pl->n++] = name;
+	double hue = fmod(k * 137.508, 360) / 60, sat = 0.6, lit = 0.55;
+	double c = (1 - fabs(2 * lit - 1)) * sat, x = c * (1 - fabs(fmod(hue, 2) - 1)), m = lit - c / 2;
+	double rgb[6][3] = { { c, x, 0 }, { x, c, 0 }, { 0, c, x }, { 0, x, c }, { x, 0, c }, { c, 0, x } };
+	const double *v = rgb[(int)hue % 6];
+	snprintf(buf, n, "#%02x%02x%02x", (int)((v[0] + m) * 255 + 0.5), (int)((v[1] + m) * 255 + 0.5),
+		 (int)((v[2] + m) * 255 + 0.5));
+	return buf;
 }
 
 int
@@ -344,6 +362,11 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 	struct ml_prof_opts so = *o;
 	so.sort = ML_PROF_SORT_TIME;
 	ML_TRY(prof_rows(p, &so, true, &r, &nr, e));
+	struct palette pl = { ml_calloc((size_t)(p->n + nr) + 1, sizeof *pl.names), 0 };
+	if (pl.names == NULL) {
+		ml_free(r);
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	}
 	int bars = (int)(o->top > 0 && o->top < nr ? o->top : ML_MIN(nr, 30));
 	double wall = p->wall[run] > 0 ? p->wall[run] : 1e-9;
 	double H = 150 + 22.0 * bars + 40;
@@ -359,15 +382,16 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 		fmt_time(p->wall_st.median, buf[0], 32), (long long)p->runs, o->threads);
 	fprintf(fp, "<text x=\"%.0f\" y=\"42\">timeline of run %lld (%s), one lane per device queue</text>\n",
 		L, (long long)run, fmt_time(p->wall[run], buf[0], 32));
-	fprintf(fp, "<text x=\"%.0f\" y=\"62\" fill=\"#555\">%s queue 0</text>\n", L, p->device);
+	fprintf(fp, "<text x=\"%.0f\" y=\"62\" fill=\"#555\">%s queue 0</text>\n", L, p->ran_on);
 	fprintf(fp, "<rect x=\"%.0f\" y=\"66\" width=\"%.0f\" height=\"30\" fill=\"#f2f2f2\"/>\n", L, TW);
 	for (int i = 0; i < p->n; i++) {
 		double x = L + TW * p->st[run * p->n + i] / wall;
 		double w = TW * p->t[run * p->n + i] / wall;
 		char nb[32];
+		char col[8];
 		fprintf(fp, "<rect x=\"%.2f\" y=\"66\" width=\"%.2f\" height=\"30\" "
-			"fill=\"hsl(%d,60%%,55%%)\"><title>", x, ML_MAX(w, 0.3),
-			op_hue(g->nodes[i].op_type));
+			"fill=\"%s\"><title>", x, ML_MAX(w, 0.3),
+			colour(&pl, g->nodes[i].op_type, col, sizeof col));
 		xml_text(fp, prof_node_name(g, i, nb, sizeof nb));
 		fputs(" (", fp);
 		xml_text(fp, g->nodes[i].op_type);
@@ -388,12 +412,12 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 	const double lx = 330, bw = W - lx - 190;
 	for (int k = 0; k < bars; k++) {
 		double y = 152 + 22.0 * k, w = maxm > 0 ? bw * r[k].median / maxm : 0;
-		char kf[64];
+		char kf[64], col[8];
 		fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">", lx - 6, y + 14);
 		xml_text(fp, fit(r[k].key, 44, kf, sizeof kf));
 		fprintf(fp, "</text><rect x=\"%.0f\" y=\"%.0f\" width=\"%.2f\" height=\"17\" "
-			"fill=\"hsl(%d,60%%,55%%)\"><title>", lx, y + 2, ML_MAX(w, 0.5),
-			op_hue(r[k].op[0] ? r[k].op : r[k].key));
+			"fill=\"%s\"><title>", lx, y + 2, ML_MAX(w, 0.5),
+			colour(&pl, r[k].op[0] ? r[k].op : r[k].key, col, sizeof col));
 		xml_text(fp, r[k].key);
 		if (r[k].op[0]) {
 			fputs(" (", fp);
@@ -408,6 +432,7 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 		fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">(%d more rows)</text>\n", lx,
 			152 + 22.0 * bars + 14, nr - bars);
 	fputs("</svg>\n", fp);
+	ml_free(pl.names);
 	ml_free(r);
 	return 0;
 }

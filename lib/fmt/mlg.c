@@ -5,7 +5,9 @@
  * never leave this file.
  */
 #include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY	/* ZSTD_d_stableOutBuffer */
 #include <zstd.h>
 
 #include "ml_impl.h"
@@ -687,8 +689,11 @@ dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, const struct blobre
 static void *
 pb_alloc(void *ud, size_t n)
 {
-	(void)ud;
-	return ml_malloc(n);
+	void *p = ml_malloc(n);
+	/* tell a refused allocation from a malformed message */
+	if (p == NULL)
+		*(bool *)ud = true;
+	return p;
 }
 
 static void
@@ -705,7 +710,8 @@ pb_free(void *ud, void *p)
 static int
 decode_content(struct ml_graph **out, uint8_t *raw, size_t raw_len, struct ml_err *e)
 {
-	ProtobufCAllocator pa = { pb_alloc, pb_free, NULL };
+	bool nomem = false;
+	ProtobufCAllocator pa = { pb_alloc, pb_free, &nomem };
 	struct ml_graph *g = NULL;
 	Ml__Graph *m = NULL;
 	int rc;
@@ -726,7 +732,8 @@ decode_content(struct ml_graph **out, uint8_t *raw, size_t raw_len, struct ml_er
 		goto fail;
 	m = ml__graph__unpack(&pa, (size_t)mlen, raw + 8);
 	if (m == NULL) {
-		rc = ml_fail(e, ML_EFORMAT, "corrupt graph message");
+		rc = nomem ? ml_fail(e, ML_ENOMEM, "out of memory reading the graph message")
+			   : ml_fail(e, ML_EFORMAT, "corrupt graph message");
 		goto fail;
 	}
 	if ((rc = ml_graph_new(&g, e)) < 0)
@@ -764,12 +771,22 @@ check_header(const uint8_t *buf, size_t len, struct ml_err *e)
 	return 0;
 }
 
+/*
+ * content_size: the frame's content size from its header. frame_len is the
+ * whole frame's compressed size when known (0 when not, as on a pipe): a
+ * zstd block holds at most 128 KiB and takes at least 3 bytes, so a frame
+ * claiming more than that bound is corrupt, whatever the allocation cap.
+ */
 static int
-content_size(const uint8_t *z, size_t zlen, uint64_t *out, struct ml_err *e)
+content_size(const uint8_t *z, size_t zlen, uint64_t frame_len, uint64_t *out, struct ml_err *e)
 {
 	unsigned long long raw_len = ZSTD_getFrameContentSize(z, zlen);
 	if (raw_len == ZSTD_CONTENTSIZE_ERROR || raw_len == ZSTD_CONTENTSIZE_UNKNOWN)
 		return ml_fail(e, ML_EFORMAT, "corrupt or truncated zstd frame");
+	if (frame_len > 0 && raw_len / ZSTD_BLOCKSIZE_MAX > frame_len / 3 + 1)
+		return ml_fail(e, ML_EFORMAT,
+			       "corrupt zstd frame: it claims %llu bytes, more than %llu compressed "
+			       "bytes can hold", raw_len, (unsigned long long)frame_len);
 	if (raw_len > ml_alloc_cap() || raw_len > SIZE_MAX - 1)
 		return ml_fail(e, ML_ENOMEM, "graph of %llu bytes exceeds the allocation cap",
 			       raw_len);
@@ -787,7 +804,7 @@ ml_mlg_decode(struct ml_graph **out, const uint8_t *buf, size_t len, struct ml_e
 	ML_TRY(check_header(buf, len, e));
 	const uint8_t *z = buf + HDR_LEN;
 	size_t zlen = len - HDR_LEN;
-	ML_TRY(content_size(z, zlen, &raw_len, e));
+	ML_TRY(content_size(z, zlen, zlen, &raw_len, e));
 	size_t flen = ZSTD_findFrameCompressedSize(z, zlen);
 	if (ZSTD_isError(flen))
 		return ml_fail(e, ML_EFORMAT, "corrupt or truncated zstd frame: %s",
@@ -816,7 +833,7 @@ int
 ml_mlg_read_fd(struct ml_graph **out, int fd, const uint8_t *head, size_t head_len,
 	       struct ml_err *e)
 {
-	enum { CHUNK = 1 << 20 };
+	enum { CHUNK = 1 << 17 };
 	uint8_t *in = NULL, *raw = NULL;
 	ZSTD_DCtx *dc = NULL;
 	uint64_t raw_len = 0;
@@ -844,12 +861,22 @@ ml_mlg_read_fd(struct ml_graph **out, int fd, const uint8_t *head, size_t head_l
 			break;
 		have += (size_t)k;
 	}
-	if ((rc = content_size(in, have, &raw_len, e)) < 0)
+	/* a file's size bounds the frame; a pipe's is unknown */
+	struct stat st;
+	uint64_t flen = 0;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > HDR_LEN)
+		flen = (uint64_t)st.st_size - HDR_LEN;
+	if ((rc = content_size(in, have, flen, &raw_len, e)) < 0)
 		goto done;
 	if ((raw = ml_malloc((size_t)raw_len + 1)) == NULL) {
 		rc = ml_fail(e, ML_ENOMEM, "cannot allocate %llu bytes", (unsigned long long)raw_len);
 		goto done;
 	}
+	/*
+	 * The output buffer holds the whole content and never moves, so zstd
+	 * can use it as its window instead of allocating one of its own.
+	 */
+	ZSTD_DCtx_setParameter(dc, ZSTD_d_stableOutBuffer, 1);
 	ZSTD_outBuffer ob = { raw, (size_t)raw_len, 0 };
 	size_t r = 1;
 	bool eof = false;

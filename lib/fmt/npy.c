@@ -25,22 +25,142 @@ skip_ws(const char *p, const char *end)
 	return p;
 }
 
-/* find the value after 'key': in the header dict */
-static const char *
-dict_value(const char *h, const char *end, const char *key)
+/*
+ * The header is a Python dict literal with exactly the keys descr,
+ * fortran_order and shape, as numpy writes and reads it (numpy refuses
+ * anything else too): parsing it strictly means a damaged header is
+ * refused instead of read as some other array.
+ */
+struct npy_hdr {
+	const char *descr;	/* between the quotes */
+	size_t descr_len;
+	int fortran;		/* -1 until seen */
+	int rank;		/* -1 until seen */
+	int64_t dims[ML_MAX_RANK];
+};
+
+/* quoted: a '...' or "..." string at *p; its body in *s, *n. */
+static bool
+quoted(const char **p, const char *end, const char **s, size_t *n)
 {
-	size_t kl = strlen(key);
-	for (const char *p = h; p + kl + 2 < end; p++) {
-		if ((*p == '\'' || *p == '"') && memcmp(p + 1, key, kl) == 0 && p[kl + 1] == *p) {
-			p = skip_ws(p + kl + 2, end);
-			if (p >= end || *p != ':')
-				return NULL;
-			/* a key at the very end of the header has no value */
-			p = skip_ws(p + 1, end);
-			return p < end ? p : NULL;
+	char q = **p;
+	if (q != '\'' && q != '"')
+		return false;
+	const char *c = memchr(*p + 1, q, (size_t)(end - *p - 1));
+	if (c == NULL)
+		return false;
+	*s = *p + 1;
+	*n = (size_t)(c - *s);
+	*p = c + 1;
+	return true;
+}
+
+/* word: whether the identifier w is at *p (and not a prefix of a longer one). */
+static bool
+word(const char **p, const char *end, const char *w)
+{
+	size_t n = strlen(w);
+	if ((size_t)(end - *p) < n || memcmp(*p, w, n) != 0 ||
+	    (*p + n < end && (isalnum((unsigned char)(*p)[n]) || (*p)[n] == '_')))
+		return false;
+	*p += n;
+	return true;
+}
+
+/* parse_shape: a tuple of decimal integers, "(2, 3)", "(6,)", "()". */
+static int
+parse_shape(const char **pp, const char *end, struct npy_hdr *h, struct ml_err *e)
+{
+	const char *p = *pp;
+	if (p >= end || *p != '(')
+		return ml_fail(e, ML_EFORMAT, "bad .npy shape");
+	p = skip_ws(p + 1, end);
+	h->rank = 0;
+	while (p < end && *p != ')') {
+		if (!isdigit((unsigned char)*p))
+			return ml_fail(e, ML_EFORMAT, "bad .npy shape");
+		if (h->rank == ML_MAX_RANK)
+			return ml_fail(e, ML_ENOTSUP, ".npy rank above %d is not supported",
+				       ML_MAX_RANK);
+		int64_t v = 0;
+		while (p < end && isdigit((unsigned char)*p)) {
+			if (v > (INT64_MAX - 9) / 10)
+				return ml_fail(e, ML_EFORMAT, ".npy dim is too large");
+			v = v * 10 + (*p++ - '0');
 		}
+		/* numpy under Python 2 wrote long integers as 3L */
+		if (p < end && *p == 'L')
+			p++;
+		h->dims[h->rank++] = v;
+		p = skip_ws(p, end);
+		if (p < end && *p == ',')
+			p = skip_ws(p + 1, end);
+		else if (p < end && *p != ')')
+			return ml_fail(e, ML_EFORMAT, "bad .npy shape");
 	}
-	return NULL;
+	if (p >= end)
+		return ml_fail(e, ML_EFORMAT, "bad .npy shape");
+	*pp = p + 1;
+	return 0;
+}
+
+static int
+parse_header(const char *p, const char *end, struct npy_hdr *h, struct ml_err *e)
+{
+	h->descr = NULL;
+	h->fortran = h->rank = -1;
+	/* numpy ends the header with a newline, after space padding */
+	if (p == end || end[-1] != '\n')
+		return ml_fail(e, ML_EFORMAT, "bad .npy header: no newline at its end");
+	p = skip_ws(p, end);
+	if (p >= end || *p != '{')
+		return ml_fail(e, ML_EFORMAT, "bad .npy header: not a dict");
+	p = skip_ws(p + 1, end);
+	while (p < end && *p != '}') {
+		const char *k;
+		size_t kn;
+		if (!quoted(&p, end, &k, &kn))
+			return ml_fail(e, ML_EFORMAT, "bad .npy header: expected a key");
+		p = skip_ws(p, end);
+		if (p >= end || *p != ':')
+			return ml_fail(e, ML_EFORMAT, "bad .npy header: expected ':'");
+		p = skip_ws(p + 1, end);
+		if (kn == 5 && memcmp(k, "descr", 5) == 0 && h->descr == NULL) {
+			if (p < end && *p == '[')
+				return ml_fail(e, ML_ENOTSUP,
+					       "structured .npy dtypes are not supported");
+			if (!quoted(&p, end, &h->descr, &h->descr_len))
+				return ml_fail(e, ML_EFORMAT, "bad .npy descr");
+		} else if (kn == 13 && memcmp(k, "fortran_order", 13) == 0 && h->fortran < 0) {
+			if (word(&p, end, "True"))
+				h->fortran = 1;
+			else if (word(&p, end, "False"))
+				h->fortran = 0;
+			else
+				return ml_fail(e, ML_EFORMAT, "bad .npy fortran_order");
+		} else if (kn == 5 && memcmp(k, "shape", 5) == 0 && h->rank < 0) {
+			ML_TRY(parse_shape(&p, end, h, e));
+		} else {
+			return ml_fail(e, ML_EFORMAT, "bad .npy header: unexpected key '%.*s'",
+				       (int)ML_MIN(kn, 32), k);
+		}
+		p = skip_ws(p, end);
+		if (p < end && *p == ',')
+			p = skip_ws(p + 1, end);
+		else if (p < end && *p != '}')
+			return ml_fail(e, ML_EFORMAT, "bad .npy header: expected ',' or '}'");
+	}
+	if (p >= end)
+		return ml_fail(e, ML_EFORMAT, "bad .npy header: no '}'");
+	if (skip_ws(p + 1, end) != end)
+		return ml_fail(e, ML_EFORMAT, "bad .npy header: junk after the dict");
+	if (h->descr == NULL)
+		return ml_fail(e, ML_EFORMAT, ".npy header has no descr");
+	if (h->fortran < 0)
+		return ml_fail(e, ML_EFORMAT, ".npy header has no fortran_order");
+	if (h->rank < 0)
+		return ml_fail(e, ML_EFORMAT, ".npy header has no shape");
+	return 0;
 }
 
 int
@@ -63,56 +183,30 @@ ml_npy_decode(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err
 	} else {
 		return ml_fail(e, ML_ENOTSUP, ".npy format version %u is not supported", major);
 	}
+	if (buf[7] != 0)
+		return ml_fail(e, ML_ENOTSUP, ".npy format version %u.%u is not supported", major,
+			       buf[7]);
 	if (hlen > len - off)
 		return ml_fail(e, ML_EFORMAT, "truncated .npy header");
-	const char *h = (const char *)buf + off, *end = h + hlen;
-	const char *d = dict_value(h, end, "descr");
-	if (d == NULL || (*d != '\'' && *d != '"'))
-		return ml_fail(e, ML_EFORMAT, ".npy header has no descr");
-	char q = *d++;
-	const char *dend = memchr(d, q, (size_t)(end - d));
-	if (dend == NULL || dend - d < 2 || dend - d > 8)
+	struct npy_hdr hd;
+	ML_TRY(parse_header((const char *)buf + off, (const char *)buf + off + hlen, &hd, e));
+	const char *d = hd.descr;
+	if (hd.descr_len < 2 || hd.descr_len > 8)
 		return ml_fail(e, ML_EFORMAT, "bad .npy descr");
 	char order = d[0];
 	if (order != '<' && order != '>' && order != '|' && order != '=')
 		return ml_fail(e, ML_EFORMAT, "bad .npy descr");
 	enum ml_dtype dt = ML_UNDEF;
 	for (size_t i = 0; i < sizeof dcodes / sizeof dcodes[0]; i++)
-		if ((size_t)(dend - d - 1) == strlen(dcodes[i].code) &&
-		    memcmp(d + 1, dcodes[i].code, (size_t)(dend - d - 1)) == 0)
+		if (hd.descr_len - 1 == strlen(dcodes[i].code) &&
+		    memcmp(d + 1, dcodes[i].code, hd.descr_len - 1) == 0)
 			dt = dcodes[i].dt;
 	if (dt == ML_UNDEF)
-		return ml_fail(e, ML_ENOTSUP, ".npy dtype '%.*s' is not supported", (int)(dend - d), d);
-	const char *fo = dict_value(h, end, "fortran_order");
-	if (fo == NULL)
-		return ml_fail(e, ML_EFORMAT, ".npy header has no fortran_order");
-	bool fortran = (size_t)(end - fo) >= 4 && memcmp(fo, "True", 4) == 0;
-	const char *sp = dict_value(h, end, "shape");
-	if (sp == NULL || *sp != '(')
-		return ml_fail(e, ML_EFORMAT, ".npy header has no shape");
-	int rank = 0;
-	int64_t dims[ML_MAX_RANK];
-	sp++;
-	for (;;) {
-		sp = skip_ws(sp, end);
-		if (sp < end && *sp == ')')
-			break;
-		if (sp >= end || !isdigit((unsigned char)*sp))
-			return ml_fail(e, ML_EFORMAT, "bad .npy shape");
-		if (rank == ML_MAX_RANK)
-			return ml_fail(e, ML_ENOTSUP, ".npy rank above %d is not supported",
-				       ML_MAX_RANK);
-		int64_t v = 0;
-		while (sp < end && isdigit((unsigned char)*sp)) {
-			if (v > (INT64_MAX - 9) / 10)
-				return ml_fail(e, ML_EFORMAT, ".npy dim is too large");
-			v = v * 10 + (*sp++ - '0');
-		}
-		dims[rank++] = v;
-		sp = skip_ws(sp, end);
-		if (sp < end && *sp == ',')
-			sp++;
-	}
+		return ml_fail(e, ML_ENOTSUP, ".npy dtype '%.*s' is not supported", (int)hd.descr_len,
+			       d);
+	bool fortran = hd.fortran == 1;
+	int rank = hd.rank;
+	int64_t *dims = hd.dims;
 	struct ml_tval t = { .dtype = dt, .rank = rank };
 	memcpy(t.dims, dims, sizeof(int64_t) * (size_t)rank);
 	int64_t nb = ml_tval_nbytes(&t);
@@ -120,6 +214,9 @@ ml_npy_decode(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err
 	if (nb < 0 || (uint64_t)nb > len - data_off)
 		return ml_fail(e, ML_EFORMAT, ".npy data is truncated (%zu bytes for shape needing %lld)",
 			       len - data_off, (long long)nb);
+	if ((uint64_t)nb < len - data_off)
+		return ml_fail(e, ML_EFORMAT, ".npy file has %zu bytes after the array data",
+			       len - data_off - (size_t)nb);
 	if (dt == ML_C64 || dt == ML_C128)
 		return ml_fail(e, ML_ENOTSUP, "complex .npy arrays are not supported");
 	if (fortran && rank > 1)

@@ -32,8 +32,11 @@
 static void *
 pb_alloc(void *ud, size_t n)
 {
-	(void)ud;
-	return ml_malloc(n);
+	void *p = ml_malloc(n);
+	/* tell a refused allocation from a malformed message */
+	if (p == NULL)
+		*(bool *)ud = true;
+	return p;
 }
 
 static void
@@ -589,11 +592,34 @@ dec_attr(struct dec *d, struct ml_graph *g, int ni, Onnx__AttributeProto *ap, in
 	return 0;
 }
 
+/*
+ * has_ctl: whether s holds a control character. Op types, domains and
+ * attribute names are identifiers; one with such a byte comes from a
+ * damaged file (a string length that grew over the bytes after it), and
+ * taking it would turn the damage into an unknown op or attribute.
+ */
+static bool
+has_ctl(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return true;
+	return false;
+}
+
 static int
 dec_node(struct dec *d, struct ml_graph *g, Onnx__NodeProto *np, int depth)
 {
 	if (np->op_type == NULL || np->op_type[0] == '\0')
 		return ml_fail(d->e, ML_EFORMAT, "node '%s' has no op_type", nz(np->name));
+	if (has_ctl(np->op_type) || has_ctl(nz(np->domain)))
+		return ml_fail(d->e, ML_EFORMAT, "node '%s': op type or domain holds a control character",
+			       nz(np->name));
+	for (size_t j = 0; j < np->n_attribute; j++)
+		if (has_ctl(nz(np->attribute[j]->name)))
+			return ml_fail(d->e, ML_EFORMAT,
+				       "node '%s': an attribute name holds a control character",
+				       nz(np->name));
 	if (np->n_input > (1u << 20) || np->n_output > (1u << 20))
 		return ml_fail(d->e, ML_EFORMAT, "node '%s': too many inputs or outputs",
 			       nz(np->name));
@@ -720,7 +746,8 @@ int
 ml_onnx_decode(struct ml_graph **out, const uint8_t *buf, size_t len, const char *dir,
 	       struct ml_err *e)
 {
-	ProtobufCAllocator pa = { pb_alloc, pb_free, NULL };
+	bool nomem = false;
+	ProtobufCAllocator pa = { pb_alloc, pb_free, &nomem };
 	struct dec d = { .dir = dir, .e = e };
 	struct ml_graph *g = NULL;
 	int rc;
@@ -730,6 +757,8 @@ ml_onnx_decode(struct ml_graph **out, const uint8_t *buf, size_t len, const char
 		return ml_fail(e, ML_EFORMAT, "empty file, not an ONNX model");
 	ML_TRY(ml_pb_check_nesting(buf, len, &onnx__model_proto__descriptor, e));
 	Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, len, buf);
+	if (m == NULL && nomem)
+		return ml_fail(e, ML_ENOMEM, "out of memory reading the ONNX model");
 	if (m == NULL)
 		return ml_fail(e, ML_EFORMAT, "not an ONNX model (protobuf parse failed)");
 	if ((rc = ml_graph_new(&g, e)) == 0 && (rc = dec_model(&d, g, m)) < 0) {

@@ -277,7 +277,8 @@ infer_max_unpool(struct ml_opctx *c)
 	if ((ns >= 0 && ns != nk) || (np >= 0 && np != 2 * nk))
 		return ml_opfail(c, ML_EINVAL, "strides or pads do not match kernel_shape");
 	for (int i = 0; i < nk; i++)
-		if (ks[i] < 1 || ks[i] > ML_UNPOOL_MAX || (ns > 0 && (st[i] < 1 || st[i] > ML_UNPOOL_MAX)) ||
+		if (ks[i] < 1 || ks[i] > ML_UNPOOL_MAX ||
+		    (ns > 0 && (st[i] < 1 || st[i] > ML_UNPOOL_MAX)) ||
 		    (np > 0 && (pads[i] < 0 || pads[nk + i] < 0 || pads[i] > ML_UNPOOL_MAX ||
 				pads[nk + i] > ML_UNPOOL_MAX)))
 			return ml_opfail(c, ML_EINVAL, "bad kernel_shape, strides or pads");
@@ -302,7 +303,8 @@ infer_max_unpool(struct ml_opctx *c)
 			if (os->data != NULL && dims[d] < 0)
 				return ml_opfail(c, ML_EINVAL, "output_shape has a negative dim");
 		}
-		if (x->rank >= 0 && os->data != NULL && (dims[0] != x->dims[0] || dims[1] != x->dims[1]))
+		if (x->rank >= 0 && os->data != NULL &&
+		    (dims[0] != x->dims[0] || dims[1] != x->dims[1]))
 			return ml_opfail(c, ML_EINVAL, "output_shape changes the batch or channels");
 		ml_set_shape(c->out[0], x->dtype, rank, dims);
 		return 0;

@@ -162,9 +162,10 @@ ml_einsum_parse(struct ml_opctx *c, struct ml_einsum *e)
 			return ml_opfail(c, ML_EINVAL, "the output has an ellipsis the inputs lack");
 		bool seen[ML_EINSUM_NLETTER] = { false };
 		for (int k = 0; k < out.n; k++) {
-			if (!e->used[out.ax[k]])
+			int a = out.ax[k];
+			if (!e->used[a])
 				return ml_opfail(c, ML_EINVAL, "output index '%c' is in no input",
-						 out.ax[k] < 26 ? 'A' + out.ax[k] : 'a' + out.ax[k] - 26);
+						 a < 26 ? 'A' + a : 'a' + a - 26);
 			if (seen[out.ax[k]])
 				return ml_opfail(c, ML_EINVAL, "output index repeated");
 			seen[out.ax[k]] = true;
