@@ -25,7 +25,7 @@
 #include "cpu/nn.h"
 
 /* The largest im2col tile, in elements; big enough for one tile in most CNN layers. */
-#define COL_MAX ((int64_t)2 << 20)
+#define COL_MAX ((int64_t)1 << 18)
 
 int
 ml_cpu_conv3(struct ml_opctx *c, struct ml_conv3 *v)

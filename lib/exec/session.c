@@ -264,6 +264,51 @@ struct blk {
 	int t;
 };
 
+/*
+ * inplace_block: the live block of node n's first input when n may write
+ * its output over it: n is pointwise (each output element depends only on
+ * the input elements at the same index), the input has exactly the
+ * output's type and padded size, and node i is its last reader. -1 if not.
+ */
+static bool
+pointwise(enum ml_op op)
+{
+	switch (op) {
+	case ML_OP_RELU: case ML_OP_SIGMOID: case ML_OP_TANH: case ML_OP_LEAKY_RELU:
+	case ML_OP_ELU: case ML_OP_SELU: case ML_OP_HARD_SIGMOID: case ML_OP_HARD_SWISH:
+	case ML_OP_SILU: case ML_OP_GELU: case ML_OP_ERF: case ML_OP_EXP: case ML_OP_NEG:
+	case ML_OP_ABS: case ML_OP_SQRT: case ML_OP_RECIPROCAL: case ML_OP_SOFTPLUS:
+	case ML_OP_ADD: case ML_OP_SUB: case ML_OP_MUL: case ML_OP_DIV:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static int
+inplace_block(const struct ml_session *s, const struct ml_node *n, int i, const struct ml_tval *sv,
+	      const struct blk *live, int nlive, int64_t len)
+{
+	const struct ml_graph *g = s->g;
+	if (!pointwise(n->op) || n->n_in < 1 || n->in[0] < 0 || n->out[0] < 0)
+		return -1;
+	int a = n->in[0], t = n->out[0];
+	if (s->last_use[a] != i || s->slot_off[a] < 0 || s->slot_len[a] != len ||
+	    g->tensors[a]->kind != ML_TK_ACT || sv[a].dtype != sv[t].dtype ||
+	    sv[a].rank != sv[t].rank)
+		return -1;
+	for (int d = 0; d < sv[a].rank; d++)
+		if (sv[a].dims[d] != sv[t].dims[d])
+			return -1;
+	for (int k = 1; k < n->n_in; k++)
+		if (n->in[k] == a)
+			return -1;
+	for (int k = 0; k < nlive; k++)
+		if (live[k].t == a)
+			return k;
+	return -1;
+}
+
 static int
 plan(struct ml_session *s, struct ml_err *e)
 {
@@ -303,6 +348,14 @@ plan(struct ml_session *s, struct ml_err *e)
 			len = (len + ALIGN - 1) / ALIGN * ALIGN;
 			if (len == 0)
 				len = ALIGN;
+			/* an elementwise op may write over its dying first input */
+			int inplace = j == 0 ? inplace_block(s, n, i, sv, live, nlive, len) : -1;
+			if (inplace >= 0) {
+				live[inplace].t = t;
+				s->slot_off[t] = live[inplace].off;
+				s->slot_len[t] = len;
+				continue;
+			}
 			/* best fit among gaps of the offset-sorted live list */
 			int64_t best = -1, best_gap = INT64_MAX, prev_end = 0;
 			int best_pos = nlive;

@@ -604,8 +604,11 @@ dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, const struct blobre
 	g->producer = ml_graph_strdup(g, m->producer);
 	g->ir_version = m->ir_version;
 	g->arena_bytes = m->arena_bytes;
-	for (size_t i = 0; i < m->n_opsets; i++)
+	for (size_t i = 0; i < m->n_opsets; i++) {
+		if (ml_pb_has_ctl(m->opsets[i]->domain))
+			return ml_fail(e, ML_EFORMAT, "an opset domain holds a control character");
 		ML_TRY(ml_graph_set_opset(g, m->opsets[i]->domain, m->opsets[i]->version, e));
+	}
 	for (size_t i = 0; i < m->n_meta; i++)
 		ML_TRY(ml_graph_set_meta(g, m->meta[i]->key, m->meta[i]->value, e));
 	for (size_t i = 0; i < m->n_tensors; i++) {
@@ -623,6 +626,15 @@ dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, const struct blobre
 		const Ml__Node *nm = m->nodes[i];
 		if (nm->n_inputs > (1u << 20) || nm->n_outputs > (1u << 20))
 			return ml_fail(e, ML_EFORMAT, "node '%s': too many inputs", nm->name);
+		if (ml_pb_has_ctl(nm->op) || ml_pb_has_ctl(nm->domain))
+			return ml_fail(e, ML_EFORMAT,
+				       "node '%s': op type or domain holds a control character",
+				       nm->name);
+		for (size_t j = 0; j < nm->n_attrs; j++)
+			if (ml_pb_has_ctl(nm->attrs[j]->name))
+				return ml_fail(e, ML_EFORMAT,
+					       "node '%s': an attribute name holds a control character",
+					       nm->name);
 		int ni = ml_graph_add_node(g, nm->op, nm->domain, nm->name, (int)nm->n_inputs,
 					   (const char *const *)nm->inputs, (int)nm->n_outputs,
 					   (const char *const *)nm->outputs, e);

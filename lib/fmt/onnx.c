@@ -592,31 +592,16 @@ dec_attr(struct dec *d, struct ml_graph *g, int ni, Onnx__AttributeProto *ap, in
 	return 0;
 }
 
-/*
- * has_ctl: whether s holds a control character. Op types, domains and
- * attribute names are identifiers; one with such a byte comes from a
- * damaged file (a string length that grew over the bytes after it), and
- * taking it would turn the damage into an unknown op or attribute.
- */
-static bool
-has_ctl(const char *s)
-{
-	for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
-		if (*p < 0x20 || *p == 0x7f)
-			return true;
-	return false;
-}
-
 static int
 dec_node(struct dec *d, struct ml_graph *g, Onnx__NodeProto *np, int depth)
 {
 	if (np->op_type == NULL || np->op_type[0] == '\0')
 		return ml_fail(d->e, ML_EFORMAT, "node '%s' has no op_type", nz(np->name));
-	if (has_ctl(np->op_type) || has_ctl(nz(np->domain)))
+	if (ml_pb_has_ctl(np->op_type) || ml_pb_has_ctl(nz(np->domain)))
 		return ml_fail(d->e, ML_EFORMAT, "node '%s': op type or domain holds a control character",
 			       nz(np->name));
 	for (size_t j = 0; j < np->n_attribute; j++)
-		if (has_ctl(nz(np->attribute[j]->name)))
+		if (ml_pb_has_ctl(nz(np->attribute[j]->name)))
 			return ml_fail(d->e, ML_EFORMAT,
 				       "node '%s': an attribute name holds a control character",
 				       nz(np->name));
@@ -731,6 +716,8 @@ dec_model(struct dec *d, struct ml_graph *g, Onnx__ModelProto *m)
 		return ml_fail(d->e, ML_ENOMEM, "out of memory");
 	for (size_t i = 0; i < m->n_opset_import; i++) {
 		const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+		if (ml_pb_has_ctl(nz(o->domain)))
+			return ml_fail(d->e, ML_EFORMAT, "an opset domain holds a control character");
 		ML_TRY(ml_graph_set_opset(g, nz(o->domain), o->has_version ? o->version : 1, d->e));
 	}
 	for (size_t i = 0; i < m->n_metadata_props; i++) {

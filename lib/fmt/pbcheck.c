@@ -82,3 +82,11 @@ ml_pb_check_nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDescri
 	return 0;
 }
 
+bool
+ml_pb_has_ctl(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return true;
+	return false;
+}

@@ -20,4 +20,12 @@
 int ml_pb_check_nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDescriptor *desc,
 			struct ml_err *e);
 
+/*
+ * ml_pb_has_ctl: whether s holds a control character. Op types, domains
+ * and attribute names are identifiers; one with such a byte comes from a
+ * damaged file (a string length that grew over the bytes after it), and
+ * taking it would turn the damage into an unknown op or attribute.
+ */
+bool ml_pb_has_ctl(const char *s);
+
 #endif

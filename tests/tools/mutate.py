@@ -13,10 +13,12 @@
 #   changed weight is a different valid model. In .mlg files every content
 #   byte is checksummed, so flips go anywhere but the header's flags and
 #   reserved words (mlg(5): readers ignore them) and the unused bit of the
-#   zstd frame header descriptor (RFC 8878: decoders ignore it). In .npy
-#   files they stay in the header, off the byte-order character ('<' and
-#   '=' both mean little-endian here). In ONNX files they hit the
-#   length prefixes of nested messages, and in .mlt text punctuation.
+#   zstd frame header descriptor (RFC 8878: decoders ignore it), and a flip
+#   that zstd still decodes to the same content is dropped. In .npy files
+#   they stay in the header, off the byte-order character ('<' and '='
+#   both mean little-endian here). In ONNX files they hit the length
+#   prefixes of nested messages, and in .mlt text punctuation outside
+#   strings and type brackets.
 # - truncations of ONNX stop inside a top-level field (a cut between
 #   fields is a shorter valid message); of text, they remove more than
 #   white space.
@@ -227,11 +229,19 @@ def mlg_mutate(data, kind, rng):
         k = rng.randrange(0, len(data))
         return data[:k], "cut at %d of %d" % (k, len(data))
     if kind == "flip":
+        content = mlg_content(data)
         while True:
             i = rng.randrange(0, len(data))
             bit = rng.randrange(8)
-            if not (8 <= i < 16) and not (i == 20 and bit == 4):
-                return flip(data, i, bit), "bit %d of byte %d" % (bit, i)
+            if (8 <= i < 16) or (i == 20 and bit == 4):
+                continue
+            mut = flip(data, i, bit)
+            # zstd encodings are not unique: a flip that still gives the same content is no damage
+            r = subprocess.run(["zstd", "-dqc"], input=mut[16:], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL)
+            if i >= 16 and r.returncode == 0 and r.stdout == content:
+                continue
+            return mut, "bit %d of byte %d" % (bit, i)
     fhd, fcs_off, fcs, blk = frame_header(data)
     what = rng.randrange(4)
     if what == 0 and fcs > 0:
@@ -277,11 +287,21 @@ PUNCT = b"()[]{}<>,=:"
 
 
 def mlt_spans(text):
-    """Byte offsets of punctuation outside strings, base64 and comments."""
+    """Byte offsets of punctuation outside strings, base64 and comments, and
+    outside the brackets of a type: there a flip can turn the comma of
+    [N,3] into a letter, digit or '.', making one valid symbolic dim."""
     out = []
     i, n = 0, len(text)
+    bracket = 0
     while i < n:
         c = text[i]
+        if c == ord("["):
+            bracket += 1
+        elif c == ord("]"):
+            bracket = max(0, bracket - 1)
+        elif c == ord(",") and bracket:
+            i += 1
+            continue
         if c == ord("#"):
             while i < n and text[i] != ord("\n"):
                 i += 1
