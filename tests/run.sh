@@ -140,7 +140,8 @@ elif ! "$CONF/gen-onnx-tests" "$DATA" >"$LOGS/onnx-gen.log" 2>&1; then
 else
 	tail -n 1 "$LOGS/onnx-gen.log"
 	rm -f "$B/onnx-results.tsv"
-	"$CONF/run-onnx-tests" --data "$DATA" --bin "$BIN" --jobs "$JOBS" \
+	# ML_CHECK_SHAPES=1: every kernel result must agree with static inference
+	ML_CHECK_SHAPES=1 "$CONF/run-onnx-tests" --data "$DATA" --bin "$BIN" --jobs "$JOBS" \
 		--expected-failures tests/onnx-expected-failures.txt \
 		--results "$B/onnx-results.tsv" >"$LOGS/onnx.log" 2>&1
 	rc=$?

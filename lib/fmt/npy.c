@@ -77,7 +77,9 @@ parse_shape(const char **pp, const char *end, struct npy_hdr *h, struct ml_err *
 	p = skip_ws(p + 1, end);
 	h->rank = 0;
 	while (p < end && *p != ')') {
-		if (!isdigit((unsigned char)*p))
+		/* Python refuses a leading zero (04) as numpy's reader does */
+		if (!isdigit((unsigned char)*p) ||
+		    (*p == '0' && p + 1 < end && isdigit((unsigned char)p[1])))
 			return ml_fail(e, ML_EFORMAT, "bad .npy shape");
 		if (h->rank == ML_MAX_RANK)
 			return ml_fail(e, ML_ENOTSUP, ".npy rank above %d is not supported",
