@@ -391,23 +391,62 @@ prof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct p
 }
 
 /*
- * The memory summary. Live bytes at a node are those of every activation
- * produced at or before it and read at or after it: a lower bound that the
- * arena meets when the plan packs without gaps. Graph outputs live to the
- * end; an output nobody reads dies with its producer.
+ * The memory summary. A tensor is live from its producer to its last
+ * reader; graph outputs live to the end and an output nobody reads dies
+ * with its producer. Bytes in use at a node are, on the heap, the sum of
+ * the live values and, in the arena, the union of their slots: the
+ * planner may write an op's output over an input it is the last to read,
+ * and then the two share one slot.
  */
-static void
-span(const struct ml_prof *p, int t, int *a, int *b)
+static int
+cmp_ival(const void *x, const void *y)
 {
-	const struct ml_tensor_mem *m = &p->mem[t];
-	*a = m->first;
-	*b = m->last < 0 ? m->first : ML_MIN(m->last, p->n - 1);
+	const struct prof_ival *u = x, *v = y;
+	return u->a < v->a ? -1 : u->a > v->a;
+}
+
+void
+prof_live(const struct ml_prof *p, int i, struct prof_ival *tmp, int64_t *arena, int64_t *heap)
+{
+	const struct ml_graph *g = p->g;
+	int k = 0;
+	*arena = *heap = 0;
+	for (int t = 0; t < g->n_tensors; t++) {
+		const struct ml_tensor_mem *m = &p->mem[t];
+		if (g->tensors[t]->kind != ML_TK_ACT || m->first < 0)
+			continue;
+		int b = m->last < 0 ? m->first : ML_MIN(m->last, p->n - 1);
+		if (i < m->first || i > b)
+			continue;
+		if (m->off < 0) {
+			*heap += m->bytes;
+		} else if (tmp != NULL) {
+			tmp[k].a = m->off;
+			tmp[k++].b = m->off + ML_MAX(m->len, m->bytes);
+		} else {
+			*arena += m->bytes;	/* no room to merge: an upper bound */
+		}
+	}
+	if (tmp == NULL)
+		return;
+	qsort(tmp, (size_t)k, sizeof *tmp, cmp_ival);
+	int64_t end = INT64_MIN;
+	for (int j = 0; j < k; j++) {
+		if (tmp[j].a >= end) {
+			*arena += tmp[j].b - tmp[j].a;
+			end = tmp[j].b;
+		} else if (tmp[j].b > end) {
+			*arena += tmp[j].b - end;
+			end = tmp[j].b;
+		}
+	}
 }
 
 void
 prof_memory(const struct ml_prof *p, struct prof_memsum *m)
 {
 	const struct ml_graph *g = p->g;
+	struct prof_ival *tmp = ml_calloc((size_t)g->n_tensors + 1, sizeof *tmp);
 	int64_t count;
 	memset(m, 0, sizeof *m);
 	m->peak_node = -1;
@@ -417,24 +456,15 @@ prof_memory(const struct ml_prof *p, struct prof_memsum *m)
 		if (g->tensors[t]->kind == ML_TK_INPUT)
 			m->inputs += p->mem[t].bytes;
 	for (int i = 0; i < p->n; i++) {
-		int64_t live = 0, heap = 0;
-		for (int t = 0; t < g->n_tensors; t++) {
-			int a, b;
-			if (g->tensors[t]->kind != ML_TK_ACT || p->mem[t].first < 0)
-				continue;
-			span(p, t, &a, &b);
-			if (a <= i && i <= b) {
-				live += p->mem[t].bytes;
-				if (p->mem[t].off < 0)
-					heap += p->mem[t].bytes;
-			}
-		}
-		if (live > m->peak_live) {
-			m->peak_live = live;
+		int64_t arena, heap;
+		prof_live(p, i, tmp, &arena, &heap);
+		if (arena + heap > m->peak_live) {
+			m->peak_live = arena + heap;
 			m->peak_node = i;
 		}
 		m->heap_peak = ML_MAX(m->heap_peak, heap);
 	}
+	ml_free(tmp);
 	m->peak = m->arena + m->heap_peak + m->inputs;
 }
 
@@ -727,21 +757,10 @@ trace_memory(FILE *fp, const struct ml_prof *p, int pid, double origin, struct m
 	trace_meta(fp, pid, 0, "process_name", "memory", &first);
 	trace_meta(fp, pid, 0, "thread_name", "live bytes", &first);
 	/* the live-bytes counter at each node's start, split arena and heap */
+	struct prof_ival *tmp = ml_calloc((size_t)nt + 1, sizeof *tmp);
 	for (int i = 0; i < p->n; i++) {
-		int64_t arena = 0, heap = 0;
-		for (int k = 0; k < nt; k++) {
-			int a, b;
-			if (g->tensors[k]->kind != ML_TK_ACT || p->mem[k].first < 0)
-				continue;
-			a = p->mem[k].first;
-			b = p->mem[k].last < 0 ? a : ML_MIN(p->mem[k].last, p->n - 1);
-			if (a <= i && i <= b) {
-				if (p->mem[k].off >= 0)
-					arena += p->mem[k].bytes;
-				else
-					heap += p->mem[k].bytes;
-			}
-		}
+		int64_t arena, heap;
+		prof_live(p, i, tmp, &arena, &heap);
 		fprintf(fp, ",\n{\"ph\": \"C\", \"pid\": %d, \"tid\": 0, \"name\": \"live bytes\", \"ts\": %.3f, "
 			"\"args\": {\"arena\": %lld, \"heap\": %lld}}", pid, base + st[i] * 1e6,
 			(long long)arena, (long long)heap);
@@ -772,6 +791,7 @@ trace_memory(FILE *fp, const struct ml_prof *p, int pid, double origin, struct m
 			(long long)m->bytes, m->off >= 0 ? "arena" : "heap", (long long)m->off,
 			(long long)m->len);
 	}
+	ml_free(tmp);
 	ml_free(lane);
 	ml_free(lane_end);
 	return 0;

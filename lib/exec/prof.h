@@ -66,7 +66,17 @@ const char *prof_node_name(const struct ml_graph *g, int i, char *buf, size_t n)
 /* prof_rows: the rows of o's grouping in o's order (unsorted: graph order), *nrows of them. */
 int prof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct prof_row **rows,
 	      int *nrows, struct ml_err *e);
-/* prof_memory: the summary numbers of the memory plan. */
+/*
+ * prof_live: the arena bytes (the union of the live slots) and the heap
+ * bytes in use at node i; tmp has room for one interval per tensor (NULL:
+ * the arena bytes are a plain sum, an upper bound).
+ */
+struct prof_ival {
+	int64_t a, b;
+};
+void prof_live(const struct ml_prof *p, int i, struct prof_ival *tmp, int64_t *arena,
+	       int64_t *heap);
+/* prof_memory: the summary numbers of the memory plan; peak_live is the largest of prof_live. */
 struct prof_memsum {
 	int64_t arena, peak_live, heap_peak, inputs, weights, peak;
 	int peak_node;
