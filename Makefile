@@ -103,10 +103,12 @@ asan: deps
 	fi; \
 	exit $$rc
 
-# rewritten every time, so `make install PREFIX=...` gets its own prefix
+# rewritten every time, so `make install PREFIX=...` gets its own prefix;
+# a sanitized library (make asan) needs its sanitizer runtimes to link
+SAN_LIBS = $(filter -fsanitize=%,$(CFLAGS))
 $(B)/ml.pc: FORCE
 	@mkdir -p $(B)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: 0.4.0\nLibs: -L$${libdir} -lml\nLibs.private: -lprotobuf-c -lzstd -lopenblas -lz -lm -pthread\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: 0.4.0\nLibs: -L$${libdir} -lml\nLibs.private: -lprotobuf-c -lzstd -lopenblas -lz -lm -pthread$(if $(SAN_LIBS), $(SAN_LIBS))\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
 
 deps:
 	sh tools/deps.sh

@@ -190,7 +190,9 @@ main(int argc, char **argv)
 	if (outdir != NULL) {
 		struct stat st;
 		if (stat(outdir, &st) < 0) {
-			if (mkdir(outdir, 0777) < 0)
+			/* another mlrun may make it at the same moment */
+			if (mkdir(outdir, 0777) < 0 &&
+			    (errno != EEXIST || stat(outdir, &st) < 0 || !S_ISDIR(st.st_mode)))
 				die(EXIT_FAIL, "cannot create '%s': %s", outdir, strerror(errno));
 		} else if (!S_ISDIR(st.st_mode)) {
 			die(EXIT_FAIL, "'%s' is not a directory", outdir);

@@ -461,8 +461,16 @@ ml_attr_int(const struct ml_node *n, const char *name, int64_t def)
 	const struct ml_attr *a = ml_attr_find(n, name);
 	if (a == NULL)
 		return def;
-	if (a->type == ML_ATTR_FLOAT)
+	if (a->type == ML_ATTR_FLOAT) {
+		/* a float out of int64's range (or NaN) has no C cast: saturate */
+		if (isnan(a->f))
+			return def;
+		if (a->f >= 0x1p63)
+			return INT64_MAX;
+		if (a->f < -0x1p63)
+			return INT64_MIN;
 		return (int64_t)a->f;
+	}
 	return a->type == ML_ATTR_INT ? a->i : def;
 }
 
@@ -647,9 +655,53 @@ out:
 	return rc;
 }
 
+static bool
+has_ctl(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; p != NULL && *p != '\0'; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return true;
+	return false;
+}
+
+/*
+ * check_names: no graph, node, op type, domain or attribute name of g or
+ * its subgraphs holds a control character. Such names are the mark of a
+ * damaged file, they break one-line diagnostics, and the graph file
+ * reader refuses them, so no reader may let one through to a writer.
+ */
+static int
+check_names(const struct ml_graph *g, int depth, struct ml_err *e)
+{
+	if (depth > 64)
+		return ml_fail(e, ML_EINVAL, "subgraphs nest deeper than 64");
+	if (has_ctl(g->name))
+		return ml_fail(e, ML_EINVAL, "a graph name holds a control character");
+	for (int i = 0; i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		if (has_ctl(n->name) || has_ctl(n->op_type) || has_ctl(n->domain))
+			return ml_fail(e, ML_EINVAL, "a node's name, op type or domain holds a "
+				       "control character");
+		for (int j = 0; j < n->n_attr; j++) {
+			const struct ml_attr *a = &n->attrs[j];
+			if (has_ctl(a->name))
+				return ml_fail(e, ML_EINVAL, "node '%s': an attribute name holds a "
+					       "control character", n->name);
+			if (a->type == ML_ATTR_GRAPH || a->type == ML_ATTR_GRAPHS)
+				for (int k = 0; k < a->n; k++)
+					ML_TRY(check_names(a->graphs[k], depth + 1, e));
+		}
+	}
+	for (int i = 0; i < g->n_opsets; i++)
+		if (has_ctl(g->opset_domain[i]))
+			return ml_fail(e, ML_EINVAL, "an opset domain holds a control character");
+	return 0;
+}
+
 int
 ml_graph_validate(const struct ml_graph *g, struct ml_err *e)
 {
+	ML_TRY(check_names(g, 0, e));
 	for (int i = 0; i < g->n_tensors; i++) {
 		const struct ml_tensor *t = g->tensors[i];
 		if (t->rank < -1 || t->rank > ML_MAX_RANK)

@@ -474,8 +474,11 @@ dec_tensor_fields(struct ml_graph *g, struct ml_tensor *t, const Ml__Tensor *m, 
 		t->q->zero = ml_graph_alloc(g, sizeof(int32_t) * (q->n_zero + 1));
 		if (t->q->scale == NULL || t->q->zero == NULL)
 			return ml_fail(e, ML_ENOMEM, "out of memory");
-		memcpy(t->q->scale, q->scale, sizeof(float) * q->n_scale);
-		memcpy(t->q->zero, q->zero, sizeof(int32_t) * q->n_zero);
+		/* protobuf-c leaves empty repeated fields NULL, and memcpy must not get NULL */
+		if (q->n_scale > 0) {
+			memcpy(t->q->scale, q->scale, sizeof(float) * q->n_scale);
+			memcpy(t->q->zero, q->zero, sizeof(int32_t) * q->n_zero);
+		}
 	}
 	if (m->data_len > 0) {
 		struct ml_tval v = { .dtype = t->dtype, .rank = t->rank };
@@ -600,6 +603,8 @@ dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, const struct blobre
 {
 	if (depth > MAX_DEPTH)
 		return ml_fail(e, ML_EFORMAT, "subgraphs nest deeper than %d", MAX_DEPTH);
+	if (ml_pb_has_ctl(m->name))
+		return ml_fail(e, ML_EFORMAT, "the graph name holds a control character");
 	g->name = ml_graph_strdup(g, m->name);
 	g->producer = ml_graph_strdup(g, m->producer);
 	g->ir_version = m->ir_version;
@@ -626,9 +631,9 @@ dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, const struct blobre
 		const Ml__Node *nm = m->nodes[i];
 		if (nm->n_inputs > (1u << 20) || nm->n_outputs > (1u << 20))
 			return ml_fail(e, ML_EFORMAT, "node '%s': too many inputs", nm->name);
-		if (ml_pb_has_ctl(nm->op) || ml_pb_has_ctl(nm->domain))
+		if (ml_pb_has_ctl(nm->op) || ml_pb_has_ctl(nm->domain) || ml_pb_has_ctl(nm->name))
 			return ml_fail(e, ML_EFORMAT,
-				       "node '%s': op type or domain holds a control character",
+				       "node '%s': its name, op type or domain holds a control character",
 				       nm->name);
 		for (size_t j = 0; j < nm->n_attrs; j++)
 			if (ml_pb_has_ctl(nm->attrs[j]->name))

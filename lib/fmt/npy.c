@@ -43,6 +43,8 @@ struct npy_hdr {
 static bool
 quoted(const char **p, const char *end, const char **s, size_t *n)
 {
+	if (*p >= end)
+		return false;
 	char q = **p;
 	if (q != '\'' && q != '"')
 		return false;
@@ -213,7 +215,9 @@ ml_npy_decode(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err
 	memcpy(t.dims, dims, sizeof(int64_t) * (size_t)rank);
 	int64_t nb = ml_tval_nbytes(&t);
 	size_t data_off = off + hlen;
-	if (nb < 0 || (uint64_t)nb > len - data_off)
+	if (nb < 0)
+		return ml_fail(e, ML_EFORMAT, ".npy shape is too large: its size overflows");
+	if ((uint64_t)nb > len - data_off)
 		return ml_fail(e, ML_EFORMAT, ".npy data is truncated (%zu bytes for shape needing %lld)",
 			       len - data_off, (long long)nb);
 	if ((uint64_t)nb < len - data_off)

@@ -597,8 +597,9 @@ dec_node(struct dec *d, struct ml_graph *g, Onnx__NodeProto *np, int depth)
 {
 	if (np->op_type == NULL || np->op_type[0] == '\0')
 		return ml_fail(d->e, ML_EFORMAT, "node '%s' has no op_type", nz(np->name));
-	if (ml_pb_has_ctl(np->op_type) || ml_pb_has_ctl(nz(np->domain)))
-		return ml_fail(d->e, ML_EFORMAT, "node '%s': op type or domain holds a control character",
+	if (ml_pb_has_ctl(np->op_type) || ml_pb_has_ctl(nz(np->domain)) ||
+	    ml_pb_has_ctl(nz(np->name)))
+		return ml_fail(d->e, ML_EFORMAT, "node '%s': its name, op type or domain holds a control character",
 			       nz(np->name));
 	for (size_t j = 0; j < np->n_attribute; j++)
 		if (ml_pb_has_ctl(nz(np->attribute[j]->name)))
@@ -648,6 +649,8 @@ dec_graph(struct dec *d, struct ml_graph *g, Onnx__GraphProto *gp, int depth)
 		return ml_fail(d->e, ML_EFORMAT, "subgraphs nest deeper than %d", MAX_DEPTH);
 	if (gp->n_sparse_initializer > 0)
 		return ml_fail(d->e, ML_ENOTSUP, "sparse initializers are not supported");
+	if (ml_pb_has_ctl(nz(gp->name)))
+		return ml_fail(d->e, ML_EFORMAT, "the graph name holds a control character");
 	if (gp->name != NULL && (g->name = ml_graph_strdup(g, gp->name)) == NULL)
 		return ml_fail(d->e, ML_ENOMEM, "out of memory");
 	for (size_t i = 0; i < gp->n_initializer; i++)

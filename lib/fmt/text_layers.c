@@ -548,7 +548,8 @@ l_dense(struct lctx *c)
 	for (int i = 0; i < r; i++)
 		od[i] = c->x.dims[i];
 	od[r - 1] = units;
-	char *pre = ml_malloc(strlen(c->L) + 32), *w = ml_malloc(strlen(c->L) + 32);
+	/* pre holds the layer's output name when there is no activation */
+	char *pre = ml_malloc(strlen(c->L) + strlen(c->out) + 32), *w = ml_malloc(strlen(c->L) + 32);
 	char *b = ml_malloc(strlen(c->L) + 32);
 	int rc = 0;
 	if (pre == NULL || w == NULL || b == NULL) {
@@ -731,7 +732,8 @@ l_conv(struct lctx *c)
 	od[1] = f;
 	ML_TRY(weights(c, init, bias, r, wd, f, wd[1] * rf, f * rf));
 
-	char *pre = ml_malloc(strlen(c->L) + 32), *w = ml_malloc(strlen(c->L) + 32);
+	/* pre holds the layer's output name when there is no activation */
+	char *pre = ml_malloc(strlen(c->L) + strlen(c->out) + 32), *w = ml_malloc(strlen(c->L) + 32);
 	char *b = ml_malloc(strlen(c->L) + 32);
 	int rc = 0;
 	if (pre == NULL || w == NULL || b == NULL) {

@@ -32,6 +32,7 @@ import random
 import re
 import subprocess
 import sys
+import warnings
 
 
 def varint(buf, i):
@@ -381,6 +382,7 @@ def main():
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
+    warnings.simplefilter("ignore")
     rng = random.Random(a.seed)
     os.makedirs(a.outdir, exist_ok=True)
     srcs = [(p, open(p, "rb").read()) for p in a.src]
