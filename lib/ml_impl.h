@@ -112,6 +112,12 @@ int ml_broadcast_shape(int n, const struct ml_tval *const *ts, struct ml_tval *o
 void ml_set_shape(struct ml_tval *out, enum ml_dtype dt, int rank, const int64_t *dims);
 /* ml_norm_axis: axis in [-rank, rank) mapped to [0, rank); ML_EINVAL when out of range. */
 int ml_norm_axis(struct ml_opctx *c, int64_t axis, int rank, int *out);
+/*
+ * ml_matmul_shape: numpy matmul's output shape of a and b (batch dims
+ * broadcast, 1-D operands promoted and dropped) into o with dtype dt.
+ */
+int ml_matmul_shape(struct ml_opctx *c, const struct ml_tval *a, const struct ml_tval *b,
+		    enum ml_dtype dt, struct ml_tval *o);
 /* ml_opfail: ml_fail with "NODE (OP): " in front of the message. */
 int ml_opfail(struct ml_opctx *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

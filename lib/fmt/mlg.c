@@ -38,8 +38,7 @@ get_u32(const uint8_t *p)
  * data; everything the encoder allocates comes from one scratch list.
  */
 struct scratch {
-	void **p;
-	size_t n, cap;
+	struct ml_pbscratch a;
 	/* the data blob: top-level tensors in order, and the running offset */
 	const struct ml_tensor **bt;
 	size_t nbt, capbt;
@@ -49,26 +48,13 @@ struct scratch {
 static void *
 salloc(struct scratch *s, size_t n)
 {
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 256;
-		void **q = realloc(s->p, cap * sizeof *q);
-		if (q == NULL)
-			return NULL;
-		s->p = q;
-		s->cap = cap;
-	}
-	void *m = calloc(1, n ? n : 1);
-	if (m != NULL)
-		s->p[s->n++] = m;
-	return m;
+	return ml_pbscratch_alloc(&s->a, n);
 }
 
 static void
 sfree(struct scratch *s)
 {
-	for (size_t i = 0; i < s->n; i++)
-		free(s->p[i]);
-	free(s->p);
+	ml_pbscratch_free(&s->a);
 	free(s->bt);
 }
 

@@ -765,38 +765,11 @@ ml_onnx_decode(struct ml_graph **out, const uint8_t *buf, size_t len, const char
  * data; what the encoder allocates itself comes from one scratch list,
  * freed at the end.
  */
-struct scratch {
-	void **p;
-	size_t n, cap;
-};
-
-static void *
-salloc(struct scratch *s, size_t n)
-{
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 256;
-		void **q = realloc(s->p, cap * sizeof *q);
-		if (q == NULL)
-			return NULL;
-		s->p = q;
-		s->cap = cap;
-	}
-	void *m = calloc(1, n ? n : 1);
-	if (m != NULL)
-		s->p[s->n++] = m;
-	return m;
-}
-
-static void
-sfree(struct scratch *s)
-{
-	for (size_t i = 0; i < s->n; i++)
-		free(s->p[i]);
-	free(s->p);
-}
+#define salloc ml_pbscratch_alloc
+#define sfree ml_pbscratch_free
 
 struct enc {
-	struct scratch s;
+	struct ml_pbscratch s;
 	struct ml_err *e;
 	int rc;			/* the failure when one is more specific than ENOMEM */
 	/* domains the nodes use, for the model's opset imports */

@@ -1,6 +1,7 @@
 /*
- * pbcheck.c: a pre-pass over protobuf wire data that bounds how deeply
- * messages nest, shared by the ONNX and graph-file readers.
+ * pbcheck.c: protobuf helpers shared by the ONNX and graph-file codecs: a
+ * pre-pass over wire data that bounds how deeply messages nest, and the
+ * scratch list encoders allocate from.
  */
 #include <protobuf-c/protobuf-c.h>
 
@@ -89,4 +90,30 @@ ml_pb_has_ctl(const char *s)
 		if (*p < 0x20 || *p == 0x7f)
 			return true;
 	return false;
+}
+
+void *
+ml_pbscratch_alloc(struct ml_pbscratch *s, size_t n)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 256;
+		void **q = realloc(s->p, cap * sizeof *q);
+		if (q == NULL)
+			return NULL;
+		s->p = q;
+		s->cap = cap;
+	}
+	void *m = calloc(1, n ? n : 1);
+	if (m != NULL)
+		s->p[s->n++] = m;
+	return m;
+}
+
+void
+ml_pbscratch_free(struct ml_pbscratch *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->p[i]);
+	free(s->p);
+	memset(s, 0, sizeof *s);
 }

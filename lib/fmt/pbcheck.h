@@ -28,4 +28,16 @@ int ml_pb_check_nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDe
  */
 bool ml_pb_has_ctl(const char *s);
 
+/*
+ * struct ml_pbscratch: what an encoder allocates while it builds protobuf-c
+ * structs that borrow the graph's strings and data; one call frees it all.
+ * ml_pbscratch_alloc returns zeroed memory or NULL.
+ */
+struct ml_pbscratch {
+	void **p;
+	size_t n, cap;
+};
+void *ml_pbscratch_alloc(struct ml_pbscratch *s, size_t n);
+void ml_pbscratch_free(struct ml_pbscratch *s);
+
 #endif

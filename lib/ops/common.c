@@ -114,3 +114,38 @@ ml_bcast_strides(const struct ml_tval *in, const struct ml_tval *out, int64_t *s
 			s *= in->dims[k];
 	}
 }
+
+int
+ml_matmul_shape(struct ml_opctx *c, const struct ml_tval *a, const struct ml_tval *b,
+		enum ml_dtype dt, struct ml_tval *o)
+{
+	o->dtype = dt;
+	if (a->rank < 0 || b->rank < 0) {
+		o->rank = -1;
+		return 0;
+	}
+	if (a->rank == 0 || b->rank == 0)
+		return ml_opfail(c, ML_EINVAL, "operands must have rank 1 or more");
+	int ra = a->rank, rb = b->rank;
+	int64_t m = ra == 1 ? 1 : a->dims[ra - 2], k = a->dims[ra - 1];
+	int64_t kb = rb == 1 ? b->dims[0] : b->dims[rb - 2], n = rb == 1 ? 1 : b->dims[rb - 1];
+	if (k >= 0 && kb >= 0 && k != kb)
+		return ml_opfail(c, ML_EINVAL, "inner dims differ (%lld vs %lld)", (long long)k,
+				 (long long)kb);
+	struct ml_tval ba = { .rank = ML_MAX(ra - 2, 0) }, bb = { .rank = ML_MAX(rb - 2, 0) }, bo;
+	memcpy(ba.dims, a->dims, sizeof(int64_t) * (size_t)ba.rank);
+	memcpy(bb.dims, b->dims, sizeof(int64_t) * (size_t)bb.rank);
+	const struct ml_tval *bs[2] = { &ba, &bb };
+	int rc = ml_broadcast_shape(2, bs, &bo, c->err);
+	if (rc < 0)
+		return ml_opfail(c, rc, "batch dims cannot broadcast");
+	int r = bo.rank;
+	if (ra > 1)
+		bo.dims[r++] = m;
+	if (rb > 1)
+		bo.dims[r++] = n;
+	if (r > ML_MAX_RANK)
+		return ml_opfail(c, ML_ENOTSUP, "rank %d is over the maximum", r);
+	ml_set_shape(o, dt, r, bo.dims);
+	return 0;
+}

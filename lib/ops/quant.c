@@ -142,40 +142,6 @@ infer_dynquant(struct ml_opctx *c)
 	return 0;
 }
 
-/* matmul_shape: numpy matmul's output shape of a and b into o (dtype dt). */
-static int
-matmul_shape(struct ml_opctx *c, const struct ml_tval *a, const struct ml_tval *b,
-	     enum ml_dtype dt, struct ml_tval *o)
-{
-	o->dtype = dt;
-	if (a->rank < 0 || b->rank < 0) {
-		o->rank = -1;
-		return 0;
-	}
-	if (a->rank == 0 || b->rank == 0)
-		return ml_opfail(c, ML_EINVAL, "operands must have rank 1 or more");
-	int ra = a->rank, rb = b->rank;
-	int64_t m = ra == 1 ? 1 : a->dims[ra - 2], k = a->dims[ra - 1];
-	int64_t kb = rb == 1 ? b->dims[0] : b->dims[rb - 2], n = rb == 1 ? 1 : b->dims[rb - 1];
-	if (k >= 0 && kb >= 0 && k != kb)
-		return ml_opfail(c, ML_EINVAL, "inner dims differ (%lld vs %lld)", (long long)k,
-				 (long long)kb);
-	struct ml_tval ba = { .rank = ML_MAX(ra - 2, 0) }, bb = { .rank = ML_MAX(rb - 2, 0) }, bo;
-	memcpy(ba.dims, a->dims, sizeof(int64_t) * (size_t)ba.rank);
-	memcpy(bb.dims, b->dims, sizeof(int64_t) * (size_t)bb.rank);
-	const struct ml_tval *bs[2] = { &ba, &bb };
-	int rc = ml_broadcast_shape(2, bs, &bo, c->err);
-	if (rc < 0)
-		return ml_opfail(c, rc, "batch dims cannot broadcast");
-	int r = bo.rank;
-	if (ra > 1)
-		bo.dims[r++] = m;
-	if (rb > 1)
-		bo.dims[r++] = n;
-	ml_set_shape(o, dt, r, bo.dims);
-	return 0;
-}
-
 static int
 infer_matmul_integer(struct ml_opctx *c)
 {
@@ -185,7 +151,7 @@ infer_matmul_integer(struct ml_opctx *c)
 	ML_TRY(check_q8(c, 1, "B"));
 	ML_TRY(check_same(c, 0, 2));
 	ML_TRY(check_same(c, 1, 3));
-	return matmul_shape(c, c->in[0], c->in[1], ML_I32, c->out[0]);
+	return ml_matmul_shape(c, c->in[0], c->in[1], ML_I32, c->out[0]);
 }
 
 /* QLinearMatMul: (a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp). */
@@ -205,7 +171,7 @@ infer_qlinear_matmul(struct ml_opctx *c)
 	ML_TRY(check_scale(c, 4, "b_scale"));
 	ML_TRY(check_scale(c, 6, "y_scale"));
 	enum ml_dtype dt = c->in[7]->dtype != ML_UNDEF ? c->in[7]->dtype : ML_U8;
-	return matmul_shape(c, c->in[0], c->in[3], dt, c->out[0]);
+	return ml_matmul_shape(c, c->in[0], c->in[3], dt, c->out[0]);
 }
 
 void
