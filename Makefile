@@ -130,7 +130,7 @@ install: all
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
 	cp $(BINS) $(DESTDIR)$(PREFIX)/bin/
 	cp $(B)/lib/libml.a $(DESTDIR)$(PREFIX)/lib/
-	cp lib/ml.h lib/ops.def $(DESTDIR)$(PREFIX)/include/ml/
+	cp $(filter-out lib/ml_impl.h,$(wildcard lib/ml*.h)) lib/ops.def $(DESTDIR)$(PREFIX)/include/ml/
 	cp $(B)/ml.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/ml.pc
 	cp $(wildcard man/man1/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	cp man/man5/mlg.5 $(DESTDIR)$(PREFIX)/share/man/man5/

@@ -650,4 +650,14 @@ struct ml_prof_diff_opts {
 int ml_prof_diff(const char *a, const char *b, const struct ml_prof_diff_opts *o, FILE *fp,
 		 bool *regressed, struct ml_err *e);
 
+/*
+ * Each layer that came later declares what it offers in its own header;
+ * they are part of this one (a tool includes ml.h only).
+ */
+#include "ml_device.h"
+#include "ml_train.h"
+#include "ml_data.h"
+#include "ml_opt.h"
+#include "ml_quant.h"
+
 #endif

@@ -3,7 +3,7 @@
 # latency of mlrun against PyTorch and, where pip can install it into a
 # venv, ONNX Runtime; mlrun's whole-process time on a small MLP; its peak
 # memory on ResNet-18. B=DIR picks the build folder (default build).
-set -eu
+set -u
 cd "$(dirname "$0")/../.."
 B=${B:-build}
 VENV=$B/bench-venv
@@ -19,5 +19,18 @@ if [ -x "$VENV/bin/python" ]; then
 		echo "bench: pip could not install onnxruntime (see $B/bench-pip.log); ORT is left out"
 	fi
 fi
-exec /usr/bin/python3 tests/bench/bench.py --bin "$B/bin" --work "$B/bench" \
-	--models "$B/models" ${ORT:+--ort-python "$ORT"}
+# bench.py (inference), then each part's own bench_*.py with the same
+# arguments (OpenCL, training, passes, quantisation): one run, one machine,
+# the peers measured in that same run. BENCH=NAME runs only bench_NAME.py.
+rc=0
+for f in tests/bench/bench.py tests/bench/bench_*.py; do
+	[ -f "$f" ] || continue
+	name=$(basename "$f" .py)
+	if [ -n "${BENCH:-}" ] && [ "$name" != "bench_$BENCH" ] && [ "$name" != "$BENCH" ]; then
+		continue
+	fi
+	echo "== $name"
+	/usr/bin/python3 "$f" --bin "$B/bin" --work "$B/bench" \
+		--models "$B/models" ${ORT:+--ort-python "$ORT"} || rc=1
+done
+exit $rc
