@@ -10,8 +10,12 @@
  * K is blocked by KC so that a panel's block stays in L1 while every row
  * block of A passes over it. Work items (a panel by a group of row
  * blocks) split over ml_parallel_for; this is not BLAS, so pool threads
- * may run it. Off x86-64, or on CPUs without AVX-512F, ml_pgemm_ok() is
- * false and callers use BLAS. The file also holds the GEMV that
+ * may run it. On CPUs with AVX2 and FMA but no AVX-512F, a 6 x 16
+ * micro-kernel (12 ymm accumulators, the shape of BLIS's Haswell kernel)
+ * passes over each half of the 32-wide panels instead: OpenBLAS's own
+ * SGEMM would need B unpacked and copied again, and its threads fight the
+ * pool's. Off x86-64, or on CPUs with neither, ml_pgemm_ok() is false and
+ * callers use BLAS. The file also holds the GEMV that
  * ml_sgemm uses for a single row or column (see ml_sgemv_own).
  */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -29,19 +33,37 @@
 #define KC 256			/* k block: a panel block of KC x 32 floats is 32 KB */
 #define MB 96			/* rows per work item: 8 blocks of 12 */
 
+/* pgemm_level: 2 with AVX-512F, 1 with AVX2 and FMA, 0 without either. */
+static int
+pgemm_level(void)
+{
+#ifdef HAVE_PGEMM
+	/* -1 until known; racing first callers compute the same value */
+	static atomic_int level = -1;
+	int v = atomic_load_explicit(&level, memory_order_relaxed);
+	if (v < 0) {
+		/* ML_PGEMM=avx2 forces the AVX2 kernel, ML_PGEMM=0 BLAS (tests, comparisons) */
+		const char *env = getenv("ML_PGEMM");
+		__builtin_cpu_init();
+		v = __builtin_cpu_supports("avx512f") ? 2 :
+		    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
+		if (v == 2 && env != NULL && strcmp(env, "avx2") == 0)
+			v = 1;
+		if (env != NULL && strcmp(env, "0") == 0)
+			v = 0;
+		atomic_store_explicit(&level, v, memory_order_relaxed);
+	}
+	return v;
+#else
+	return 0;
+#endif
+}
+
 bool
 ml_pgemm_ok(void)
 {
 #ifdef HAVE_PGEMM
-	/* -1 until known; racing first callers compute the same value */
-	static atomic_int ok = -1;
-	int v = atomic_load_explicit(&ok, memory_order_relaxed);
-	if (v < 0) {
-		__builtin_cpu_init();
-		v = __builtin_cpu_supports("avx512f") ? 1 : 0;
-		atomic_store_explicit(&ok, v, memory_order_relaxed);
-	}
-	return v == 1;
+	return pgemm_level() > 0;
 #else
 	return false;
 #endif
@@ -99,6 +121,61 @@ KERN(12)
 KERN(8)
 KERN(4)
 
+/*
+ * KERN2(R): the AVX2 kernel: C[R rows (mr valid), w <= 32 columns] as
+ * KERN, one 16-column half of the panel at a time (R x 2 ymm accumulators).
+ */
+#define KERN2(R)								\
+__attribute__((target("avx2,fma")))						\
+static void									\
+k2_##R(int64_t kc, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc, \
+       int mr, int w, const float *bias, int mode)				\
+{										\
+	const float *ar[R];							\
+	for (int i = 0; i < R; i++)						\
+		ar[i] = a + (i < mr ? i : 0) * lda;				\
+	for (int h = 0; h < 2 && 16 * h < w; h++) {				\
+		__m256 c0[R], c1[R];						\
+		const float *b = bp + 16 * h;					\
+		for (int i = 0; i < R; i++) {					\
+			c0[i] = _mm256_setzero_ps();				\
+			c1[i] = _mm256_setzero_ps();				\
+		}								\
+		for (int64_t k = 0; k < kc; k++) {				\
+			__m256 b0 = _mm256_loadu_ps(b + k * ML_PG_NR);		\
+			__m256 b1 = _mm256_loadu_ps(b + k * ML_PG_NR + 8);	\
+			_Pragma("GCC unroll 6")					\
+			for (int i = 0; i < R; i++) {				\
+				__m256 av = _mm256_broadcast_ss(ar[i] + k);	\
+				c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);		\
+				c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);		\
+			}							\
+		}								\
+		int wh = w - 16 * h < 16 ? w - 16 * h : 16;			\
+		_Pragma("GCC unroll 6")						\
+		for (int i = 0; i < R; i++) {					\
+			if (i >= mr)						\
+				continue;					\
+			float *cr = c + i * ldc + 16 * h;			\
+			float add = mode == 1 ? 0.0f : bias != NULL ? bias[i] : 0.0f; \
+			if (wh == 16) {						\
+				__m256 x0 = mode == 1 ? _mm256_loadu_ps(cr) : _mm256_set1_ps(add); \
+				__m256 x1 = mode == 1 ? _mm256_loadu_ps(cr + 8) : _mm256_set1_ps(add); \
+				_mm256_storeu_ps(cr, _mm256_add_ps(c0[i], x0));	\
+				_mm256_storeu_ps(cr + 8, _mm256_add_ps(c1[i], x1)); \
+			} else {						\
+				float t[16];					\
+				_mm256_storeu_ps(t, c0[i]);			\
+				_mm256_storeu_ps(t + 8, c1[i]);			\
+				for (int jj = 0; jj < wh; jj++)			\
+					cr[jj] = t[jj] + (mode == 1 ? cr[jj] : add); \
+			}							\
+		}								\
+	}									\
+}
+KERN2(6)
+KERN2(3)
+
 struct pg_job {
 	int64_t m, n, k, lda, ldc, ngroups;
 	const float *a, *bp, *bias;
@@ -106,6 +183,7 @@ struct pg_job {
 	bool accumulate;
 	int64_t per;			/* items per product of the batch */
 	int64_t sa, sb, sc;		/* batch strides of A, B (packed) and C */
+	int level;			/* pgemm_level() */
 };
 
 static void
@@ -132,7 +210,14 @@ pg_items(void *ctx, int64_t b, int64_t e)
 				float *c = Cb + i * j->ldc + n0;
 				const float *bias = j->bias != NULL ? j->bias + i : NULL;
 				const float *bpk = panel + kc * ML_PG_NR;
-				if (rem > 8) {
+				if (j->level == 1) {
+					int mr = (int)ML_MIN(rem, rem > 3 ? 6 : 3);
+					if (mr > 3)
+						k2_6(kk, a, j->lda, bpk, c, j->ldc, mr, (int)w, bias, mode);
+					else
+						k2_3(kk, a, j->lda, bpk, c, j->ldc, mr, (int)w, bias, mode);
+					i += mr;
+				} else if (rem > 8) {
 					int mr = (int)ML_MIN(rem, 12);
 					kern12(kk, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode);
 					i += mr;
@@ -165,7 +250,7 @@ ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int6
 		return;
 	}
 	struct pg_job j = { m, n, k, lda, ldc, (m + MB - 1) / MB, a, bp, bias, c, accumulate, 0,
-			    sa, sb, sc };
+			    sa, sb, sc, pgemm_level() };
 	j.per = (n + ML_PG_NR - 1) / ML_PG_NR * j.ngroups;
 	/* an item is MB x 32 x k multiply-adds; a chunk of a few of them is worth a thread */
 	int64_t grain = ML_MAX(1, (int64_t)(1 << 20) / ML_MAX(MB * ML_PG_NR * k, 1));
@@ -173,7 +258,7 @@ ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int6
 #else
 	(void)nb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)sa, (void)bp, (void)sb;
 	(void)bias, (void)c, (void)ldc, (void)sc, (void)accumulate;
-	ML_ASSERT(!"ml_pgemm without AVX-512 support");
+	ML_ASSERT(!"ml_pgemm without AVX-512 or AVX2 support");
 #endif
 }
 
