@@ -135,9 +135,10 @@ die_err(const struct ml_err *err)
 			 strstr(msg, "allocation cap") ? "the cap is" : "over the allocation cap of",
 			 (unsigned long long)ml_alloc_cap());
 		put_msg(buf);
-	} else {
-		put_msg(msg);
+		/* a limit the input breaks, as a cycle or an absurd dim does (exit 3) */
+		exit(ml_exit_status(ML_EINVAL));
 	}
+	put_msg(msg);
 	exit(ml_exit_status(err->code));
 }
 

@@ -200,10 +200,10 @@ sys.stdout.buffer.write(b"\x28\xb5\x2f\xfd\x20" + bytes([len(d)]) + hdr + d)' >"
 	mkmodel mlp
 	run -1 mlconvert mlp.onnx -o nodir/out.mlg
 	[ ! -e nodir ]
-	# over the allocation cap (status 1), nothing is written
+	# over the allocation cap (status 3), nothing is written
 	mkmodel mlp784
 	run -0 mlconvert mlp784.onnx -o big.mlg
-	run -1 env ML_MAX_ALLOC=600K mlconvert big.mlg -o again.mlg
+	run -3 env ML_MAX_ALLOC=600K mlconvert big.mlg -o again.mlg
 	[ ! -e again.mlg ]
 	no_temp_files
 }

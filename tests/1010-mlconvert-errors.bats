@@ -142,9 +142,9 @@ load helpers
 	[[ $stderr == "mlconvert: "* ]]
 }
 
-@test "mlconvert fails with status 1 over the allocation cap" {
+@test "mlconvert refuses a model with status 3 over the allocation cap" {
 	mkmodel mlp784
-	run -1 --separate-stderr env ML_MAX_ALLOC=64K mlconvert mlp784.onnx -o out.mlg
+	run -3 --separate-stderr env ML_MAX_ALLOC=64K mlconvert mlp784.onnx -o out.mlg
 	[[ $stderr == "mlconvert: "* ]]
 	[ ! -e out.mlg ]
 }

@@ -163,8 +163,8 @@ load helpers
 	[[ $stderr == "mlrun: "* ]]
 }
 
-@test "mlrun fails with status 1 over the allocation cap" {
+@test "mlrun refuses a model with status 3 over the allocation cap" {
 	mkmlg mlp784
-	run -1 --separate-stderr env ML_MAX_ALLOC=100K mlrun mlp784.mlg --random
+	run -3 --separate-stderr env ML_MAX_ALLOC=100K mlrun mlp784.mlg --random
 	[[ $stderr == "mlrun: "* ]]
 }

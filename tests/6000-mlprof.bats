@@ -510,11 +510,11 @@ assert d["nodes"][0]["name"] == "fc1" and d["nodes"][0]["status"] == "both"
 	no_temp_files
 }
 
-@test "mlprof fails with status 1 over the allocation cap" {
+@test "mlprof refuses a model with status 3 over the allocation cap" {
 	mkmlg mlp784
-	run -1 --separate-stderr mlprof mlp784.mlg --random --max-alloc 100K
+	run -3 --separate-stderr mlprof mlp784.mlg --random --max-alloc 100K
 	[[ $stderr == "mlprof: "* ]]
-	run -1 --separate-stderr env ML_MAX_ALLOC=100K mlprof mlp784.mlg --random
+	run -3 --separate-stderr env ML_MAX_ALLOC=100K mlprof mlp784.mlg --random
 	run -0 mlprof mlp784.mlg --random --max-alloc 64M --top 1
 }
 
