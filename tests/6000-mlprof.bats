@@ -122,6 +122,25 @@ pycheck() {
 	run -0 mlprof mlp.mlt --random --top 1
 }
 
+@test "the time of a fused node stays with the ops it came from" {
+	mkmlg conv
+	run -0 mlopt -O2 conv.mlg -o fused.mlg
+	run -0 mlprof fused.mlg --random --repeat 3 --json -o r.json
+	pycheck r.json '
+n = d["nodes"]
+f = [x for x in n if "fused_from" in x]
+assert f, [x["op"] for x in n]
+parts = f[0]["fused_from"]
+assert [(p["name"], p["op"]) for p in parts] == [("conv", "Conv"), ("relu", "Relu")], parts
+assert abs(sum(p["share"] for p in parts) - 1) < 1e-6 and parts[0]["share"] > parts[1]["share"]
+ops = [o["op"] for o in d["ops"]]
+assert ops[:2] == ["Conv", "Relu"] and f[0]["op"] not in ops, ops
+assert abs(sum(o["share"] for o in d["ops"]) - 1) < 1e-6
+'
+	run -0 mlprof fused.mlg --random --group op
+	[[ $output == *$'\nConv '* && $output == *$'\nRelu '* ]]
+}
+
 @test "mlprof --json holds every node with its samples, the total and the memory plan" {
 	mkmlg conv
 	run -0 mlprof conv.mlg --random --repeat 5 --json -o r.json

@@ -331,6 +331,60 @@ cmp_rows(const void *a, const void *b)
 	return x->index < y->index ? -1 : x->index > y->index;
 }
 
+/*
+ * Fused nodes (mlopt, see ml_opt.h) list the nodes they replace in a
+ * STRINGS attribute fused_from, "NAME:OP_TYPE" each. Grouped by op, a
+ * fused node's time goes to those op types, split by an estimate of each
+ * one's work: an op that multiplies matrices (Conv, Gemm, MatMul, ...)
+ * gets the node's FLOPs less one per output element for each other op;
+ * every other op gets one per output element. Its calls and nodes count
+ * once per op it came from.
+ */
+#define FUSED_MAX 32
+
+static bool
+heavy_op(const char *op)
+{
+	static const char *const heavy[] = { "Conv", "ConvTranspose", "Gemm", "MatMul",
+					     "ConvInteger", "MatMulInteger", "QLinearConv",
+					     "QLinearMatMul", "Attention", "Einsum" };
+	for (size_t k = 0; k < sizeof heavy / sizeof heavy[0]; k++)
+		if (strcmp(op, heavy[k]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * fused_parts: node i's origins' op types in ops[] and their shares of its
+ * time in w[] (summing to 1); 0 for a node that is not fused.
+ */
+int
+prof_fused_parts(const struct ml_prof *p, int i, const char **ops, double *w)
+{
+	const struct ml_node *nd = &p->g->nodes[i];
+	const struct ml_attr *a = ml_attr_find(nd, "fused_from");
+	int n = 0, heavy = 0;
+	if (a == NULL || a->type != ML_ATTR_STRINGS || a->n <= 0)
+		return 0;
+	double numel = 1, sum = 0;
+	if (nd->n_out > 0 && nd->out[0] >= 0 && p->mem[nd->out[0]].shape.rank >= 0)
+		numel = (double)ML_MAX(ml_tval_numel(&p->mem[nd->out[0]].shape), 1);
+	for (int k = 0; k < a->n && n < FUSED_MAX; k++) {
+		const char *c = strrchr(a->strings[k], ':');
+		ops[n] = c != NULL ? c + 1 : a->strings[k];
+		heavy += heavy_op(ops[n]);
+		n++;
+	}
+	double rest = (double)p->flops[i] - numel * (n - heavy);
+	for (int k = 0; k < n; k++) {
+		w[k] = heavy_op(ops[k]) ? ML_MAX(rest, numel) / heavy : numel;
+		sum += w[k];
+	}
+	for (int k = 0; k < n; k++)
+		w[k] = sum > 0 ? w[k] / sum : 1.0 / n;
+	return n;
+}
+
 int
 prof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct prof_row **rows,
 	  int *nrows, struct ml_err *e)
@@ -342,13 +396,48 @@ prof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct p
 	*rows = NULL;
 	*nrows = 0;
 	ML_TRY(prof_ready(p, e));
-	if ((r = ml_calloc((size_t)p->n + 1, sizeof *r)) == NULL)
+	/* by op, a fused node adds a row for each op type it came from */
+	size_t cap = (size_t)p->n + 1;
+	for (int i = 0; o->group == ML_PROF_BY_OP && i < p->n; i++) {
+		const struct ml_attr *a = ml_attr_find(&p->g->nodes[i], "fused_from");
+		if (a != NULL && a->type == ML_ATTR_STRINGS)
+			cap += (size_t)ML_MIN(a->n, FUSED_MAX);
+	}
+	if ((r = ml_calloc(cap, sizeof *r)) == NULL)
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	for (int i = 0; i < p->n; i++)
 		all += p->ns[i].total;
 	for (int i = 0; i < p->n; i++) {
 		char key[sizeof r->key];
 		const struct ml_node *nd = &p->g->nodes[i];
+		const char *fops[FUSED_MAX];
+		double fw[FUSED_MAX];
+		int nf = o->group == ML_PROF_BY_OP ? prof_fused_parts(p, i, fops, fw) : 0;
+		for (int f = 0; f < nf; f++) {
+			int k;
+			for (k = 0; k < nr && strcmp(r[k].key, fops[f]) != 0; k++)
+				;
+			if (k == nr) {
+				memset(&r[k], 0, sizeof r[k]);
+				snprintf(r[k].key, sizeof r[k].key, "%s", fops[f]);
+				r[k].op = fops[f];
+				r[k].phase = p->phase[i];
+				r[k].index = nr;
+				nr++;
+			} else if (r[k].phase != p->phase[i] &&
+				   (r[k].phase == NULL || p->phase[i] == NULL ||
+				    strcmp(r[k].phase, p->phase[i]) != 0)) {
+				r[k].phase = NULL;
+			}
+			r[k].calls += p->ns[i].n;
+			r[k].nodes++;
+			r[k].median += fw[f] * p->ns[i].median;
+			r[k].total += fw[f] * p->ns[i].total;
+			r[k].flops += (int64_t)(fw[f] * (double)p->flops[i]);
+			r[k].bytes += (int64_t)(fw[f] * (double)p->bytes[i]);
+		}
+		if (nf > 0)
+			continue;
 		group_key(p, o, i, key, sizeof key);
 		int k = nr;
 		if (o->group != ML_PROF_BY_NODE)
@@ -650,6 +739,29 @@ json_one(FILE *fp, struct ml_prof *p, const struct ml_prof_opts *o, struct ml_er
 		jstr(fp, nd->name);
 		fprintf(fp, ", \"op\": ");
 		jstr(fp, nd->op_type);
+		const char *fops[FUSED_MAX];
+		double fw[FUSED_MAX];
+		int nf = prof_fused_parts(p, i, fops, fw);
+		if (nf > 0) {
+			/* what the node was made of, each with its share of the time */
+			const struct ml_attr *fa = ml_attr_find(nd, "fused_from");
+			fputs(", \"fused_from\": [", fp);
+			for (int f = 0; f < nf; f++) {
+				char nm[160];
+				const char *src = fa->strings[f];
+				size_t len = (size_t)(fops[f] - src);
+				len = len > 0 && src[len - 1] == ':' ? len - 1 : len;
+				snprintf(nm, sizeof nm, "%.*s", (int)ML_MIN(len, sizeof nm - 1), src);
+				fprintf(fp, "%s{\"name\": ", f ? ", " : "");
+				jstr(fp, nm);
+				fputs(", \"op\": ", fp);
+				jstr(fp, fops[f]);
+				fputs(", \"share\": ", fp);
+				jnum(fp, fw[f]);
+				fputs("}", fp);
+			}
+			fputs("]", fp);
+		}
 		fprintf(fp, ", \"device\": ");
 		jstr(fp, p->ran_on);
 		fprintf(fp, ", \"shape\": ");

@@ -63,6 +63,12 @@ void prof_stat_of(const double *x, int64_t n, double *tmp, struct prof_stat *st)
 double prof_median(double *x, int64_t n);
 /* prof_node_name: a node's name, or "#i" for a node without one, in buf. */
 const char *prof_node_name(const struct ml_graph *g, int i, char *buf, size_t n);
+/*
+ * prof_fused_parts: for a fused node i (attribute fused_from), the op
+ * types it came from in ops[] and each one's share of its time in w[]
+ * (room for 32); 0 when i is not fused.
+ */
+int prof_fused_parts(const struct ml_prof *p, int i, const char **ops, double *w);
 /* prof_rows: the rows of o's grouping in o's order (unsorted: graph order), *nrows of them. */
 int prof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct prof_row **rows,
 	      int *nrows, struct ml_err *e);
