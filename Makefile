@@ -14,17 +14,31 @@ CC ?= cc
 OPT ?= -O2
 WERROR ?=
 CFLAGS ?= $(OPT) -g
-CPPFLAGS_ALL = -Ilib -I$(B)/gen -D_GNU_SOURCE $(CPPFLAGS)
+CPPFLAGS_ALL = -Ilib -I$(B)/gen -D_GNU_SOURCE $(CL_CPP) $(CPPFLAGS)
 CFLAGS_ALL = -std=c11 -Wall -Wextra $(WERROR) -pthread -fPIC -march=x86-64-v2 -mtune=generic $(CFLAGS)
-LDLIBS_ALL = -lprotobuf-c -lzstd -lopenblas -lz -lm -pthread $(LDLIBS)
+# OpenCL (lib/cl, kernels/): OPENCL=0 builds lib/cl/cl_stub.c instead, whose
+# devices calls fail with ML_ENODEV.
+OPENCL ?= 1
+ifeq ($(OPENCL),0)
+CL_LIBS =
+CL_CPP = -DML_NO_OPENCL
+CL_OUT = $(filter-out lib/cl/cl_stub.c,$(wildcard lib/cl/*.c))
+GEN_CL =
+else
+CL_LIBS = -lOpenCL
+CL_OUT = lib/cl/cl_stub.c
+GEN_CL = $(B)/gen/kernels.c
+endif
+LDLIBS_ALL = -lprotobuf-c -lzstd -lopenblas $(CL_LIBS) -lz -lm -pthread $(LDLIBS)
 
 TOOLS = mlconvert mlopt mlquant mltrain mlrun mlprof
 TOOL_SRCS = $(wildcard $(TOOLS:%=cmd/%.c))
 BINS = $(TOOL_SRCS:cmd/%.c=$(B)/bin/%)
-LIB_SRCS = $(sort $(wildcard lib/*.c lib/*/*.c))
+LIB_SRCS = $(filter-out $(CL_OUT),$(sort $(wildcard lib/*.c lib/*/*.c)))
 PROTOS = formats/mlg.proto
 GEN_PB = $(B)/gen/mlg.pb-c.c $(B)/gen/onnx.pb-c.c
-LIB_OBJS = $(LIB_SRCS:%.c=$(B)/obj/%.o) $(GEN_PB:$(B)/gen/%.c=$(B)/obj/gen/%.o)
+LIB_OBJS = $(LIB_SRCS:%.c=$(B)/obj/%.o) $(GEN_PB:$(B)/gen/%.c=$(B)/obj/gen/%.o) \
+	$(GEN_CL:$(B)/gen/%.c=$(B)/obj/gen/%.o)
 CLI_OBJS = $(B)/obj/cmd/cli.o
 TEST_TOOLS = $(patsubst tests/tools/%.c,$(B)/bin/%,$(wildcard tests/tools/*.c))
 ONNX_PROTO ?= /usr/include/onnx/onnx.proto
@@ -41,6 +55,12 @@ $(B)/gen/onnx.pb-c.c $(B)/gen/onnx.pb-c.h: $(ONNX_PROTO)
 	@mkdir -p $(B)/gen
 	cp $(ONNX_PROTO) $(B)/gen/onnx.proto
 	protoc-c --proto_path=$(B)/gen --c_out=$(B)/gen $(B)/gen/onnx.proto
+
+# kernels/*.cl embedded as byte arrays (lib/cl/cl.h ml_kernel_srcs)
+KERNELS = $(sort $(wildcard kernels/*.cl))
+$(B)/gen/kernels.c: tools/cl2c.sh $(KERNELS)
+	@mkdir -p $(@D)
+	sh tools/cl2c.sh $(KERNELS) > $@.tmp && mv $@.tmp $@
 
 $(B)/obj/gen/%.o: $(B)/gen/%.c $(B)/gen/mlg.pb-c.h $(B)/gen/onnx.pb-c.h
 	@mkdir -p $(@D)
@@ -65,7 +85,7 @@ $(B)/bin/%: tests/tools/%.c $(B)/lib/libml.a $(HDRS)
 
 # The fuzz targets of tests/fuzz: fuzz_replay runs them over the corpus with
 # the normal compiler (in make test); make fuzz links them with libFuzzer.
-FUZZ_TARGETS = mlg onnx text npy
+FUZZ_TARGETS = mlg onnx text npy idx
 FUZZ_SRCS = $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%.c) tests/fuzz/common.c
 
 $(B)/bin/fuzz_replay: tests/fuzz/replay.c $(FUZZ_SRCS) tests/fuzz/fuzz.h $(B)/lib/libml.a $(HDRS)
@@ -108,7 +128,7 @@ asan: deps
 SAN_LIBS = $(filter -fsanitize=%,$(CFLAGS))
 $(B)/ml.pc: FORCE
 	@mkdir -p $(B)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: 0.4.0\nLibs: -L$${libdir} -lml\nLibs.private: -lprotobuf-c -lzstd -lopenblas -lz -lm -pthread$(if $(SAN_LIBS), $(SAN_LIBS))\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: 0.4.0\nLibs: -L$${libdir} -lml\nLibs.private: -lprotobuf-c -lzstd -lopenblas$(if $(CL_LIBS), $(CL_LIBS)) -lz -lm -pthread$(if $(SAN_LIBS), $(SAN_LIBS))\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
 
 deps:
 	sh tools/deps.sh

@@ -303,10 +303,23 @@ rng_unit(void)
 }
 
 static void
-make_input(struct ml_tval *v, const struct ml_tensor *t, const char *how,
-	   const struct cli_inputs *in)
+make_input(struct ml_tval *v, const struct ml_graph *g, const struct ml_tensor *t,
+	   const char *how, const struct cli_inputs *in)
 {
 	struct ml_err err = { 0 };
+	/*
+	 * The range of random values: [-1, 1) for floats, [0, 10) for
+	 * integers, unless the graph's metadata "random:NAME" says "LO HI"
+	 * (mltrain's step graphs do so for their label and lr inputs).
+	 */
+	double lo = 0, hi = 10;
+	bool ranged = false;
+	char key[300];
+	snprintf(key, sizeof key, "random:%s", t->name);
+	for (int k = 0; k < g->n_meta; k++)
+		if (strcmp(g->meta[k].key, key) == 0 &&
+		    sscanf(g->meta[k].value, "%lf %lf", &lo, &hi) == 2 && lo <= hi)
+			ranged = true;
 	int64_t dims[ML_MAX_RANK];
 	if (t->rank < 0)
 		die(EXIT_INVALID, "input '%s' has an unknown rank; give it with -i %s=FILE.npy",
@@ -331,11 +344,13 @@ make_input(struct ml_tval *v, const struct ml_tensor *t, const char *how,
 		else if (strcmp(how, "ones") == 0)
 			x = 1;
 		else if (ml_dtype_is_float(dt))
-			x = rng_unit() * 2 - 1;
+			x = ranged ? lo + rng_unit() * (hi - lo) : rng_unit() * 2 - 1;
 		else if (dt == ML_BOOL)
 			x = (double)(rng_next() & 1);
+		else if (ranged && hi - lo >= 1)
+			x = lo + (double)(rng_next() % (uint64_t)(hi - lo));
 		else
-			x = (double)(rng_next() % 10);
+			x = ranged ? lo : (double)(rng_next() % 10);
 		ml_set_f64(v->data, dt, i, x);
 	}
 }
@@ -358,7 +373,7 @@ cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path
 			if (ti < 0 || !isin)
 				die(EXIT_INVALID, "%s: the model has no input '%s'", path,
 				    in->binds[i].name);
-			make_input(&v, g->tensors[ti], f, in);
+			make_input(&v, g, g->tensors[ti], f, in);
 		} else if (ml_npy_load(&v, f, &err) < 0) {
 			die_err(&err);
 		}
@@ -379,7 +394,7 @@ cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path
 			die(EXIT_INVALID, "%s: input '%s' is not given (use -i %s=FILE.npy or --random)",
 			    path, t->name, t->name);
 		struct ml_tval v = { 0 };
-		make_input(&v, t, "random", in);
+		make_input(&v, g, t, "random", in);
 		if (ml_session_set_input(s, t->name, &v, &err) < 0)
 			die_err(&err);
 		ml_tval_clear(&v);

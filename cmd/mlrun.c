@@ -13,10 +13,11 @@
 static const char synopsis[] =
 	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy]... [--random [--seed S]]\n"
 	"             [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]] [--json]\n"
-	"             [--max-alloc SIZE] [MODEL | -]";
+	"             [--max-alloc SIZE] [--plan] [--placement FILE] [MODEL | -]\n"
+	"       mlrun --devices [--json]";
 
 static const char help_text[] =
-	"Run a model (.mlg, .onnx or .mlt; '-' reads stdin) on the CPU.\n"
+	"Run a model (.mlg, .onnx or .mlt; '-' reads stdin) on the CPU or OpenCL devices.\n"
 	"\n"
 	"  -i, --input NAME=FILE   bind graph input NAME to a .npy file; FILE may also be\n"
 	"                          zeros, ones or random (shape from the model)\n"
@@ -31,6 +32,11 @@ static const char help_text[] =
 	"                          default ML_MAX_ALLOC or 16G)\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
 	"      --device DEV        cpu (default), cl, cl:N or auto\n"
+	"      --devices           list the devices (CPU and every OpenCL device) and exit\n"
+	"      --plan              print each node's device, the bytes copied between\n"
+	"                          devices and the predicted cost, and exit (--json: as JSON)\n"
+	"      --placement FILE    run with the placement in FILE (an edited --plan --json,\n"
+	"                          or lines 'NODE DEVICE')\n"
 	"  -q, --quiet             print nothing but errors\n"
 	"  -v, --verbose           print more (the arena size, per-run times)\n"
 	"  -h, --help              print this help and exit\n"
@@ -83,19 +89,83 @@ print_values(const struct ml_tval *v)
 	putchar('\n');
 }
 
+/* print_devices: --devices: a table, or JSON; the reason when OpenCL has none */
+static int
+print_devices(int json, int verbose)
+{
+	struct ml_device_info *v;
+	struct ml_err why = { 0 };
+	int n;
+	if (ml_devices(&v, &n, &why) < 0)
+		die_err(&why);
+	if (json) {
+		printf("{\"devices\": [");
+		for (int i = 0; i < n; i++) {
+			printf("%s\n  {\"id\": ", i ? "," : "");
+			json_str(stdout, v[i].id);
+			printf(", \"index\": %d, \"name\": ", v[i].index);
+			json_str(stdout, v[i].name);
+			printf(", \"type\": ");
+			json_str(stdout, v[i].type);
+			printf(", \"platform\": ");
+			json_str(stdout, v[i].platform);
+			printf(", \"vendor\": ");
+			json_str(stdout, v[i].vendor);
+			printf(", \"version\": ");
+			json_str(stdout, v[i].version);
+			printf(", \"driver\": ");
+			json_str(stdout, v[i].driver);
+			printf(", \"compute_units\": %d, \"global_mem\": %lld, \"local_mem\": %lld, "
+			       "\"max_alloc\": %lld, \"max_work_group\": %lld, \"fp16\": %s, "
+			       "\"fp64\": %s}", v[i].compute_units, (long long)v[i].global_mem,
+			       (long long)v[i].local_mem, (long long)v[i].max_alloc,
+			       (long long)v[i].max_work_group, v[i].fp16 ? "true" : "false",
+			       v[i].fp64 ? "true" : "false");
+		}
+		printf("\n]");
+		if (n == 1) {
+			printf(", \"opencl\": ");
+			json_str(stdout, why.msg);
+		}
+		printf("}\n");
+	} else {
+		printf("%-6s %-5s %-36s %-28s %5s %10s %9s %4s %4s\n", "ID", "TYPE", "NAME",
+		       "PLATFORM", "CU", "MEMORY", "LOCAL", "FP16", "FP64");
+		for (int i = 0; i < n; i++) {
+			char mem[32] = "-", loc[32] = "-";
+			if (v[i].global_mem > 0)
+				snprintf(mem, sizeof mem, "%.1f GiB", (double)v[i].global_mem / 1073741824.0);
+			if (v[i].local_mem > 0)
+				snprintf(loc, sizeof loc, "%lld KiB", (long long)v[i].local_mem / 1024);
+			printf("%-6s %-5s %-36.36s %-28.28s %5d %10s %9s %4s %4s\n", v[i].id, v[i].type,
+			       v[i].name, i == 0 ? "-" : v[i].platform, v[i].compute_units, mem, loc,
+			       v[i].fp16 ? "yes" : "no", v[i].fp64 ? "yes" : "no");
+			if (verbose && i > 0)
+				printf("       %s, driver %s\n", v[i].version, v[i].driver);
+		}
+		if (n == 1)
+			fprintf(stderr, "%s: %s\n", progname, why.msg);
+	}
+	ml_free(v);
+	return finish_stdout();
+}
+
 int
 main(int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
-	       OPT_DEVICE, OPT_DIM, OPT_MAX_ALLOC };
+	       OPT_DEVICE, OPT_DIM, OPT_MAX_ALLOC, OPT_DEVICES, OPT_PLAN, OPT_PLACEMENT };
 	static const struct option longopts[] = {
 		{ "device", required_argument, NULL, OPT_DEVICE },
+		{ "devices", no_argument, NULL, OPT_DEVICES },
 		{ "dim", required_argument, NULL, OPT_DIM },
 		{ "help", no_argument, NULL, 'h' },
 		{ "input", required_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
 		{ "output-dir", required_argument, NULL, 'o' },
+		{ "placement", required_argument, NULL, OPT_PLACEMENT },
+		{ "plan", no_argument, NULL, OPT_PLAN },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "random", no_argument, NULL, OPT_RANDOM },
 		{ "repeat", required_argument, NULL, OPT_REPEAT },
@@ -109,8 +179,8 @@ main(int argc, char **argv)
 	struct cli_inputs in = { 0 };
 	int verbose = 0, quiet = 0, json = 0, threads = 0;
 	int64_t repeat = 0, warmup = -1;
-	const char *outdir = NULL, *device = "cpu";
-	bool version = false;
+	const char *outdir = NULL, *device = NULL, *placement = NULL;
+	bool version = false, list_devices = false, plan = false;
 	int c;
 
 	cli_init(argc, argv);
@@ -135,6 +205,15 @@ main(int argc, char **argv)
 			break;
 		case OPT_DEVICE:
 			device = optarg;
+			break;
+		case OPT_DEVICES:
+			list_devices = true;
+			break;
+		case OPT_PLAN:
+			plan = true;
+			break;
+		case OPT_PLACEMENT:
+			placement = optarg;
 			break;
 		case OPT_DIM:
 			cli_add_dim(&in, optarg, synopsis);
@@ -169,6 +248,11 @@ main(int argc, char **argv)
 		print_version(verbose);
 		return finish_stdout();
 	}
+	if (list_devices) {
+		if (optind < argc)
+			usage_error(synopsis, "--devices takes no model");
+		return print_devices(json, verbose);
+	}
 	if (optind + 1 < argc)
 		usage_error(synopsis, "too many operands");
 	const char *path = optind < argc ? argv[optind] : "-";
@@ -177,6 +261,12 @@ main(int argc, char **argv)
 	if (warmup < 0)
 		warmup = repeat > 0 ? 1 : 0;
 	ml_set_threads(threads);
+	if (device == NULL) {
+		/* ML_DEVICE: the default device (the conformance runner passes no options) */
+		device = getenv("ML_DEVICE");
+		if (device == NULL || device[0] == '\0')
+			device = "cpu";
+	}
 
 	struct ml_err err = { 0 };
 	struct ml_graph *g = NULL;
@@ -184,8 +274,31 @@ main(int argc, char **argv)
 	struct ml_session_opts so = { .device = device, .verbose = verbose };
 	if (ml_model_load(&g, path, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
+	double t_new = ml_now();
 	if (ml_session_new(&s, g, &so, &err) < 0)
 		die_err(&err);
+	t_new = ml_now() - t_new;
+	if (placement != NULL) {
+		int *pl = calloc((size_t)g->n_nodes + 1, sizeof *pl);
+		if (pl == NULL)
+			die(EXIT_FAIL, "out of memory");
+		for (int i = 0; i < g->n_nodes; i++)
+			pl[i] = ml_session_node_device(s, i);
+		if (ml_placement_read(g, placement, pl, &err) < 0 ||
+		    ml_session_place(s, pl, &err) < 0)
+			die_err(&err);
+		free(pl);
+	}
+	if (plan) {
+		if (verbose && ml_session_note(s) != NULL)
+			fprintf(stderr, "%s: %s\n", progname, ml_session_note(s));
+		if (ml_session_plan_write(s, stdout, json, &err) < 0)
+			die_err(&err);
+		ml_session_free(s);
+		ml_graph_free(g);
+		cli_inputs_free(&in);
+		return finish_stdout();
+	}
 	cli_bind_inputs(s, g, path, &in);
 	if (outdir != NULL) {
 		struct stat st;
@@ -271,6 +384,16 @@ main(int argc, char **argv)
 		if (verbose)
 			fprintf(stderr, "%s: arena %lld bytes\n", progname,
 				(long long)ml_session_arena_bytes(s));
+		if (verbose && ml_session_note(s) != NULL)
+			fprintf(stderr, "%s: %s\n", progname, ml_session_note(s));
+		if (verbose && strcmp(device, "cpu") != 0) {
+			struct ml_session_devstats ds;
+			ml_session_device_stats(s, &ds);
+			fprintf(stderr, "%s: opencl: probe %.1f ms, set-up %.1f ms, programs %.1f ms "
+				"(%d built, %d from the cache), session %.1f ms\n", progname,
+				ds.t_probe * 1e3, ds.t_setup * 1e3, ds.t_programs * 1e3, ds.n_built,
+				ds.n_cached, t_new * 1e3);
+		}
 	}
 	free(lat);
 	cli_inputs_free(&in);

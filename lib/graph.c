@@ -597,9 +597,24 @@ ml_graph_toposort(struct ml_graph *g, struct ml_err *e)
 #define HPUSH(v) do { int k_ = nheap++; heap[k_] = (v); \
 	while (k_ > 0 && heap[(k_ - 1) / 2] > heap[k_]) { int p_ = (k_ - 1) / 2, s_ = heap[p_]; \
 	heap[p_] = heap[k_]; heap[k_] = s_; k_ = p_; } } while (0)
+	/*
+	 * Nodes without outputs (ml.Assign and the optimizer updates, which
+	 * overwrite a stored tensor) wait in a list of their own and are
+	 * placed after every other node, hence after every reader of what
+	 * they overwrite; nothing can depend on them.
+	 */
+	int *late = ml_malloc(sizeof(int) * (size_t)(nn + 1)), nlate = 0;
+	if (late == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "out of memory");
+		goto out;
+	}
 	for (int i = 0; i < nn; i++)
-		if (pending[i] == 0)
-			HPUSH(i);
+		if (pending[i] == 0) {
+			if (g->nodes[i].n_out == 0)
+				late[nlate++] = i;
+			else
+				HPUSH(i);
+		}
 	int placed = 0;
 	while (nheap > 0) {
 		int v = heap[0];
@@ -617,10 +632,22 @@ ml_graph_toposort(struct ml_graph *g, struct ml_err *e)
 			if (t < 0)
 				continue;
 			for (int u = users_off[t]; u < users_off[t + 1]; u++)
-				if (--pending[users[u]] == 0)
-					HPUSH(users[u]);
+				if (--pending[users[u]] == 0) {
+					if (g->nodes[users[u]].n_out == 0)
+						late[nlate++] = users[u];
+					else
+						HPUSH(users[u]);
+				}
 		}
 	}
+	/* nothing waits on the late nodes: place them last, in index order */
+	for (int i = 1; i < nlate; i++)
+		for (int j = i; j > 0 && late[j - 1] > late[j]; j--) {
+			int t = late[j]; late[j] = late[j - 1]; late[j - 1] = t;
+		}
+	for (int i = 0; i < nlate; i++)
+		order[placed++] = late[i];
+	ml_free(late);
 #undef HPUSH
 	if (placed != nn) {
 		for (int i = 0; i < nn; i++)

@@ -408,7 +408,9 @@ int ml_attr_floats(const struct ml_node *n, const char *name, const double **v);
 
 /*
  * ml_graph_toposort: reorder g->nodes topologically (stable: a valid order
- * is kept) and refresh every tensor's producer. ML_EINVAL on a cycle, a
+ * is kept, except that nodes without outputs, the in-place updates of
+ * training such as ml.Assign, go after all others, in their order) and
+ * refresh every tensor's producer. ML_EINVAL on a cycle, a
  * tensor written twice, or a node input that nothing defines.
  */
 int ml_graph_toposort(struct ml_graph *g, struct ml_err *e);
@@ -659,5 +661,6 @@ int ml_prof_diff(const char *a, const char *b, const struct ml_prof_diff_opts *o
 #include "ml_data.h"
 #include "ml_opt.h"
 #include "ml_quant.h"
+#include "ml_dist.h"
 
 #endif

@@ -51,8 +51,8 @@ struct ml_opctx {
 
 /*
  * struct ml_opdef: an op's definition: arity and shape inference.
- * max_in/max_out -1 means variadic. The gradient rule (training) will live
- * here too.
+ * max_in/max_out -1 means variadic. An op's gradient rule (training) is
+ * in its family's lib/ops/FAMILY_grad.c table (see lib/train/grad.h).
  */
 struct ml_opdef {
 	enum ml_op op;

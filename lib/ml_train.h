@@ -2,8 +2,153 @@
  * ml_train.h: training (lib/train): reverse-mode autodiff as a graph to
  * graph transformation, losses, optimizers, training-step graphs.
  * Included by ml.h. Owner: autodiff (issue 5).
+ *
+ * A training step is an ordinary graph. ml_train_step_graph copies a model,
+ * puts BatchNormalization and Dropout into training mode, appends a loss,
+ * the gradients of the loss (ml_grad) and the optimizer's updates, which
+ * write the new parameter values in place through internal side-effect ops
+ * (ml.Assign, ml.SGDUpdate, ml.AdamUpdate: nodes without outputs, placed
+ * after every other node by ml_graph_toposort). Running the step graph's
+ * session once is one optimizer step:
+ *
+ *	struct ml_train_opts o;
+ *	ml_train_opts_init(&o);
+ *	o.loss = ML_LOSS_SCE; o.optimizer = ML_OPTIM_SGD; o.momentum = 0.9;
+ *	ml_train_step_graph(&step, model, &o, &err);
+ *	ml_session_new(&s, step, NULL, &err);
+ *	for each batch:
+ *		ml_session_set_input(s, "x", &images, &err);	(the model's inputs)
+ *		ml_session_set_input(s, "label", &labels, &err);
+ *		ml_session_set_input(s, "lr", &lr, &err);	(f32 scalar)
+ *		ml_session_run(s, &err);
+ *		loss = ml_session_output(s, 0); logits = ml_session_output(s, 1);
+ *	ml_train_export(model, step, &err);	(weights, statistics, state back)
+ *	ml_model_save(model, "out.mlg", ML_FMT_MLG, &err);
+ *
+ * The step graph's node names start with a phase, "forward/", "loss/",
+ * "backward/" or "optimizer/", which mlprof's report groups by.
  */
 #ifndef ML_TRAIN_H
 #define ML_TRAIN_H
+
+/*
+ * ml_grad: append to g the nodes that compute d y / d x[i] for the scalar
+ * (one element) float tensor y; gx[i] gets the gradient's tensor index, or
+ * -1 where y does not depend on x[i]. The new nodes are ordinary ops (ONNX
+ * ops where ONNX has one, internal "ml" ops of the grad family where not),
+ * named "backward/..." after the node they differentiate. Gradients of
+ * broadcasting ops are summed back to the input's shape. g's tensors must
+ * carry inferred shapes (ml_graph_infer). ML_ENOTSUP names an op on the
+ * path from x to y that has no gradient rule; ML_EINVAL for a y that is not
+ * a scalar float. Nodes appended before a failure stay in g (the caller
+ * normally works on a copy).
+ */
+int ml_grad(struct ml_graph *g, int y, const int *x, int nx, int *gx, struct ml_err *e);
+
+/* Losses the step graph can attach to a model output. */
+enum ml_loss {
+	ML_LOSS_SCE = 0,	/* softmax cross-entropy: logits [N,C,..] vs int64 classes [N,..] */
+	ML_LOSS_NLL = 1,	/* negative log-likelihood of log-probabilities vs int64 classes */
+	ML_LOSS_MSE = 2,	/* mean squared error vs a float target shaped like the output */
+	ML_LOSS_BCE_LOGITS = 3,	/* binary cross-entropy of logits vs targets in [0,1] */
+};
+
+/* Optimizers. */
+enum ml_optim {
+	ML_OPTIM_SGD = 0,	/* with momentum and Nesterov as in torch.optim.SGD */
+	ML_OPTIM_ADAM = 1,	/* torch.optim.Adam (weight decay added to the gradient) */
+	ML_OPTIM_ADAMW = 2,	/* torch.optim.AdamW (decoupled weight decay) */
+};
+
+/*
+ * ml_loss_name / ml_optim_name: "softmax-cross-entropy", "nll", "mse",
+ * "bce-with-logits"; "sgd", "adam", "adamw" (NULL for an unknown value).
+ * ml_loss_from_name / ml_optim_from_name: the inverse, -1 when unknown
+ * ("ce" and "cross-entropy" are accepted for softmax-cross-entropy).
+ */
+const char *ml_loss_name(int loss);
+int ml_loss_from_name(const char *s);
+const char *ml_optim_name(int optim);
+int ml_optim_from_name(const char *s);
+
+/*
+ * struct ml_train_opts: what the training step computes. Fill it with
+ * ml_train_opts_init (the defaults of PyTorch), then set fields.
+ */
+struct ml_train_opts {
+	int loss;		/* enum ml_loss (default ML_LOSS_SCE) */
+	int output;		/* index of the model output the loss reads (default 0) */
+	int optimizer;		/* enum ml_optim (default ML_OPTIM_SGD) */
+	double momentum;	/* SGD momentum (default 0) */
+	bool nesterov;		/* SGD Nesterov momentum (needs momentum > 0) */
+	double beta1, beta2;	/* Adam/AdamW (defaults 0.9, 0.999) */
+	double eps;		/* Adam/AdamW (default 1e-8) */
+	double weight_decay;	/* L2 (SGD, Adam) or decoupled (AdamW) decay; default 0
+				 * (AdamW's PyTorch default 0.01 is the caller's to set) */
+	double clip_norm;	/* clip the global gradient norm to this; 0: off */
+	int n_frozen;		/* parameters (by tensor name) kept fixed */
+	const char *const *frozen;
+	uint64_t seed;		/* initial RNG state of Dropout in training mode */
+};
+
+/* ml_train_opts_init: the defaults above. */
+void ml_train_opts_init(struct ml_train_opts *o);
+
+/*
+ * ml_train_step_graph: build in *out (a new graph; NULL on failure) the
+ * graph of one training step of model (which is not changed):
+ *   inputs:  the model's inputs, then "label" (int64 class indices [N(,d..)]
+ *            for SCE and NLL; float shaped like the loss's output for MSE
+ *            and BCE), then "lr" (f32 scalar, so schedules need no rebuild);
+ *   outputs: "loss" (f32 scalar, the batch mean) and the model output the
+ *            loss reads (under its own name, for accuracy).
+ * Trainable parameters are the model's PARAM tensors, and float CONST
+ * tensors that feed weight, bias or scale inputs of Conv, ConvTranspose,
+ * Gemm, MatMul, BatchNormalization, LayerNormalization, InstanceNormalization
+ * and GroupNormalization (the initializers of an imported ONNX model); they
+ * are PARAM in the step graph. Frozen ones stay as they are.
+ * Optimizer state lives in PARAM tensors of the step graph named
+ * "PARAM.momentum" (SGD), "PARAM.m" and "PARAM.v" (Adam, AdamW) and
+ * "train.step" (i64 scalar, steps taken), listed in (*out)->train->slots;
+ * where model->train holds slots of those names (a resumed model) their
+ * values are taken over, else they start at zero. Dropout's RNG state is the
+ * PARAM tensor "train.rng" (i64 [2]: seed, counter), also a slot, so a
+ * resumed run draws the same masks.
+ * Parameters that an ONNX export shares through Identity nodes of one
+ * initializer (PyTorch keeps one copy of equal initial values) get storage
+ * of their own, so they train apart as they do in PyTorch.
+ * The update nodes write the stored data of their targets in place (the
+ * CPU kernels do); a device that keeps parameters resident must run them
+ * there or copy the results back.
+ * BatchNormalization uses batch statistics and updates its running mean and
+ * variance (momentum as the node's attribute, unbiased variance as PyTorch);
+ * Dropout is active. ML_ENOTSUP names an op without a gradient rule or a
+ * loss/output combination that is not supported; ML_EINVAL for bad options.
+ */
+int ml_train_step_graph(struct ml_graph **out, const struct ml_graph *model,
+			const struct ml_train_opts *o, struct ml_err *e);
+
+/*
+ * ml_train_export: copy the trained state of step (a graph of
+ * ml_train_step_graph of this model, after some runs) back into model:
+ * every parameter and running statistic by name (a trained ONNX initializer
+ * becomes PARAM), and the optimizer slots, as PARAM tensors that no node
+ * reads, listed in model->train->slots (created when absent), with
+ * model->train->step set from "train.step" and model->train->optimizer to
+ * the optimizer's name. model stays an inference graph (eval mode, no loss,
+ * no optimizer; Identity nodes that shared an initializer become stored
+ * tensors of their own), so a saved model runs in mlrun and a later
+ * ml_train_step_graph on it resumes exactly. The caller may set
+ * model->train->epoch and ->config afterwards.
+ */
+int ml_train_export(struct ml_graph *model, const struct ml_graph *step, struct ml_err *e);
+
+/*
+ * ml_train_param_count: the number of trainable tensors and their total
+ * element count in a step graph (or, before ml_train_step_graph, what it
+ * would train in a model, frozen ones aside). Either out pointer may be NULL.
+ */
+void ml_train_param_count(const struct ml_graph *g, const struct ml_train_opts *o, int *n_params,
+			  int64_t *n_elems);
 
 #endif

@@ -219,6 +219,21 @@ assert [x["phase"] for x in d["nodes"]] == ["forward"] * 2 + ["backward"] * 2 + 
 	done
 }
 
+@test "mlprof on mltrain's step graph splits forward, loss, backward and optimizer time" {
+	mkmodel mlp
+	run -0 mltrain mlp.onnx --dump-step step.mlg --loss softmax-cross-entropy
+	# --random gives the label class indices of the model (3 classes) and a positive lr
+	run -0 mlprof step.mlg --random --dim N=16 --repeat 3 --group phase --json -o r.json
+	pycheck r.json '
+ph = {x["phase"]: x for x in d["phases"]}
+assert sorted(ph) == ["backward", "forward", "loss", "optimizer"], sorted(ph)
+assert all(x["median_ms"] > 0 for x in ph.values())
+assert abs(sum(x["share"] for x in ph.values()) - 1) < 1e-6
+'
+	run -0 mlprof step.mlg --random --dim N=16 --group phase
+	[[ $output == *$'\nbackward '* && $output == *$'\noptimizer '* ]]
+}
+
 @test "mlprof says so when a graph marks no phases" {
 	mkmlg mlp
 	run -0 --separate-stderr mlprof mlp.mlg --random --group phase
@@ -346,6 +361,26 @@ assert abs(c["ns_per_byte"] * c["bytes"] - c["ns"]) < 1e-6 * c["ns"]
 	run -0 mlprof mlp.mlg --random --device all --json -o all.json
 	pycheck all.json 'assert d["devices"][0] == "cpu" and d["profiles"][0]["device"] == "cpu"'
 	run -0 mlprof diff all.json all.json
+}
+
+@test "with --device cl the trace has a lane per device and the transfers as events" {
+	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
+	grep -q '"cl:0"' devs.json || skip "no OpenCL device"
+	mkmlg conv
+	run -0 mlprof conv.mlg --random --device cl --repeat 2 --trace t.json
+	pycheck t.json '
+ev = d["traceEvents"]
+lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+assert any(v.startswith("cl:0") for v in lanes.values()), lanes
+nodes = [e for e in ev if e["ph"] == "X" and e["pid"] == 1 and e["cat"] not in ("run", "transfer")]
+assert len(nodes) == 2 * 4, len(nodes)
+assert all(lanes[(1, e["tid"])].startswith(e["args"]["device"]) for e in nodes)
+assert any(e["args"]["device"] == "cl:0" for e in nodes)
+xf = [e for e in ev if e["ph"] == "X" and e["cat"] == "transfer"]
+assert xf and all(e["args"]["bytes"] > 0 and lanes[(1, e["tid"])].startswith("transfers") for e in xf)
+'
+	run -0 mlprof conv.mlg --random --device cl --json -o r.json
+	pycheck r.json 'assert any(x["device"] == "cl:0" for x in d["nodes"])'
 }
 
 @test "mlprof --devices lists the CPU and exits 3 without an OpenCL device" {

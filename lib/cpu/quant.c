@@ -15,6 +15,7 @@
 #include "cpu/elem.h"
 #include "cpu/nn.h"
 #include "ops/quant.h"
+#include "cpu/quant_q8.h"
 
 static int
 nomem(struct ml_opctx *c)
@@ -726,6 +727,68 @@ out:
 	return rc;
 }
 
+/*
+ * FakeQuant (see lib/ops/quant.c): per tensor or per channel of an
+ * [outer, channel, inner] view; without a scale input the scale of each
+ * channel is max |x| / qmax (1 for an all-zero channel).
+ */
+static int
+run_fakequant(struct ml_opctx *c)
+{
+	const struct ml_tval *x = ML_IN(c, 0), *s = ML_IN(c, 1), *z = ML_IN(c, 2);
+	struct ml_tval *y = c->out[0];
+	float qmin = (float)ml_attr_int(c->node, "qmin", 0), qmax = (float)ml_attr_int(c->node, "qmax", 255);
+	int64_t n = ml_tval_numel(x), ch = 1, inner = 1, outer;
+	bool per = ml_attr_find(c->node, "axis") != NULL || (s != NULL && ml_tval_numel(s) > 1);
+
+	if (per && x->rank > 0) {
+		int axis;
+		ML_TRY(ml_norm_axis(c, ml_attr_int(c->node, "axis", 0), x->rank, &axis));
+		ch = x->dims[axis];
+		for (int d = axis + 1; d < x->rank; d++)
+			inner *= x->dims[d];
+	} else {
+		inner = n;
+	}
+	if (n == 0)
+		return 0;
+	outer = n / (ch * inner);
+	if (s != NULL && ml_tval_numel(s) != 1 && ml_tval_numel(s) != ch)
+		return ml_opfail(c, ML_EINVAL, "scale has %lld values for %lld channels",
+				 (long long)ml_tval_numel(s), (long long)ch);
+	if (z != NULL && ml_tval_numel(z) != ml_tval_numel(s))
+		return ml_opfail(c, ML_EINVAL, "zero_point and scale differ in size");
+	const float *xp = x->data;
+	float *yp = y->data;
+	for (int64_t k = 0; k < ch; k++) {
+		float sc, zp = 0;
+		if (s != NULL) {
+			int64_t j = ml_tval_numel(s) == 1 ? 0 : k;
+			sc = ((const float *)s->data)[j];
+			if (z != NULL)
+				zp = (float)ml_get_f64(z->data, z->dtype, j);
+			if (!(sc > 0) || isinf(sc))
+				return ml_opfail(c, ML_EINVAL, "scale %g is not positive", (double)sc);
+		} else {
+			float am = 0;
+			for (int64_t o = 0; o < outer; o++)
+				for (int64_t i = 0; i < inner; i++) {
+					float a = fabsf(xp[(o * ch + k) * inner + i]);
+					am = a > am ? a : am;
+				}
+			sc = am > 0 && !isinf(am) ? am / qmax : 1;
+		}
+		for (int64_t o = 0; o < outer; o++)
+			for (int64_t i = 0; i < inner; i++) {
+				int64_t at = (o * ch + k) * inner + i;
+				float q = nearbyintf(xp[at] / sc) + zp;
+				q = q < qmin ? qmin : q > qmax ? qmax : q;
+				yp[at] = (q - zp) * sc;
+			}
+	}
+	return 0;
+}
+
 const struct ml_cpu_kernel ml_cpu_quant[] = {
 	{ ML_OP_QUANTIZE_LINEAR, run_quantize },
 	{ ML_OP_DEQUANTIZE_LINEAR, run_dequantize },
@@ -734,5 +797,12 @@ const struct ml_cpu_kernel ml_cpu_quant[] = {
 	{ ML_OP_CONV_INTEGER, run_qconv },
 	{ ML_OP_QLINEAR_MATMUL, run_qlinear_matmul },
 	{ ML_OP_QLINEAR_CONV, run_qconv },
+	{ ML_OP_Q8_QUANTIZE, ml_q8_run_quantize },
+	{ ML_OP_Q8_DEQUANTIZE, ml_q8_run_dequantize },
+	{ ML_OP_Q8_CONV, ml_q8_run_conv },
+	{ ML_OP_Q8_ADD, ml_q8_run_add },
+	{ ML_OP_Q8_MAX_POOL, ml_q8_run_maxpool },
+	{ ML_OP_Q8_GLOBAL_AVG_POOL, ml_q8_run_gap },
+	{ ML_OP_FAKE_QUANT, run_fakequant },
 	{ .op = ML_OP_NONE },
 };

@@ -60,7 +60,9 @@ ml_prof_new(struct ml_prof **out, const struct ml_graph *g, const char *dev, int
 	p->phase = ml_calloc((size_t)p->n + 1, sizeof *p->phase);
 	p->ns = ml_calloc((size_t)p->n + 1, sizeof *p->ns);
 	p->mem = ml_calloc((size_t)g->n_tensors + 1, sizeof *p->mem);
-	if (p->t == NULL || p->st == NULL || p->wall == NULL || p->t0 == NULL || p->nsum == NULL ||
+	p->dev = ml_calloc((size_t)p->n + 1, sizeof *p->dev);
+	p->dev_name = ml_calloc((size_t)p->n + 1, sizeof *p->dev_name);
+	if (p->dev == NULL || p->dev_name == NULL || p->t == NULL || p->st == NULL || p->wall == NULL || p->t0 == NULL || p->nsum == NULL ||
 	    p->flops == NULL || p->bytes == NULL || p->phase == NULL || p->ns == NULL ||
 	    p->mem == NULL) {
 		ml_prof_free(p);
@@ -70,6 +72,7 @@ ml_prof_new(struct ml_prof **out, const struct ml_graph *g, const char *dev, int
 	for (int i = 0; i < p->n; i++) {
 		p->phase[i] = phase_of(g, &g->nodes[i]);
 		p->has_phase |= p->phase[i] != NULL;
+		snprintf(p->dev_name[i], sizeof p->dev_name[i], "%s", p->ran_on);
 	}
 	p->arena_bytes = -1;
 	*out = p;
@@ -91,6 +94,9 @@ ml_prof_free(struct ml_prof *p)
 	ml_free(p->phase);
 	ml_free(p->ns);
 	ml_free(p->mem);
+	ml_free(p->dev);
+	ml_free(p->dev_name);
+	ml_free(p->xf);
 	ml_free(p);
 }
 
@@ -107,7 +113,25 @@ ml_prof_record(struct ml_prof *p, const struct ml_session *s, double t0, double 
 		sum += t[i];
 		p->flops[i] = ml_session_node_flops(s, i);
 		p->bytes[i] = ml_session_node_bytes(s, i);
+		int d = ml_session_node_device(s, i);
+		p->dev[i] = d;
+		if (d <= 0)
+			snprintf(p->dev_name[i], sizeof p->dev_name[i], "cpu");
+		else
+			snprintf(p->dev_name[i], sizeof p->dev_name[i], "cl:%d", d - 1);
 	}
+	const struct ml_transfer *xf;
+	int nx = ml_session_transfers(s, &xf);
+	if (nx > 0 && p->nxf + nx > p->cap_xf) {
+		int64_t cap = ML_MAX(2 * p->cap_xf, p->nxf + nx + 16);
+		struct prof_xfer *v = ml_realloc(p->xf, sizeof *v * (size_t)cap);
+		if (v == NULL)
+			return ml_fail(e, ML_ENOMEM, "out of memory for the transfers of a profile");
+		p->xf = v;
+		p->cap_xf = cap;
+	}
+	for (int k = 0; k < nx; k++)
+		p->xf[p->nxf++] = (struct prof_xfer){ p->runs, xf[k] };
 	p->wall[p->runs] = wall;
 	p->t0[p->runs] = t0;
 	p->nsum[p->runs] = sum;
@@ -763,7 +787,7 @@ json_one(FILE *fp, struct ml_prof *p, const struct ml_prof_opts *o, struct ml_er
 			fputs("]", fp);
 		}
 		fprintf(fp, ", \"device\": ");
-		jstr(fp, p->ran_on);
+		jstr(fp, p->dev_name[i]);
 		fprintf(fp, ", \"shape\": ");
 		jstr(fp, shape);
 		fprintf(fp, ", \"phase\": ");
@@ -927,9 +951,32 @@ ml_prof_write_trace(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 		const struct ml_graph *g = p->g;
 		int pid = k + 1;
 		char qname[64];
-		trace_meta(fp, pid, 0, "process_name", p->ran_on, &first);
-		snprintf(qname, sizeof qname, "%s queue 0", p->ran_on);
-		trace_meta(fp, pid, 1, "thread_name", qname, &first);
+		trace_meta(fp, pid, 0, "process_name", p->device, &first);
+		/* one lane per device and queue (tid = device index + 1), one per transfer path */
+		bool seen_host = false;
+		for (int i = 0; i < p->n; i++) {
+			bool dup = false;
+			for (int j = 0; j < i && !dup; j++)
+				dup = p->dev[j] == p->dev[i];
+			if (dup)
+				continue;
+			seen_host |= p->dev[i] <= 0;
+			snprintf(qname, sizeof qname, "%s queue 0", p->dev_name[i]);
+			trace_meta(fp, pid, ML_MAX(p->dev[i], 0) + 1, "thread_name", qname, &first);
+		}
+		if (!seen_host) {
+			/* the runs are host events: the host lane is there even with no node on it */
+			trace_meta(fp, pid, 1, "thread_name", "cpu queue 0", &first);
+		}
+		for (int64_t x = 0; x < p->nxf; x++) {
+			bool dup = false;
+			for (int64_t y = 0; y < x && !dup; y++)
+				dup = p->xf[y].t.device == p->xf[x].t.device;
+			if (dup)
+				continue;
+			snprintf(qname, sizeof qname, "transfers cl:%d", p->xf[x].t.device - 1);
+			trace_meta(fp, pid, 1000 + p->xf[x].t.device, "thread_name", qname, &first);
+		}
 		for (int64_t r = 0; r < p->runs; r++) {
 			double base = (p->t0[r] - origin) * 1e6;
 			fprintf(fp, ",\n{\"ph\": \"X\", \"cat\": \"run\", \"pid\": %d, \"tid\": 1, "
@@ -940,7 +987,8 @@ ml_prof_write_trace(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 				char buf[32], shape[64];
 				fprintf(fp, ",\n{\"ph\": \"X\", \"cat\": ");
 				jstr(fp, nd->op_type);
-				fprintf(fp, ", \"pid\": %d, \"tid\": 1, \"name\": ", pid);
+				fprintf(fp, ", \"pid\": %d, \"tid\": %d, \"name\": ", pid,
+					ML_MAX(p->dev[i], 0) + 1);
 				jstr(fp, prof_node_name(g, i, buf, sizeof buf));
 				fprintf(fp, ", \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"op\": ",
 					base + p->st[r * p->n + i] * 1e6, p->t[r * p->n + i] * 1e6);
@@ -948,8 +996,29 @@ ml_prof_write_trace(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 				node_shape(p, i, shape, sizeof shape);
 				fprintf(fp, ", \"shape\": ");
 				jstr(fp, shape);
+				fprintf(fp, ", \"device\": ");
+				jstr(fp, p->dev_name[i]);
 				fprintf(fp, ", \"node\": %d, \"run\": %lld, \"flops\": %lld, \"bytes\": %lld}}",
 					i, (long long)r, (long long)p->flops[i], (long long)p->bytes[i]);
+			}
+			for (int64_t x = 0; x < p->nxf; x++) {
+				const struct prof_xfer *t = &p->xf[x];
+				if (t->run != r)
+					continue;
+				const char *tn = t->t.tensor >= 0 && t->t.tensor < g->n_tensors ?
+						 g->tensors[t->t.tensor]->name : "?";
+				fprintf(fp, ",\n{\"ph\": \"X\", \"cat\": \"transfer\", \"pid\": %d, "
+					"\"tid\": %d, \"name\": ", pid, 1000 + t->t.device);
+				char nm[192];
+				snprintf(nm, sizeof nm, "%s %s", t->t.to_device ? "to device" : "to host", tn);
+				jstr(fp, nm);
+				fprintf(fp, ", \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"tensor\": ",
+					(t->t.start - origin) * 1e6, ML_MAX(t->t.end - t->t.start, 0) * 1e6);
+				jstr(fp, tn);
+				fprintf(fp, ", \"bytes\": %lld, \"direction\": \"%s\", \"device\": \"cl:%d\", "
+					"\"run\": %lld}}", (long long)t->t.bytes,
+					t->t.to_device ? "host_to_device" : "device_to_host", t->t.device - 1,
+					(long long)r);
 			}
 		}
 	}

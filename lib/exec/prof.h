@@ -32,10 +32,20 @@ struct ml_prof {
 	struct ml_tensor_mem *mem;	/* per tensor, from the last run */
 	int64_t arena_bytes;
 	const char **phase;	/* per node: its training phase, NULL none */
+	int *dev;		/* per node: the device index it ran on in the last run */
+	char (*dev_name)[32];	/* per node: that device's id, "cpu" or "cl:N" */
+	struct prof_xfer *xf;	/* the transfers between devices of every run */
+	int64_t nxf, cap_xf;
 	bool has_phase;
 	struct prof_stat *ns;	/* per node */
 	struct prof_stat wall_st, sum_st;
 	bool ready;
+};
+
+/* struct prof_xfer: one copy between devices in run `run` (see ml_session_transfers). */
+struct prof_xfer {
+	int64_t run;
+	struct ml_transfer t;
 };
 
 /*

@@ -193,7 +193,8 @@ ml_prof_write_table(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 			continue;
 		}
 		if (by_node)
-			fprintf(fp, "  %-6s  %-*s", p->ran_on, ws, fit(x->shape, ws, sf, sizeof sf));
+			fprintf(fp, "  %-6s  %-*s", p->dev_name[x->index], ws,
+				fit(x->shape, ws, sf, sizeof sf));
 		fprintf(fp, "  %6lld  %10s  %10s  %5.1f%%", (long long)x->calls,
 			fmt_time(x->median, buf[0], 32), fmt_time(x->total, buf[1], 32), 100 * x->share);
 		put_rate(fp, x->flops, x->median);
@@ -282,7 +283,7 @@ ml_prof_write_csv(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 			fputc(',', fp);
 			csv_field(fp, x->op);
 			fputc(',', fp);
-			csv_field(fp, p->ran_on);
+			csv_field(fp, p->dev_name[x->index]);
 			fputc(',', fp);
 			csv_field(fp, x->shape);
 			fputc(',', fp);
@@ -369,7 +370,23 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 	}
 	int bars = (int)(o->top > 0 && o->top < nr ? o->top : ML_MIN(nr, 30));
 	double wall = p->wall[run] > 0 ? p->wall[run] : 1e-9;
-	double H = 150 + 22.0 * bars + 40;
+	/* the lanes: each device the nodes ran on (first seen first), then the transfers */
+	int lane_dev[8], nl = 0;
+	for (int i = 0; i < p->n && nl < 8; i++) {
+		int d = ML_MAX(p->dev[i], 0), k = 0;
+		while (k < nl && lane_dev[k] != d)
+			k++;
+		if (k == nl)
+			lane_dev[nl++] = d;
+	}
+	if (nl == 0)
+		lane_dev[nl++] = 0;
+	bool xlane = false;
+	for (int64_t x = 0; x < p->nxf && !xlane; x++)
+		xlane = p->xf[x].run == run;
+	int lanes = nl + xlane;
+	double dy = 50.0 * (lanes - 1);
+	double H = 150 + dy + 22.0 * bars + 40;
 
 	fprintf(fp, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
@@ -382,15 +399,42 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 		fmt_time(p->wall_st.median, buf[0], 32), (long long)p->runs, o->threads);
 	fprintf(fp, "<text x=\"%.0f\" y=\"42\">timeline of run %lld (%s), one lane per device queue</text>\n",
 		L, (long long)run, fmt_time(p->wall[run], buf[0], 32));
-	fprintf(fp, "<text x=\"%.0f\" y=\"62\" fill=\"#555\">%s queue 0</text>\n", L, p->ran_on);
-	fprintf(fp, "<rect x=\"%.0f\" y=\"66\" width=\"%.0f\" height=\"30\" fill=\"#f2f2f2\"/>\n", L, TW);
+	for (int l = 0; l < lanes; l++) {
+		double ly = 50.0 * l;
+		if (l < nl && lane_dev[l] == 0)
+			fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">cpu queue 0</text>\n", L,
+				62 + ly);
+		else if (l < nl)
+			fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">cl:%d queue 0</text>\n", L,
+				62 + ly, lane_dev[l] - 1);
+		else
+			fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">transfers</text>\n", L,
+				62 + ly);
+		fprintf(fp, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"30\" fill=\"#f2f2f2\"/>\n",
+			L, 66 + ly, TW);
+	}
+	for (int64_t k = 0; xlane && k < p->nxf; k++) {
+		const struct prof_xfer *t = &p->xf[k];
+		if (t->run != run)
+			continue;
+		double x = L + TW * (t->t.start - p->t0[run]) / wall;
+		double w = TW * (t->t.end - t->t.start) / wall;
+		fprintf(fp, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"30\" fill=\"#888\">"
+			"<title>%s ", ML_MAX(x, L), 66 + 50.0 * nl, ML_MAX(w, 0.3),
+			t->t.to_device ? "to device" : "to host");
+		xml_text(fp, t->t.tensor >= 0 && t->t.tensor < g->n_tensors ? g->tensors[t->t.tensor]->name : "?");
+		fprintf(fp, ": %s</title></rect>\n", fmt_bytes(t->t.bytes, buf[0], 32));
+	}
 	for (int i = 0; i < p->n; i++) {
 		double x = L + TW * p->st[run * p->n + i] / wall;
 		double w = TW * p->t[run * p->n + i] / wall;
 		char nb[32];
 		char col[8];
-		fprintf(fp, "<rect x=\"%.2f\" y=\"66\" width=\"%.2f\" height=\"30\" "
-			"fill=\"%s\"><title>", x, ML_MAX(w, 0.3),
+		int l = 0;
+		while (l < nl - 1 && lane_dev[l] != ML_MAX(p->dev[i], 0))
+			l++;
+		fprintf(fp, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"30\" "
+			"fill=\"%s\"><title>", x, 66 + 50.0 * l, ML_MAX(w, 0.3),
 			colour(&pl, g->nodes[i].op_type, col, sizeof col));
 		xml_text(fp, prof_node_name(g, i, nb, sizeof nb));
 		fputs(" (", fp);
@@ -399,19 +443,20 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 	}
 	for (int k = 0; k <= 4; k++) {
 		double x = L + TW * k / 4;
-		fprintf(fp, "<line x1=\"%.1f\" y1=\"96\" x2=\"%.1f\" y2=\"102\" stroke=\"#333\"/>"
-			"<text x=\"%.1f\" y=\"115\" text-anchor=\"%s\">%s</text>\n", x, x, x,
+		fprintf(fp, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#333\"/>"
+			"<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"%s\">%s</text>\n", x, 96 + dy, x,
+			102 + dy, x, 115 + dy,
 			k == 0 ? "start" : k == 4 ? "end" : "middle", fmt_time(wall * k / 4, buf[0], 32));
 	}
-	fprintf(fp, "<text x=\"%.0f\" y=\"142\">time per %s (median per run, largest first)</text>\n",
-		L, o->group == ML_PROF_BY_OP ? "op type" : o->group == ML_PROF_BY_PREFIX ? "name prefix" :
+	fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\">time per %s (median per run, largest first)</text>\n",
+		L, 142 + dy, o->group == ML_PROF_BY_OP ? "op type" : o->group == ML_PROF_BY_PREFIX ? "name prefix" :
 		o->group == ML_PROF_BY_PHASE ? "phase" : "node");
 	double maxm = 0;
 	for (int k = 0; k < bars; k++)
 		maxm = ML_MAX(maxm, r[k].median);
 	const double lx = 330, bw = W - lx - 190;
 	for (int k = 0; k < bars; k++) {
-		double y = 152 + 22.0 * k, w = maxm > 0 ? bw * r[k].median / maxm : 0;
+		double y = 152 + dy + 22.0 * k, w = maxm > 0 ? bw * r[k].median / maxm : 0;
 		char kf[64], col[8];
 		fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\">", lx - 6, y + 14);
 		xml_text(fp, fit(r[k].key, 44, kf, sizeof kf));
@@ -430,7 +475,7 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 	}
 	if (bars < nr)
 		fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">(%d more rows)</text>\n", lx,
-			152 + 22.0 * bars + 14, nr - bars);
+			152 + dy + 22.0 * bars + 14, nr - bars);
 	fputs("</svg>\n", fp);
 	ml_free(pl.names);
 	ml_free(r);

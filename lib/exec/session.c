@@ -5,32 +5,7 @@
  */
 #include "ml_impl.h"
 
-#define ALIGN 64
-
-struct ml_session {
-	struct ml_graph *g;
-	struct ml_session *parent;	/* for subgraph sessions: the enclosing one */
-	bool *outer;		/* per tensor: resolved from the parent at each run */
-	struct ml_session_opts o;
-	struct ml_tval *vals;	/* runtime value per tensor */
-	bool *bound;		/* per tensor: input bound by the caller */
-	int *last_use;		/* per tensor: last node index reading it */
-	int64_t *slot_off;	/* per tensor: arena offset, -1 none */
-	int64_t *slot_len;
-	uint8_t *arena;
-	int64_t arena_bytes;	/* -1 when the last plan could not be made */
-	int64_t plan_key[64];	/* input dims the plan was made for */
-	int plan_key_n;
-	bool planned;
-	double *node_time;
-	int64_t *node_flops, *node_bytes;	/* with opts.profile: from the run's shapes */
-	double *node_start;	/* with opts.profile: ml_now() as each node began */
-	struct ml_tval *prof_val;	/* with opts.profile: per tensor, last run's shape (no data) */
-	bool check_shapes;
-	struct ml_err *err_sink;	/* the error struct of the run in progress */	/* ML_CHECK_SHAPES=1: compare results with static inference */
-	struct ml_tval **in, **out;
-	int max_io;
-};
+#include "exec/session.h"
 
 /*
  * mark_outer_uses: names a node's subgraphs read from enclosing scopes are
@@ -72,13 +47,8 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	const char *dev = o != NULL && o->device != NULL ? o->device : "cpu";
 
 	*out = NULL;
-	if (strcmp(dev, "cpu") != 0) {
-		if (strcmp(dev, "auto") != 0 && strncmp(dev, "cl", 2) != 0)
-			return ml_fail(e, ML_EINVAL, "unknown device '%s' (cpu, cl, cl:N, auto)", dev);
-		if (strcmp(dev, "auto") != 0)
-			return ml_fail(e, ML_ENODEV, "device '%s': this build has no OpenCL support",
-				       dev);
-	}
+	if (strcmp(dev, "cpu") != 0 && strcmp(dev, "auto") != 0 && strncmp(dev, "cl", 2) != 0)
+		return ml_fail(e, ML_EINVAL, "unknown device '%s' (cpu, cl, cl:N, auto)", dev);
 	if ((s = ml_calloc(1, sizeof *s)) == NULL)
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	s->g = g;
@@ -143,6 +113,14 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->arena_bytes = -1;
 	const char *cs = getenv("ML_CHECK_SHAPES");
 	s->check_shapes = cs != NULL && strcmp(cs, "1") == 0;
+	/* other devices: placement, programs, resident parameters (device.c) */
+	if (strcmp(dev, "cpu") != 0) {
+		int rc = ml_hx_new(s, e);
+		if (rc < 0) {
+			ml_session_free(s);
+			return rc;
+		}
+	}
 	*out = s;
 	return 0;
 }
@@ -163,6 +141,7 @@ ml_session_free(struct ml_session *s)
 {
 	if (s == NULL)
 		return;
+	ml_hx_free(s);
 	if (s->vals != NULL && s->bound != NULL) {
 		for (int t = 0; t < s->g->n_tensors; t++)
 			ml_tval_clear(&s->vals[t]);
@@ -458,6 +437,12 @@ check_static(struct ml_session *s, const struct ml_node *n)
 	return 0;
 }
 
+int
+ml_session_check_static(struct ml_session *s, const struct ml_node *n)
+{
+	return check_static(s, n);
+}
+
 /*
  * resolve_outer: give every name the subgraph reads but does not define
  * the value it has in the nearest enclosing session (borrowed).
@@ -548,7 +533,34 @@ ml_session_run(struct ml_session *s, struct ml_err *e)
 			return rc;
 		s->planned = true;
 	}
-	for (int i = 0; i < g->n_nodes; i++) {
+	if (s->hx != NULL && ml_hx_active(s)) {
+		/* 1: the devices failed and the session fell back to the CPU */
+		if ((rc = ml_hx_run(s, e)) != 1)
+			return rc;
+		clear_acts(s);
+		for (int t = 0; t < g->n_tensors; t++)
+			if (!s->bound[t] && (g->tensors[t]->kind == ML_TK_CONST ||
+					     g->tensors[t]->kind == ML_TK_PARAM))
+				ml_graph_tval(g, t, &s->vals[t]);
+	}
+	for (int i = 0; i < g->n_nodes; i++)
+		if ((rc = ml_session_run_node(s, i, NULL, NULL, e)) < 0)
+			return rc;
+	return 0;
+}
+
+/*
+ * ml_session_run_node: run node i: check its inputs, infer and place its
+ * outputs (arena slot or heap), run kern (NULL: the CPU kernel), record
+ * the profile, release heap values after their last reader.
+ */
+int
+ml_session_run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c),
+		    void *arg, struct ml_err *e)
+{
+	const struct ml_graph *g = s->g;
+	int rc = 0;
+	{
 		const struct ml_node *n = &g->nodes[i];
 		double t0 = s->o.profile ? ml_now() : 0;
 		for (int j = 0; j < n->n_in; j++) {
@@ -593,7 +605,7 @@ ml_session_run(struct ml_session *s, struct ml_err *e)
 		struct ml_opctx c;
 		ml_node_ctx(&c, g, n, s->in, s->out, e);
 		c.sess = s;
-		if ((rc = ml_cpu_kernel_get(n->op)(&c)) < 0)
+		if ((rc = kern != NULL ? kern(arg, &c) : ml_cpu_kernel_get(n->op)(&c)) < 0)
 			goto fail;
 		if (s->o.profile) {
 			s->node_time[i] = ml_now() - t0;
@@ -631,7 +643,7 @@ ml_session_run(struct ml_session *s, struct ml_err *e)
 			    g->tensors[t]->kind == ML_TK_ACT)
 				ml_tval_clear(&s->vals[t]);
 		}
-		continue;
+		return 0;
 fail:
 		for (int j = 0; j < n->n_out; j++)
 			if (n->out[j] < 0)

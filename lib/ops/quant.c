@@ -264,6 +264,52 @@ flops_qconv(const struct ml_opctx *c)
 	return r;
 }
 
+/*
+ * FakeQuant (internal, quantisation-aware training): y = (clamp(round(x /
+ * scale) + zero_point, qmin, qmax) - zero_point) * scale, f32 like x.
+ * With scale (and optional zero_point, any numeric type) inputs: per
+ * tensor, or per channel along attribute axis (default 0) for a vector.
+ * Without a scale input: symmetric (zero point 0), the scale computed from
+ * the data, max |x| / qmax, per channel along axis when the attribute is
+ * set, else per tensor (the weights of lib/quant/qat.c).
+ */
+static int
+infer_fakequant(struct ml_opctx *c)
+{
+	const struct ml_tval *x = ML_IN(c, 0), *s = ML_IN(c, 1), *z = ML_IN(c, 2);
+	int64_t qmin = ml_attr_int(c->node, "qmin", 0), qmax = ml_attr_int(c->node, "qmax", 255);
+
+	ML_TRY(need(c, 0, "x"));
+	if (x->dtype != ML_UNDEF && x->dtype != ML_F32)
+		return ml_opfail(c, ML_ENOTSUP, "x dtype %s is not supported",
+				 ml_dtype_name(x->dtype));
+	if (qmin >= qmax || qmin < -65536 || qmax > 65536)
+		return ml_opfail(c, ML_EINVAL, "qmin %lld and qmax %lld are not a range",
+				 (long long)qmin, (long long)qmax);
+	if (s == NULL && z != NULL)
+		return ml_opfail(c, ML_EINVAL, "a zero point needs a scale");
+	if (s == NULL && qmin > -1)
+		return ml_opfail(c, ML_EINVAL, "without a scale input qmin must be negative");
+	ML_TRY(check_scale(c, 1, "scale"));
+	if (s != NULL && s->dtype != ML_UNDEF && s->dtype != ML_F32)
+		return ml_opfail(c, ML_ENOTSUP, "scale must be f32");
+	if (z != NULL && z->dtype != ML_UNDEF &&
+	    (z->dtype == ML_BOOL || z->dtype == ML_STRING || z->rank > 1))
+		return ml_opfail(c, ML_EINVAL, "zero_point must be a numeric scalar or vector");
+	if (x->rank >= 0 && (ml_attr_find(c->node, "axis") != NULL || (s != NULL && s->rank == 1))) {
+		int axis;
+		if (x->rank == 0)
+			return ml_opfail(c, ML_EINVAL, "a per-channel FakeQuant needs x of rank >= 1");
+		ML_TRY(ml_norm_axis(c, ml_attr_int(c->node, "axis", 0), x->rank, &axis));
+		if (s != NULL && s->rank == 1 && s->dims[0] > 1 && x->dims[axis] >= 0 &&
+		    s->dims[0] != x->dims[axis])
+			return ml_opfail(c, ML_EINVAL, "scale has %lld values for an axis of %lld",
+					 (long long)s->dims[0], (long long)x->dims[axis]);
+	}
+	ml_set_shape(c->out[0], ML_F32, x->rank, x->dims);
+	return 0;
+}
+
 const struct ml_opdef ml_opdefs_quant[] = {
 	{ ML_OP_QUANTIZE_LINEAR, 2, 3, 1, 1, infer_quantize, NULL },
 	{ ML_OP_DEQUANTIZE_LINEAR, 2, 3, 1, 1, infer_dequantize, NULL },
@@ -272,5 +318,12 @@ const struct ml_opdef ml_opdefs_quant[] = {
 	{ ML_OP_CONV_INTEGER, 2, 4, 1, 1, infer_qconv, flops_qconv },
 	{ ML_OP_QLINEAR_MATMUL, 8, 8, 1, 1, infer_qlinear_matmul, flops_mm },
 	{ ML_OP_QLINEAR_CONV, 8, 9, 1, 1, infer_qconv, flops_qconv },
+	{ ML_OP_Q8_QUANTIZE, 1, 1, 1, 1, ml_q8_infer_quant, NULL },
+	{ ML_OP_Q8_DEQUANTIZE, 1, 1, 1, 1, ml_q8_infer_dequant, NULL },
+	{ ML_OP_Q8_CONV, 4, 4, 1, 1, ml_q8_infer_conv, ml_q8_flops_conv },
+	{ ML_OP_Q8_ADD, 2, 2, 1, 1, ml_q8_infer_add, NULL },
+	{ ML_OP_Q8_MAX_POOL, 1, 1, 1, 1, ml_q8_infer_maxpool, NULL },
+	{ ML_OP_Q8_GLOBAL_AVG_POOL, 1, 1, 1, 1, ml_q8_infer_gap, NULL },
+	{ ML_OP_FAKE_QUANT, 1, 3, 1, 1, infer_fakequant, NULL },
 	{ .op = ML_OP_NONE },
 };

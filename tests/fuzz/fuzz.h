@@ -34,6 +34,7 @@ int fuzz_mlg(const uint8_t *data, size_t size);
 int fuzz_onnx(const uint8_t *data, size_t size);
 int fuzz_text(const uint8_t *data, size_t size);
 int fuzz_npy(const uint8_t *data, size_t size);
+int fuzz_idx(const uint8_t *data, size_t size);
 
 /*
  * FUZZ_TARGET(fn): define libFuzzer's entry points for target fn; the

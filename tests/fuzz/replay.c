@@ -30,6 +30,7 @@ static const struct {
 	{ "onnx", fuzz_onnx },
 	{ "text", fuzz_text },
 	{ "npy", fuzz_npy },
+	{ "idx", fuzz_idx },
 };
 #define N_TARGETS (int)(sizeof targets / sizeof targets[0])
 
@@ -184,7 +185,7 @@ main(int argc, char **argv)
 	if (argc > 2) {
 		int t = find_target(argv[1]), bad = 0;
 		if (t < 0) {
-			fprintf(stderr, "fuzz_replay: unknown target '%s' (mlg, onnx, text, npy)\n",
+			fprintf(stderr, "fuzz_replay: unknown target '%s' (mlg, onnx, text, npy, idx)\n",
 				argv[1]);
 			return 2;
 		}

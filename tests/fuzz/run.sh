@@ -10,7 +10,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 2
 TIME=${1:-300}
 [ $# -gt 0 ] && shift
-TARGETS=${*:-mlg onnx text npy}
+TARGETS=${*:-mlg onnx text npy idx}
 BIN=build-fuzz/fuzz
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}

@@ -70,6 +70,9 @@ MODELS = {
     "transformer": (seq(Encoder), 14),
     "transformer_op17": (seq(Encoder), 17),
     "lstm": (seq(Recurrent, "lstm"), 14),
+    # mlopt's tests and benchmark (tests/9110-models-opt.bats, bench_opt.py): ConvNeXt
+    # at 64x64, which keeps every layer (LayerNorm, GELU, layer scale) and runs fast
+    "convnext_tiny": (cnn(tv.convnext_tiny, 64), 14),
     "gru": (seq(Recurrent, "gru"), 14),
 }
 

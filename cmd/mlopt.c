@@ -1,0 +1,409 @@
+/*
+ * mlopt.c: optimise a graph: run the passes of an -O level or a list
+ * (lib/opt), report what each changed, and with --verify run the graph
+ * after every pass and stop at the first that moves an output beyond the
+ * tolerance.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char synopsis[] =
+	"mlopt [-fqv] [-O LEVEL] [--passes LIST] [--disable LIST] [--report [--json]] [-o OUTPUT]\n"
+	"             [--verify [--rtol R] [--atol A] [-i NAME=FILE.npy]... [--seed S]]\n"
+	"             [--max-alloc SIZE] [INPUT | -]\n"
+	"       mlopt --list-passes [--json]";
+
+static const char help_text[] =
+	"Optimise a model with graph passes and write it out. '-' or no INPUT reads\n"
+	"stdin; no -o writes stdout (mlg unless OUTPUT's extension says otherwise).\n"
+	"\n"
+	"      --atol A        --verify's absolute tolerance (default 1e-5)\n"
+	"      --dim NAME=N    with --verify, the size of a symbolic dim of made-up inputs\n"
+	"      --disable LIST  leave out these passes (comma-separated)\n"
+	"  -f, --force         write a binary format to a terminal\n"
+	"  -h, --help          print this help and exit\n"
+	"  -i, --input NAME=FILE\n"
+	"                      with --verify, input NAME from FILE.npy (others: random)\n"
+	"      --json          print the report or the pass list as JSON\n"
+	"      --list-passes   print the passes with their levels and exit\n"
+	"      --max-alloc SIZE\n"
+	"                      allocate at most SIZE bytes (K, M, G suffixes)\n"
+	"  -O, --level LEVEL   0 (nothing), 1 (cleaning), 2 (fusion, the default), 3\n"
+	"  -o, --output FILE   write the model to FILE ('-' for stdout)\n"
+	"      --passes LIST   run exactly these passes, in this order (comma-separated)\n"
+	"  -q, --quiet         print nothing but errors\n"
+	"      --report        print per pass the nodes before and after and what changed\n"
+	"                      (on stdout with -o FILE, else on stderr)\n"
+	"      --rtol R        --verify's relative tolerance (default 1e-4)\n"
+	"      --seed S        seed of --verify's random inputs (default 0)\n"
+	"      --verify        run the graph after every pass and fail (status 1) naming\n"
+	"                      the first pass that moves an output beyond the tolerance\n"
+	"  -v, --verbose       say what was read and written, on stderr\n"
+	"  -V, --version       print the version and exit\n";
+
+static _Noreturn void
+usage(FILE *fp, int status)
+{
+	fprintf(fp, "usage: %s\n", synopsis);
+	if (status == 0) {
+		fprintf(fp, "\n%s", help_text);
+		finish_stdout();
+	}
+	exit(status);
+}
+
+/*
+ * --verify: the reference outputs of the graph as read, and a check after
+ * each pass against them.
+ */
+struct verify {
+	const char *path;
+	struct cli_inputs *in;
+	double rtol, atol;
+	int n;
+	struct ml_tval *ref;
+	char **names;
+	bool broke;
+	int verbose;
+};
+
+/* run_graph: run g once on the verify inputs; outputs copied into out[] (owned). */
+static int
+run_graph(struct verify *v, struct ml_graph *g, struct ml_tval *out, struct ml_err *e)
+{
+	struct ml_session *s = NULL;
+	int rc;
+	if ((rc = ml_session_new(&s, g, NULL, e)) < 0)
+		return rc;
+	cli_bind_inputs(s, g, v->path, v->in);
+	if ((rc = ml_session_run(s, e)) < 0)
+		goto out;
+	for (int i = 0; i < g->n_outputs; i++) {
+		const struct ml_tval *y = ml_session_output(s, i);
+		memset(&out[i], 0, sizeof out[i]);
+		if ((rc = ml_tval_alloc(&out[i], y->dtype, y->rank, y->dims, e)) < 0)
+			goto out;
+		int64_t nb = ml_tval_nbytes(y);
+		if (nb > 0)
+			memcpy(out[i].data, y->data, (size_t)nb);
+	}
+out:
+	ml_session_free(s);
+	return rc;
+}
+
+static int
+check_pass(void *ctx, struct ml_graph *g, const char *pass, struct ml_err *e)
+{
+	struct verify *v = ctx;
+	struct ml_tval *got = calloc((size_t)v->n + 1, sizeof *got);
+	int rc = 0;
+	if (got == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	if (g->n_outputs != v->n) {
+		rc = ml_fail(e, ML_EINVAL, "--verify: pass '%s' changed the number of outputs", pass);
+		v->broke = true;
+		goto out;
+	}
+	if ((rc = run_graph(v, g, got, e)) < 0) {
+		ml_err_prefix(e, pass);
+		ml_err_prefix(e, "--verify: after pass");
+		v->broke = true;
+		goto out;
+	}
+	double worst = 0;
+	for (int i = 0; i < v->n; i++) {
+		const struct ml_tval *a = &got[i], *b = &v->ref[i];
+		bool shape = a->dtype == b->dtype && a->rank == b->rank;
+		for (int d = 0; shape && d < a->rank; d++)
+			shape = a->dims[d] == b->dims[d];
+		if (!shape) {
+			char s1[128], s2[128];
+			rc = ml_fail(e, ML_EINVAL, "--verify: pass '%s' changed output '%s' from %s to %s",
+				     pass, v->names[i], ml_tval_shape_str(b, s1, sizeof s1),
+				     ml_tval_shape_str(a, s2, sizeof s2));
+			v->broke = true;
+			goto out;
+		}
+		int64_t n = ml_tval_numel(a);
+		bool fl = ml_dtype_is_float(a->dtype);
+		for (int64_t k = 0; k < n; k++) {
+			double x = ml_get_f64(a->data, a->dtype, k), y = ml_get_f64(b->data, b->dtype, k);
+			double d = fabs(x - y), lim = fl ? v->atol + v->rtol * fabs(y) : 0;
+			bool ok = d <= lim || (isnan(x) && isnan(y));
+			if (lim > 0 && d / lim > worst)
+				worst = d / lim;
+			if (!ok) {
+				rc = ml_fail(e, ML_EINVAL,
+					     "--verify: pass '%s' changed output '%s' beyond the tolerance "
+					     "(element %lld: %.9g, was %.9g)",
+					     pass, v->names[i], (long long)k, x, y);
+				v->broke = true;
+				goto out;
+			}
+		}
+	}
+	if (v->verbose)
+		fprintf(stderr, "%s: --verify: %s: outputs within tolerance (%.3g of it at worst)\n",
+			progname, pass, worst);
+out:
+	for (int i = 0; i < v->n; i++)
+		ml_tval_clear(&got[i]);
+	free(got);
+	return rc;
+}
+
+static void
+list_passes(bool json)
+{
+	int n;
+	const struct ml_opt_pass_info *p = ml_opt_passes(&n);
+	if (json)
+		printf("[");
+	for (int i = 0; i < n; i++) {
+		if (json) {
+			printf("%s\n  {\"name\": ", i ? "," : "");
+			json_str(stdout, p[i].name);
+			printf(", \"level\": %d, \"doc\": ", p[i].level);
+			json_str(stdout, p[i].doc);
+			printf("}");
+		} else {
+			printf("%-18s -O%d  %s\n", p[i].name, p[i].level, p[i].doc);
+		}
+	}
+	if (json)
+		printf("\n]\n");
+}
+
+static void
+print_report(FILE *fp, const struct ml_opt_report *r, bool json, int level, const char *passes)
+{
+	if (json) {
+		fprintf(fp, "{\n  \"level\": %d,\n  \"passes\": ", level);
+		if (passes != NULL)
+			json_str(fp, passes);
+		else
+			fputs("null", fp);
+		fprintf(fp, ",\n  \"nodes_before\": %d,\n  \"nodes_after\": %d,\n  \"rounds\": %d,\n"
+			"  \"arena_bytes\": %lld,\n  \"runs\": [", r->nodes_before, r->nodes_after,
+			r->rounds, (long long)r->arena_bytes);
+		for (int i = 0; i < r->n; i++) {
+			const struct ml_opt_row *w = &r->rows[i];
+			fprintf(fp, "%s\n    {\"pass\": ", i ? "," : "");
+			json_str(fp, w->pass);
+			fprintf(fp, ", \"round\": %d, \"nodes_before\": %d, \"nodes_after\": %d, "
+				"\"changes\": %d, \"what\": ", w->round, w->nodes_before,
+				w->nodes_after, w->changes);
+			json_str(fp, w->what);
+			fprintf(fp, "}");
+		}
+		fprintf(fp, "%s]\n}\n", r->n ? "\n  " : "");
+		return;
+	}
+	fprintf(fp, "%-18s %5s %6s %6s %7s  %s\n", "pass", "round", "before", "after", "changes",
+		"what");
+	for (int i = 0; i < r->n; i++) {
+		const struct ml_opt_row *w = &r->rows[i];
+		fprintf(fp, "%-18s %5d %6d %6d %7d  %s\n", w->pass, w->round, w->nodes_before,
+			w->nodes_after, w->changes, w->what[0] ? w->what : "-");
+	}
+	double pct = r->nodes_before > 0 ?
+			     100.0 * (r->nodes_before - r->nodes_after) / r->nodes_before : 0;
+	fprintf(fp, "nodes: %d -> %d (%.1f%% fewer) in %d round%s\n", r->nodes_before,
+		r->nodes_after, pct, r->rounds, r->rounds == 1 ? "" : "s");
+}
+
+int
+main(int argc, char **argv)
+{
+	enum { OPT_PASSES = 256, OPT_DISABLE, OPT_LIST, OPT_REPORT, OPT_JSON, OPT_VERIFY, OPT_RTOL,
+	       OPT_ATOL, OPT_SEED, OPT_DIM, OPT_MAX_ALLOC };
+	static const struct option longopts[] = {
+		{ "atol", required_argument, NULL, OPT_ATOL },
+		{ "dim", required_argument, NULL, OPT_DIM },
+		{ "disable", required_argument, NULL, OPT_DISABLE },
+		{ "force", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "input", required_argument, NULL, 'i' },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "level", required_argument, NULL, 'O' },
+		{ "list-passes", no_argument, NULL, OPT_LIST },
+		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
+		{ "output", required_argument, NULL, 'o' },
+		{ "passes", required_argument, NULL, OPT_PASSES },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "report", no_argument, NULL, OPT_REPORT },
+		{ "rtol", required_argument, NULL, OPT_RTOL },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "verify", no_argument, NULL, OPT_VERIFY },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli_inputs in = { 0 };
+	struct ml_opt_opts oo = { .level = 2 };
+	const char *output = NULL;
+	bool force = false, list = false, report = false, json = false, verify = false;
+	bool version = false;
+	double rtol = 1e-4, atol = 1e-5;
+	int verbose = 0, quiet = 0, c;
+
+	cli_init(argc, argv);
+	while ((c = getopt_long(argc, argv, "fhi:O:o:qvV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+			force = true;
+			break;
+		case 'h':
+			usage(stdout, 0);
+		case 'i':
+			cli_add_input(&in, optarg, synopsis);
+			break;
+		case 'O':
+			oo.level = (int)parse_int("-O", optarg, 0, 3, synopsis);
+			break;
+		case 'o':
+			output = optarg;
+			break;
+		case 'q':
+			quiet = 1;
+			break;
+		case 'v':
+			verbose++;
+			break;
+		case 'V':
+			version = true;
+			break;
+		case OPT_PASSES:
+			oo.passes = optarg;
+			break;
+		case OPT_DISABLE:
+			oo.disable = optarg;
+			break;
+		case OPT_LIST:
+			list = true;
+			break;
+		case OPT_REPORT:
+			report = true;
+			break;
+		case OPT_JSON:
+			json = true;
+			break;
+		case OPT_VERIFY:
+			verify = true;
+			break;
+		case OPT_RTOL:
+			rtol = parse_double("--rtol", optarg, synopsis);
+			break;
+		case OPT_ATOL:
+			atol = parse_double("--atol", optarg, synopsis);
+			break;
+		case OPT_SEED:
+			in.seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
+			break;
+		case OPT_DIM:
+			cli_add_dim(&in, optarg, synopsis);
+			break;
+		case OPT_MAX_ALLOC:
+			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
+			break;
+		default:
+			fprintf(stderr, "usage: %s\n", synopsis);
+			exit(EXIT_USAGE);
+		}
+	}
+	if (version) {
+		print_version(verbose);
+		return finish_stdout();
+	}
+	if (list) {
+		if (optind < argc)
+			usage_error(synopsis, "--list-passes takes no operand");
+		list_passes(json);
+		return finish_stdout();
+	}
+	if (optind + 1 < argc)
+		usage_error(synopsis, "too many operands");
+	if (json && !report)
+		usage_error(synopsis, "--json needs --report or --list-passes");
+	if (rtol < 0 || atol < 0)
+		usage_error(synopsis, "tolerances must not be negative");
+	if ((in.nbinds > 0 || in.ndims > 0) && !verify)
+		usage_error(synopsis, "-i and --dim need --verify");
+	struct ml_err err = { 0 };
+	if (ml_opt_check_names(oo.passes, &err) < 0 || ml_opt_check_names(oo.disable, &err) < 0)
+		usage_error(synopsis, "%s", err.msg);
+	const char *input = optind < argc ? argv[optind] : "-";
+	if (output != NULL && output[0] == '\0')
+		usage_error(synopsis, "-o: empty file name");
+	if (output == NULL)
+		output = "-";
+	enum ml_format to = ML_FMT_MLG;
+	if (strcmp(output, "-") != 0) {
+		const char *dot = strrchr(output, '.'), *slash = strrchr(output, '/');
+		if (dot != NULL && (slash == NULL || dot > slash) &&
+		    ml_format_from_name(dot + 1) != ML_FMT_AUTO)
+			to = ml_format_from_name(dot + 1);
+	}
+	if (to != ML_FMT_MLT)
+		refuse_tty_stdout(output, force);
+
+	struct ml_graph *g = NULL;
+	double t0 = ml_now();
+	if (ml_model_load(&g, input, ML_FMT_AUTO, &err) < 0)
+		die_err(&err);
+	const char *shown_in = strcmp(input, "-") == 0 ? "<stdin>" : input;
+	if (verbose && !quiet)
+		fprintf(stderr, "%s: read %s: %d nodes (%.1f ms)\n", progname, shown_in, g->n_nodes,
+			(ml_now() - t0) * 1e3);
+
+	struct verify v = { .path = shown_in, .in = &in, .rtol = rtol, .atol = atol,
+			    .verbose = verbose && !quiet };
+	if (verify) {
+		in.random = true;
+		v.n = g->n_outputs;
+		v.ref = calloc((size_t)v.n + 1, sizeof *v.ref);
+		v.names = calloc((size_t)v.n + 1, sizeof *v.names);
+		if (v.ref == NULL || v.names == NULL)
+			die(EXIT_FAIL, "out of memory");
+		for (int i = 0; i < v.n; i++)
+			v.names[i] = strdup(g->tensors[g->outputs[i]]->name);
+		if (run_graph(&v, g, v.ref, &err) < 0) {
+			ml_err_prefix(&err, "--verify: the graph as read");
+			die_err(&err);
+		}
+		oo.check = check_pass;
+		oo.check_ctx = &v;
+	}
+	struct ml_opt_report r = { 0 };
+	double t1 = ml_now();
+	if (ml_opt_run(g, &oo, &r, &err) < 0) {
+		if (v.broke)
+			die(EXIT_FAIL, "%s: %s", shown_in, err.msg);
+		die_err(&err);
+	}
+	if (verbose && !quiet)
+		fprintf(stderr, "%s: %d -> %d nodes in %d rounds (%.1f ms)%s\n", progname,
+			r.nodes_before, r.nodes_after, r.rounds, (ml_now() - t1) * 1e3,
+			verify ? ", every pass verified" : "");
+	if (ml_model_save(g, output, to, &err) < 0)
+		die_err(&err);
+	if (report && !quiet) {
+		FILE *fp = strcmp(output, "-") == 0 ? stderr : stdout;
+		print_report(fp, &r, json, oo.level, oo.passes);
+	}
+	ml_opt_report_free(&r);
+	for (int i = 0; i < v.n; i++) {
+		ml_tval_clear(&v.ref[i]);
+		free(v.names[i]);
+	}
+	free(v.ref);
+	free(v.names);
+	ml_graph_free(g);
+	cli_inputs_free(&in);
+	return finish_stdout();
+}

@@ -1,0 +1,303 @@
+/*
+ * mlquant.c: quantise a model: int8 with calibration (integer ops or QDQ),
+ * weights only, or fp16/bf16; reads and writes graph files through pipes.
+ */
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char synopsis[] =
+	"mlquant [-fqv] [-c DATA] [--samples N] [--method minmax|percentile|entropy]\n"
+	"               [--percentile P] [--dtype uint8|int8|fp16|bf16] [--qdq | --dynamic]\n"
+	"               [--pow2] [--exclude NODES]... [--budget DB] [--report] [--json]\n"
+	"               [--threads N] [--max-alloc SIZE] [-o OUTPUT] [MODEL | -]";
+
+static const char help_text[] =
+	"Quantise a model (.mlg, .onnx or .mlt; '-' reads stdin) and write it\n"
+	"(.mlg unless OUTPUT ends in .onnx or .mlt; '-' or no -o writes stdout).\n"
+	"\n"
+	"  -c, --calib DATA        calibration data: a .npy (samples along the first dim),\n"
+	"                          a .npz (one array per input name) or a dataset folder\n"
+	"                          (IDX, .npy/.npz, CSV)\n"
+	"      --samples N         use at most N calibration samples (default 256)\n"
+	"      --method M          activation ranges by minmax, percentile or entropy\n"
+	"                          (KL divergence); default minmax\n"
+	"      --percentile P      the percentile of |x| for --method percentile (99.99)\n"
+	"      --dtype T           uint8 (asymmetric activations, default), int8 (symmetric\n"
+	"                          activations), fp16 or bf16 (16-bit weights, no calibration)\n"
+	"      --qdq               QuantizeLinear/DequantizeLinear form (exports to ONNX)\n"
+	"                          instead of the project's int8 ops\n"
+	"      --dynamic           quantise weights only (no calibration)\n"
+	"      --pow2              power-of-two weight levels (non-uniform)\n"
+	"      --exclude NODES     comma-separated node or output names that stay float\n"
+	"      --budget DB         keep the output SQNR at least DB decibels: layers slower\n"
+	"                          in int8, then the least accurate ones, stay float\n"
+	"      --report            print the per-layer report (SQNR, size, time) on stderr\n"
+	"      --json              the report as JSON\n"
+	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
+	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes)\n"
+	"  -o, --output OUTPUT     write the quantised model to OUTPUT\n"
+	"  -f, --force             write binary output to a terminal\n"
+	"  -q, --quiet             print nothing but errors\n"
+	"  -v, --verbose           print a summary on stderr\n"
+	"  -h, --help              print this help and exit\n"
+	"  -V, --version           print the version and exit\n";
+
+static _Noreturn void
+usage(FILE *fp, int status)
+{
+	fprintf(fp, "usage: %s\n", synopsis);
+	if (status == 0) {
+		fprintf(fp, "\n%s", help_text);
+		exit(finish_stdout());
+	}
+	exit(status);
+}
+
+enum {
+	OPT_BUDGET = 256, OPT_DTYPE, OPT_DYNAMIC, OPT_EXCLUDE, OPT_JSON, OPT_MAX_ALLOC, OPT_METHOD,
+	OPT_PERCENTILE, OPT_POW2, OPT_QDQ, OPT_REPORT, OPT_SAMPLES, OPT_THREADS,
+};
+
+static void
+print_report(const struct ml_quant_report *r, bool json)
+{
+	FILE *fp = stderr;
+
+	if (json) {
+		fprintf(fp, "{\"output_sqnr_db\": %.2f, \"bytes_in\": %lld, \"bytes_out\": %lld, "
+			"\"rounds\": %d, \"layers\": [", r->out_sqnr_db, (long long)r->bytes_in,
+			(long long)r->bytes_out, r->rounds);
+		for (int i = 0; i < r->n; i++) {
+			const struct ml_quant_layer *L = &r->layers[i];
+			fprintf(fp, "%s{\"name\": ", i ? ", " : "");
+			json_str(fp, L->name);
+			fprintf(fp, ", \"op\": ");
+			json_str(fp, L->op);
+			fprintf(fp, ", \"quantized\": %s, \"why\": ", L->quantized ? "true" : "false");
+			json_str(fp, L->why);
+			fprintf(fp, ", \"weight_sqnr_db\": %.2f, \"bytes_f32\": %lld, \"bytes_q\": %lld, "
+				"\"us_f32\": %.1f, \"us_q\": %.1f}", L->sqnr_db, (long long)L->bytes_f32,
+				(long long)L->bytes_q, L->us_f32, L->us_q);
+		}
+		fprintf(fp, "]}\n");
+		return;
+	}
+	fprintf(fp, "%-32s %-22s %-6s %9s %10s %10s %9s %9s\n", "layer", "op", "form", "wSQNR dB",
+		"f32 bytes", "q bytes", "f32 us", "q us");
+	for (int i = 0; i < r->n; i++) {
+		const struct ml_quant_layer *L = &r->layers[i];
+		fprintf(fp, "%-32.32s %-22.22s %-6s %9.1f %10lld %10lld %9.1f %9.1f%s%s\n", L->name,
+			L->op, L->quantized ? "int8" : "float", L->sqnr_db, (long long)L->bytes_f32,
+			(long long)L->bytes_q, L->us_f32, L->us_q, L->why[0] ? "  " : "", L->why);
+	}
+	fprintf(fp, "constants %lld -> %lld bytes (%.3fx)", (long long)r->bytes_in,
+		(long long)r->bytes_out, r->bytes_in > 0 ? (double)r->bytes_out / r->bytes_in : 0.0);
+	if (r->out_sqnr_db != 0)
+		fprintf(fp, ", output SQNR %.1f dB", r->out_sqnr_db);
+	if (r->rounds > 0)
+		fprintf(fp, ", %d budget rounds", r->rounds);
+	fprintf(fp, "\n");
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "budget", required_argument, NULL, OPT_BUDGET },
+		{ "calib", required_argument, NULL, 'c' },
+		{ "dtype", required_argument, NULL, OPT_DTYPE },
+		{ "dynamic", no_argument, NULL, OPT_DYNAMIC },
+		{ "exclude", required_argument, NULL, OPT_EXCLUDE },
+		{ "force", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
+		{ "method", required_argument, NULL, OPT_METHOD },
+		{ "output", required_argument, NULL, 'o' },
+		{ "percentile", required_argument, NULL, OPT_PERCENTILE },
+		{ "pow2", no_argument, NULL, OPT_POW2 },
+		{ "qdq", no_argument, NULL, OPT_QDQ },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "report", no_argument, NULL, OPT_REPORT },
+		{ "samples", required_argument, NULL, OPT_SAMPLES },
+		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ml_quant_opts o = { .form = ML_QFORM_INT, .method = ML_CALIB_MINMAX };
+	const char *calib = NULL, *output = "-";
+	const char **excl = NULL;
+	int nexcl = 0, verbose = 0, quiet = 0, threads = 0, c;
+	bool force = false, version = false, report = false, json = false, qdq = false,
+	     dynamic = false;
+	int64_t samples = 256;
+	int half = 0;
+
+	cli_init(argc, argv);
+	while ((c = getopt_long(argc, argv, "c:fho:qvV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			calib = optarg;
+			break;
+		case 'f':
+			force = true;
+			break;
+		case 'h':
+			usage(stdout, 0);
+		case 'o':
+			output = optarg;
+			break;
+		case 'q':
+			quiet = 1;
+			break;
+		case 'v':
+			verbose++;
+			break;
+		case 'V':
+			version = true;
+			break;
+		case OPT_BUDGET:
+			o.budget = parse_double("--budget", optarg, synopsis);
+			if (o.budget <= 0)
+				usage_error(synopsis, "--budget must be positive");
+			break;
+		case OPT_DTYPE:
+			if (strcmp(optarg, "uint8") == 0 || strcmp(optarg, "u8") == 0)
+				o.act_signed = false;
+			else if (strcmp(optarg, "int8") == 0 || strcmp(optarg, "i8") == 0)
+				o.act_signed = true;
+			else if (strcmp(optarg, "fp16") == 0 || strcmp(optarg, "f16") == 0)
+				half = ML_QFORM_F16;
+			else if (strcmp(optarg, "bf16") == 0)
+				half = ML_QFORM_BF16;
+			else
+				usage_error(synopsis, "unknown dtype '%s' (uint8, int8, fp16, bf16)",
+					    optarg);
+			break;
+		case OPT_DYNAMIC:
+			dynamic = true;
+			break;
+		case OPT_EXCLUDE: {
+			char *s = optarg, *tok;
+			while ((tok = strsep(&s, ",")) != NULL) {
+				if (*tok == '\0')
+					continue;
+				const char **n = realloc(excl, sizeof *excl * (size_t)(nexcl + 1));
+				if (n == NULL)
+					die(EXIT_FAIL, "out of memory");
+				excl = n;
+				excl[nexcl++] = tok;
+			}
+			break;
+		}
+		case OPT_JSON:
+			json = true;
+			break;
+		case OPT_MAX_ALLOC:
+			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
+			break;
+		case OPT_METHOD:
+			if (strcmp(optarg, "minmax") == 0)
+				o.method = ML_CALIB_MINMAX;
+			else if (strcmp(optarg, "percentile") == 0)
+				o.method = ML_CALIB_PERCENTILE;
+			else if (strcmp(optarg, "entropy") == 0 || strcmp(optarg, "kl") == 0)
+				o.method = ML_CALIB_ENTROPY;
+			else
+				usage_error(synopsis, "unknown method '%s' (minmax, percentile, entropy)",
+					    optarg);
+			break;
+		case OPT_PERCENTILE:
+			o.percentile = parse_double("--percentile", optarg, synopsis);
+			if (o.percentile <= 50 || o.percentile > 100)
+				usage_error(synopsis, "--percentile must be in (50, 100]");
+			break;
+		case OPT_POW2:
+			o.pow2 = true;
+			break;
+		case OPT_QDQ:
+			qdq = true;
+			break;
+		case OPT_REPORT:
+			report = true;
+			break;
+		case OPT_SAMPLES:
+			samples = parse_int("--samples", optarg, 1, 1000000000, synopsis);
+			break;
+		case OPT_THREADS:
+			threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
+			break;
+		default:
+			fprintf(stderr, "usage: %s\n", synopsis);
+			exit(EXIT_USAGE);
+		}
+	}
+	if (version) {
+		print_version(verbose);
+		return finish_stdout();
+	}
+	if (optind + 1 < argc)
+		usage_error(synopsis, "too many operands");
+	const char *path = optind < argc ? argv[optind] : "-";
+	if (qdq && dynamic)
+		usage_error(synopsis, "--qdq and --dynamic exclude each other");
+	if (half && (qdq || dynamic))
+		usage_error(synopsis, "--dtype %s takes no --qdq or --dynamic",
+			    half == ML_QFORM_F16 ? "fp16" : "bf16");
+	o.form = half ? half : qdq ? ML_QFORM_QDQ : dynamic ? ML_QFORM_DYNAMIC : ML_QFORM_INT;
+	bool needcal = o.form == ML_QFORM_INT || o.form == ML_QFORM_QDQ;
+	if (calib != NULL && strcmp(calib, "-") == 0 && strcmp(path, "-") == 0)
+		usage_error(synopsis, "the model and the calibration data cannot both be stdin");
+	o.exclude = excl;
+	o.n_exclude = nexcl;
+	o.measure = report || json;
+	o.verbose = verbose;
+	refuse_tty_stdout(output, force);
+	ml_set_threads(threads);
+
+	struct ml_err err = { 0 };
+	struct ml_graph *g = NULL, *q = NULL;
+	struct ml_calib *cal = NULL;
+	struct ml_quant_report rep = { 0 };
+	if (ml_model_load(&g, path, ML_FMT_AUTO, &err) < 0)
+		die_err(&err);
+	/* a model trained with mltrain --qat carries its ranges in its FakeQuant nodes */
+	bool qat = false;
+	for (int i = 0; i < g->n_nodes && !qat; i++)
+		qat = strcmp(g->nodes[i].op_type, "FakeQuant") == 0 &&
+		      strcmp(g->nodes[i].domain, "ml") == 0;
+	if (needcal && calib == NULL && !qat)
+		usage_error(synopsis, "int8 activations need calibration data (-c DATA), "
+			    "or use --dynamic or --dtype fp16");
+	if (calib != NULL && ml_calib_load(&cal, g, calib, samples, &err) < 0)
+		die_err(&err);
+	if (ml_quantize(&q, g, cal, &o, &rep, &err) < 0) {
+		ml_err_prefix(&err, strcmp(path, "-") == 0 ? "<stdin>" : path);
+		die_err(&err);
+	}
+	enum ml_format fmt = strcmp(output, "-") == 0 ? ML_FMT_MLG : ml_format_from_name(output);
+	if (fmt == ML_FMT_AUTO)
+		fmt = ML_FMT_MLG;
+	if (ml_model_save(q, output, fmt, &err) < 0)
+		die_err(&err);
+	if ((report || json) && !quiet)
+		print_report(&rep, json);
+	if (verbose && !quiet) {
+		int nq = 0;
+		for (int i = 0; i < rep.n; i++)
+			nq += rep.layers[i].quantized;
+		fprintf(stderr, "%s: %d of %d layers quantised, constants %lld -> %lld bytes\n",
+			progname, nq, rep.n, (long long)rep.bytes_in, (long long)rep.bytes_out);
+	}
+	ml_quant_report_free(&rep);
+	ml_calib_free(cal);
+	ml_graph_free(q);
+	ml_graph_free(g);
+	free(excl);
+	return finish_stdout();
+}

@@ -1,0 +1,124 @@
+/*
+ * conv.cl: the parts of 2-D convolution (NCHW) that are not GEMM; the host
+ * (lib/cl/conv.c) runs the rest through kernels/gemm.cl.
+ *
+ *   ml_conv_im2col_T  unfolds one group of a chunk of images into columns,
+ *                     written in the GEMM's packed B layout; the GEMM
+ *                     W_g * col (mlcl_gemm_pb) follows.
+ *   ml_conv_dw_T      depthwise convolution (group == C, one input channel
+ *                     per output channel, channel multiplier M / C) done
+ *                     directly: a GEMM with K = KH*KW would waste the
+ *                     packing; bias and ReLU are fused.
+ *
+ * T is f32, or f16 storage with -DML_F16 (vload_half/vstore_half, f32
+ * arithmetic, no cl_khr_fp16 needed). Offsets are in elements. Neither
+ * kernel uses local memory or barriers, so any work-group size is correct.
+ */
+#ifndef NR
+#define NR 16
+#endif
+#ifdef ML_F16
+#define T half
+#define LD(p, i) vload_half((i), (p))
+#define ST(p, i, v) vstore_half((v), (i), (p))
+#define KN(name) name##_f16
+#else
+#define T float
+#define LD(p, i) ((p)[i])
+#define ST(p, i, v) ((p)[i] = (v))
+#define KN(name) name##_f32
+#endif
+
+/*
+ * im2col straight into the packed B layout of kernels/gemm.cl (f32 panels
+ * of NR columns, [panel][k][NR], -DNR= must match the GEMM's tile), so the
+ * GEMM needs no packing pass of its own: column p = oh*OW + ow, row
+ * r = (ci*KH + kh)*KW + kw of image i goes to
+ * col[i*cstride + (p/NR)*K*NR + r*NR + p%NR], K = CG*KH*KW, zero for
+ * padding and for p >= OH*OW up to the panel's end. One work-item writes
+ * the NR contiguous values of one (row, panel), so the divisions happen
+ * once per NR values and consecutive work-items write consecutive memory.
+ * Image i of the chunk is read at x + xoff + i*ximg, channels c0 ..
+ * c0+CG-1 (the group); sh, sw are the strides, dh, dw the dilations, pt,
+ * pl the top and left pads. nr is NR again, as an argument: with a
+ * constant trip count the loop would be unrolled and POCL would vectorise
+ * across work-items instead, turning the stores into slow scatters.
+ * NDRange: (K rounded up to the work-group size, panels, images).
+ */
+kernel void
+KN(ml_conv_im2col)(global const T *x, long xoff, long ximg, int c0, int CG, global float *col,
+		   long cstride, int H, int W, int KH, int KW, int sh, int sw, int dh, int dw,
+		   int pt, int pl, int OH, int OW, int nr)
+{
+	int r = get_global_id(0), K = CG * KH * KW;
+	if (r >= K)
+		return;
+	int pn = get_global_id(1);
+	long img = get_global_id(2);
+	int kw = r % KW, kh = (r / KW) % KH, ci = r / (KW * KH);
+	int P = OH * OW, p = pn * NR;
+	int oh = p / OW, ow = p % OW;
+	global const T *px = x + xoff + img * ximg + (long)(c0 + ci) * H * W;
+	global float *pc = col + img * cstride + ((long)pn * K + r) * NR;
+	int dy = kh * dh - pt, dx = kw * dw - pl;
+	for (int j = 0; j < nr; j++, p++) {
+		float v = 0.0f;
+		int ih = oh * sh + dy, iw = ow * sw + dx;
+		if (p < P && ih >= 0 && ih < H && iw >= 0 && iw < W)
+			v = LD(px, ih * W + iw);
+		pc[j] = v;
+		if (++ow == OW) {
+			ow = 0;
+			oh++;
+		}
+	}
+}
+
+/*
+ * Depthwise: output channel oc of image n reads input channel oc / mult
+ * (mult = M / C) with the KH x KW filter w[woff + oc*KH*KW ...]. flags & 1:
+ * add bias[boff + oc]; flags & 2: ReLU. One work-item computes one output
+ * row, accumulating in place one filter tap at a time over the range of
+ * ow whose input is inside the image, so the inner loop has no branches
+ * (and vectorises when the stride is 1; x and y must not overlap, hence
+ * restrict). NDRange: (OH rounded up, N*M).
+ */
+kernel void
+KN(ml_conv_dw)(global const T *restrict x, long xoff, global const T *restrict w, long woff,
+	       global const T *restrict bias, long boff, global T *restrict y, long yoff, int C,
+	       int M, int H, int W, int KH, int KW, int sh, int sw, int dh, int dw, int pt, int pl,
+	       int OH, int OW, int flags)
+{
+	int oh = get_global_id(0);
+	if (oh >= OH)
+		return;
+	long nm = get_global_id(1);
+	long n = nm / M;
+	int oc = nm % M, ic = oc / (M / C);
+	global const T *px = x + xoff + (n * C + ic) * H * W;
+	global const T *pw = w + woff + (long)oc * KH * KW;
+	global T *py = y + yoff + (nm * OH + oh) * OW;
+	float b0 = (flags & 1) ? LD(bias, boff + oc) : 0.0f;
+	for (int ow = 0; ow < OW; ow++)
+		ST(py, ow, b0);
+	for (int kh = 0; kh < KH; kh++) {
+		int ih = oh * sh - pt + kh * dh;
+		if (ih < 0 || ih >= H)
+			continue;
+		global const T *row = px + (long)ih * W;
+		for (int kw = 0; kw < KW; kw++) {
+			float wv = LD(pw, kh * KW + kw);
+			int off = kw * dw - pl;
+			/* iw = ow*sw + off in [0, W): ow in [lo, hi) */
+			int lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+			int hi = W - 1 - off < 0 ? 0 : (W - 1 - off) / sw + 1;
+			if (hi > OW)
+				hi = OW;
+			for (int ow = lo; ow < hi; ow++)
+				ST(py, ow, fma(LD(row, ow * sw + off), wv, LD(py, ow)));
+		}
+	}
+	if (flags & 2)
+		for (int ow = 0; ow < OW; ow++)
+			ST(py, ow, fmax(LD(py, ow), 0.0f));
+}

@@ -1,0 +1,158 @@
+/*
+ * elem.cl: pointwise ops: unary activations and math, binary arithmetic
+ * with numpy broadcasting, Clip. Layout: row-major contiguous buffers;
+ * sizes in elements. T is the element type (-DT=half with cl_khr_fp16,
+ * float by default); arithmetic is in float.
+ *
+ * Variants: ml_binary_flat (both operands shaped like the output, or b a
+ * scalar: no index arithmetic) and ml_binary_bcast (any broadcast: the
+ * output index is split into up to 8 dims and each operand's offset built
+ * from its strides, 0 where it broadcasts).
+ */
+#ifndef T
+#define T float
+#endif
+#ifdef ML_F16
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#endif
+
+/* struct ml_shape in lib/cl/cl_ops.c: the same layout */
+typedef struct {
+	long dims[8];
+	long sa[8];
+	long sb[8];
+	long n;
+	int rank;
+	int pad_[3];
+} ml_shape;
+
+/* unary op codes: lib/cl/cl_ops.c uop() */
+enum { U_RELU, U_SIGMOID, U_TANH, U_LEAKY, U_ELU, U_SELU, U_HSIG, U_HSWISH, U_SILU, U_GELU,
+       U_ERF, U_EXP, U_LOG, U_NEG, U_ABS, U_SQRT, U_RECIP, U_SOFTPLUS, U_CLIP, U_FLOOR, U_CEIL,
+       U_SIN, U_COS, U_SOFTSIGN, U_CELU, U_IDENT };
+
+static float
+unary(int op, float x, float a, float b)
+{
+	switch (op) {
+	case U_RELU: return x > 0 ? x : 0;
+	case U_SIGMOID: return 1.0f / (1.0f + exp(-x));
+	case U_TANH: return tanh(x);
+	case U_LEAKY: return x >= 0 ? x : a * x;
+	case U_ELU: return x >= 0 ? x : a * (exp(x) - 1.0f);
+	case U_SELU: return x > 0 ? b * x : b * a * (exp(x) - 1.0f);
+	case U_HSIG: return fmax(0.0f, fmin(1.0f, a * x + b));
+	case U_HSWISH: return x * fmax(0.0f, fmin(1.0f, x / 6.0f + 0.5f));
+	case U_SILU: return x / (1.0f + exp(-x));
+	case U_GELU: return 0.5f * x * (1.0f + erf(x * 0.70710678118654752f));
+	case U_ERF: return erf(x);
+	case U_EXP: return exp(x);
+	case U_LOG: return log(x);
+	case U_NEG: return -x;
+	case U_ABS: return fabs(x);
+	case U_SQRT: return sqrt(x);
+	case U_RECIP: return 1.0f / x;
+	case U_SOFTPLUS: return x > 20.0f ? x : log1p(exp(x));
+	case U_CLIP: return isnan(x) ? x : fmin(fmax(x, a), b);
+	case U_FLOOR: return floor(x);
+	case U_CEIL: return ceil(x);
+	case U_SIN: return sin(x);
+	case U_COS: return cos(x);
+	case U_SOFTSIGN: return x / (1.0f + fabs(x));
+	case U_CELU: return fmax(0.0f, x) + fmin(0.0f, a * (exp(x / a) - 1.0f));
+	default: return x;
+	}
+}
+
+__kernel void
+ml_unary(__global const T *x, __global T *y, ulong n, int op, float a, float b)
+{
+	size_t i = get_global_id(0);
+	if (i < n)
+		y[i] = (T)unary(op, (float)x[i], a, b);
+}
+
+/* binary op codes: lib/cl/cl_ops.c bop() */
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_PRELU };
+
+static float
+binary(int op, float a, float b)
+{
+	switch (op) {
+	case B_ADD: return a + b;
+	case B_SUB: return a - b;
+	case B_MUL: return a * b;
+	case B_DIV: return a / b;
+	case B_POW: return pow(a, b);
+	case B_MAX: return isnan(a) || isnan(b) ? NAN : fmax(a, b);
+	case B_MIN: return isnan(a) || isnan(b) ? NAN : fmin(a, b);
+	case B_PRELU: return a < 0 ? a * b : a;
+	default: return a;
+	}
+}
+
+/* b_scalar: b has one element */
+__kernel void
+ml_binary_flat(__global const T *a, __global const T *b, __global T *y, ulong n, int op,
+	       int b_scalar)
+{
+	size_t i = get_global_id(0);
+	if (i < n)
+		y[i] = (T)binary(op, (float)a[i], (float)b[b_scalar ? 0 : i]);
+}
+
+__kernel void
+ml_binary_bcast(__global const T *a, __global const T *b, __global T *y, ml_shape s, int op)
+{
+	size_t i = get_global_id(0);
+	if (i >= s.n)
+		return;
+	long r = i, oa = 0, ob = 0;
+	for (int d = s.rank - 1; d >= 0; d--) {
+		long k = r % s.dims[d];
+		r /= s.dims[d];
+		oa += k * s.sa[d];
+		ob += k * s.sb[d];
+	}
+	y[i] = (T)binary(op, (float)a[oa], (float)b[ob]);
+}
+
+/*
+ * ml_strided: y[ybase + sum idx[d] * sb[d]] = x[xbase + sum idx[d] * sa[d]]
+ * over the index space dims: Transpose, Slice (negative steps too),
+ * Concat and Split (one call per operand), Expand (stride 0).
+ */
+__kernel void
+ml_strided(__global const T *x, long xbase, __global T *y, long ybase, ml_shape s)
+{
+	size_t i = get_global_id(0);
+	if (i >= s.n)
+		return;
+	long r = i, ox = xbase, oy = ybase;
+	for (int d = s.rank - 1; d >= 0; d--) {
+		long k = r % s.dims[d];
+		r /= s.dims[d];
+		ox += k * s.sa[d];
+		oy += k * s.sb[d];
+	}
+	y[oy] = x[ox];
+}
+
+/*
+ * ml_gather: y[o][j][in] = x[o][ind[j]][in] for o < outer, j < nidx,
+ * in < inner; negative indices count from the end of the axis (len);
+ * out of range ones give 0 (the host checks them first).
+ */
+__kernel void
+ml_gather(__global const T *x, __global const long *ind, __global T *y, long outer, long nidx,
+	  long inner, long len)
+{
+	size_t i = get_global_id(0);
+	if (i >= outer * nidx * inner)
+		return;
+	long in = i % inner, j = (i / inner) % nidx, o = i / (inner * nidx);
+	long k = ind[j];
+	if (k < 0)
+		k += len;
+	y[i] = k >= 0 && k < len ? x[(o * len + k) * inner + in] : (T)0;
+}

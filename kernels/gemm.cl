@@ -1,0 +1,228 @@
+/*
+ * gemm.cl: register-blocked GEMM, C = alpha * op(A) * op(B) + beta * C, in
+ * three steps that the host (lib/cl/gemm.c) enqueues in order:
+ *
+ *   ml_gemm_pack_a_T, ml_gemm_pack_b_T
+ *                   copy op(A) into row panels of MR rows and op(B) into
+ *                   column panels of NR columns, k-major inside a panel
+ *                   ([panel][k][MR] and [panel][k][NR]), padding the last
+ *                   panel with zeros. Transposes, leading dimensions,
+ *                   offsets and the f16 -> f32 conversion all happen here,
+ *                   so the inner loop sees one layout only, and reads both
+ *                   operands sequentially (unpacked, the k rows of B lie
+ *                   ldb apart; at 1024 floats that 4 KiB stride maps them
+ *                   all to one L1 set). conv.cl's im2col writes this packed
+ *                   B layout directly (mlcl_gemm_pb). An f32 A is normally
+ *                   read in place instead (its MR rows are MR sequential
+ *                   streams, and weights are then not repacked on every
+ *                   call); f16 A is always packed, to f32.
+ *   ml_gemm_T       one work-item per MR x NR tile of C: the tile lives in
+ *                   MR * NV vector registers over the whole K loop, each k
+ *                   step loads NV vectors of B and broadcasts MR scalars of A
+ *                   (MR * NV fused multiply-adds per MR + NV loads), then
+ *                   the tile is scaled and stored with bounds checks.
+ *
+ * T is f32, or f16 when built with -DML_F16 (stored as half through the
+ * core vload_half/vstore_half, so it needs no cl_khr_fp16; arithmetic and
+ * accumulation stay in f32). Matrices are row-major; every offset, leading
+ * dimension and batch stride is in elements. Batches are the third NDRange
+ * dimension; a packed batch stride of 0 shares one packed operand across
+ * all batches (broadcast weights).
+ *
+ * Tuning (compile options, chosen per device by the host): -DMR=rows per
+ * tile (1..8), -DVW=vector width (4 or 8), -DNV=vectors per tile row (1..4),
+ * so NR = VW * NV; -DWG=work-group size of ml_gemm_T along dimension 0.
+ * On POCL's CPU device MR=6, VW=8, NV=2 gives the 6x16 AVX2 micro-kernel
+ * (12 accumulators + 2 B vectors + 1 broadcast = 15 ymm registers). The
+ * kernels use no local memory and no barriers: POCL runs a work-group as a
+ * loop over its work-items, and values that live across a barrier would be
+ * spilled to per-work-item arrays; without barriers the accumulators stay
+ * in registers. Correctness does not depend on the work-group size. On
+ * POCL's 2-core CPU device the 6x16 tile with WG=16 measured best among
+ * 6x16 (WG 4..64), 4x24, 3x32 and 8x8; an unrolled K loop gained nothing.
+ */
+#ifndef MR
+#define MR 6
+#endif
+#ifndef VW
+#define VW 8
+#endif
+#ifndef NV
+#define NV 2
+#endif
+#ifndef WG
+#define WG 16
+#endif
+#define NR (VW * NV)
+
+#if VW == 8
+typedef float8 floatv;
+#define VLOAD vload8
+#define VSTORE vstore8
+#elif VW == 4
+typedef float4 floatv;
+#define VLOAD vload4
+#define VSTORE vstore4
+#else
+#error "VW must be 4 or 8"
+#endif
+
+#ifdef ML_F16
+#define T half
+#define LD(p, i) vload_half((i), (p))
+#define LD8(p, i) vload_half8(0, (p) + (i))
+#define ST(p, i, v) vstore_half((v), (i), (p))
+#define KN(name) name##_f16
+#else
+#define T float
+#define LD(p, i) ((p)[i])
+#define LD8(p, i) vload8(0, (p) + (i))
+#define ST(p, i, v) ((p)[i] = (v))
+#define KN(name) name##_f32
+#endif
+
+/*
+ * Pack a rows x cols matrix X (element (r, c) at x[off + r*ld + c], or at
+ * x[off + c*ld + r] when trans) into panels of P rows: panel p holds rows
+ * p*P .. p*P+P-1 as dst[p*cols*P + c*P + r'], zero beyond the last row.
+ * One work-item per (c, panel), so P is a constant; consecutive work-items
+ * read consecutive addresses: NDRange (cols, panels, batches) when !trans,
+ * (panels, cols, batches) when trans, any size rounded up (extra items
+ * return). Batch b reads x + off + b*xstride and writes dst + b*dstride.
+ */
+inline void
+pack(global const T *x, long off, long ld, int trans, long rows, long cols, long xstride,
+     global float *dst, long dstride, const int P)
+{
+	long c = trans ? get_global_id(1) : get_global_id(0);
+	long p = trans ? get_global_id(0) : get_global_id(1);
+	long b = get_global_id(2);
+	if (c >= cols || p * P >= rows)
+		return;
+	long r0 = p * P;
+	global const T *px = x + off + b * xstride;
+	global float *pd = dst + b * dstride + (p * cols + c) * P;
+	if (r0 + P <= rows) {
+		if (trans && P % 8 == 0) {
+			/* rows of a row-major B: contiguous on both sides */
+			for (int r = 0; r < P; r += 8)
+				vstore8(LD8(px, c * ld + r0 + r), 0, pd + r);
+		} else if (trans) {
+			for (int r = 0; r < P; r++)
+				pd[r] = LD(px, c * ld + r0 + r);
+		} else {
+			for (int r = 0; r < P; r++)
+				pd[r] = LD(px, (r0 + r) * ld + c);
+		}
+		return;
+	}
+	for (int r = 0; r < P; r++)
+		pd[r] = r0 + r >= rows ? 0.0f : LD(px, trans ? c * ld + r0 + r : (r0 + r) * ld + c);
+}
+
+/* ml_gemm_pack_a_T packs op(A) into MR-row panels, ml_gemm_pack_b_T op(B)^T into NR-row ones. */
+kernel void
+KN(ml_gemm_pack_a)(global const T *x, long off, long ld, int trans, long rows, long cols,
+		   long xstride, global float *dst, long dstride)
+{
+	pack(x, off, ld, trans, rows, cols, xstride, dst, dstride, MR);
+}
+
+kernel void
+KN(ml_gemm_pack_b)(global const T *x, long off, long ld, int trans, long rows, long cols,
+		   long xstride, global float *dst, long dstride)
+{
+	pack(x, off, ld, trans, rows, cols, xstride, dst, dstride, NR);
+}
+
+/*
+ * The micro-kernel: work-item (pm, pn, b) computes rows pm*MR.. and columns
+ * pn*NR.. of batch b from op(A) and the packed panels bp (NR-column panels,
+ * each K*NR floats). Element (i, k) of A's panel pm is read at
+ * ap[aoff + b*astride + pm*apstride + i*ars + k*aks]: packed panels have
+ * apstride = K*MR, ars = 1, aks = MR; an f32 A read in place has
+ * (MR*lda, lda, 1), or (MR, 1, lda) when transposed. C is written at
+ * c[coff + b*cstride + m*ldc + n]; with beta == 0 C is not read, so it may
+ * hold NaNs. The epilogue then adds bias[boff + m*bsm + n*bsn] when flags & 1
+ * (bsm = 1, bsn = 0: a bias per row, as Conv's per output channel; 0, 1: per
+ * column, as Gemm's) and applies ReLU when flags & 2.
+ * NDRange: (nmb rounded up to WG, nnb, batches), local (WG, 1, 1).
+ */
+kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+KN(ml_gemm)(global const float *ap, long aoff, long astride, long apstride, long ars, long aks,
+	    global const float *bp, long bstride,
+	    global T *c, long coff, long ldc, long cstride, long M, long N, int K,
+	    float alpha, float beta, int nmb, global const T *bias, long boff, long bsm, long bsn,
+	    int flags)
+{
+	int pm = get_global_id(0);
+	if (pm >= nmb)
+		return;
+	long pn = get_global_id(1), b = get_global_id(2);
+	global const float *pa = ap + aoff + b * astride + pm * apstride;
+	long m0 = (long)pm * MR, n0 = pn * NR;
+	/* rows past M (only when A is read in place) repeat row M-1; they are not stored */
+	long ao[MR];
+#pragma unroll
+	for (int i = 0; i < MR; i++)
+		ao[i] = (m0 + i < M ? i : M - 1 - m0) * ars;
+	global const float *pb = bp + b * bstride + pn * K * NR;
+	floatv acc[MR][NV];
+#pragma unroll
+	for (int i = 0; i < MR; i++)
+#pragma unroll
+		for (int j = 0; j < NV; j++)
+			acc[i][j] = (floatv)(0.0f);
+	for (int k = 0; k < K; k++) {
+		floatv bv[NV];
+#pragma unroll
+		for (int j = 0; j < NV; j++)
+			bv[j] = VLOAD(j, pb);
+#pragma unroll
+		for (int i = 0; i < MR; i++) {
+			floatv av = (floatv)(pa[ao[i]]);
+#pragma unroll
+			for (int j = 0; j < NV; j++)
+				acc[i][j] = fma(av, bv[j], acc[i][j]);
+		}
+		pa += aks;
+		pb += NR;
+	}
+
+	global T *pc = c + coff + b * cstride + m0 * ldc + n0;
+	bool full = m0 + MR <= M && n0 + NR <= N;
+#pragma unroll
+	for (int i = 0; i < MR; i++) {
+		if (!full && m0 + i >= M)
+			break;
+#pragma unroll
+		for (int j = 0; j < NV; j++) {
+			floatv v = alpha * acc[i][j];
+#ifndef ML_F16
+			if (full && (flags & 1) == 0) {
+				if (beta != 0.0f)
+					v = fma((floatv)(beta), VLOAD(j, pc + i * ldc), v);
+				if (flags & 2)
+					v = fmax(v, (floatv)(0.0f));
+				VSTORE(v, j, pc + i * ldc);
+				continue;
+			}
+#endif
+			float t[VW];
+			VSTORE(v, 0, t);
+			for (int q = 0; q < VW; q++) {
+				long n = n0 + j * VW + q;
+				if (n >= N)
+					break;
+				float o = t[q];
+				if (beta != 0.0f)
+					o = fma(beta, LD(pc, i * ldc + j * VW + q), o);
+				if (flags & 1)
+					o += LD(bias, boff + (m0 + i) * bsm + n * bsn);
+				if (flags & 2)
+					o = fmax(o, 0.0f);
+				ST(pc, i * ldc + j * VW + q, o);
+			}
+		}
+	}
+}

@@ -1,0 +1,286 @@
+/*
+ * cl.h: the OpenCL layer's internal API (lib/cl): devices, programs built
+ * from the embedded kernels/ sources and cached on disk, a buffer pool,
+ * host<->device copies and kernel launches with profiling events.
+ * Only lib/cl/ and the device layer (lib/exec/device.c) include it; cl_mem
+ * never reaches cmd/.
+ *
+ * Threading: one thread drives a device at a time (the executor's). The
+ * device list is made once per process (mlcl_device is safe to call from
+ * any thread).
+ *
+ * Fault injection: ML_CL_FAULT=noplatform|build|alloc|enqueue makes the
+ * platform probe, a program build, a buffer allocation or a kernel launch
+ * fail as the real failure would (the tests use it).
+ */
+#ifndef ML_CL_H
+#define ML_CL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#define CL_USE_DEPRECATED_OPENCL_1_2_APIS
+#include <CL/cl.h>
+
+#include "ml_impl.h"
+
+/*
+ * ML_CL: run an OpenCL call; on failure record the status and the call's
+ * text in e and return ML_ECL from the enclosing function.
+ */
+#define ML_CL(e, call) do { cl_int s_ = (call); if (s_ != CL_SUCCESS) { \
+	if ((e) != NULL) (e)->cl_status = s_; \
+	return ml_fail((e), ML_ECL, "%s: %s", #call, mlcl_status_str(s_)); } } while (0)
+
+/* mlcl_status_str: the CL_* name of an OpenCL status, e.g. "CL_OUT_OF_RESOURCES". */
+const char *mlcl_status_str(cl_int s);
+
+/*
+ * struct mlcl_buf: a device buffer from the pool. refs counts the tensors
+ * (views included) that use it; mlcl_buf_put returns it to the pool when
+ * the last one lets go. size is the bytes the buffer holds (at least the
+ * bytes asked for).
+ */
+struct mlcl_buf {
+	cl_mem mem;
+	size_t size;
+	int refs;
+	struct mlcl_buf *next;	/* private: the pool's free list */
+};
+
+struct mlcl_prog;
+
+/*
+ * struct mlcl_dev: one OpenCL device, opened (context and queue made) by
+ * mlcl_device. The queue is in-order with profiling enabled, so a buffer
+ * may go back to the pool as soon as its last reader is enqueued.
+ */
+struct mlcl_dev {
+	int index;		/* 0-based over all platforms' devices (cl:N) */
+	cl_platform_id platform;
+	cl_device_id id;
+	cl_context ctx;		/* NULL until opened */
+	cl_command_queue q;
+	char name[128];
+	char vendor[128];
+	char driver[64];	/* CL_DRIVER_VERSION */
+	char version[128];	/* CL_DEVICE_VERSION */
+	char platform_name[128];
+	cl_device_type type;
+	cl_uint compute_units;
+	cl_ulong global_mem, local_mem, max_alloc;
+	size_t max_wg;		/* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+	size_t wg_multiple;	/* preferred work-group size multiple (8 when unknown) */
+	bool has_fp16, has_fp64;
+	bool lost;		/* a launch or copy failed: the device is not used again */
+	/* private */
+	struct mlcl_prog *progs;	/* built programs and their kernels */
+	struct mlcl_buf *pool;		/* free buffers */
+	size_t pool_bytes, live_bytes;	/* bytes in the pool / handed out */
+	cl_event *evs;			/* with profiling on: events since mlcl_events_take */
+	int n_evs, cap_evs;
+	bool profiling;
+	double clock_off;		/* ml_now() = profiling ns * 1e-9 + clock_off */
+	double t_setup;			/* seconds spent opening (context, queue) */
+	double t_programs;		/* seconds spent loading or building programs */
+	int n_built, n_cached;		/* programs compiled / loaded from the disk cache */
+};
+
+/*
+ * mlcl_count: the number of OpenCL devices over all platforms (0 when
+ * there is no platform). Probes the ICD loader once per process; a probe
+ * failure gives 0 and the reason in e (ML_ENODEV).
+ */
+int mlcl_count(struct ml_err *e);
+/*
+ * mlcl_info: borrow device i's description (fields above ctx filled, not
+ * opened). NULL when i is out of range.
+ */
+const struct mlcl_dev *mlcl_info(int i);
+/*
+ * mlcl_device: device i, opened (context, in-order profiling queue). The
+ * device belongs to the library for the rest of the process.
+ * ML_ENODEV when there is no such device, ML_ECL when opening fails.
+ */
+int mlcl_device(int i, struct mlcl_dev **out, struct ml_err *e);
+
+/*
+ * mlcl_kernel: kernel kname of the program built from the embedded source
+ * kernels/FILE.cl (file without ".cl", e.g. "elem") with build options
+ * (NULL = none; the layer adds -cl-std, -DML_WG and -DML_HAS_FP16 itself).
+ * Programs are built once per (device, file, options) and the kernel is
+ * borrowed from that cache (do not release it; set its arguments and
+ * launch it before asking for it again elsewhere). Binaries are cached on
+ * disk, keyed by device name, driver version, source hash and options,
+ * under $ML_CL_CACHE, else $XDG_CACHE_HOME/ml, else ~/.cache/ml
+ * (ML_CL_CACHE=0 disables the disk cache). ML_KERNEL_DIR=DIR reads
+ * DIR/FILE.cl instead of the embedded copy. A build failure returns ML_ECL
+ * with the first line of the build log in e.
+ */
+int mlcl_kernel(struct mlcl_dev *d, const char *file, const char *kname, const char *options,
+		cl_kernel *out, struct ml_err *e);
+
+/*
+ * Buffers. mlcl_buf_get hands out a buffer of at least n bytes (n 0 gives
+ * a small one) with refs 1, from the pool when one fits, else newly
+ * created; ML_ENOMEM when the device cannot allocate it. mlcl_buf_put
+ * drops a reference (NULL is a no-op). mlcl_pool_trim releases the free
+ * buffers.
+ */
+int mlcl_buf_get(struct mlcl_dev *d, size_t n, struct mlcl_buf **out, struct ml_err *e);
+void mlcl_buf_put(struct mlcl_dev *d, struct mlcl_buf *b);
+void mlcl_pool_trim(struct mlcl_dev *d);
+
+/*
+ * Copies. mlcl_write copies n bytes from host src to buffer m at byte
+ * offset off; it returns once src may be reused. mlcl_read copies back
+ * into dst and waits for it (and for everything enqueued before).
+ * mlcl_copy copies n bytes between buffers on the device (enqueued).
+ */
+int mlcl_write(struct mlcl_dev *d, cl_mem m, size_t off, const void *src, size_t n,
+	       struct ml_err *e);
+int mlcl_read(struct mlcl_dev *d, cl_mem m, size_t off, void *dst, size_t n, struct ml_err *e);
+int mlcl_copy(struct mlcl_dev *d, cl_mem dst, size_t doff, cl_mem src, size_t soff, size_t n,
+	      struct ml_err *e);
+
+/*
+ * mlcl_launch: enqueue kernel k (arguments already set) over dims
+ * dimensions of global size gws (local size lws, NULL = the driver's
+ * choice). Records the event for profiling when the device profiles.
+ * Every kernel launch of the library goes through here.
+ */
+int mlcl_launch(struct mlcl_dev *d, cl_kernel k, cl_uint dims, const size_t *gws,
+		const size_t *lws, struct ml_err *e);
+/* mlcl_finish: wait for everything enqueued on d. */
+int mlcl_finish(struct mlcl_dev *d, struct ml_err *e);
+
+/*
+ * mlcl_wg: a 1-D work-group size for n work-items on d (a multiple of the
+ * preferred multiple, at most max_wg), and mlcl_round_up(n, m).
+ */
+size_t mlcl_wg(const struct mlcl_dev *d, size_t n);
+size_t mlcl_round_up(size_t n, size_t m);
+
+/*
+ * Profiling: mlcl_profile turns event recording on or off; mlcl_events_take
+ * moves the events recorded since the last take into *evs (the caller
+ * releases them with clReleaseEvent and frees the array with ml_free).
+ * mlcl_event_times gives an event's start and end on the ml_now() clock
+ * (after the event has completed; the device clock is fitted to ml_now()
+ * when the device is opened).
+ */
+void mlcl_profile(struct mlcl_dev *d, bool on);
+int mlcl_events_take(struct mlcl_dev *d, cl_event **evs, int *n);
+int mlcl_event_times(struct mlcl_dev *d, cl_event ev, double *start, double *end);
+
+/*
+ * mlcl_fault: whether ML_CL_FAULT names what ("noplatform", "build",
+ * "alloc", "enqueue").
+ */
+bool mlcl_fault(const char *what);
+
+/*
+ * The embedded kernel sources (generated from the kernels/ sources by
+ * tools/cl2c.sh into $(B)/gen/kernels.c). name is "FILE.cl".
+ */
+struct ml_kernel_src {
+	const char *name;
+	const char *src;
+	size_t len;
+};
+extern const struct ml_kernel_src ml_kernel_srcs[];
+
+/* gemm.c, conv.c (clgemm) */
+
+/*
+ * GEMM (gemm.c, kernels/gemm.cl): strided-batched, row-major
+ *   C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b],  b = 0 .. batch-1,
+ * op(A) M x K (A is K x M when ta), op(B) K x N (B is N x K when tb), C M x N.
+ * Offsets, leading dimensions and batch strides are in elements, not bytes;
+ * A[b] starts at element a_off + b * stride_a of buffer A, and so on. A
+ * batch stride of 0 broadcasts that operand (it is also packed only once).
+ * With beta == 0, C is not read (it may hold NaNs). The work is enqueued on
+ * d's in-order queue (through mlcl_launch, so it is profiled as the rest);
+ * the call returns without waiting. A scratch buffer for the packed op(B)
+ * ((N rounded up to 16) * K floats per batch on a CPU device; plus
+ * (M rounded up to 6) * K for op(A) with f16 or ML_GEMM_PACK_A=1, which
+ * packs an f32 A too instead of reading it in place) comes from d's pool
+ * and returns to it at once.
+ * Returns 0, ML_EINVAL on a negative size or a leading dimension smaller
+ * than a row, ML_ENOTSUP for a dimension over INT_MAX, ML_ENOMEM, ML_ECL.
+ * mlcl_hgemm is the same on f16 buffers (A, B, C half; f32 arithmetic);
+ * it needs no cl_khr_fp16 (vload_half/vstore_half are core OpenCL).
+ * The tile is 6 x 16 (float8) on CPU devices with 8-wide native float
+ * vectors (AVX2), 4 x 8 (float4) elsewhere; ML_GEMM_TILE=MR,VW,NV,WG
+ * overrides it (MR 1..8 rows, VW 4 or 8, NV 1..4 vectors per row, WG
+ * work-items per work-group). There is no event out-parameter: the
+ * launches are recorded by mlcl_launch when d profiles, and the in-order
+ * queue orders them before whatever is enqueued next.
+ */
+int mlcl_sgemm(struct mlcl_dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+	       cl_mem A, size_t a_off, int64_t lda, cl_mem B, size_t b_off, int64_t ldb, float beta,
+	       cl_mem C, size_t c_off, int64_t ldc, int64_t batch, int64_t stride_a,
+	       int64_t stride_b, int64_t stride_c, struct ml_err *e);
+int mlcl_hgemm(struct mlcl_dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+	       cl_mem A, size_t a_off, int64_t lda, cl_mem B, size_t b_off, int64_t ldb, float beta,
+	       cl_mem C, size_t c_off, int64_t ldc, int64_t batch, int64_t stride_a,
+	       int64_t stride_b, int64_t stride_c, struct ml_err *e);
+/*
+ * struct mlcl_epi: an epilogue fused into the GEMM's store, after alpha and
+ * beta: C[m][n] += bias[bias_off + m * bias_sm + n * bias_sn] when bias is
+ * not NULL (same dtype as C; bias_sm 1, bias_sn 0 for a bias per row as
+ * Conv's; 0, 1 per column as Gemm's), then max(C, 0) when relu.
+ */
+struct mlcl_epi {
+	cl_mem bias;
+	size_t bias_off;
+	int64_t bias_sm, bias_sn;
+	bool relu;
+};
+/* mlcl_gemm_ex: mlcl_sgemm (f16 false) or mlcl_hgemm (true) with an epilogue (NULL = none). */
+int mlcl_gemm_ex(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+		 float alpha, cl_mem A, size_t a_off, int64_t lda, cl_mem B, size_t b_off,
+		 int64_t ldb, float beta, cl_mem C, size_t c_off, int64_t ldc, int64_t batch,
+		 int64_t stride_a, int64_t stride_b, int64_t stride_c, const struct mlcl_epi *epi,
+		 struct ml_err *e);
+/*
+ * mlcl_gemm_pb: mlcl_gemm_ex with op(B) already packed by the caller (as
+ * conv.cl's im2col does): PB holds, per batch (pb_stride floats apart; 0 =
+ * one for all batches), ceil(N / nr) panels of K x nr f32 values, panel j
+ * row k at PB[j*K*nr + k*nr], holding op(B)[k][j*nr .. j*nr+nr-1], zeros
+ * past N; nr = mlcl_gemm_nr(d), the tile width the device's GEMM uses.
+ */
+int mlcl_gemm_nr(const struct mlcl_dev *d);
+int mlcl_gemm_pb(struct mlcl_dev *d, bool f16, bool ta, int64_t M, int64_t N, int64_t K,
+		 float alpha, cl_mem A, size_t a_off, int64_t lda, cl_mem PB, int64_t pb_stride,
+		 float beta, cl_mem C, size_t c_off, int64_t ldc, int64_t batch, int64_t stride_a,
+		 int64_t stride_c, const struct mlcl_epi *epi, struct ml_err *e);
+
+/*
+ * Conv (conv.c, kernels/conv.cl): 2-D convolution, NCHW, ONNX Conv's
+ * semantics: X n x c x h x w, W m x (c / group) x kh x kw, optional bias
+ * (m), Y n x m x oh x ow, with oh = (h + pad[0] + pad[2] - dil[0]*(kh-1) - 1)
+ * / stride[0] + 1 and ow likewise (mlcl_conv_out computes them; ML_EINVAL
+ * when either is < 1 or c, m are not multiples of group). pad is ONNX's
+ * order: top, left, bottom, right. relu fuses a ReLU after the bias.
+ * Depthwise (group == c > 1, m any multiple of c) runs a direct kernel;
+ * 1x1 with stride 1 and no padding is a GEMM on X itself; the rest is
+ * im2col, written in the
+ * GEMM's packed layout into a pool scratch buffer (in chunks of images, at
+ * most about 64 MiB), plus the GEMM (mlcl_gemm_pb).
+ * Offsets are in elements; f16 means every buffer holds halves. Enqueued
+ * on d's queue without waiting. Returns 0, ML_EINVAL, ML_ENOMEM, ML_ECL.
+ */
+struct mlcl_conv {
+	int64_t n, c, h, w;	/* input */
+	int64_t m, kh, kw;	/* output channels, kernel size */
+	int64_t group;
+	int64_t stride[2], dil[2], pad[4];
+	bool relu;
+};
+int mlcl_conv_out(const struct mlcl_conv *p, int64_t *oh, int64_t *ow, struct ml_err *e);
+int mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x, size_t x_off,
+		cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem y, size_t y_off,
+		struct ml_err *e);
+
+#endif

@@ -1,0 +1,277 @@
+/*
+ * cl_prog.c: OpenCL programs from the embedded kernels/ sources: built
+ * once per (device, file, options), their binaries cached on disk so that
+ * a tool's second start loads instead of compiling, and their kernels kept
+ * for reuse.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cl/cl.h"
+
+struct mlcl_kern {
+	char name[64];
+	cl_kernel k;
+	struct mlcl_kern *next;
+};
+
+struct mlcl_prog {
+	char file[64];
+	char *options;
+	cl_program p;
+	struct mlcl_kern *kernels;
+	struct mlcl_prog *next;
+};
+
+static uint64_t
+fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/*
+ * source: the text of kernels/FILE.cl, from ML_KERNEL_DIR when set, else
+ * the embedded copy. *owned says whether the caller frees it.
+ */
+static int
+source(const char *file, const char **src, size_t *len, bool *owned, struct ml_err *e)
+{
+	const char *dir = getenv("ML_KERNEL_DIR");
+	char name[96];
+	snprintf(name, sizeof name, "%s.cl", file);
+	*owned = false;
+	if (dir != NULL && dir[0] != '\0') {
+		char path[4096];
+		uint8_t *buf;
+		snprintf(path, sizeof path, "%s/%s", dir, name);
+		ML_TRY(ml_read_file(path, &buf, len, e));
+		*src = (const char *)buf;
+		*owned = true;
+		return 0;
+	}
+	for (const struct ml_kernel_src *k = ml_kernel_srcs; k->name != NULL; k++)
+		if (strcmp(k->name, name) == 0) {
+			*src = k->src;
+			*len = k->len;
+			return 0;
+		}
+	return ml_fail(e, ML_ENOTSUP, "no OpenCL kernel source '%s' in this build", name);
+}
+
+/* cache_dir: the binary cache folder into buf, or false when disabled. */
+static bool
+cache_dir(char *buf, size_t n)
+{
+	const char *c = getenv("ML_CL_CACHE");
+	if (c != NULL && strcmp(c, "0") == 0)
+		return false;
+	if (c != NULL && c[0] != '\0') {
+		snprintf(buf, n, "%s", c);
+		return true;
+	}
+	const char *x = getenv("XDG_CACHE_HOME");
+	if (x != NULL && x[0] == '/') {
+		snprintf(buf, n, "%s/ml", x);
+		return true;
+	}
+	const char *h = getenv("HOME");
+	if (h == NULL || h[0] == '\0')
+		return false;
+	snprintf(buf, n, "%s/.cache/ml", h);
+	return true;
+}
+
+static void
+mkdirs(const char *dir)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof tmp, "%s", dir);
+	for (char *p = tmp + 1; *p; p++)
+		if (*p == '/') {
+			*p = '\0';
+			mkdir(tmp, 0755);
+			*p = '/';
+		}
+	mkdir(tmp, 0755);
+}
+
+/* load_binary: a program from the disk cache, built; NULL on any miss. */
+static cl_program
+load_binary(struct mlcl_dev *d, const char *path, const char *opts)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	struct ml_err e = { 0 };
+	if (access(path, R_OK) != 0 || ml_read_file(path, &buf, &len, &e) < 0)
+		return NULL;
+	cl_int st, bst;
+	const unsigned char *bin = buf;
+	cl_program p = clCreateProgramWithBinary(d->ctx, 1, &d->id, &len, &bin, &bst, &st);
+	ml_free(buf);
+	if (p == NULL || st != CL_SUCCESS || bst != CL_SUCCESS) {
+		if (p != NULL)
+			clReleaseProgram(p);
+		return NULL;
+	}
+	if (clBuildProgram(p, 1, &d->id, opts, NULL, NULL) != CL_SUCCESS) {
+		clReleaseProgram(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* save_binary: write p's binary to path atomically; failures are ignored. */
+static void
+save_binary(struct mlcl_dev *d, cl_program p, const char *dir, const char *path)
+{
+	size_t len = 0;
+	if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL) != CL_SUCCESS ||
+	    len == 0)
+		return;
+	unsigned char *bin = ml_malloc(len);
+	if (bin == NULL)
+		return;
+	(void)d;
+	if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
+		struct ml_err e = { 0 };
+		mkdirs(dir);
+		ml_write_atomic(path, bin, len, &e);
+	}
+	ml_free(bin);
+}
+
+static int
+build(struct mlcl_dev *d, const char *file, const char *options, cl_program *out,
+      struct ml_err *e)
+{
+	const char *src;
+	size_t len;
+	bool owned;
+	char opts[1024];
+
+	*out = NULL;
+	snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DML_WG=%zu%s%s%s", mlcl_wg(d, 1 << 20),
+		 d->has_fp16 ? " -DML_HAS_FP16=1" : "", options != NULL ? " " : "",
+		 options != NULL ? options : "");
+	ML_TRY(source(file, &src, &len, &owned, e));
+	if (mlcl_fault("build")) {
+		if (owned)
+			ml_free((void *)src);
+		return ml_fail(e, ML_ECL, "cannot build kernels/%s.cl on '%s': "
+			       "CL_BUILD_PROGRAM_FAILURE (ML_CL_FAULT=build)", file, d->name);
+	}
+	/* the disk cache key: device, driver, source and options */
+	uint64_t h = 1469598103934665603ull;
+	h = fnv(h, d->name, strlen(d->name) + 1);
+	h = fnv(h, d->driver, strlen(d->driver) + 1);
+	h = fnv(h, d->version, strlen(d->version) + 1);
+	h = fnv(h, file, strlen(file) + 1);
+	h = fnv(h, opts, strlen(opts) + 1);
+	h = fnv(h, src, len);
+	char dir[3500], path[4096];
+	bool cache = cache_dir(dir, sizeof dir);
+	if (cache) {
+		snprintf(path, sizeof path, "%s/%s-%016llx.bin", dir, file, (unsigned long long)h);
+		if ((*out = load_binary(d, path, opts)) != NULL) {
+			d->n_cached++;
+			if (owned)
+				ml_free((void *)src);
+			return 0;
+		}
+	}
+	cl_int st;
+	cl_program p = clCreateProgramWithSource(d->ctx, 1, &src, &len, &st);
+	if (owned)
+		ml_free((void *)src);
+	if (p == NULL || st != CL_SUCCESS) {
+		if (e != NULL)
+			e->cl_status = st;
+		return ml_fail(e, ML_ECL, "cannot make program kernels/%s.cl: %s", file,
+			       mlcl_status_str(st));
+	}
+	st = clBuildProgram(p, 1, &d->id, opts, NULL, NULL);
+	if (st != CL_SUCCESS) {
+		char log[400] = "";
+		clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+		log[sizeof log - 1] = '\0';
+		/* the first line that says something */
+		char *l = log;
+		while (*l == '\n' || *l == ' ')
+			l++;
+		char *nl = strchr(l, '\n');
+		if (nl != NULL)
+			*nl = '\0';
+		clReleaseProgram(p);
+		if (e != NULL)
+			e->cl_status = st;
+		return ml_fail(e, ML_ECL, "cannot build kernels/%s.cl on '%s': %s%s%s", file,
+			       d->name, mlcl_status_str(st), l[0] ? ": " : "", l);
+	}
+	d->n_built++;
+	if (cache)
+		save_binary(d, p, dir, path);
+	*out = p;
+	return 0;
+}
+
+int
+mlcl_kernel(struct mlcl_dev *d, const char *file, const char *kname, const char *options,
+	    cl_kernel *out, struct ml_err *e)
+{
+	struct mlcl_prog *pr;
+	const char *o = options != NULL ? options : "";
+
+	*out = NULL;
+	for (pr = d->progs; pr != NULL; pr = pr->next)
+		if (strcmp(pr->file, file) == 0 && strcmp(pr->options, o) == 0)
+			break;
+	if (pr == NULL) {
+		double t0 = ml_now();
+		cl_program p;
+		int rc = build(d, file, options, &p, e);
+		d->t_programs += ml_now() - t0;
+		if (rc < 0)
+			return rc;
+		if ((pr = calloc(1, sizeof *pr)) == NULL || (pr->options = strdup(o)) == NULL) {
+			free(pr);
+			clReleaseProgram(p);
+			return ml_fail(e, ML_ENOMEM, "out of memory");
+		}
+		snprintf(pr->file, sizeof pr->file, "%s", file);
+		pr->p = p;
+		pr->next = d->progs;
+		d->progs = pr;
+	}
+	for (struct mlcl_kern *k = pr->kernels; k != NULL; k = k->next)
+		if (strcmp(k->name, kname) == 0) {
+			*out = k->k;
+			return 0;
+		}
+	cl_int st;
+	cl_kernel k = clCreateKernel(pr->p, kname, &st);
+	if (k == NULL || st != CL_SUCCESS) {
+		if (e != NULL)
+			e->cl_status = st;
+		return ml_fail(e, ML_ECL, "no kernel '%s' in kernels/%s.cl: %s", kname, file,
+			       mlcl_status_str(st));
+	}
+	struct mlcl_kern *kk = calloc(1, sizeof *kk);
+	if (kk == NULL) {
+		clReleaseKernel(k);
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	}
+	snprintf(kk->name, sizeof kk->name, "%s", kname);
+	kk->k = k;
+	kk->next = pr->kernels;
+	pr->kernels = kk;
+	*out = k;
+	return 0;
+}

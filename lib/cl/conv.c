@@ -1,0 +1,162 @@
+/*
+ * conv.c: 2-D convolution (NCHW, ONNX Conv) on an OpenCL device: depthwise
+ * by a direct kernel, 1x1 stride-1 unpadded as one GEMM on the input
+ * itself, everything else as im2col (kernels/conv.cl) into a pool scratch
+ * buffer, already in the GEMM's packed layout, and the GEMM of gemm.c, with
+ * bias and ReLU fused into the GEMM's store.
+ */
+#include <limits.h>
+#include <stdio.h>
+
+#include "cl/cl.h"
+
+/* the im2col scratch of one chunk of images stays under this many bytes */
+#define COL_MAX ((size_t)64 << 20)
+
+int
+mlcl_conv_out(const struct mlcl_conv *p, int64_t *oh, int64_t *ow, struct ml_err *e)
+{
+	if (p->n < 0 || p->c < 1 || p->h < 1 || p->w < 1 || p->m < 1 || p->kh < 1 ||
+	    p->kw < 1 || p->group < 1 || p->c % p->group != 0 || p->m % p->group != 0)
+		return ml_fail(e, ML_EINVAL, "conv: bad shape or group");
+	for (int i = 0; i < 2; i++)
+		if (p->stride[i] < 1 || p->dil[i] < 1 || p->pad[i] < 0 || p->pad[i + 2] < 0)
+			return ml_fail(e, ML_EINVAL, "conv: bad stride, dilation or pad");
+	int64_t eh = p->h + p->pad[0] + p->pad[2] - p->dil[0] * (p->kh - 1) - 1;
+	int64_t ew = p->w + p->pad[1] + p->pad[3] - p->dil[1] * (p->kw - 1) - 1;
+	if (eh < 0 || ew < 0)
+		return ml_fail(e, ML_EINVAL, "conv: the kernel is larger than the padded input");
+	*oh = eh / p->stride[0] + 1;
+	*ow = ew / p->stride[1] + 1;
+	return 0;
+}
+
+static int
+set_args(cl_kernel k, int n, const size_t *sz, const void *const *val, struct ml_err *e)
+{
+	for (int i = 0; i < n; i++)
+		ML_CL(e, clSetKernelArg(k, (cl_uint)i, sz[i], val[i]));
+	return 0;
+}
+
+static int
+depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, int64_t oh, int64_t ow,
+	  cl_mem x, size_t x_off, cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem y,
+	  size_t y_off, struct ml_err *e)
+{
+	cl_kernel k;
+	ML_TRY(mlcl_kernel(d, "conv", f16 ? "ml_conv_dw_f16" : "ml_conv_dw_f32",
+			   f16 ? "-DML_F16=1" : NULL, &k, e));
+	cl_long xo = (cl_long)x_off, wo = (cl_long)w_off, bo = (cl_long)b_off, yo = (cl_long)y_off;
+	cl_int geo[14] = { (cl_int)p->c, (cl_int)p->m, (cl_int)p->h, (cl_int)p->w, (cl_int)p->kh,
+			   (cl_int)p->kw, (cl_int)p->stride[0], (cl_int)p->stride[1],
+			   (cl_int)p->dil[0], (cl_int)p->dil[1], (cl_int)p->pad[0],
+			   (cl_int)p->pad[1], (cl_int)oh, (cl_int)ow };
+	cl_int flags = (bias != NULL ? 1 : 0) | (p->relu ? 2 : 0);
+	cl_mem bm = bias != NULL ? bias : w;
+	const size_t sz[] = { sizeof(cl_mem), 8, sizeof(cl_mem), 8, sizeof(cl_mem), 8,
+			      sizeof(cl_mem), 8 };
+	const void *const val[] = { &x, &xo, &w, &wo, &bm, &bo, &y, &yo };
+	ML_TRY(set_args(k, 8, sz, val, e));
+	for (int i = 0; i < 14; i++)
+		ML_CL(e, clSetKernelArg(k, (cl_uint)(8 + i), sizeof(cl_int), &geo[i]));
+	ML_CL(e, clSetKernelArg(k, 22, sizeof(cl_int), &flags));
+	size_t lx = mlcl_wg(d, (size_t)oh);
+	size_t gws[2] = { mlcl_round_up((size_t)oh, lx), (size_t)(p->n * p->m) };
+	size_t lws[2] = { lx, 1 };
+	return mlcl_launch(d, k, 2, gws, lws, e);
+}
+
+static int
+im2col(struct mlcl_dev *d, cl_kernel k, const struct mlcl_conv *p, int64_t oh, int64_t ow,
+       cl_mem x, size_t x_off, int64_t g, int64_t nimg, cl_mem col, int64_t cstride,
+       struct ml_err *e)
+{
+	int64_t cg = p->c / p->group;
+	cl_long xo = (cl_long)x_off, ximg = p->c * p->h * p->w, cs = cstride;
+	cl_int c0 = (cl_int)(g * cg), ncg = (cl_int)cg;
+	cl_int geo[12] = { (cl_int)p->h, (cl_int)p->w, (cl_int)p->kh, (cl_int)p->kw,
+			   (cl_int)p->stride[0], (cl_int)p->stride[1], (cl_int)p->dil[0],
+			   (cl_int)p->dil[1], (cl_int)p->pad[0], (cl_int)p->pad[1], (cl_int)oh,
+			   (cl_int)ow };
+	const size_t sz[] = { sizeof(cl_mem), 8, 8, 4, 4, sizeof(cl_mem), 8 };
+	const void *const val[] = { &x, &xo, &ximg, &c0, &ncg, &col, &cs };
+	ML_TRY(set_args(k, 7, sz, val, e));
+	for (int i = 0; i < 12; i++)
+		ML_CL(e, clSetKernelArg(k, (cl_uint)(7 + i), sizeof(cl_int), &geo[i]));
+	cl_int a_nr = mlcl_gemm_nr(d);
+	ML_CL(e, clSetKernelArg(k, 19, sizeof(cl_int), &a_nr));
+	size_t nr = (size_t)a_nr, K = (size_t)(cg * p->kh * p->kw);
+	size_t lx = mlcl_wg(d, K);
+	size_t gws[3] = { mlcl_round_up(K, lx), ((size_t)(oh * ow) + nr - 1) / nr, (size_t)nimg };
+	size_t lws[3] = { lx, 1, 1 };
+	return mlcl_launch(d, k, 3, gws, lws, e);
+}
+
+int
+mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x, size_t x_off,
+	    cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem y, size_t y_off,
+	    struct ml_err *e)
+{
+	int64_t oh, ow;
+	ML_TRY(mlcl_conv_out(p, &oh, &ow, e));
+	if (p->n == 0)
+		return 0;
+	if (p->c * p->h * p->w > INT_MAX || p->m * oh * ow > INT_MAX || p->kh * p->kw > INT_MAX ||
+	    p->n * p->m > INT_MAX)
+		return ml_fail(e, ML_ENOTSUP, "conv: tensor too large");
+	int64_t cg = p->c / p->group, mg = p->m / p->group;
+	int64_t kk = cg * p->kh * p->kw, P = oh * ow;
+	if (p->group == p->c && cg == 1 && p->group > 1)
+		return depthwise(d, p, f16, oh, ow, x, x_off, w, w_off, bias, b_off, y, y_off, e);
+
+	struct mlcl_epi epi = { .bias = bias, .bias_sm = 1, .bias_sn = 0, .relu = p->relu };
+	bool direct = p->kh == 1 && p->kw == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
+		      p->pad[0] == 0 && p->pad[1] == 0 && p->pad[2] == 0 && p->pad[3] == 0;
+	if (direct) {
+		/* Y_g[img] (mg x HW) = W_g (mg x cg) * X_g[img] (cg x HW) */
+		for (int64_t g = 0; g < p->group; g++) {
+			epi.bias_off = b_off + (size_t)(g * mg);
+			ML_TRY(mlcl_gemm_ex(d, f16, false, false, mg, P, cg, 1.0f, w,
+					    w_off + (size_t)(g * mg * cg), cg, x,
+					    x_off + (size_t)(g * cg * P), P, 0.0f, y,
+					    y_off + (size_t)(g * mg * P), P, p->n, 0,
+					    p->c * P, p->m * P, &epi, e));
+		}
+		return 0;
+	}
+
+	/* the packed columns are f32 whatever the storage */
+	int64_t nr = mlcl_gemm_nr(d), cstride = (P + nr - 1) / nr * nr * kk;
+	size_t per = (size_t)cstride * sizeof(float);
+	int64_t chunk = (int64_t)(COL_MAX / (per > 0 ? per : 1));
+	if (chunk < 1)
+		chunk = 1;
+	if (chunk > p->n)
+		chunk = p->n;
+	char opt[48];
+	snprintf(opt, sizeof opt, "-DNR=%d%s", (int)nr, f16 ? " -DML_F16=1" : "");
+	cl_kernel k;
+	ML_TRY(mlcl_kernel(d, "conv", f16 ? "ml_conv_im2col_f16" : "ml_conv_im2col_f32", opt, &k,
+			   e));
+	struct mlcl_buf *col = NULL;
+	ML_TRY(mlcl_buf_get(d, per * (size_t)chunk, &col, e));
+	int rc = 0;
+	for (int64_t i0 = 0; i0 < p->n && rc == 0; i0 += chunk) {
+		int64_t nimg = p->n - i0 < chunk ? p->n - i0 : chunk;
+		size_t xo = x_off + (size_t)(i0 * p->c * p->h * p->w);
+		size_t yo = y_off + (size_t)(i0 * p->m * P);
+		for (int64_t g = 0; g < p->group && rc == 0; g++) {
+			/* the GEMM sets its own arguments, so im2col's are set again each time */
+			if ((rc = im2col(d, k, p, oh, ow, x, xo, g, nimg, col->mem, cstride, e)) < 0)
+				break;
+			epi.bias_off = b_off + (size_t)(g * mg);
+			rc = mlcl_gemm_pb(d, f16, false, mg, P, kk, 1.0f, w,
+					  w_off + (size_t)(g * mg * kk), kk, col->mem, cstride,
+					  0.0f, y, yo + (size_t)(g * mg * P), P, nimg, 0, p->m * P,
+					  &epi, e);
+		}
+	}
+	mlcl_buf_put(d, col);
+	return rc;
+}

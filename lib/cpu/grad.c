@@ -1,0 +1,986 @@
+/*
+ * grad.c: CPU kernels of the grad family (see lib/ops/grad.c for the ops'
+ * semantics), for f32 and f64. The kernels on a training step's hot path
+ * (ReluGrad, SGDUpdate, AdamUpdate, the pool and convolution gradients, the
+ * cross-entropy gradient) are typed loops; the rest read and write through
+ * ml_get_f64/ml_set_f64, which costs a call per element but keeps one body
+ * for both types.
+ *
+ * Convolution gradients use im2col per image and group: ConvGradFilter
+ * adds dy_g [mg, out] x col^T into dW_g, ConvGradInput computes
+ * col = W_g^T dy_g and scatters it back (col2im) into dx.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+/* Vectorised element loops (see lib/cpu/reduce.c); short row copies stay loops, not memcpy calls. */
+#pragma GCC optimize("O3", "no-trapping-math", "no-tree-loop-distribute-patterns")
+#endif
+#include <immintrin.h>
+
+#include "cpu/nn.h"
+#include "ops/grad.h"
+
+#define F32(t) ((float *)(t)->data)
+#define F64(t) ((double *)(t)->data)
+
+/* stored: input 0 must be a CONST or PARAM tensor of the graph (a side-effect target). */
+static int
+stored(struct ml_opctx *c)
+{
+	int t = c->node->in[0];
+	if (t < 0 || c->g == NULL || c->g->tensors[t]->kind == ML_TK_INPUT ||
+	    c->g->tensors[t]->kind == ML_TK_ACT || c->in[0]->data == NULL)
+		return ml_opfail(c, ML_EINVAL, "the target must be a stored tensor (a parameter)");
+	return 0;
+}
+
+static int
+same_numel(struct ml_opctx *c, int i, int j)
+{
+	if (ml_tval_numel(c->in[i]) != ml_tval_numel(c->in[j]))
+		return ml_opfail(c, ML_EINVAL, "inputs %d and %d differ in size", i, j);
+	return 0;
+}
+
+static double
+scalar(const struct ml_tval *t, double def)
+{
+	return t != NULL ? ml_get_f64(t->data, t->dtype, 0) : def;
+}
+
+static int
+run_assign(struct ml_opctx *c)
+{
+	ML_TRY(stored(c));
+	ML_TRY(same_numel(c, 0, 1));
+	int64_t nb = ml_tval_nbytes(c->in[0]);
+	if (nb > 0 && c->in[0]->data != c->in[1]->data)
+		memmove(c->in[0]->data, c->in[1]->data, (size_t)nb);
+	return 0;
+}
+
+static int
+run_ema(struct ml_opctx *c)
+{
+	ML_TRY(stored(c));
+	ML_TRY(same_numel(c, 0, 1));
+	double a = ml_attr_float(c->node, "momentum", 0.9);
+	int64_t n = ml_tval_numel(c->in[0]);
+	if (c->in[0]->dtype == ML_F32) {
+		float *t = F32(c->in[0]), af = (float)a, bf = (float)(1 - a);
+		const float *v = F32(c->in[1]);
+		for (int64_t i = 0; i < n; i++)
+			t[i] = af * t[i] + bf * v[i];
+	} else {
+		double *t = F64(c->in[0]);
+		const double *v = F64(c->in[1]);
+		for (int64_t i = 0; i < n; i++)
+			t[i] = a * t[i] + (1 - a) * v[i];
+	}
+	return 0;
+}
+
+#define DEF_SGD(SUF, T)								\
+static void									\
+sgd_##SUF(T *p, const T *g, T *m, int64_t n, T lr, T mu, T wd, T s, bool nest)	\
+{										\
+	if (m == NULL) {							\
+		for (int64_t i = 0; i < n; i++)					\
+			p[i] -= lr * (s * g[i] + wd * p[i]);			\
+		return;								\
+	}									\
+	if (nest) {								\
+		for (int64_t i = 0; i < n; i++) {				\
+			T d = s * g[i] + wd * p[i];				\
+			T v = mu * m[i] + d;					\
+			m[i] = v;						\
+			p[i] -= lr * (d + mu * v);				\
+		}								\
+		return;								\
+	}									\
+	for (int64_t i = 0; i < n; i++) {					\
+		T v = mu * m[i] + s * g[i] + wd * p[i];				\
+		m[i] = v;							\
+		p[i] -= lr * v;							\
+	}									\
+}
+DEF_SGD(f32, float)
+DEF_SGD(f64, double)
+
+static int
+run_sgd(struct ml_opctx *c)
+{
+	const struct ml_tval *m = ML_IN(c, 3);
+	ML_TRY(stored(c));
+	ML_TRY(same_numel(c, 0, 1));
+	if (m != NULL) {
+		ML_TRY(same_numel(c, 0, 3));
+		int t = c->node->in[3];
+		if (c->g->tensors[t]->kind != ML_TK_PARAM && c->g->tensors[t]->kind != ML_TK_CONST)
+			return ml_opfail(c, ML_EINVAL, "the momentum must be a stored tensor");
+	}
+	double lr = scalar(c->in[2], 0), s = scalar(ML_IN(c, 4), 1);
+	double mu = ml_attr_float(c->node, "momentum", 0);
+	double wd = ml_attr_float(c->node, "weight_decay", 0);
+	bool nest = ml_attr_int(c->node, "nesterov", 0) != 0;
+	int64_t n = ml_tval_numel(c->in[0]);
+	if (c->in[0]->dtype == ML_F32)
+		sgd_f32(F32(c->in[0]), F32(c->in[1]), m != NULL ? F32(m) : NULL, n, (float)lr,
+			(float)mu, (float)wd, (float)s, nest);
+	else
+		sgd_f64(F64(c->in[0]), F64(c->in[1]), m != NULL ? F64(m) : NULL, n, lr, mu, wd, s,
+			nest);
+	return 0;
+}
+
+#define DEF_ADAM(SUF, T, SQRT)							\
+static void									\
+adam_##SUF(T *p, const T *g, T *m, T *v, int64_t n, double lr, double b1, double b2,	\
+	   double eps, double wd, bool dec, double s, int64_t t)		\
+{										\
+	double c1 = 1 - pow(b1, (double)t), c2 = 1 - pow(b2, (double)t);	\
+	T step = (T)(lr / c1), ic2 = (T)(1 / sqrt(c2)), e = (T)eps;		\
+	T B1 = (T)b1, B2 = (T)b2, A1 = (T)(1 - b1), A2 = (T)(1 - b2), S = (T)s;	\
+	T wdg = dec ? 0 : (T)wd, wdp = dec ? (T)(1 - lr * wd) : 1;		\
+	for (int64_t i = 0; i < n; i++) {					\
+		T d = S * g[i] + wdg * p[i];					\
+		T mi = B1 * m[i] + A1 * d;					\
+		T vi = B2 * v[i] + A2 * d * d;					\
+		m[i] = mi;							\
+		v[i] = vi;							\
+		p[i] = wdp * p[i] - step * mi / (SQRT(vi) * ic2 + e);		\
+	}									\
+}
+DEF_ADAM(f32, float, sqrtf)
+DEF_ADAM(f64, double, sqrt)
+
+static int
+run_adam(struct ml_opctx *c)
+{
+	ML_TRY(stored(c));
+	for (int i = 1; i < 6; i++)
+		if (i != 2 && i != 3)
+			ML_TRY(same_numel(c, 0, i));
+	for (int i = 4; i < 6; i++) {
+		int t = c->node->in[i];
+		if (c->g->tensors[t]->kind != ML_TK_PARAM && c->g->tensors[t]->kind != ML_TK_CONST)
+			return ml_opfail(c, ML_EINVAL, "the moments must be stored tensors");
+	}
+	double lr = scalar(c->in[2], 0), s = scalar(ML_IN(c, 6), 1);
+	int64_t t = ml_get_i64(c->in[3]->data, c->in[3]->dtype, 0);
+	if (t < 1)
+		return ml_opfail(c, ML_EINVAL, "the step count must be 1 or more");
+	double b1 = ml_attr_float(c->node, "beta1", 0.9), b2 = ml_attr_float(c->node, "beta2", 0.999);
+	double eps = ml_attr_float(c->node, "epsilon", 1e-8);
+	double wd = ml_attr_float(c->node, "weight_decay", 0);
+	bool dec = ml_attr_int(c->node, "decoupled", 0) != 0;
+	int64_t n = ml_tval_numel(c->in[0]);
+	if (c->in[0]->dtype == ML_F32)
+		adam_f32(F32(c->in[0]), F32(c->in[1]), F32(c->in[4]), F32(c->in[5]), n, lr, b1, b2,
+			 eps, wd, dec, s, t);
+	else
+		adam_f64(F64(c->in[0]), F64(c->in[1]), F64(c->in[4]), F64(c->in[5]), n, lr, b1, b2,
+			 eps, wd, dec, s, t);
+	return 0;
+}
+
+static int
+run_relu_grad(struct ml_opctx *c)
+{
+	ML_TRY(same_numel(c, 0, 1));
+	int64_t n = ml_tval_numel(c->in[0]);
+	if (c->in[0]->dtype == ML_F32) {
+		/* branch-free: the sign of y is random, a branch would mispredict half the time */
+		const float *dy = F32(c->in[0]), *y = F32(c->in[1]);
+		float *dx = F32(c->out[0]);
+		int64_t i = 0;
+		__m128 z = _mm_setzero_ps();
+		for (; i + 4 <= n; i += 4) {
+			__m128 m = _mm_cmpgt_ps(_mm_loadu_ps(y + i), z);
+			_mm_storeu_ps(dx + i, _mm_and_ps(m, _mm_loadu_ps(dy + i)));
+		}
+		for (; i < n; i++)
+			dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+	} else {
+		const double *dy = F64(c->in[0]), *y = F64(c->in[1]);
+		double *dx = F64(c->out[0]);
+		for (int64_t i = 0; i < n; i++)
+			dx[i] = y[i] > 0 ? dy[i] : 0.0;
+	}
+	return 0;
+}
+
+/* dfn: the derivative of UnaryGrad's function fn at x. */
+static double
+dfn(int fn, double x, double alpha, bool tanh_gelu)
+{
+	switch (fn) {
+	case ML_UG_LEAKY_RELU:
+		return x > 0 ? 1 : alpha;
+	case ML_UG_ELU:
+		return x > 0 ? 1 : alpha * exp(x);
+	case ML_UG_GELU:
+		if (tanh_gelu) {
+			double k = sqrt(2 / M_PI), u = k * (x + 0.044715 * x * x * x);
+			double th = tanh(u);
+			return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k * (1 + 3 * 0.044715 * x * x);
+		}
+		return 0.5 * (1 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI);
+	case ML_UG_SILU: {
+		double s = 1 / (1 + exp(-x));
+		return s * (1 + x * (1 - s));
+	}
+	case ML_UG_ERF:
+		return 2 / sqrt(M_PI) * exp(-x * x);
+	case ML_UG_SIGMOID: {
+		double s = 1 / (1 + exp(-x));
+		return s * (1 - s);
+	}
+	case ML_UG_TANH: {
+		double t = tanh(x);
+		return 1 - t * t;
+	}
+	case ML_UG_EXP:
+		return exp(x);
+	case ML_UG_LOG:
+		return 1 / x;
+	case ML_UG_SQRT:
+		return 0.5 / sqrt(x);
+	case ML_UG_SOFTPLUS:
+		return 1 / (1 + exp(-x));
+	case ML_UG_ABS:
+		return x > 0 ? 1 : x < 0 ? -1 : 0;
+	default:
+		return 0;
+	}
+}
+
+static int
+run_unary_grad(struct ml_opctx *c)
+{
+	ML_TRY(same_numel(c, 0, 1));
+	int fn = ml_unary_grad_fn(ml_attr_str(c->node, "fn", ""));
+	double alpha = ml_attr_float(c->node, "alpha", fn == ML_UG_ELU ? 1.0 : 0.01);
+	bool tg = strcmp(ml_attr_str(c->node, "approximate", "none"), "tanh") == 0;
+	int64_t n = ml_tval_numel(c->in[0]);
+	enum ml_dtype dt = c->in[0]->dtype;
+	if (dt == ML_F32) {
+		const float *dy = F32(c->in[0]), *x = F32(c->in[1]);
+		float *dx = F32(c->out[0]);
+		for (int64_t i = 0; i < n; i++)
+			dx[i] = (float)(dy[i] * dfn(fn, x[i], alpha, tg));
+	} else {
+		const double *dy = F64(c->in[0]), *x = F64(c->in[1]);
+		double *dx = F64(c->out[0]);
+		for (int64_t i = 0; i < n; i++)
+			dx[i] = dy[i] * dfn(fn, x[i], alpha, tg);
+	}
+	return 0;
+}
+
+/* conv3: the 3-D geometry of the forward op over x (and w). */
+static int
+conv3(struct ml_opctx *c, enum ml_op op, struct ml_tval *x, struct ml_tval *w, struct ml_conv3 *v)
+{
+	struct ml_node nn = *c->node;
+	struct ml_tval *in[2] = { x, w };
+	struct ml_opctx cc = *c;
+	nn.op = op;
+	cc.node = &nn;
+	cc.in = in;
+	cc.n_in = w != NULL ? 2 : 1;
+	return ml_cpu_conv3(&cc, v);
+}
+
+/* check_dy: dy has the forward op's output shape [n, cout, out...]. */
+static int
+check_dy(struct ml_opctx *c, const struct ml_tval *dy, const struct ml_conv3 *v)
+{
+	if (ml_tval_numel(dy) != v->n * v->cout * v->outsz)
+		return ml_opfail(c, ML_EINVAL, "dy does not have the forward output's shape");
+	return 0;
+}
+
+#define DEF_POOL(SUF, T)							\
+static void									\
+maxpool_grad_##SUF(const struct ml_conv3 *v, const T *dy, const T *x, T *dx)	\
+{										\
+	for (int64_t pl = 0; pl < v->n * v->cin; pl++) {			\
+		const T *xp = x + pl * v->insz;					\
+		const T *dp = dy + pl * v->outsz;				\
+		T *gp = dx + pl * v->insz;					\
+		for (int64_t i = 0; i < v->insz; i++)				\
+			gp[i] = 0;						\
+		for (int64_t od = 0; od < v->out[0]; od++)			\
+		for (int64_t oh = 0; oh < v->out[1]; oh++)			\
+		for (int64_t ow = 0; ow < v->out[2]; ow++) {			\
+			int64_t best = -1;					\
+			T bv = 0;						\
+			for (int64_t kd = 0; kd < v->k[0]; kd++) {		\
+				int64_t id = od * v->s[0] - v->p[0] + kd * v->d[0];	\
+				if (id < 0 || id >= v->in[0])			\
+					continue;				\
+				for (int64_t kh = 0; kh < v->k[1]; kh++) {	\
+					int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];	\
+					if (ih < 0 || ih >= v->in[1])		\
+						continue;			\
+					const T *row = xp + (id * v->in[1] + ih) * v->in[2];	\
+					for (int64_t kw = 0; kw < v->k[2]; kw++) {	\
+						int64_t iw = ow * v->s[2] - v->p[2] + kw * v->d[2];	\
+						if (iw < 0 || iw >= v->in[2])	\
+							continue;		\
+						if (best < 0 || row[iw] > bv) {	\
+							bv = row[iw];		\
+							best = (id * v->in[1] + ih) * v->in[2] + iw;	\
+						}				\
+					}					\
+				}						\
+			}							\
+			if (best >= 0)						\
+				gp[best] += dp[(od * v->out[1] + oh) * v->out[2] + ow];	\
+		}								\
+	}									\
+}										\
+static void									\
+avgpool_grad_##SUF(const struct ml_conv3 *v, const T *dy, T *dx)		\
+{										\
+	for (int64_t pl = 0; pl < v->n * v->cin; pl++) {			\
+		const T *dp = dy + pl * v->outsz;				\
+		T *gp = dx + pl * v->insz;					\
+		for (int64_t i = 0; i < v->insz; i++)				\
+			gp[i] = 0;						\
+		for (int64_t od = 0; od < v->out[0]; od++)			\
+		for (int64_t oh = 0; oh < v->out[1]; oh++)			\
+		for (int64_t ow = 0; ow < v->out[2]; ow++) {			\
+			int64_t o[3] = { od, oh, ow }, lo[3], hi[3], cnt = 1, pc = 1;	\
+			for (int k = 0; k < 3; k++) {				\
+				int64_t a = o[k] * v->s[k] - v->p[k];		\
+				int64_t b = a + (v->k[k] - 1) * v->d[k] + 1;	\
+				int64_t pa = ML_MAX(a, -v->p[k]);		\
+				int64_t pb = ML_MIN(b, v->in[k] + v->pe[k]);	\
+				pc *= (pb - pa + v->d[k] - 1) / v->d[k];	\
+				lo[k] = a;					\
+				hi[k] = b;					\
+				int64_t va = a, vb = ML_MIN(b, v->in[k]);	\
+				while (va < 0)					\
+					va += v->d[k];				\
+				cnt *= vb > va ? (vb - va + v->d[k] - 1) / v->d[k] : 0;	\
+			}							\
+			int64_t div = v->count_include_pad ? pc : cnt;		\
+			if (div <= 0)						\
+				continue;					\
+			T g = dp[(od * v->out[1] + oh) * v->out[2] + ow] / (T)div;	\
+			for (int64_t id = lo[0]; id < hi[0]; id += v->d[0]) {	\
+				if (id < 0 || id >= v->in[0])			\
+					continue;				\
+				for (int64_t ih = lo[1]; ih < hi[1]; ih += v->d[1]) {	\
+					if (ih < 0 || ih >= v->in[1])		\
+						continue;			\
+					T *row = gp + (id * v->in[1] + ih) * v->in[2];	\
+					for (int64_t iw = lo[2]; iw < hi[2]; iw += v->d[2])	\
+						if (iw >= 0 && iw < v->in[2])	\
+							row[iw] += g;		\
+				}						\
+			}							\
+		}								\
+	}									\
+}
+DEF_POOL(f32, float)
+DEF_POOL(f64, double)
+
+/*
+ * maxpool_grad_tiled: the common case of f32 2-D windows that tile the
+ * input (kernel == stride, no pads or dilations, a whole number of
+ * windows): each window's gradient goes to its first maximum, the rest of
+ * dx is zero, and every element of dx is written once.
+ */
+static bool
+maxpool_tiled(const struct ml_conv3 *v)
+{
+	return v->k[0] == 1 && v->s[0] == 1 && v->k[1] == v->s[1] && v->k[2] == v->s[2] &&
+	       v->d[1] == 1 && v->d[2] == 1 && v->p[1] == 0 && v->p[2] == 0 &&
+	       v->out[1] * v->k[1] == v->in[1] && v->out[2] * v->k[2] == v->in[2] &&
+	       v->in[0] == 1;
+}
+
+static void
+maxpool_grad_tiled(const struct ml_conv3 *v, const float *restrict dy, const float *restrict x,
+		   float *restrict dx)
+{
+	int64_t kh = v->k[1], kw = v->k[2], W = v->in[2];
+	for (int64_t pl = 0; pl < v->n * v->cin; pl++) {
+		const float *xp = x + pl * v->insz, *dp = dy + pl * v->outsz;
+		float *gp = dx + pl * v->insz;
+		for (int64_t oh = 0; oh < v->out[1]; oh++) {
+			const float *xr = xp + oh * kh * W;
+			float *gr = gp + oh * kh * W;
+			for (int64_t i = 0; i < kh * W; i++)
+				gr[i] = 0;
+			for (int64_t ow = 0; ow < v->out[2]; ow++) {
+				int64_t best = ow * kw;
+				float bv = xr[best];
+				for (int64_t a = 0; a < kh; a++)
+					for (int64_t b = 0; b < kw; b++) {
+						int64_t o = a * W + ow * kw + b;
+						if (xr[o] > bv) {
+							bv = xr[o];
+							best = o;
+						}
+					}
+				gr[best] = dp[oh * v->out[2] + ow];
+			}
+		}
+	}
+}
+
+static int
+run_pool_grad(struct ml_opctx *c)
+{
+	struct ml_conv3 v;
+	bool mx = c->node->op == ML_OP_MAXPOOL_GRAD;
+	ML_TRY(conv3(c, mx ? ML_OP_MAX_POOL : ML_OP_AVERAGE_POOL, c->in[1], NULL, &v));
+	ML_TRY(check_dy(c, c->in[0], &v));
+	if (mx && c->in[0]->dtype == ML_F32 && maxpool_tiled(&v)) {
+		maxpool_grad_tiled(&v, F32(c->in[0]), F32(c->in[1]), F32(c->out[0]));
+		return 0;
+	}
+	if (c->in[0]->dtype == ML_F32) {
+		if (mx)
+			maxpool_grad_f32(&v, F32(c->in[0]), F32(c->in[1]), F32(c->out[0]));
+		else
+			avgpool_grad_f32(&v, F32(c->in[0]), F32(c->out[0]));
+	} else {
+		if (mx)
+			maxpool_grad_f64(&v, F64(c->in[0]), F64(c->in[1]), F64(c->out[0]));
+		else
+			avgpool_grad_f64(&v, F64(c->in[0]), F64(c->out[0]));
+	}
+	return 0;
+}
+
+/*
+ * im2col / col2im of one image and group: col holds rows (ci, kd, kh, kw)
+ * of cg * ksz, each row ld elements apart, and one column per output
+ * position; x points at the group's first channel. col2im adds col back
+ * into (zeroed) x.
+ */
+#define DEF_COL(SUF, T)								\
+static void									\
+im2col_##SUF(const struct ml_conv3 *v, const T *restrict x, T *restrict col, int64_t ld)	\
+{										\
+	for (int64_t ci = 0; ci < v->cg; ci++)					\
+	for (int64_t kd = 0; kd < v->k[0]; kd++)				\
+	for (int64_t kh = 0; kh < v->k[1]; kh++)				\
+	for (int64_t kw = 0; kw < v->k[2]; kw++, col += ld) {			\
+		const T *xp = x + ci * v->insz;					\
+		T *cp = col;							\
+		int64_t lo, hi;							\
+		ml_valid_range(kw * v->d[2] - v->p[2], v->s[2], v->in[2], v->out[2], &lo, &hi);	\
+		for (int64_t od = 0; od < v->out[0]; od++) {			\
+			int64_t id = od * v->s[0] - v->p[0] + kd * v->d[0];	\
+			for (int64_t oh = 0; oh < v->out[1]; oh++, cp += v->out[2]) {	\
+				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];	\
+				if (id < 0 || id >= v->in[0] || ih < 0 || ih >= v->in[1]) {	\
+					for (int64_t ow = 0; ow < v->out[2]; ow++)	\
+						cp[ow] = 0;			\
+					continue;				\
+				}						\
+				const T *xr = xp + (id * v->in[1] + ih) * v->in[2] - v->p[2] + kw * v->d[2];	\
+				for (int64_t ow = 0; ow < lo; ow++)		\
+					cp[ow] = 0;				\
+				if (v->s[2] == 1)				\
+					for (int64_t ow = lo; ow < hi; ow++)	\
+						cp[ow] = xr[ow];		\
+				else						\
+					for (int64_t ow = lo; ow < hi; ow++)	\
+						cp[ow] = xr[ow * v->s[2]];	\
+				for (int64_t ow = hi; ow < v->out[2]; ow++)	\
+					cp[ow] = 0;				\
+			}							\
+		}								\
+	}									\
+}										\
+static void									\
+col2im_##SUF(const struct ml_conv3 *v, const T *restrict col, int64_t ld, T *restrict x)	\
+{										\
+	for (int64_t ci = 0; ci < v->cg; ci++)					\
+	for (int64_t kd = 0; kd < v->k[0]; kd++)				\
+	for (int64_t kh = 0; kh < v->k[1]; kh++)				\
+	for (int64_t kw = 0; kw < v->k[2]; kw++, col += ld) {			\
+		T *xp = x + ci * v->insz;					\
+		const T *cp = col;						\
+		int64_t lo, hi;							\
+		ml_valid_range(kw * v->d[2] - v->p[2], v->s[2], v->in[2], v->out[2], &lo, &hi);	\
+		for (int64_t od = 0; od < v->out[0]; od++) {			\
+			int64_t id = od * v->s[0] - v->p[0] + kd * v->d[0];	\
+			for (int64_t oh = 0; oh < v->out[1]; oh++, cp += v->out[2]) {	\
+				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];	\
+				if (id < 0 || id >= v->in[0] || ih < 0 || ih >= v->in[1])	\
+					continue;				\
+				T *xr = xp + (id * v->in[1] + ih) * v->in[2] - v->p[2] + kw * v->d[2];	\
+				if (v->s[2] == 1)				\
+					for (int64_t ow = lo; ow < hi; ow++)	\
+						xr[ow] += cp[ow];		\
+				else						\
+					for (int64_t ow = lo; ow < hi; ow++)	\
+						xr[ow * v->s[2]] += cp[ow];	\
+			}							\
+		}								\
+	}									\
+}										\
+/* gather_dy: dy of images [n0, n0 + nb), group g, as [mg, nb * outsz]; adds bias sums */	\
+static void									\
+gather_dy_##SUF(const struct ml_conv3 *v, const T *restrict dy, int64_t n0, int64_t nb,	\
+		int64_t g, T *restrict dst, T *restrict db)			\
+{										\
+	int64_t ld = nb * v->outsz;						\
+	for (int64_t i = 0; i < nb; i++)					\
+		for (int64_t m = 0; m < v->mg; m++) {				\
+			const T *src = dy + ((n0 + i) * v->cout + g * v->mg + m) * v->outsz;	\
+			T *d = dst + m * ld + i * v->outsz;			\
+			memcpy(d, src, sizeof(T) * (size_t)v->outsz);		\
+			if (db == NULL)						\
+				continue;					\
+			T l[8] = { 0 }, s = 0;					\
+			int64_t j = 0;						\
+			for (; j + 8 <= v->outsz; j += 8)			\
+				for (int q = 0; q < 8; q++)			\
+					l[q] += src[j + q];			\
+			for (; j < v->outsz; j++)				\
+				s += src[j];					\
+			for (int q = 0; q < 8; q++)				\
+				s += l[q];					\
+			db[g * v->mg + m] += s;					\
+		}								\
+}
+DEF_COL(f32, float)
+DEF_COL(f64, double)
+
+static bool
+gemm(bool f32, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+     const void *b, int64_t ldb, double beta, void *cc, int64_t ldc)
+{
+	if (f32)
+		return ml_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, (float)beta, cc, ldc);
+	return ml_dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, cc, ldc);
+}
+
+/* The most elements of the column matrix of one chunk of images (1 MiB of f32: cache-sized). */
+#define COL_CHUNK ((int64_t)1 << 18)
+
+/*
+ * run_conv_grad: ConvGradInput and ConvGradFilter (with the bias gradient
+ * as an optional second output). Images go in chunks whose column matrix
+ * fits COL_CHUNK elements: per chunk and group, dy is gathered into
+ * dyT [mg, nb * outsz], so one GEMM covers the chunk:
+ *   filter: dW_g += dyT col^T; input: col = W_g^T dyT, then col2im.
+ * A 1x1 window with stride 1 and no pads needs no column matrix.
+ */
+static int
+run_conv_grad(struct ml_opctx *c)
+{
+	struct ml_conv3 v;
+	bool gi = c->node->op == ML_OP_CONV_GRAD_INPUT;
+	struct ml_tval *dy = c->in[0], *x = gi ? c->in[2] : c->in[1], *w = gi ? c->in[1] : c->in[2];
+	struct ml_tval *dbt = !gi && c->n_out > 1 ? c->out[1] : NULL;
+	ML_TRY(conv3(c, ML_OP_CONV, x, w, &v));
+	ML_TRY(check_dy(c, dy, &v));
+	if (dbt != NULL && ml_tval_numel(dbt) != v.cout)
+		return ml_opfail(c, ML_EINVAL, "the bias gradient must have the output channels");
+	bool f32 = dy->dtype == ML_F32;
+	size_t es = f32 ? 4 : 8;
+	int64_t rows = v.cg * v.ksz, wsz = v.mg * rows;
+	bool direct = v.ksz == 1 && v.insz == v.outsz && v.p[0] + v.p[1] + v.p[2] == 0 &&
+		      v.s[0] * v.s[1] * v.s[2] == 1;
+	int64_t per = ML_MAX(rows, v.mg) * v.outsz;
+	int64_t nb = per > 0 ? ML_MAX(1, ML_MIN(v.n, COL_CHUNK / per)) : 1;
+	if (per <= 0 || rows > COL_CHUNK || v.outsz > COL_CHUNK)
+		nb = 1;
+	int64_t colsz, dysz;
+	if (!ml_mul_ok(rows * nb, v.outsz, &colsz) || !ml_mul_ok(v.mg * nb, v.outsz, &dysz))
+		return ml_opfail(c, ML_EINVAL, "the column matrix is too large");
+	uint8_t *col = direct ? NULL : ml_cpu_scratch(0, (size_t)colsz * es + 64);
+	uint8_t *dyt = ml_cpu_scratch(1, (size_t)dysz * es + 64);
+	if ((!direct && col == NULL) || dyt == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	uint8_t *out = c->out[0]->data;
+	const uint8_t *dyp = dy->data, *xp = x->data, *wp = w->data;
+	if (gi || v.n == 0)
+		memset(out, 0, (size_t)ml_tval_nbytes(c->out[0]));
+	if (dbt != NULL)
+		memset(dbt->data, 0, (size_t)ml_tval_nbytes(dbt));
+	for (int64_t n0 = 0; n0 < v.n; n0 += nb) {
+		int64_t k = ML_MIN(nb, v.n - n0), ld = k * v.outsz;
+		for (int64_t g = 0; g < v.group; g++) {
+			const uint8_t *wg = wp + (size_t)(g * wsz) * es;
+			bool ok = true;
+			if (f32)
+				gather_dy_f32(&v, (const float *)dyp, n0, k, g, (float *)dyt,
+					      dbt != NULL ? (float *)dbt->data : NULL);
+			else
+				gather_dy_f64(&v, (const double *)dyp, n0, k, g, (double *)dyt,
+					      dbt != NULL ? (double *)dbt->data : NULL);
+			if (direct) {
+				/* per image: x_n is its own [cg, outsz] column matrix */
+				for (int64_t i = 0; i < k && ok; i++) {
+					size_t xoff = (size_t)(((n0 + i) * v.cin + g * v.cg) * v.insz) * es;
+					const uint8_t *dyi = dyt + (size_t)(i * v.outsz) * es;
+					if (gi)
+						ok = gemm(f32, true, false, rows, v.outsz, v.mg, wg, rows, dyi,
+							  ld, 0.0, out + xoff, v.outsz);
+					else
+						ok = gemm(f32, false, true, v.mg, rows, v.outsz, dyi, ld,
+							  xp + xoff, v.outsz, n0 + i == 0 ? 0.0 : 1.0,
+							  out + (size_t)(g * wsz) * es, rows);
+				}
+			} else if (gi) {
+				ok = gemm(f32, true, false, rows, ld, v.mg, wg, rows, dyt, ld, 0.0, col, ld);
+				for (int64_t i = 0; i < k && ok; i++) {
+					size_t xoff = (size_t)(((n0 + i) * v.cin + g * v.cg) * v.insz) * es;
+					const uint8_t *ci = col + (size_t)(i * v.outsz) * es;
+					if (f32)
+						col2im_f32(&v, (const float *)ci, ld, (float *)(out + xoff));
+					else
+						col2im_f64(&v, (const double *)ci, ld, (double *)(out + xoff));
+				}
+			} else {
+				for (int64_t i = 0; i < k; i++) {
+					size_t xoff = (size_t)(((n0 + i) * v.cin + g * v.cg) * v.insz) * es;
+					uint8_t *ci = col + (size_t)(i * v.outsz) * es;
+					if (f32)
+						im2col_f32(&v, (const float *)(xp + xoff), (float *)ci, ld);
+					else
+						im2col_f64(&v, (const double *)(xp + xoff), (double *)ci, ld);
+				}
+				ok = gemm(f32, false, true, v.mg, rows, ld, dyt, ld, col, ld,
+					  n0 == 0 ? 0.0 : 1.0, out + (size_t)(g * wsz) * es, rows);
+			}
+			if (!ok)
+				return ml_opfail(c, ML_ENOTSUP, "sizes do not fit BLAS");
+		}
+	}
+	return 0;
+}
+
+/* bn_view: x as [n, ch, s]. */
+static void
+bn_view(const struct ml_tval *x, int64_t *n, int64_t *ch, int64_t *s)
+{
+	*n = x->dims[0];
+	*ch = x->dims[1];
+	*s = 1;
+	for (int d = 2; d < x->rank; d++)
+		*s *= x->dims[d];
+}
+
+static int
+bn_check(struct ml_opctx *c, const struct ml_tval *x, int si, int bi)
+{
+	if (x->rank < 2)
+		return ml_opfail(c, ML_EINVAL, "X must have rank 2 or more");
+	if (ml_tval_numel(c->in[si]) != x->dims[1] || (bi >= 0 && ml_tval_numel(c->in[bi]) !=
+							x->dims[1]))
+		return ml_opfail(c, ML_EINVAL, "scale and B must have the channel count");
+	return 0;
+}
+
+/* batch mean and biased variance of channel k, in double */
+static void
+bn_stats(const struct ml_tval *x, int64_t n, int64_t ch, int64_t s, int64_t k, double *mean,
+	 double *var)
+{
+	double sum = 0, sq = 0;
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t j = 0; j < s; j++)
+			sum += ml_get_f64(x->data, x->dtype, (i * ch + k) * s + j);
+	double m = n * s > 0 ? sum / (double)(n * s) : 0;
+	for (int64_t i = 0; i < n; i++)
+		for (int64_t j = 0; j < s; j++) {
+			double d = ml_get_f64(x->data, x->dtype, (i * ch + k) * s + j) - m;
+			sq += d * d;
+		}
+	*mean = m;
+	*var = n * s > 0 ? sq / (double)(n * s) : 0;
+}
+
+static int
+run_bn_train(struct ml_opctx *c)
+{
+	const struct ml_tval *x = c->in[0], *sc = c->in[1], *b = c->in[2];
+	ML_TRY(bn_check(c, x, 1, 2));
+	int64_t n, ch, s;
+	bn_view(x, &n, &ch, &s);
+	double eps = ml_attr_float(c->node, "epsilon", 1e-5);
+	enum ml_dtype dt = x->dtype;
+	for (int64_t k = 0; k < ch; k++) {
+		double m, var;
+		bn_stats(x, n, ch, s, k, &m, &var);
+		double a = ml_get_f64(sc->data, dt, k) / sqrt(var + eps);
+		double bb = ml_get_f64(b->data, dt, k) - m * a;
+		if (dt == ML_F32) {
+			const float *xp = F32(x);
+			float *yp = F32(c->out[0]), af = (float)a, bf = (float)bb;
+			for (int64_t i = 0; i < n; i++)
+				for (int64_t j = 0; j < s; j++) {
+					int64_t o = (i * ch + k) * s + j;
+					yp[o] = af * xp[o] + bf;
+				}
+		} else {
+			for (int64_t i = 0; i < n; i++)
+				for (int64_t j = 0; j < s; j++) {
+					int64_t o = (i * ch + k) * s + j;
+					F64(c->out[0])[o] = a * F64(x)[o] + bb;
+				}
+		}
+		if (c->n_out > 1)
+			ml_set_f64(c->out[1]->data, dt, k, m);
+		if (c->n_out > 2)
+			ml_set_f64(c->out[2]->data, dt, k,
+				   n * s > 1 ? var * (double)(n * s) / (double)(n * s - 1) : var);
+	}
+	return 0;
+}
+
+static int
+run_bn_grad(struct ml_opctx *c)
+{
+	const struct ml_tval *dy = c->in[0], *x = c->in[1], *sc = c->in[2];
+	ML_TRY(bn_check(c, x, 2, -1));
+	ML_TRY(same_numel(c, 0, 1));
+	int64_t n, ch, s;
+	bn_view(x, &n, &ch, &s);
+	double eps = ml_attr_float(c->node, "epsilon", 1e-5);
+	enum ml_dtype dt = x->dtype;
+	double cnt = (double)(n * s);
+	for (int64_t k = 0; k < ch; k++) {
+		double m, var, db = 0, ds = 0;
+		bn_stats(x, n, ch, s, k, &m, &var);
+		double is = 1 / sqrt(var + eps);
+		for (int64_t i = 0; i < n; i++)
+			for (int64_t j = 0; j < s; j++) {
+				int64_t o = (i * ch + k) * s + j;
+				double g = ml_get_f64(dy->data, dt, o);
+				db += g;
+				ds += g * (ml_get_f64(x->data, dt, o) - m) * is;
+			}
+		double a = ml_get_f64(sc->data, dt, k) * is / (cnt > 0 ? cnt : 1);
+		for (int64_t i = 0; i < n; i++)
+			for (int64_t j = 0; j < s; j++) {
+				int64_t o = (i * ch + k) * s + j;
+				double xh = (ml_get_f64(x->data, dt, o) - m) * is;
+				double g = ml_get_f64(dy->data, dt, o);
+				ml_set_f64(c->out[0]->data, dt, o, a * (cnt * g - db - xh * ds));
+			}
+		if (c->n_out > 1 && c->out[1]->data != NULL)
+			ml_set_f64(c->out[1]->data, dt, k, ds);
+		if (c->n_out > 2 && c->out[2]->data != NULL)
+			ml_set_f64(c->out[2]->data, dt, k, db);
+	}
+	return 0;
+}
+
+static int
+run_ln_grad(struct ml_opctx *c)
+{
+	const struct ml_tval *dy = c->in[0], *x = c->in[1], *sc = c->in[2];
+	int ax;
+	ML_TRY(same_numel(c, 0, 1));
+	ML_TRY(ml_grad_ln_axis(c, x->rank, &ax));
+	int64_t D = 1, R = 1;
+	for (int d = 0; d < x->rank; d++)
+		*(d < ax ? &R : &D) *= x->dims[d];
+	if (ml_tval_numel(sc) != D)
+		return ml_opfail(c, ML_EINVAL, "scale must have X's shape from axis %d", ax);
+	double eps = ml_attr_float(c->node, "epsilon", 1e-5);
+	enum ml_dtype dt = x->dtype;
+	void *dsc = c->n_out > 1 ? c->out[1]->data : NULL, *dbp = c->n_out > 2 ? c->out[2]->data : NULL;
+	for (int64_t j = 0; j < D; j++) {
+		if (dsc != NULL)
+			ml_set_f64(dsc, dt, j, 0);
+		if (dbp != NULL)
+			ml_set_f64(dbp, dt, j, 0);
+	}
+	for (int64_t r = 0; r < R; r++) {
+		double sum = 0, sq = 0;
+		for (int64_t j = 0; j < D; j++)
+			sum += ml_get_f64(x->data, dt, r * D + j);
+		double m = D > 0 ? sum / (double)D : 0;
+		for (int64_t j = 0; j < D; j++) {
+			double d = ml_get_f64(x->data, dt, r * D + j) - m;
+			sq += d * d;
+		}
+		double is = 1 / sqrt((D > 0 ? sq / (double)D : 0) + eps), s1 = 0, s2 = 0;
+		for (int64_t j = 0; j < D; j++) {
+			double xh = (ml_get_f64(x->data, dt, r * D + j) - m) * is;
+			double g = ml_get_f64(dy->data, dt, r * D + j);
+			double gh = g * ml_get_f64(sc->data, dt, j);
+			s1 += gh;
+			s2 += gh * xh;
+			if (dsc != NULL)
+				ml_set_f64(dsc, dt, j, ml_get_f64(dsc, dt, j) + g * xh);
+			if (dbp != NULL)
+				ml_set_f64(dbp, dt, j, ml_get_f64(dbp, dt, j) + g);
+		}
+		for (int64_t j = 0; j < D; j++) {
+			double xh = (ml_get_f64(x->data, dt, r * D + j) - m) * is;
+			double gh = ml_get_f64(dy->data, dt, r * D + j) * ml_get_f64(sc->data, dt, j);
+			ml_set_f64(c->out[0]->data, dt, r * D + j,
+				   is / (double)D * ((double)D * gh - s1 - xh * s2));
+		}
+	}
+	return 0;
+}
+
+/*
+ * run_xent_grad: SoftmaxCrossEntropyGrad and NegativeLogLikelihoodGrad.
+ * Scores are [N, C, D]; each (n, d) gets (softmax - onehot) w (SCE) or
+ * -onehot w (NLL), where w is the loss gradient, divided by the count of
+ * labels that are not ignore_index for reduction mean.
+ */
+static int
+run_xent_grad(struct ml_opctx *c)
+{
+	const struct ml_tval *dl = c->in[0], *x = c->in[1], *lab = c->in[2];
+	bool sce = c->node->op == ML_OP_SCE_GRAD;
+	const char *red = ml_attr_str(c->node, "reduction", "mean");
+	bool none = strcmp(red, "none") == 0, mean = strcmp(red, "mean") == 0;
+	const struct ml_attr *iia = ml_attr_find(c->node, "ignore_index");
+	int64_t ii = iia != NULL ? iia->i : INT64_MIN;
+	if (x->rank < 2)
+		return ml_opfail(c, ML_EINVAL, "scores must have rank 2 or more");
+	int64_t N = x->dims[0], C = x->dims[1], D = 1;
+	for (int d = 2; d < x->rank; d++)
+		D *= x->dims[d];
+	if (ml_tval_numel(lab) != N * D)
+		return ml_opfail(c, ML_EINVAL, "labels must be scores' shape without dim 1");
+	if (none ? ml_tval_numel(dl) != N * D : ml_tval_numel(dl) != 1)
+		return ml_opfail(c, ML_EINVAL, "the loss gradient has the wrong size");
+	int64_t cnt = 0;
+	for (int64_t i = 0; i < N * D; i++) {
+		int64_t t = ml_get_i64(lab->data, lab->dtype, i);
+		if (t == ii)
+			continue;
+		if (t < 0 || t >= C)
+			return ml_opfail(c, ML_EINVAL, "label %lld is out of range [0, %lld)",
+					 (long long)t, (long long)C);
+		cnt++;
+	}
+	double w0 = none ? 0 : ml_get_f64(dl->data, dl->dtype, 0) / (mean ? (double)ML_MAX(cnt, 1) : 1);
+	bool f32 = x->dtype == ML_F32;
+	for (int64_t n = 0; n < N; n++)
+		for (int64_t d = 0; d < D; d++) {
+			int64_t t = ml_get_i64(lab->data, lab->dtype, n * D + d);
+			double w = none ? ml_get_f64(dl->data, dl->dtype, n * D + d) : w0;
+			if (t == ii)
+				w = 0;
+			int64_t base = n * C * D + d;
+			if (f32 && D == 1) {
+				const float *xr = F32(x) + base;
+				float *gr = F32(c->out[0]) + base;
+				if (sce) {
+					float m = xr[0], s = 0;
+					for (int64_t k = 1; k < C; k++)
+						m = xr[k] > m ? xr[k] : m;
+					for (int64_t k = 0; k < C; k++)
+						s += (gr[k] = expf(xr[k] - m));
+					float f = (float)w / s;
+					for (int64_t k = 0; k < C; k++)
+						gr[k] *= f;
+				} else {
+					for (int64_t k = 0; k < C; k++)
+						gr[k] = 0;
+				}
+				if (t != ii)
+					gr[t] -= (float)w;
+				continue;
+			}
+			double m = -INFINITY, s = 0;
+			if (sce) {
+				for (int64_t k = 0; k < C; k++)
+					m = fmax(m, ml_get_f64(x->data, x->dtype, base + k * D));
+				for (int64_t k = 0; k < C; k++)
+					s += exp(ml_get_f64(x->data, x->dtype, base + k * D) - m);
+			}
+			for (int64_t k = 0; k < C; k++) {
+				double p = sce ? exp(ml_get_f64(x->data, x->dtype, base + k * D) - m) / s : 0;
+				double g = (p - (k == t ? 1 : 0)) * w;
+				ml_set_f64(c->out[0]->data, x->dtype, base + k * D, g);
+			}
+		}
+	return 0;
+}
+
+static int
+run_bce(struct ml_opctx *c)
+{
+	bool grad = c->node->op == ML_OP_BCE_LOGITS_GRAD;
+	const struct ml_tval *x = c->in[grad ? 1 : 0], *t = c->in[grad ? 2 : 1];
+	if (ml_tval_numel(x) != ml_tval_numel(t))
+		return ml_opfail(c, ML_EINVAL, "logits and targets differ in size");
+	int64_t n = ml_tval_numel(x);
+	enum ml_dtype dt = x->dtype;
+	double w = grad ? ml_get_f64(c->in[0]->data, dt, 0) / (double)ML_MAX(n, 1) : 0, sum = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double xv = ml_get_f64(x->data, dt, i), tv = ml_get_f64(t->data, dt, i);
+		if (grad)
+			ml_set_f64(c->out[0]->data, dt, i, (1 / (1 + exp(-xv)) - tv) * w);
+		else
+			sum += fmax(xv, 0) - xv * tv + log1p(exp(-fabs(xv)));
+	}
+	if (!grad)
+		ml_set_f64(c->out[0]->data, dt, 0, n > 0 ? sum / (double)n : 0);
+	return 0;
+}
+
+static uint64_t
+mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static int
+run_dropout(struct ml_opctx *c)
+{
+	const struct ml_tval *x = c->in[0], *r = c->in[1];
+	double p = ml_attr_float(c->node, "ratio", 0.5);
+	uint64_t key = mix64((uint64_t)ml_get_i64(r->data, r->dtype, 0)) ^
+		       mix64(mix64((uint64_t)ml_get_i64(r->data, r->dtype, 1))) ^
+		       mix64(0x5851f42d4c957f2dull * (uint64_t)(ml_attr_int(c->node, "stream", 0) + 1));
+	int64_t n = ml_tval_numel(x);
+	double keep = 1 / (1 - p);
+	uint64_t thr = (uint64_t)(p * 18446744073709551616.0);
+	if (p <= 0)
+		thr = 0;
+	enum ml_dtype dt = x->dtype;
+	for (int64_t i = 0; i < n; i++) {
+		double m = mix64(key + (uint64_t)i) >= thr ? keep : 0;
+		if (c->n_out > 1)
+			ml_set_f64(c->out[1]->data, dt, i, m);
+		ml_set_f64(c->out[0]->data, dt, i, m * ml_get_f64(x->data, dt, i));
+	}
+	return 0;
+}
+
+const struct ml_cpu_kernel ml_cpu_grad[] = {
+	{ ML_OP_ASSIGN, run_assign },
+	{ ML_OP_EMA_UPDATE, run_ema },
+	{ ML_OP_SGD_UPDATE, run_sgd },
+	{ ML_OP_ADAM_UPDATE, run_adam },
+	{ ML_OP_RELU_GRAD, run_relu_grad },
+	{ ML_OP_UNARY_GRAD, run_unary_grad },
+	{ ML_OP_MAXPOOL_GRAD, run_pool_grad },
+	{ ML_OP_AVGPOOL_GRAD, run_pool_grad },
+	{ ML_OP_CONV_GRAD_INPUT, run_conv_grad },
+	{ ML_OP_CONV_GRAD_FILTER, run_conv_grad },
+	{ ML_OP_BN_TRAINING, run_bn_train },
+	{ ML_OP_BN_TRAINING_GRAD, run_bn_grad },
+	{ ML_OP_LN_GRAD, run_ln_grad },
+	{ ML_OP_SCE_GRAD, run_xent_grad },
+	{ ML_OP_NLL_GRAD, run_xent_grad },
+	{ ML_OP_BCE_LOGITS, run_bce },
+	{ ML_OP_BCE_LOGITS_GRAD, run_bce },
+	{ ML_OP_DROPOUT_TRAINING, run_dropout },
+	{ .op = ML_OP_NONE },
+};

@@ -1,0 +1,329 @@
+/*
+ * quant_gemm.c: the packed u8 x s8 GEMM of the int8 engine, with the
+ * requantisation fused into its epilogue (see quant_q8.h for the layouts).
+ *
+ * Three micro-kernels compute a block of rows by one 16-column panel over
+ * the whole K, in int32: AVX-512 VNNI (vpdpbusd, 8 rows x 16 columns in
+ * eight zmm), AVX2 (vpmaddubsw into int16 pairs, then vpmaddwd by ones into
+ * int32, 4 rows x 16 columns in eight ymm) and portable C. The path is
+ * chosen once at run time from __builtin_cpu_supports (the build is
+ * x86-64-v2, so the vector kernels carry target attributes). The CI machine
+ * and the development machine have AVX2 but no AVX-512: the VNNI kernel
+ * compiles and dispatches there only on CPUs that have it, and has not run
+ * on real hardware in this project's tests.
+ *
+ * Work items are (a block of MB rows) x (a group of NBP panels) and split
+ * over the thread pool; inside one, each panel (kp x 16 bytes, at most
+ * 72 KB for a 3x3x512 convolution) stays in cache while the row block passes
+ * over it.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "cpu/quant_q8.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HAVE_X86 1
+#include <immintrin.h>
+#endif
+
+#define MB 64			/* rows per work item (a multiple of every kernel's rows) */
+#define NBP 4			/* panels per work item */
+
+void
+ml_q8_pack(int8_t *dst, const int8_t *w, int64_t m, int64_t k)
+{
+	int64_t kp = ml_q8_kpad(k), np = (m + ML_Q8_NR - 1) / ML_Q8_NR;
+
+	memset(dst, 0, (size_t)(np * ML_Q8_NR * kp));
+	for (int64_t j = 0; j < m; j++) {
+		int8_t *pan = dst + (j / ML_Q8_NR) * ML_Q8_NR * kp + (j % ML_Q8_NR) * ML_Q8_KG;
+		for (int64_t q = 0; q < k; q++)
+			pan[(q / ML_Q8_KG) * ML_Q8_NR * ML_Q8_KG + q % ML_Q8_KG] = w[j * k + q];
+	}
+}
+
+/*
+ * A micro-kernel: c[r][0..15] = sum over kq groups of rows r < mr of a
+ * (stride lda) times panel b. Rows past mr are computed from row 0 and
+ * ignored.
+ */
+typedef void (*q8_kern)(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,
+			int32_t *c);
+/* An epilogue for one row of nc <= 16 columns starting at column j0. */
+typedef void (*q8_epi_fn)(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep,
+			  void *y);
+
+static void
+kern_c(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)
+{
+	for (int r = 0; r < mr; r++) {
+		const uint8_t *ar = a + r * lda;
+		int32_t acc[ML_Q8_NR] = { 0 };
+		for (int64_t q = 0; q < kq; q++) {
+			const int8_t *bq = b + q * ML_Q8_NR * ML_Q8_KG;
+			const uint8_t *aq = ar + q * ML_Q8_KG;
+			for (int j = 0; j < ML_Q8_NR; j++)
+				for (int t = 0; t < ML_Q8_KG; t++)
+					acc[j] += (int32_t)aq[t] * bq[j * ML_Q8_KG + t];
+		}
+		memcpy(c + r * ML_Q8_NR, acc, sizeof acc);
+	}
+}
+
+static void
+epi_c(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, void *y)
+{
+	for (int j = 0; j < nc; j++) {
+		float v = (float)(acc[j] + ep->bias[j0 + j]) * ep->mult[j0 + j];
+		if (ep->f32out) {
+			((float *)y)[j] = v;
+			continue;
+		}
+		float r = nearbyintf(v) + (float)ep->yzero;
+		r = r < (float)ep->lo ? (float)ep->lo : r > (float)ep->hi ? (float)ep->hi : r;
+		((uint8_t *)y)[j] = (uint8_t)(int32_t)r;
+	}
+}
+
+#ifdef HAVE_X86
+static inline int32_t
+ld32(const uint8_t *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+__attribute__((target("avx2,fma"))) static void
+kern_avx2(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)
+{
+	const uint8_t *a0 = a, *a1 = a + (mr > 1 ? lda : 0), *a2 = a + (mr > 2 ? 2 * lda : 0),
+		      *a3 = a + (mr > 3 ? 3 * lda : 0);
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,
+		c21 = c00, c30 = c00, c31 = c00;
+
+	for (int64_t q = 0; q < kq; q++) {
+		__m256i b0 = _mm256_loadu_si256((const __m256i *)(b + q * 64));
+		__m256i b1 = _mm256_loadu_si256((const __m256i *)(b + q * 64 + 32));
+		__m256i x, t0, t1;
+#define ROW(ar, ca, cb)							\
+		x = _mm256_set1_epi32(ld32(ar + q * 4));		\
+		t0 = _mm256_madd_epi16(_mm256_maddubs_epi16(x, b0), ones);	\
+		t1 = _mm256_madd_epi16(_mm256_maddubs_epi16(x, b1), ones);	\
+		ca = _mm256_add_epi32(ca, t0);				\
+		cb = _mm256_add_epi32(cb, t1);
+		ROW(a0, c00, c01)
+		ROW(a1, c10, c11)
+		ROW(a2, c20, c21)
+		ROW(a3, c30, c31)
+#undef ROW
+	}
+	_mm256_storeu_si256((__m256i *)(c + 0), c00);
+	_mm256_storeu_si256((__m256i *)(c + 8), c01);
+	_mm256_storeu_si256((__m256i *)(c + 16), c10);
+	_mm256_storeu_si256((__m256i *)(c + 24), c11);
+	_mm256_storeu_si256((__m256i *)(c + 32), c20);
+	_mm256_storeu_si256((__m256i *)(c + 40), c21);
+	_mm256_storeu_si256((__m256i *)(c + 48), c30);
+	_mm256_storeu_si256((__m256i *)(c + 56), c31);
+}
+
+/*
+ * epi_avx2: the epilogue on 8 lanes at a time; cvtps rounds half to even
+ * in the default rounding mode, as nearbyintf does in epi_c.
+ */
+__attribute__((target("avx2,fma"))) static void
+epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, void *y)
+{
+	if (nc < ML_Q8_NR) {
+		epi_c(acc, nc, j0, ep, y);
+		return;
+	}
+	const __m256i zy = _mm256_set1_epi32(ep->yzero), lo = _mm256_set1_epi32(ep->lo),
+		      hi = _mm256_set1_epi32(ep->hi);
+	__m256 v[2];
+	for (int h = 0; h < 2; h++) {
+		__m256i s = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(acc + 8 * h)),
+					     _mm256_loadu_si256((const __m256i *)(ep->bias + j0 + 8 * h)));
+		v[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(ep->mult + j0 + 8 * h));
+	}
+	if (ep->f32out) {
+		_mm256_storeu_ps((float *)y, v[0]);
+		_mm256_storeu_ps((float *)y + 8, v[1]);
+		return;
+	}
+	__m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v[0]), zy);
+	__m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v[1]), zy);
+	q0 = _mm256_min_epi32(_mm256_max_epi32(q0, lo), hi);
+	q1 = _mm256_min_epi32(_mm256_max_epi32(q1, lo), hi);
+	/* packs work per 128-bit lane: fix the order with a permute */
+	__m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
+	__m128i b8 = _mm_packus_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
+	_mm_storeu_si128((__m128i *)y, b8);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+kern_vnni(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)
+{
+	const uint8_t *ar[8];
+	__m512i acc[8];
+
+	for (int r = 0; r < 8; r++) {
+		ar[r] = a + (r < mr ? r * lda : 0);
+		acc[r] = _mm512_setzero_si512();
+	}
+	for (int64_t q = 0; q < kq; q++) {
+		__m512i bq = _mm512_loadu_si512((const void *)(b + q * 64));
+		for (int r = 0; r < 8; r++)
+			acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(ld32(ar[r] + q * 4)), bq);
+	}
+	for (int r = 0; r < 8; r++)
+		_mm512_storeu_si512((void *)(c + r * 16), acc[r]);
+}
+#endif
+
+/*
+ * Path selection: -1 until first use; racing first callers compute the same
+ * value.
+ */
+static atomic_int cur_path = -1;
+
+bool
+ml_q8_path_ok(enum ml_q8_path p)
+{
+	switch (p) {
+	case ML_Q8_AUTO:
+	case ML_Q8_C:
+		return true;
+#ifdef HAVE_X86
+	case ML_Q8_AVX2:
+		__builtin_cpu_init();
+		return __builtin_cpu_supports("avx2");
+	case ML_Q8_VNNI:
+		__builtin_cpu_init();
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vnni");
+#endif
+	default:
+		return false;
+	}
+}
+
+const char *
+ml_q8_path_name(enum ml_q8_path p)
+{
+	static const char *const names[] = { "auto", "c", "avx2", "avx512vnni" };
+	return (unsigned)p < 4 ? names[p] : "?";
+}
+
+static enum ml_q8_path
+best_path(void)
+{
+	const char *env = getenv("ML_Q8_PATH");
+	if (env != NULL) {
+		enum ml_q8_path p = strcmp(env, "c") == 0 ? ML_Q8_C :
+				    strcmp(env, "avx2") == 0 ? ML_Q8_AVX2 :
+				    strcmp(env, "vnni") == 0 ? ML_Q8_VNNI : ML_Q8_AUTO;
+		if (p != ML_Q8_AUTO && ml_q8_path_ok(p))
+			return p;
+	}
+	if (ml_q8_path_ok(ML_Q8_VNNI))
+		return ML_Q8_VNNI;
+	if (ml_q8_path_ok(ML_Q8_AVX2))
+		return ML_Q8_AVX2;
+	return ML_Q8_C;
+}
+
+enum ml_q8_path
+ml_q8_path(void)
+{
+	int v = atomic_load_explicit(&cur_path, memory_order_relaxed);
+	if (v < 0) {
+		v = (int)best_path();
+		atomic_store_explicit(&cur_path, v, memory_order_relaxed);
+	}
+	return (enum ml_q8_path)v;
+}
+
+bool
+ml_q8_set_path(enum ml_q8_path p)
+{
+	if (!ml_q8_path_ok(p))
+		return false;
+	atomic_store(&cur_path, (int)(p == ML_Q8_AUTO ? best_path() : p));
+	return true;
+}
+
+struct q8job {
+	int64_t p, m, kq, lda, ldy, nnb;
+	const uint8_t *a;
+	const int8_t *bp;
+	const struct ml_q8_epi *ep;
+	void *y;
+	q8_kern kern;
+	q8_epi_fn epi;
+	int mr;
+};
+
+static void
+q8_units(void *ctx, int64_t b, int64_t e)
+{
+	const struct q8job *j = ctx;
+	int32_t tile[8 * ML_Q8_NR];
+	size_t ysz = j->ep->f32out ? sizeof(float) : 1;
+	int64_t np = (j->m + ML_Q8_NR - 1) / ML_Q8_NR;
+
+	for (int64_t u = b; u < e; u++) {
+		int64_t r0 = u / j->nnb * MB, r1 = ML_MIN(r0 + MB, j->p);
+		int64_t p0 = u % j->nnb * NBP, p1 = ML_MIN(p0 + NBP, np);
+		for (int64_t pn = p0; pn < p1; pn++) {
+			const int8_t *pan = j->bp + pn * ML_Q8_NR * j->kq * ML_Q8_KG;
+			int64_t c0 = pn * ML_Q8_NR;
+			int nc = (int)ML_MIN(ML_Q8_NR, j->m - c0);
+			for (int64_t r = r0; r < r1; r += j->mr) {
+				int mr = (int)ML_MIN(j->mr, r1 - r);
+				j->kern(mr, j->kq, j->a + r * j->lda, j->lda, pan, tile);
+				for (int i = 0; i < mr; i++)
+					j->epi(tile + i * ML_Q8_NR, nc, c0, j->ep,
+					       (char *)j->y + ((r + i) * j->ldy + c0) * (int64_t)ysz);
+			}
+		}
+	}
+}
+
+void
+ml_q8_gemm(int64_t p, int64_t m, int64_t kp, const uint8_t *a, int64_t lda, const int8_t *bp,
+	   const struct ml_q8_epi *ep, void *y, int64_t ldy)
+{
+	struct q8job j = { .p = p, .m = m, .kq = kp / ML_Q8_KG, .lda = lda, .ldy = ldy, .a = a,
+			   .bp = bp, .ep = ep, .y = y, .kern = kern_c, .epi = epi_c, .mr = 4 };
+	int64_t np = (m + ML_Q8_NR - 1) / ML_Q8_NR;
+
+	if (p <= 0 || m <= 0)
+		return;
+#ifdef HAVE_X86
+	switch (ml_q8_path()) {
+	case ML_Q8_VNNI:
+		j.kern = kern_vnni;
+		j.epi = epi_avx2;
+		j.mr = 8;
+		break;
+	case ML_Q8_AVX2:
+		j.kern = kern_avx2;
+		j.epi = epi_avx2;
+		break;
+	default:
+		break;
+	}
+#endif
+	j.nnb = (np + NBP - 1) / NBP;
+	int64_t units = (p + MB - 1) / MB * j.nnb;
+	/* about 1 MMAC per item keeps the pool's overhead small */
+	int64_t per = ML_MIN(p, MB) * ML_MIN(m, NBP * ML_Q8_NR) * kp;
+	ml_parallel_for(units, per >= (1 << 20) ? 1 : (1 << 20) / (per + 1) + 1, q8_units, &j);
+}

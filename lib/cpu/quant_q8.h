@@ -1,0 +1,89 @@
+/*
+ * quant_q8.h: the int8 engine under the internal "ml" Q8* ops (lib/ops/quant_q8.c,
+ * lib/cpu/quant_q8.c, lib/cpu/quant_gemm.c), shared with the quantiser (lib/quant/).
+ *
+ * Activations between Q8 ops are uint8, channels last (NHWC, or [N, C] for a
+ * matrix), with a per-tensor scale and zero point. Weights are int8, symmetric
+ * per output channel, kept in 7 bits ([-64, 63]) so that AVX2's vpmaddubsw,
+ * which adds two u8 x s8 products into a saturating int16, can never saturate
+ * (2 * 255 * 64 < 32768); the VNNI and portable paths are exact for any int8
+ * but get the same 7-bit weights, so every path computes the same integers.
+ */
+#ifndef ML_CPU_QUANT_Q8_H
+#define ML_CPU_QUANT_Q8_H
+
+#include "ml_impl.h"
+
+/* Columns (output channels) per packed weight panel, and K bytes per group. */
+#define ML_Q8_NR 16
+#define ML_Q8_KG 4
+/* The weight range the packed GEMM relies on (see above). */
+#define ML_Q8_WMIN (-64)
+#define ML_Q8_WMAX 63
+
+/* ml_q8_kpad: K rounded up to a multiple of ML_Q8_KG. */
+static inline int64_t
+ml_q8_kpad(int64_t k)
+{
+	return (k + ML_Q8_KG - 1) / ML_Q8_KG * ML_Q8_KG;
+}
+
+/*
+ * ml_q8_packed_len: bytes of the packed form of an [m, k] weight matrix:
+ * panels of ML_Q8_NR columns; panel p holds, for each group g of 4 k, the 16
+ * columns' 4 bytes: byte (p * kpad * 16) + g * 64 + (j % 16) * 4 + k % 4.
+ */
+static inline int64_t
+ml_q8_packed_len(int64_t k, int64_t m)
+{
+	return (m + ML_Q8_NR - 1) / ML_Q8_NR * ML_Q8_NR * ml_q8_kpad(k);
+}
+
+/* ml_q8_pack: pack w ([m, k] row-major int8) into dst (ml_q8_packed_len bytes, zero padded). */
+void ml_q8_pack(int8_t *dst, const int8_t *w, int64_t m, int64_t k);
+
+/*
+ * struct ml_q8_epi: the epilogue fused into the GEMM. For output column j
+ * and int32 sum acc: v = acc + bias[j]; with f32out y = v * mult[j] (float),
+ * otherwise y = clamp(round(v * mult[j]) + yzero, lo, hi) as uint8
+ * (round half to even).
+ */
+struct ml_q8_epi {
+	const int32_t *bias;
+	const float *mult;
+	int32_t yzero, lo, hi;
+	bool f32out;
+};
+
+/* Dispatch paths of ml_q8_gemm; ml_q8_path_ok says whether this CPU runs one. */
+enum ml_q8_path { ML_Q8_AUTO = 0, ML_Q8_C = 1, ML_Q8_AVX2 = 2, ML_Q8_VNNI = 3 };
+bool ml_q8_path_ok(enum ml_q8_path p);
+/* ml_q8_path_name: "c", "avx2", "avx512vnni". */
+const char *ml_q8_path_name(enum ml_q8_path p);
+/*
+ * ml_q8_set_path: force a path for later calls (tests); AUTO picks the best
+ * the CPU has. Returns false (and changes nothing) when the CPU lacks it.
+ * ML_Q8_PATH=c|avx2|vnni in the environment does the same at first use.
+ */
+bool ml_q8_set_path(enum ml_q8_path p);
+enum ml_q8_path ml_q8_path(void);
+
+/*
+ * ml_q8_gemm: y[i, j] = epilogue(sum_k a[i, k] * w[j, k]) for i < p, j < m,
+ * with a uint8 rows of stride lda holding kp = ml_q8_kpad(k) bytes each (the
+ * bytes past k may hold anything: the packed weights are zero there), bp the
+ * packed weights, y rows of stride ldy elements (uint8, or float with
+ * ep->f32out). Splits over ml_parallel_for.
+ */
+void ml_q8_gemm(int64_t p, int64_t m, int64_t kp, const uint8_t *a, int64_t lda, const int8_t *bp,
+		const struct ml_q8_epi *ep, void *y, int64_t ldy);
+
+/* Kernels of the internal Q8 ops (lib/cpu/quant_q8.c). */
+int ml_q8_run_quantize(struct ml_opctx *c);
+int ml_q8_run_dequantize(struct ml_opctx *c);
+int ml_q8_run_conv(struct ml_opctx *c);
+int ml_q8_run_add(struct ml_opctx *c);
+int ml_q8_run_maxpool(struct ml_opctx *c);
+int ml_q8_run_gap(struct ml_opctx *c);
+
+#endif

@@ -1,0 +1,272 @@
+/*
+ * loader.c: seeded shuffling and the batch loader. A loader cuts an
+ * epoch's permutation into batches; with prefetch a background thread
+ * builds batches into a ring of slots while the caller trains on the one
+ * it holds, so reading and scaling samples overlaps the step.
+ */
+#include <pthread.h>
+
+#include "ml_impl.h"
+
+/* splitmix64: the seeding generator (Steele, Lea, Flood). */
+static uint64_t
+splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static uint64_t
+rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+/* xoshiro256**: the stream (Blackman, Vigna). */
+static uint64_t
+xnext(uint64_t s[4])
+{
+	uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return r;
+}
+
+/* below: a uniform draw in [0, n) without modulo bias (Lemire's method). */
+static uint64_t
+below(uint64_t s[4], uint64_t n)
+{
+	unsigned __int128 m = (unsigned __int128)xnext(s) * n;
+	uint64_t l = (uint64_t)m;
+	if (l < n) {
+		uint64_t t = -n % n;
+		while (l < t) {
+			m = (unsigned __int128)xnext(s) * n;
+			l = (uint64_t)m;
+		}
+	}
+	return (uint64_t)(m >> 64);
+}
+
+void
+ml_shuffle(int64_t *perm, int64_t n, uint64_t seed, uint64_t epoch)
+{
+	uint64_t sm = seed ^ (epoch * 0xd1342543de82ef95ULL), s[4];
+	for (int i = 0; i < 4; i++)
+		s[i] = splitmix64(&sm);
+	for (int64_t i = 0; i < n; i++)
+		perm[i] = i;
+	for (int64_t i = n - 1; i > 0; i--) {
+		int64_t j = (int64_t)below(s, (uint64_t)i + 1);
+		int64_t t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+}
+
+#define NSLOT 3
+
+struct slot {
+	struct ml_tval x, y;
+	int64_t batch;		/* the batch it holds, -1 when free */
+	int rc;			/* a failure building it */
+	struct ml_err err;
+};
+
+struct ml_loader {
+	const struct ml_dataset *d;
+	struct ml_loader_opts o;
+	int64_t nbatch;
+	int64_t *perm;
+	int64_t next;		/* the batch ml_loader_next returns next */
+	int held;		/* the slot the caller holds, -1 none */
+	struct slot slots[NSLOT];
+	/* the prefetch thread and what it shares, under mu */
+	pthread_t th;
+	bool running, stop;
+	int64_t produce;	/* the batch the thread builds next */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
+
+static int64_t
+batch_len(const struct ml_loader *l, int64_t b)
+{
+	int64_t s = b * l->o.batch, n = l->d->n - s;
+	return n < l->o.batch ? n : l->o.batch;
+}
+
+static int
+build(struct ml_loader *l, struct slot *sl, int64_t b, struct ml_err *e)
+{
+	return ml_dataset_batch(l->d, l->perm + b * l->o.batch, batch_len(l, b), &l->o.x, &l->o.y,
+				&sl->x, &sl->y, e);
+}
+
+/*
+ * The thread fills free slots with the batches after the caller's, in
+ * order: batch b always goes to slot b % NSLOT, so the caller knows where
+ * to wait for it, and the slot it holds (next - 1) is never touched.
+ */
+static void *
+prefetch_main(void *arg)
+{
+	struct ml_loader *l = arg;
+	pthread_mutex_lock(&l->mu);
+	for (;;) {
+		while (!l->stop && (l->produce >= l->nbatch ||
+				    l->slots[l->produce % NSLOT].batch >= 0 ||
+				    (l->held >= 0 && l->held == (int)(l->produce % NSLOT))))
+			pthread_cond_wait(&l->cv, &l->mu);
+		if (l->stop)
+			break;
+		int64_t b = l->produce++;
+		struct slot *sl = &l->slots[b % NSLOT];
+		pthread_mutex_unlock(&l->mu);
+		memset(&sl->err, 0, sizeof sl->err);
+		int rc = build(l, sl, b, &sl->err);
+		pthread_mutex_lock(&l->mu);
+		sl->rc = rc;
+		sl->batch = b;
+		pthread_cond_broadcast(&l->cv);
+	}
+	pthread_mutex_unlock(&l->mu);
+	return NULL;
+}
+
+static void
+stop_thread(struct ml_loader *l)
+{
+	if (!l->running)
+		return;
+	pthread_mutex_lock(&l->mu);
+	l->stop = true;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	pthread_join(l->th, NULL);
+	l->running = false;
+	l->stop = false;
+}
+
+int
+ml_loader_new(struct ml_loader **out, const struct ml_dataset *d, const struct ml_loader_opts *o,
+	      struct ml_err *e)
+{
+	*out = NULL;
+	if (o->batch <= 0)
+		return ml_fail(e, ML_EINVAL, "a batch needs at least one sample");
+	struct ml_loader *l = ml_calloc(1, sizeof *l);
+	if (l == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	l->d = d;
+	l->o = *o;
+	l->nbatch = o->drop_last ? d->n / o->batch : (d->n + o->batch - 1) / o->batch;
+	l->held = -1;
+	if ((l->perm = ml_malloc((size_t)d->n * sizeof *l->perm)) == NULL) {
+		ml_free(l);
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < NSLOT; i++)
+		l->slots[i].batch = -1;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	*out = l;
+	return 0;
+}
+
+void
+ml_loader_free(struct ml_loader *l)
+{
+	if (l == NULL)
+		return;
+	stop_thread(l);
+	for (int i = 0; i < NSLOT; i++) {
+		ml_tval_clear(&l->slots[i].x);
+		ml_tval_clear(&l->slots[i].y);
+	}
+	pthread_mutex_destroy(&l->mu);
+	pthread_cond_destroy(&l->cv);
+	ml_free(l->perm);
+	ml_free(l);
+}
+
+int64_t
+ml_loader_batches(const struct ml_loader *l)
+{
+	return l->nbatch;
+}
+
+int
+ml_loader_start(struct ml_loader *l, uint64_t epoch, int64_t first, struct ml_err *e)
+{
+	if (first < 0 || first > l->nbatch)
+		return ml_fail(e, ML_EINVAL, "batch %lld of an epoch of %lld", (long long)first,
+			       (long long)l->nbatch);
+	stop_thread(l);
+	if (l->o.shuffle) {
+		ml_shuffle(l->perm, l->d->n, l->o.seed, epoch);
+	} else {
+		for (int64_t i = 0; i < l->d->n; i++)
+			l->perm[i] = i;
+	}
+	for (int i = 0; i < NSLOT; i++)
+		l->slots[i].batch = -1;
+	l->next = first;
+	l->produce = first;
+	l->held = -1;
+	if (l->o.prefetch && first < l->nbatch) {
+		if (pthread_create(&l->th, NULL, prefetch_main, l) != 0)
+			return ml_fail(e, ML_ENOMEM, "cannot start the prefetch thread");
+		l->running = true;
+	}
+	return 0;
+}
+
+int
+ml_loader_next(struct ml_loader *l, const struct ml_tval **x, const struct ml_tval **y,
+	       struct ml_err *e)
+{
+	*x = *y = NULL;
+	if (!l->running) {
+		if (l->next >= l->nbatch)
+			return 0;
+		struct slot *sl = &l->slots[0];
+		ML_TRY(build(l, sl, l->next, e));
+		l->next++;
+		*x = &sl->x;
+		*y = &sl->y;
+		return 1;
+	}
+	pthread_mutex_lock(&l->mu);
+	/* give back the slot held since the last call */
+	if (l->held >= 0) {
+		l->slots[l->held].batch = -1;
+		l->held = -1;
+		pthread_cond_broadcast(&l->cv);
+	}
+	if (l->next >= l->nbatch) {
+		pthread_mutex_unlock(&l->mu);
+		return 0;
+	}
+	int64_t b = l->next;
+	struct slot *sl = &l->slots[b % NSLOT];
+	while (sl->batch != b)
+		pthread_cond_wait(&l->cv, &l->mu);
+	l->held = (int)(b % NSLOT);
+	l->next++;
+	int rc = sl->rc;
+	if (rc < 0 && e != NULL)
+		*e = sl->err;
+	pthread_mutex_unlock(&l->mu);
+	if (rc < 0)
+		return rc;
+	*x = &sl->x;
+	*y = &sl->y;
+	return 1;
+}

@@ -1,0 +1,227 @@
+/*
+ * fused.c: definitions of the fused op family, internal ops (domain "ml")
+ * that mlopt's passes make out of several ONNX ops (lib/opt):
+ *
+ *   FusedConv(X, W, [B], [Z])       Conv, plus Z (a residual of Y's shape), then activation
+ *   FusedGemm(A, B, [C])            Gemm, then activation
+ *   FusedMatMul(A, B, [bias], [Z])  MatMul, plus bias[N] on the last dim, plus Z, activation
+ *   LayerNormalization(X, S, [B])   ONNX's LayerNormalization (opset 17) for older opsets
+ *   FusedElementwise(X, ...)        a chain of elementwise ops in one loop
+ *
+ * The base op's attributes keep their names and meaning. activation is one
+ * of "" (none), Relu, Clip (with clip_min, clip_max), Sigmoid, Tanh, Silu,
+ * Gelu. FusedElementwise has ops (STRINGS: op types applied in order to
+ * the running value, which starts as X), args (INTS: per op the input
+ * index of its second operand, -1 for a unary op) and swap (INTS: 1 where
+ * the running value is the second operand, e.g. Sub(c, v)); every other
+ * input broadcasts to X's shape as one block of dims (a scalar, X's
+ * shape, [C, 1, 1] or [N] against X's last dims).
+ * Every fused node carries fused_from, the nodes it replaces (ml_opt.h).
+ * Inference delegates to the base op's definition. All are f32 only.
+ */
+#include "ml_impl.h"
+#include "ops/fused.h"
+
+static const char *const acts[] = { "", "Relu", "Clip", "Sigmoid", "Tanh", "Silu", "Gelu" };
+
+int
+ml_fused_act(const struct ml_node *n)
+{
+	const char *s = ml_attr_str(n, "activation", "");
+	for (int i = 0; i < (int)(sizeof acts / sizeof acts[0]); i++)
+		if (strcmp(s, acts[i]) == 0)
+			return i;
+	return -1;
+}
+
+/* base_infer: run op's inference on c with only the first n_in inputs. */
+static int
+base_infer(struct ml_opctx *c, enum ml_op op, int n_in)
+{
+	const struct ml_opdef *d = ml_opdef_get(op);
+	struct ml_opctx b = *c;
+	/* the base op's code reads the node's op (Conv and pools share geometry) */
+	struct ml_node nb = *c->node;
+	nb.op = op;
+	b.node = &nb;
+	b.n_in = ML_MIN(c->n_in, n_in);
+	return d->infer(&b);
+}
+
+static int
+check_f32(struct ml_opctx *c)
+{
+	for (int i = 0; i < c->n_in; i++) {
+		const struct ml_tval *t = c->in[i];
+		if (t != NULL && t->dtype != ML_UNDEF && t->dtype != ML_F32)
+			return ml_opfail(c, ML_ENOTSUP, "input %d is %s; fused ops take f32", i,
+					 ml_dtype_name(t->dtype));
+	}
+	if (ml_fused_act(c->node) < 0)
+		return ml_opfail(c, ML_EINVAL, "unknown activation '%s'",
+				 ml_attr_str(c->node, "activation", ""));
+	return 0;
+}
+
+/* check_same: z (when given and known) has y's shape. */
+static int
+check_same(struct ml_opctx *c, const struct ml_tval *z, const struct ml_tval *y, const char *what)
+{
+	if (z == NULL || z->rank < 0 || y->rank < 0)
+		return 0;
+	bool ok = z->rank == y->rank;
+	for (int d = 0; ok && d < z->rank; d++)
+		ok = z->dims[d] < 0 || y->dims[d] < 0 || z->dims[d] == y->dims[d];
+	if (!ok)
+		return ml_opfail(c, ML_EINVAL, "%s does not have the output's shape", what);
+	return 0;
+}
+
+static int
+infer_fconv(struct ml_opctx *c)
+{
+	ML_TRY(check_f32(c));
+	ML_TRY(base_infer(c, ML_OP_CONV, 3));
+	return check_same(c, ML_IN(c, 3), c->out[0], "Z");
+}
+
+static int
+infer_fgemm(struct ml_opctx *c)
+{
+	ML_TRY(check_f32(c));
+	return base_infer(c, ML_OP_GEMM, 3);
+}
+
+static int
+infer_fmatmul(struct ml_opctx *c)
+{
+	ML_TRY(check_f32(c));
+	ML_TRY(base_infer(c, ML_OP_MATMUL, 2));
+	const struct ml_tval *b = ML_IN(c, 2), *y = c->out[0];
+	if (b != NULL && b->rank >= 0) {
+		int64_t n = y->rank > 0 ? y->dims[y->rank - 1] : 1;
+		if (b->rank != 1 || (b->dims[0] >= 0 && n >= 0 && b->dims[0] != n))
+			return ml_opfail(c, ML_EINVAL, "bias must be 1-D of the last dim's size");
+	}
+	return check_same(c, ML_IN(c, 3), y, "Z");
+}
+
+static int
+infer_flayernorm(struct ml_opctx *c)
+{
+	ML_TRY(check_f32(c));
+	return base_infer(c, ML_OP_LAYER_NORM, 3);
+}
+
+int
+ml_fused_block(const struct ml_tval *x, const struct ml_tval *y, int64_t *inner, int64_t *cnt)
+{
+	int off = y->rank - x->rank;
+	int lo = -1, hi = -1;
+	if (off < 0)
+		return -1;
+	for (int d = 0; d < x->rank; d++) {
+		if (x->dims[d] == 1)
+			continue;
+		if (x->dims[d] != y->dims[d + off])
+			return -1;
+		if (lo < 0)
+			lo = d + off;
+		else if (hi != d + off)
+			return -1;	/* a gap: not one block */
+		hi = d + off + 1;
+	}
+	*inner = 1;
+	*cnt = 1;
+	if (lo < 0)
+		return 0;
+	for (int d = lo; d < hi; d++)
+		*cnt *= y->dims[d];
+	for (int d = hi; d < y->rank; d++)
+		*inner *= y->dims[d];
+	return 0;
+}
+
+static const char *const elem_ops[] = {
+	"Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs",
+	"Sqrt", "Erf", "Gelu", "Silu", "Reciprocal",
+};
+
+int
+ml_fused_elem_op(const char *s)
+{
+	for (int i = 0; i < (int)(sizeof elem_ops / sizeof elem_ops[0]); i++)
+		if (strcmp(s, elem_ops[i]) == 0)
+			return i;
+	return -1;
+}
+
+static int
+infer_felem(struct ml_opctx *c)
+{
+	const struct ml_tval *x = c->in[0];
+	const struct ml_attr *ops = ml_attr_find(c->node, "ops");
+	const int64_t *args, *swap;
+	int na = ml_attr_ints(c->node, "args", &args), ns = ml_attr_ints(c->node, "swap", &swap);
+
+	ML_TRY(check_f32(c));
+	if (ops == NULL || ops->type != ML_ATTR_STRINGS || ops->n < 1 || na != ops->n ||
+	    ns != ops->n)
+		return ml_opfail(c, ML_EINVAL, "needs ops, args and swap of one length");
+	for (int k = 0; k < ops->n; k++) {
+		int op = ml_fused_elem_op(ops->strings[k]);
+		if (op < 0)
+			return ml_opfail(c, ML_EINVAL, "op '%s' is not fusable", ops->strings[k]);
+		bool binary = op < ML_FE_UNARY;
+		if (binary != (args[k] >= 0) || args[k] >= c->n_in || args[k] == 0)
+			return ml_opfail(c, ML_EINVAL, "op %d: bad operand %lld", k, (long long)args[k]);
+	}
+	ml_set_shape(c->out[0], ML_F32, x->rank, x->dims);
+	for (int i = 1; i < c->n_in; i++) {
+		const struct ml_tval *a = c->in[i];
+		int64_t inner, cnt;
+		if (a == NULL)
+			return ml_opfail(c, ML_EINVAL, "input %d is missing", i);
+		bool known = a->rank >= 0 && x->rank >= 0;
+		for (int d = 0; known && d < a->rank; d++)
+			known = a->dims[d] >= 0;
+		for (int d = 0; known && d < x->rank; d++)
+			known = x->dims[d] >= 0;
+		if (known && ml_fused_block(a, x, &inner, &cnt) < 0)
+			return ml_opfail(c, ML_EINVAL, "input %d does not broadcast as one block", i);
+	}
+	return 0;
+}
+
+static int64_t
+flops_fused(const struct ml_opctx *c)
+{
+	enum ml_op base = c->node->op == ML_OP_FUSED_CONV	 ? ML_OP_CONV :
+			  c->node->op == ML_OP_FUSED_GEMM	 ? ML_OP_GEMM :
+			  c->node->op == ML_OP_FUSED_MATMUL	 ? ML_OP_MATMUL :
+								   ML_OP_LAYER_NORM;
+	const struct ml_opdef *d = ml_opdef_get(base);
+	int64_t extra = ML_MAX(ml_tval_numel(c->out[0]), 0);
+	struct ml_opctx b = *c;
+	struct ml_node nb = *c->node;
+	nb.op = base;
+	b.node = &nb;
+	b.n_in = ML_MIN(c->n_in, 3);
+	return (d->flops != NULL ? d->flops(&b) : 0) + extra;
+}
+
+static int64_t
+flops_felem(const struct ml_opctx *c)
+{
+	const struct ml_attr *ops = ml_attr_find(c->node, "ops");
+	return ML_MAX(ml_tval_numel(c->out[0]), 0) * (ops != NULL ? ops->n : 1);
+}
+
+const struct ml_opdef ml_opdefs_fused[] = {
+	{ ML_OP_FUSED_CONV, 2, 4, 1, 1, infer_fconv, flops_fused },
+	{ ML_OP_FUSED_GEMM, 2, 3, 1, 1, infer_fgemm, flops_fused },
+	{ ML_OP_FUSED_MATMUL, 2, 4, 1, 1, infer_fmatmul, flops_fused },
+	{ ML_OP_ML_LAYER_NORM, 2, 3, 1, 3, infer_flayernorm, flops_fused },
+	{ ML_OP_FUSED_ELEMWISE, 1, -1, 1, 1, infer_felem, flops_felem },
+	{ .op = ML_OP_NONE },
+};

@@ -1,0 +1,34 @@
+/*
+ * grad.h: what the grad family's definitions (lib/ops/grad.c) and CPU
+ * kernels (lib/cpu/grad.c) share: UnaryGrad's functions and the forward
+ * geometry of the pool and convolution gradients.
+ */
+#ifndef ML_OPS_GRAD_H
+#define ML_OPS_GRAD_H
+
+#include "ml_impl.h"
+#include "ops/nn.h"
+
+/* UnaryGrad's fn attribute. */
+enum {
+	ML_UG_LEAKY_RELU, ML_UG_GELU, ML_UG_SILU, ML_UG_ERF, ML_UG_SIGMOID, ML_UG_TANH,
+	ML_UG_EXP, ML_UG_LOG, ML_UG_SQRT, ML_UG_SOFTPLUS, ML_UG_ABS, ML_UG_ELU, ML_UG_COUNT
+};
+
+/* ml_unary_grad_fn: the ML_UG_* value of an fn name, -1 when unknown. */
+int ml_unary_grad_fn(const char *s);
+
+/*
+ * ml_grad_geom: the geometry of c's node read as forward op op (Conv,
+ * MaxPool, AveragePool) over input x and weight w (NULL for pools).
+ */
+int ml_grad_geom(struct ml_opctx *c, enum ml_op op, const struct ml_tval *x,
+		 const struct ml_tval *w, struct ml_conv_geom *g);
+
+/* ml_grad_ln_axis: LayerNormGrad's axis in [0, rank). */
+int ml_grad_ln_axis(struct ml_opctx *c, int rank, int *axis);
+
+/* ml_grad_same_shape: a and b can have one shape, as far as known. */
+bool ml_grad_same_shape(const struct ml_tval *a, const struct ml_tval *b);
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * quant.h: what the files of lib/quant share: calibration statistics
+ * (calib.c) and graph helpers for the rewrites (quant.c).
+ */
+#ifndef ML_QUANT_QUANT_H
+#define ML_QUANT_QUANT_H
+
+#include <sys/stat.h>
+
+#include "ml_impl.h"
+
+#define MQ_BINS 2048
+
+/* struct mq_stat: one tensor's statistics: range, and a histogram of |x| over [0, max |x|]. */
+struct mq_stat {
+	bool seen;
+	float min, max;
+	double hist[MQ_BINS];
+};
+
+/* mq_copy_graph: a deep copy of g (through the graph file), toposorted and inferred. */
+int mq_copy_graph(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e);
+/*
+ * mq_run_all: run a copy of g over every calibration batch (with every f32
+ * activation as an extra output when extra_f32), calling fn after each run.
+ */
+int mq_run_all(const struct ml_graph *g, const struct ml_calib *cal, int extra_f32,
+	       int (*fn)(void *ctx, struct ml_graph *gx, struct ml_session *s, int batch,
+			 struct ml_err *e),
+	       void *ctx, struct ml_err *e);
+/* mq_collect: statistics of every tensor of g over cal (*out: one per tensor, ml_free it). */
+int mq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, struct mq_stat **out,
+	       struct ml_err *e);
+/* mq_range: the calibrated range [lo, hi] (0 always inside) of st by method. */
+void mq_range(const struct mq_stat *st, int method, double pct, double *lo, double *hi);
+
+#endif

@@ -1,0 +1,330 @@
+#!/usr/bin/env bats
+# 2000-mlopt.bats: mlopt on small generated models: each pass family on its
+# pattern, levels and pass lists, the report, --verify, pipes, idempotence,
+# and the failures (usage 2, invalid input 3, write errors 1).
+bats_require_minimum_version 1.5.0
+load helpers
+
+# mkopt NAME: write NAME.onnx and NAME.mlg, a model with one pattern the passes fuse:
+# convbn (Identity, Conv, BatchNormalization, Dropout, Relu), gelu (the erf form),
+# ln (a decomposed LayerNorm, then MatMul + Add + Relu), chain (elementwise ops, a duplicate).
+mkopt() {
+	"$PY" - "$1" <<'PYEOF' && mlconvert "$1.onnx" -o "$1.mlg"
+import sys
+import numpy as np
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+rng = np.random.default_rng(1)
+def c(name, a):
+    return nh.from_array(np.asarray(a, dtype=np.float32), name)
+name = sys.argv[1]
+inits, nodes = [], []
+if name == "convbn":
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])
+    y = h.make_tensor_value_info("y", T.FLOAT, [1, 4, 8, 8])
+    inits = [c("w", rng.standard_normal((4, 3, 3, 3))), c("s", rng.random(4) + 0.5),
+             c("b", rng.standard_normal(4)), c("m", rng.standard_normal(4)),
+             c("v", rng.random(4) + 0.5)]
+    nodes = [h.make_node("Identity", ["x"], ["xi"], name="id"),
+             h.make_node("Conv", ["xi", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             h.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"], name="bn"),
+             h.make_node("Dropout", ["n"], ["d"], name="drop"),
+             h.make_node("Relu", ["d"], ["y"], name="relu")]
+elif name == "gelu":
+    x = h.make_tensor_value_info("x", T.FLOAT, [2, 8])
+    y = h.make_tensor_value_info("y", T.FLOAT, [2, 8])
+    inits = [c("r2", 1.4142135381698608), c("one", 1.0), c("half", 0.5)]
+    nodes = [h.make_node("Div", ["x", "r2"], ["a"], name="div"),
+             h.make_node("Erf", ["a"], ["e"], name="erf"),
+             h.make_node("Add", ["e", "one"], ["p"], name="add"),
+             h.make_node("Mul", ["x", "p"], ["q"], name="mul"),
+             h.make_node("Mul", ["q", "half"], ["y"], name="mul2")]
+elif name == "ln":
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, 4, 16])
+    y = h.make_tensor_value_info("y", T.FLOAT, [1, 4, 8])
+    inits = [c("two", 2.0), c("eps", 1e-5), c("g", rng.random(16) + 0.5), c("bb", rng.standard_normal(16)),
+             c("W", rng.standard_normal((16, 8))), c("B", rng.standard_normal(8))]
+    nodes = [h.make_node("ReduceMean", ["x"], ["mu"], name="rm1", axes=[-1]),
+             h.make_node("Sub", ["x", "mu"], ["d"], name="sub"),
+             h.make_node("Pow", ["d", "two"], ["d2"], name="pow"),
+             h.make_node("ReduceMean", ["d2"], ["var"], name="rm2", axes=[-1]),
+             h.make_node("Add", ["var", "eps"], ["ve"], name="adde"),
+             h.make_node("Sqrt", ["ve"], ["sd"], name="sqrt"),
+             h.make_node("Div", ["d", "sd"], ["nz"], name="div"),
+             h.make_node("Mul", ["nz", "g"], ["sc"], name="mulg"),
+             h.make_node("Add", ["sc", "bb"], ["ln"], name="addb"),
+             h.make_node("MatMul", ["ln", "W"], ["mm"], name="mm"),
+             h.make_node("Add", ["mm", "B"], ["mb"], name="addB"),
+             h.make_node("Relu", ["mb"], ["y"], name="relu")]
+elif name == "chain":
+    x = h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4])
+    y = h.make_tensor_value_info("y", T.FLOAT, [2, 3, 4])
+    z = h.make_tensor_value_info("z", T.FLOAT, [2, 3, 4])
+    inits = [c("k", rng.standard_normal(4)), c("s", 3.0)]
+    nodes = [h.make_node("Mul", ["x", "k"], ["a"], name="m"),
+             h.make_node("Add", ["a", "s"], ["b"], name="a"),
+             h.make_node("Tanh", ["b"], ["t"], name="t"),
+             h.make_node("Sub", ["s", "t"], ["y"], name="s"),
+             h.make_node("Mul", ["x", "k"], ["a2"], name="m_dup"),
+             h.make_node("Neg", ["a2"], ["z"], name="neg")]
+outs = [y] + ([z] if name == "chain" else [])
+g = h.make_graph(nodes, name, [x], outs, inits)
+m = h.make_model(g, opset_imports=[h.make_opsetid("", 14)])
+m.ir_version = 8
+onnx.checker.check_model(m)
+onnx.save(m, name + ".onnx")
+PYEOF
+}
+
+# nodes FILE: the node count of a model
+nodes() {
+	mlconvert --info --json "$1" >info.json && json_get info.json nodes
+}
+
+@test "mlopt -O2 fuses Conv, BatchNormalization and Relu and drops Identity and Dropout" {
+	mkopt convbn
+	run -0 mlopt -O2 convbn.mlg -o o.mlg
+	[ "$(nodes o.mlg)" = 1 ]
+	run -0 mlconvert o.mlg -o o.mlt
+	[[ $output == "" ]]
+	grep -q 'ml.FusedConv' o.mlt
+	grep -q 'activation = "Relu"' o.mlt
+	mknpy x.npy float32 1,3,8,8 --seed 3
+	run -0 mlrun convbn.mlg -i x=x.npy -o a
+	run -0 mlrun o.mlg -i x=x.npy -o b
+	npcmp b/y.npy a/y.npy --rtol 1e-4 --atol 1e-5
+}
+
+@test "mlopt fuses the erf form of Gelu into ml.Gelu" {
+	mkopt gelu
+	run -0 mlopt gelu.mlg -o o.mlg
+	run -0 mlconvert o.mlg -o o.mlt
+	grep -q 'ml.Gelu' o.mlt
+	[ "$(nodes o.mlg)" = 1 ]
+	mknpy x.npy float32 2,8 --seed 4
+	run -0 mlrun gelu.mlg -i x=x.npy -o a
+	run -0 mlrun o.mlg -i x=x.npy -o b
+	npcmp b/y.npy a/y.npy --rtol 1e-5 --atol 1e-6
+}
+
+@test "mlopt fuses a decomposed LayerNorm and MatMul + Add + Relu" {
+	mkopt ln
+	run -0 mlopt -O2 ln.mlg -o o.mlg
+	run -0 mlconvert o.mlg -o o.mlt
+	grep -q 'ml.LayerNormalization' o.mlt
+	grep -q 'ml.FusedMatMul' o.mlt
+	[ "$(nodes o.mlg)" = 2 ]
+	mknpy x.npy float32 1,4,16 --seed 5
+	run -0 mlrun ln.mlg -i x=x.npy -o a
+	run -0 mlrun o.mlg -i x=x.npy -o b
+	npcmp b/y.npy a/y.npy --rtol 1e-4 --atol 1e-5
+}
+
+@test "mlopt merges equal nodes (cse) and fuses an elementwise chain into one node" {
+	mkopt chain
+	run -0 mlopt chain.mlg -o o.mlg
+	run -0 mlconvert o.mlg -o o.mlt
+	grep -q 'ml.FusedElementwise' o.mlt
+	[ "$(grep -c ' = Mul ' o.mlt)" = 1 ]
+	mknpy x.npy float32 2,3,4 --seed 6
+	run -0 mlrun chain.mlg -i x=x.npy -o a
+	run -0 mlrun o.mlg -i x=x.npy -o b
+	npcmpdir b a
+}
+
+@test "a fused node lists the nodes it came from in fused_from" {
+	mkopt convbn
+	run -0 mlopt convbn.mlg -o o.mlg
+	run -0 mlconvert o.mlg -o o.mlt
+	grep -q 'fused_from = \["conv:Conv", "relu:Relu"\]' o.mlt
+}
+
+@test "mlopt -O0 changes no node, -O1 cleans but does not fuse" {
+	mkopt convbn
+	run -0 mlopt -O0 convbn.mlg -o o0.mlg
+	[ "$(nodes o0.mlg)" = 5 ]
+	run -0 mlopt -O1 convbn.mlg -o o1.mlg
+	[ "$(nodes o1.mlg)" = 3 ]
+	run -0 mlconvert o1.mlg -o o1.mlt
+	grep -q 'BatchNormalization' o1.mlt
+}
+
+@test "mlopt --passes runs exactly the passes named, --disable leaves one out" {
+	mkopt convbn
+	run -0 mlopt --passes eliminate convbn.mlg -o a.mlg
+	[ "$(nodes a.mlg)" = 3 ]
+	run -0 mlopt -O2 --disable fuse-bias-act convbn.mlg -o b.mlg
+	[ "$(nodes b.mlg)" = 2 ]
+	run -0 mlopt --passes eliminate,fold-bn --disable fold-bn convbn.mlg -o c.mlg
+	[ "$(nodes c.mlg)" = 3 ]
+}
+
+@test "mlopt --list-passes names every pass with its level, also as JSON" {
+	run -0 mlopt --list-passes
+	for p in fold-constants fold-shapes eliminate cse dce fold-bn fuse-gelu fuse-silu \
+		fuse-layernorm matmul-gemm fold-scale fuse-attention fuse-bias-act fuse-elementwise \
+		plan-memory; do
+		[[ $output == *"$p "* ]]
+	done
+	run -0 mlopt --list-passes --json
+	echo "$output" >p.json
+	[ "$(json_get p.json 0.name)" = fold-constants ]
+}
+
+@test "mlopt --report prints nodes before and after per pass, --json too" {
+	mkopt convbn
+	run -0 --separate-stderr mlopt --report convbn.mlg -o o.mlg
+	[[ $output == *"fold-bn"*"Conv+BatchNormalization"* ]]
+	[[ $output == *"nodes: 5 -> 1"* ]]
+	run -0 --separate-stderr mlopt --report --json convbn.mlg -o o.mlg
+	echo "$output" >r.json
+	[ "$(json_get r.json nodes_before)" = 5 ]
+	[ "$(json_get r.json nodes_after)" = 1 ]
+	[ "$(json_get r.json runs.0.pass)" = fold-constants ]
+}
+
+@test "mlopt --report goes to stderr when the model goes to stdout" {
+	mkopt convbn
+	run -0 --separate-stderr sh -c 'mlopt --report convbn.mlg >o.mlg'
+	[[ $stderr == *"nodes: 5 -> 1"* ]]
+	run -0 mlconvert --info o.mlg
+}
+
+@test "mlopt stores a memory plan: arena_bytes and arena offsets" {
+	mkopt ln
+	run -0 mlopt ln.mlg -o o.mlg
+	run -0 mlconvert o.mlg -o o.mlt
+	grep -q 'arena_bytes: [1-9]' o.mlt
+	grep -q 'arena_off = ' o.mlt
+}
+
+@test "optimising an optimised graph changes nothing (idempotent, deterministic)" {
+	for m in convbn gelu ln chain; do
+		mkopt $m
+		run -0 mlopt -O3 $m.mlg -o a.mlg
+		run -0 mlopt -O3 a.mlg -o b.mlg
+		cmp a.mlg b.mlg
+		run -0 mlopt -O3 $m.mlg -o c.mlg
+		cmp a.mlg c.mlg
+	done
+}
+
+@test "mlopt --verify passes every pass within the tolerance" {
+	mkopt ln
+	run -0 --separate-stderr mlopt --verify -v ln.mlg -o o.mlg
+	[[ $stderr == *"--verify: fuse-layernorm: outputs within tolerance"* ]]
+	mknpy x.npy float32 1,4,16 --seed 2
+	run -0 mlopt --verify -i x=x.npy --rtol 1e-3 --atol 1e-4 ln.mlg -o o.mlg
+}
+
+@test "mlopt --verify names the first pass beyond the tolerance and exits 1" {
+	mkopt convbn
+	run -1 --separate-stderr mlopt --verify --rtol 0 --atol 0 convbn.mlg -o o.mlg
+	[[ $stderr == "mlopt: convbn.mlg: --verify: pass 'fold-bn' changed output 'y'"* ]]
+	[ ! -e o.mlg ]
+}
+
+@test "mlconvert | mlopt -O2 | mlrun - --random runs through pipes" {
+	mkopt convbn
+	run -0 sh -c 'mlconvert convbn.onnx | mlopt -O2 | mlrun - --random'
+	[[ ${lines[0]} == "y f32[1,4,8,8]" ]]
+}
+
+@test "mlopt writes the text form and ONNX from the output's extension" {
+	mkopt gelu
+	run -0 mlopt gelu.mlg -o o.mlt
+	grep -q 'ml.Gelu' o.mlt
+	run -0 mlopt -O1 gelu.mlg -o o.onnx
+	run -0 npyutil onnx-check o.onnx
+}
+
+@test "mlopt refuses to write a graph file to a terminal" {
+	mkopt gelu
+	run -2 on_tty mlopt gelu.mlg
+	grep -q 'terminal' tty.out
+}
+
+@test "mlopt rejects an unknown pass with status 2" {
+	mkopt gelu
+	run -2 --separate-stderr mlopt --passes dce,bogus gelu.mlg -o o.mlg
+	[[ $stderr == "mlopt: unknown pass 'bogus' (see --list-passes)"* ]]
+	run -2 --separate-stderr mlopt --disable nope gelu.mlg -o o.mlg
+	[[ $stderr == "mlopt: unknown pass 'nope'"* ]]
+}
+
+@test "mlopt rejects bad options and operands with status 2" {
+	run -2 --separate-stderr mlopt --bogus
+	run -2 --separate-stderr mlopt -O4 x.mlg
+	run -2 --separate-stderr mlopt -Ox x.mlg
+	run -2 --separate-stderr mlopt --json x.mlg
+	run -2 --separate-stderr mlopt -i x=x.npy x.mlg
+	run -2 --separate-stderr mlopt --rtol abc --verify x.mlg
+	run -2 --separate-stderr mlopt a.mlg b.mlg
+	run -2 --separate-stderr mlopt x.mlg -o ''
+}
+
+@test "mlopt exits 3 on a missing, empty or corrupt model" {
+	run -3 --separate-stderr mlopt missing.mlg -o o.mlg
+	[[ $stderr == "mlopt: "*"missing.mlg"* ]]
+	: >empty.mlg
+	run -3 --separate-stderr mlopt empty.mlg -o o.mlg
+	printf 'not a model at all' >bad.mlg
+	run -3 --separate-stderr mlopt bad.mlg -o o.mlg
+	mkopt gelu
+	head -c 40 gelu.mlg >trunc.mlg
+	run -3 --separate-stderr mlopt trunc.mlg -o o.mlg
+	[ ! -e o.mlg ]
+	no_temp_files
+}
+
+@test "mlopt exits 1 writing to /dev/full and leaves no partial file" {
+	mkopt convbn
+	run -1 --separate-stderr mlopt convbn.mlg -o /dev/full
+	run -1 --separate-stderr sh -c 'mlopt convbn.mlg >/dev/full'
+	run -1 --separate-stderr sh -c 'mlopt --list-passes >/dev/full'
+	mkdir d && chmod 500 d
+	if [ "$(id -u)" != 0 ]; then
+		run -1 --separate-stderr mlopt convbn.mlg -o d/o.mlg
+	fi
+	no_temp_files
+}
+
+@test "mlopt -h prints the synopsis and every option; --version the version" {
+	run -0 mlopt -h
+	[[ ${lines[0]} == "usage: mlopt "* ]]
+	for o in --atol --dim --disable --force --help --input --json --list-passes --max-alloc \
+		--level --output --passes --quiet --report --rtol --seed --verify --verbose --version; do
+		[[ $output == *"$o"* ]]
+	done
+	run -0 mlopt --version
+	[[ $output == "mlopt (ml) "* ]]
+}
+
+@test "man mlopt documents every option of -h and every pass" {
+	command -v mandoc >/dev/null || skip "no mandoc"
+	local page
+	page=$(MANWIDTH=200 mandoc -Tascii -O width=200 "$ML_ROOT/man/man1/mlopt.1" | sed "s/.\x08//g")
+	for o in $(mlopt -h | grep -o -- '--[a-z-]*' | sort -u); do
+		[[ $page == *"$o"* ]] || { echo "missing $o"; return 1; }
+	done
+	for p in $(mlopt --list-passes | awk '{print $1}'); do
+		[[ $page == *"$p"* ]] || { echo "missing pass $p"; return 1; }
+	done
+	run -0 mandoc -Tlint -W warning "$ML_ROOT/man/man1/mlopt.1"
+}
+
+@test "mlopt fuses a graph with symbolic dims, and it runs at any size" {
+	mkopt ln
+	"$PY" -c '
+import onnx
+m = onnx.load("ln.onnx")
+for v in list(m.graph.input) + list(m.graph.output):
+    v.type.tensor_type.shape.dim[0].dim_param = "N"
+    v.type.tensor_type.shape.dim[1].dim_param = "S"
+onnx.save(m, "sym.onnx")'
+	run -0 mlopt --verify --dim N=2 --dim S=3 sym.onnx -o o.mlg
+	[ "$(nodes o.mlg)" = 2 ]
+	run -0 mlrun sym.onnx --random --dim N=3 --dim S=5 -o a
+	run -0 mlrun o.mlg --random --dim N=3 --dim S=5 -o b
+	npcmp b/y.npy a/y.npy --rtol 1e-4 --atol 1e-5
+}

@@ -1,0 +1,206 @@
+#!/usr/bin/env bats
+# 3000-mlquant.bats: mlquant's forms (int8 ops, QDQ, dynamic, fp16/bf16),
+# options, pipes, and refusals: bad calibration data (3), usage errors (2),
+# unwritable output (1).
+bats_require_minimum_version 1.5.0
+load helpers
+
+# mkcnn: cnn.onnx (conv, depthwise, residual Add, pools, Gemm) and mlp.onnx,
+# calibration data cal.npy and cal.npz, one sample x1.npy, from a seeded PyTorch model.
+mkcnn() {
+	"$PY" - <<'PYEOF'
+import numpy as np, torch, torch.nn as nn
+torch.manual_seed(0)
+class CNN(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.c1 = nn.Conv2d(1, 8, 3, padding=1); s.c2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        s.dw = nn.Conv2d(16, 16, 3, padding=1, groups=16); s.c3 = nn.Conv2d(16, 16, 1)
+        s.fc = nn.Linear(16, 10)
+    def forward(s, x):
+        x = torch.relu(s.c1(x)); x = nn.functional.max_pool2d(x, 2)
+        y = torch.relu(s.c2(x)); z = s.c3(torch.clamp(s.dw(y), 0, 6))
+        x = torch.relu(y + z); x = torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)
+        return s.fc(x)
+x = torch.rand(32, 1, 28, 28)
+dyn = {'x': {0: 'n'}, 'y': {0: 'n'}}
+torch.onnx.export(CNN().eval(), x[:1], 'cnn.onnx', input_names=['x'], output_names=['y'],
+                  opset_version=13, dynamic_axes=dyn)
+mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10)).eval()
+torch.onnx.export(mlp, x[:1], 'mlp.onnx', input_names=['x'], output_names=['y'],
+                  opset_version=13, dynamic_axes=dyn)
+np.save('cal.npy', x.numpy()); np.savez('cal.npz', x=x.numpy()); np.save('x1.npy', x[:1].numpy())
+np.save('bad.npy', np.zeros((4, 3, 5), np.float32))
+PYEOF
+}
+
+# sqnr A B: the SQNR in dB of array B against A, as an integer.
+sqnr() {
+	"$PY" -c "import numpy as np,sys; a=np.load(sys.argv[1]); b=np.load(sys.argv[2]); \
+print(int(10*np.log10((a**2).sum()/max(((a-b)**2).sum(),1e-30))))" "$1" "$2"
+}
+
+@test "mlquant writes an int8 model of Q8 ops that runs close to the float one" {
+	mkcnn
+	run -0 mlquant -c cal.npy cnn.onnx -o cnn8.mlg
+	run -0 mlconvert cnn8.mlg -o cnn8.mlt
+	grep -q 'ml.Q8Conv' cnn8.mlt
+	grep -q 'ml.Q8Add' cnn8.mlt
+	grep -q 'ml.Q8MaxPool' cnn8.mlt
+	mlrun cnn.onnx -i x=x1.npy -o f
+	mlrun cnn8.mlg -i x=x1.npy -o q
+	[ "$(sqnr f/y.npy q/y.npy)" -ge 25 ]
+}
+
+@test "mlquant keeps int8 files under a third of the float size" {
+	mkcnn
+	mlquant -c cal.npy mlp.onnx -o mlp8.mlg
+	mlconvert mlp.onnx -o mlp.mlg
+	a=$(stat -c %s mlp.mlg); b=$(stat -c %s mlp8.mlg)
+	[ $((b * 10)) -le $((a * 3)) ]
+}
+
+@test "mlquant gives the same int8 results on the C and AVX2 paths" {
+	mkcnn
+	mlquant -c cal.npy cnn.onnx -o cnn8.mlg
+	ML_Q8_PATH=c mlrun cnn8.mlg -i x=x1.npy -o c
+	mlrun cnn8.mlg -i x=x1.npy -o v
+	cmp c/y.npy v/y.npy
+}
+
+@test "mlquant reads the model from a pipe and writes to one" {
+	mkcnn
+	mlconvert cnn.onnx -o - | mlquant -c cal.npy | mlrun - -i x=x1.npy -o p
+	[ -f p/y.npy ]
+}
+
+@test "mlquant reads calibration data from .npz and honours --samples" {
+	mkcnn
+	run -0 mlquant -c cal.npz --samples 4 cnn.onnx -o a.mlg
+	run -0 mlrun a.mlg -i x=x1.npy
+}
+
+@test "mlquant calibrates by minmax, percentile and entropy" {
+	mkcnn
+	for m in minmax percentile entropy; do
+		run -0 mlquant -c cal.npy --method $m cnn.onnx -o $m.mlg
+		run -0 mlrun $m.mlg -i x=x1.npy
+	done
+	run -0 mlquant -c cal.npy --method percentile --percentile 99.9 cnn.onnx -o p.mlg
+}
+
+@test "mlquant --dtype int8 uses symmetric activations" {
+	mkcnn
+	run -0 mlquant -c cal.npy --dtype int8 cnn.onnx -o s.mlg
+	mlconvert s.mlg -o s.mlt
+	grep -q 'zero_point = 128' s.mlt
+	mlrun cnn.onnx -i x=x1.npy -o f
+	mlrun s.mlg -i x=x1.npy -o q
+	[ "$(sqnr f/y.npy q/y.npy)" -ge 20 ]
+}
+
+@test "mlquant --qdq writes QuantizeLinear/DequantizeLinear that exports to ONNX" {
+	mkcnn
+	run -0 mlquant -c cal.npy --qdq cnn.onnx -o qdq.mlg
+	mlconvert qdq.mlg -o qdq.mlt
+	grep -q QuantizeLinear qdq.mlt
+	run -0 mlconvert qdq.mlg -o qdq.onnx
+	"$PY" -c "import onnx; onnx.checker.check_model(onnx.load('qdq.onnx'))"
+	mlrun cnn.onnx -i x=x1.npy -o f
+	mlrun qdq.mlg -i x=x1.npy -o q
+	[ "$(sqnr f/y.npy q/y.npy)" -ge 25 ]
+}
+
+@test "mlquant --dynamic quantises weights without calibration" {
+	mkcnn
+	run -0 mlquant --dynamic mlp.onnx -o d.mlg
+	mlrun mlp.onnx -i x=x1.npy -o f
+	mlrun d.mlg -i x=x1.npy -o q
+	[ "$(sqnr f/y.npy q/y.npy)" -ge 30 ]
+}
+
+@test "mlquant --dtype fp16 and bf16 halve the weights" {
+	mkcnn
+	mlconvert mlp.onnx -o mlp.mlg
+	for t in fp16 bf16; do
+		run -0 mlquant --dtype $t mlp.onnx -o $t.mlg
+		mlrun mlp.onnx -i x=x1.npy -o f
+		mlrun $t.mlg -i x=x1.npy -o $t
+		[ "$(sqnr f/y.npy $t/y.npy)" -ge 30 ]
+		a=$(stat -c %s mlp.mlg); b=$(stat -c %s $t.mlg)
+		[ $((b * 10)) -le $((a * 6)) ]
+	done
+}
+
+@test "mlquant --pow2 runs with power-of-two weights" {
+	mkcnn
+	run -0 mlquant -c cal.npy --pow2 mlp.onnx -o p.mlg
+	run -0 mlrun p.mlg -i x=x1.npy
+}
+
+@test "mlquant --exclude keeps named layers float" {
+	mkcnn
+	run -0 --separate-stderr mlquant -c cal.npy --exclude /c1/Conv,/fc/Gemm --report cnn.onnx -o e.mlg
+	[[ $stderr == *"/c1/Conv"*"float"*"excluded"* ]]
+	mlconvert e.mlg -o e.mlt
+	grep -q '= Conv ' e.mlt
+	grep -q '= Gemm ' e.mlt
+}
+
+@test "mlquant --report and --json print the per-layer report" {
+	mkcnn
+	run -0 --separate-stderr mlquant -c cal.npy --report cnn.onnx -o r.mlg
+	[[ $stderr == *"wSQNR"* ]]
+	[[ $stderr == *"output SQNR"* ]]
+	run -0 --separate-stderr mlquant -c cal.npy --json cnn.onnx -o r.mlg
+	echo "$stderr" | "$PY" -c "import json,sys; d=json.load(sys.stdin); assert d['layers']"
+}
+
+@test "mlquant --budget mixes float and int8 layers" {
+	mkcnn
+	run -0 --separate-stderr mlquant -c cal.npy --budget 200 --report cnn.onnx -o b.mlg
+	[[ $stderr == *"budget"* ]]
+	run -0 mlrun b.mlg -i x=x1.npy
+}
+
+@test "mlquant refuses calibration data that does not fit the model with status 3" {
+	mkcnn
+	run -3 --separate-stderr mlquant -c bad.npy cnn.onnx -o o.mlg
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ $stderr == "mlquant: bad.npy: "* ]]
+	echo junk >junk.npy
+	run -3 --separate-stderr mlquant -c junk.npy cnn.onnx -o o.mlg
+	[[ $stderr == "mlquant: "* ]]
+	run -3 --separate-stderr mlquant -c missing.npy cnn.onnx -o o.mlg
+	[ ! -e o.mlg ]
+}
+
+@test "mlquant refuses an unknown dtype with status 2" {
+	run -2 --separate-stderr mlquant --dtype int4 -c x.npy m.mlg
+	[[ $stderr == "mlquant: unknown dtype 'int4'"* ]]
+}
+
+@test "mlquant usage errors exit 2" {
+	run -2 --separate-stderr mlquant --bogus
+	mkcnn
+	run -2 --separate-stderr mlquant cnn.onnx
+	[[ $stderr == *"calibration data"* ]]
+	run -2 --separate-stderr mlquant --method foo -c x.npy m.onnx
+	run -2 --separate-stderr mlquant --qdq --dynamic m.onnx
+	run -2 --separate-stderr mlquant --samples 0 -c x.npy m.onnx
+	run -2 --separate-stderr mlquant --budget -1 -c x.npy m.onnx
+}
+
+@test "mlquant reports a write error to /dev/full with status 1" {
+	mkcnn
+	run -1 --separate-stderr mlquant -c cal.npy cnn.onnx -o /dev/full
+	[[ $stderr == "mlquant: "* ]]
+	run -1 --separate-stderr sh -c 'mlquant -c cal.npy cnn.onnx >/dev/full'
+}
+
+@test "mlquant refuses a damaged model with status 3" {
+	mkcnn
+	head -c 100 cnn.onnx >cut.onnx
+	run -3 --separate-stderr mlquant -c cal.npy cut.onnx -o o.mlg
+	[ ! -e o.mlg ]
+}

@@ -1,0 +1,232 @@
+#!/usr/bin/env bats
+# 4000-opencl.bats: the OpenCL runtime through mlrun: --devices, --device
+# cl and auto on small models against numpy, --plan and --placement, the
+# program cache, and each injected failure (ML_CL_FAULT). Tests that need
+# an OpenCL device skip without one.
+bats_require_minimum_version 1.5.0
+load helpers
+
+# one program and cost-model cache for the whole suite, so programs build once
+export ML_CL_CACHE=${ML_CL_CACHE:-$(dirname "$ML_BIN")/cl-cache}
+
+require_opencl() {
+	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
+	grep -q '"cl:0"' devs.json || skip "no OpenCL device"
+}
+
+@test "mlrun --devices lists the CPU and each OpenCL device" {
+	run -0 --separate-stderr mlrun --devices
+	[[ ${lines[0]} == "ID"*"CU"*"MEMORY"*"FP16"*"FP64" ]]
+	[[ ${lines[1]} == "cpu "* ]]
+	require_opencl
+	[[ $output == *"cl:0 "* ]]
+}
+
+@test "mlrun --devices --json gives memory, compute units and fp16/fp64 per device" {
+	run -0 mlrun --devices --json
+	echo "$output" >d.json
+	[ "$(json_get d.json devices.0.id)" = cpu ]
+	require_opencl
+	[ "$(json_get d.json devices.1.id)" = cl:0 ]
+	[ "$(json_get d.json devices.1.compute_units)" -ge 1 ]
+	[ "$(json_get d.json devices.1.global_mem)" -gt 0 ]
+	[[ $(json_get d.json devices.1.fp64) == [Tt]rue || $(json_get d.json devices.1.fp64) == [Ff]alse ]]
+}
+
+@test "mlrun --devices takes no model" {
+	run -2 --separate-stderr mlrun --devices m.mlg
+	[[ $stderr == *"--devices takes no model"* ]]
+}
+
+@test "mlrun --devices without an OpenCL platform lists the CPU and says why" {
+	ML_CL_FAULT=noplatform run -0 --separate-stderr mlrun --devices
+	[ "${#lines[@]}" -eq 2 ]
+	[[ $stderr == *"no OpenCL platform"* ]]
+}
+
+@test "mlrun --device cl matches numpy on small models" {
+	require_opencl
+	for m in add mlp conv relu two; do
+		mkmlg $m
+		args=()
+		for f in $m.in/*.npy; do
+			args+=(-i "$(basename "$f" .npy)=$f")
+		done
+		run -0 mlrun $m.mlg --device cl "${args[@]}" -o out.$m
+		npcmpdir out.$m $m.ref
+	done
+}
+
+@test "mlrun --device cl:0 is cl, and a device that does not exist exits 4" {
+	require_opencl
+	mkmlg add
+	run -0 mlrun add.mlg --device cl:0 -i x=add.in/x.npy -i y=add.in/y.npy -o out
+	npcmp out/z.npy add.ref/z.npy
+	run -4 --separate-stderr mlrun add.mlg --device cl:99 --random
+	[[ $stderr == *"no OpenCL device cl:99"* ]]
+}
+
+@test "mlrun rejects a malformed device with status 3" {
+	mkmlg add
+	run -3 --separate-stderr mlrun add.mlg --device gpu --random
+	[[ $stderr == *"unknown device 'gpu'"* ]]
+	run -3 --separate-stderr mlrun add.mlg --device cl:x --random
+	[[ $stderr == *"unknown device 'cl:x'"* ]]
+}
+
+@test "mlrun --device cl runs integer ops on the CPU with the copies inserted" {
+	require_opencl
+	mkmlg i64
+	run -0 mlrun i64.mlg --device cl -i x=i64.in/x.npy -o out
+	npcmpdir out i64.ref
+	run -0 mlrun i64.mlg --device cl --plan
+	[[ ${lines[1]} == *" cpu "* ]]
+}
+
+@test "mlrun --device auto matches numpy and picks a placement" {
+	require_opencl
+	mkmlg conv
+	run -0 mlrun conv.mlg --device auto -i x=conv.in/x.npy -o out
+	npcmpdir out conv.ref
+	run -0 mlrun conv.mlg --device auto --plan
+	[[ ${lines[-1]} == "total: "*" nodes, "*" bytes moved between devices, predicted "*" us" ]]
+}
+
+@test "mlrun --plan prints every node's device, bytes moved and cost" {
+	require_opencl
+	mkmlg conv
+	run -0 mlrun conv.mlg --device cl --plan
+	[[ ${lines[0]} == "node"*"device"*"cost_us"*"bytes_in" ]]
+	n=$(mlconvert --info conv.mlg | awk '/nodes/ {print $2; exit}')
+	[ "${#lines[@]}" -eq $((n + 2)) ]
+	[[ ${lines[1]} == *" cl:0 "* ]]
+	run -0 mlrun conv.mlg --device cl --plan --json
+	echo "$output" >plan.json
+	[ "$(json_get plan.json nodes.0.device)" = cl:0 ]
+	[ "$(json_get plan.json bytes_moved)" -gt 0 ]
+}
+
+@test "mlrun --plan on the CPU puts every node there and moves nothing" {
+	mkmlg mlp
+	run -0 mlrun mlp.mlg --plan
+	[[ ${lines[-1]} == "total: "*" nodes, 0 bytes moved between devices"* ]]
+}
+
+@test "mlrun --placement runs an edited plan" {
+	require_opencl
+	mkmlg conv
+	run -0 mlrun conv.mlg --device cl --plan --json
+	echo "$output" | sed '0,/"device": "cl:0"/s//"device": "cpu"/; 0,/"device": "cl:0", "supported"/s//"device": "cpu", "supported"/' >p.json
+	run -0 mlrun conv.mlg --device cl --placement p.json --plan --json
+	echo "$output" >q.json
+	[ "$(json_get q.json nodes.0.device)" = cpu ]
+	run -0 mlrun conv.mlg --device cl --placement p.json -i x=conv.in/x.npy -o out
+	npcmpdir out conv.ref
+	# the line form: NODE DEVICE
+	first=$(json_get q.json nodes.1.name)
+	printf '# all but one on the device\n%s cpu\n' "$first" >p.txt
+	run -0 mlrun conv.mlg --device cl --placement p.txt -i x=conv.in/x.npy -o out2
+	npcmpdir out2 conv.ref
+}
+
+@test "mlrun --placement refuses a bad file with status 3" {
+	require_opencl
+	mkmlg conv
+	printf 'nosuchnode cl:0\n' >bad.txt
+	run -3 --separate-stderr mlrun conv.mlg --device cl --placement bad.txt --random
+	[[ $stderr == *"bad.txt:1: no node 'nosuchnode'"* ]]
+	printf '0 tpu\n' >bad2.txt
+	run -3 --separate-stderr mlrun conv.mlg --device cl --placement bad2.txt --random
+	[[ $stderr == *"unknown device 'tpu'"* ]]
+	run -3 --separate-stderr mlrun conv.mlg --device cl --placement missing.txt --random
+}
+
+@test "mlrun --placement with a device the session did not open exits 4" {
+	mkmlg conv
+	printf '0 cl:0\n' >p.txt
+	run -4 --separate-stderr mlrun conv.mlg --device cpu --placement p.txt --random
+	[[ $stderr == *"not open"* ]]
+}
+
+@test "the second start loads programs from the disk cache" {
+	require_opencl
+	mkmlg conv
+	ML_CL_CACHE=$PWD/cache run -0 --separate-stderr mlrun conv.mlg --device cl --random -v
+	[[ $stderr == *"opencl: "*" from the cache)"* ]]
+	ls cache/*.bin
+	ML_CL_CACHE=$PWD/cache run -0 --separate-stderr mlrun conv.mlg --device cl --random -v
+	[[ $stderr == *"(0 built, "* ]]
+	ML_CL_CACHE=0 run -0 mlrun conv.mlg --device cl --random
+}
+
+@test "ML_KERNEL_DIR reads the kernel sources from a folder" {
+	require_opencl
+	mkmlg add
+	mkdir k
+	cp "$ML_ROOT"/kernels/*.cl k/
+	ML_CL_CACHE=0 ML_KERNEL_DIR=$PWD/k run -0 mlrun add.mlg --device cl -i x=add.in/x.npy -i y=add.in/y.npy -o out
+	npcmp out/z.npy add.ref/z.npy
+	printf 'this is not OpenCL C\n' >k/elem.cl
+	ML_CL_CACHE=0 ML_KERNEL_DIR=$PWD/k run -4 --separate-stderr mlrun add.mlg --device cl --random
+	[[ $stderr == *"cannot build kernels/elem.cl"* ]]
+}
+
+# favour_device: a cost model (ML_COSTMODEL) in which the OpenCL device wins every op of conv
+favour_device() {
+	mlrun --devices --json >d.json
+	local dev
+	dev=$(json_get d.json devices.1.name | tr ' \t' '__')
+	for op in Conv Relu GlobalAveragePool Flatten; do
+		printf 'cpu %s 1e12 1e6 1e6 1\n%s %s 1 1e6 1e6 1\n' "$op" "$dev" "$op"
+	done >cm.txt
+	export ML_COSTMODEL=$PWD/cm.txt
+}
+
+# each fault: --device cl exits 4 with the reason; auto falls back and says so under -v
+check_fault() {
+	mkmlg conv
+	[ "$1" = noplatform ] || favour_device
+	ML_CL_FAULT=$1 run -4 --separate-stderr mlrun conv.mlg --device cl --random
+	[[ $stderr == "mlrun: "*"$2"* ]]
+	ML_CL_FAULT=$1 run -0 --separate-stderr mlrun conv.mlg --device auto -i x=conv.in/x.npy -o out -v
+	[[ $stderr == *"running on the CPU: "*"$2"* ]]
+	npcmpdir out conv.ref
+	ML_CL_FAULT=$1 run -0 --separate-stderr mlrun conv.mlg --device auto --random
+	[ -z "$stderr" ]
+}
+
+@test "no OpenCL platform: cl exits 4, auto runs on the CPU" {
+	check_fault noplatform "no OpenCL platform"
+}
+
+@test "a kernel build error: cl exits 4, auto runs on the CPU" {
+	require_opencl
+	check_fault build "cannot build kernels/"
+}
+
+@test "device out of memory: cl exits 4, auto runs on the CPU" {
+	require_opencl
+	check_fault alloc "out of device memory"
+}
+
+@test "a lost device (a launch fails): cl exits 4, auto runs on the CPU" {
+	require_opencl
+	check_fault enqueue "failed: clEnqueueNDRangeKernel"
+}
+
+@test "mlrun --device auto puts the nodes where the cost model says" {
+	require_opencl
+	mkmlg conv
+	favour_device
+	run -0 mlrun conv.mlg --device auto --plan
+	[[ ${lines[1]} == *" cl:0 "* ]]
+	run -0 mlrun conv.mlg --device auto -i x=conv.in/x.npy -o out
+	npcmpdir out conv.ref
+}
+
+@test "mlrun --device cl -v prints the OpenCL set-up and program times" {
+	require_opencl
+	mkmlg mlp
+	run -0 --separate-stderr mlrun mlp.mlg --device cl --random -v
+	[[ $stderr == *"opencl: probe "*" ms, set-up "*" ms, programs "*" ms"* ]]
+}

@@ -1,0 +1,358 @@
+#!/usr/bin/env bats
+# 7000-mltrain.bats: mltrain on small generated datasets: the contract
+# (train, run the result in mlrun, resume bit-exactly), the data formats,
+# checkpoints and signals (SIGINT, SIGUSR1, SIGKILL), bad input with the
+# exit statuses of DESIGN.md, and the step graph for mlprof.
+bats_require_minimum_version 1.5.0
+load helpers
+
+# mkdata DIR [N] [HW] [CLASSES] [MAXLABEL]: IDX files of N noisy HWxHW images
+# whose class shows as a bright band, train (plain) and t10k (gzipped).
+mkdata() {
+	"$PY" - "$@" <<'PYEOF'
+import gzip, os, struct, sys
+import numpy as np
+d = sys.argv[1]
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 400
+hw = int(sys.argv[3]) if len(sys.argv) > 3 else 8
+k = int(sys.argv[4]) if len(sys.argv) > 4 else 4
+top = int(sys.argv[5]) if len(sys.argv) > 5 else k
+os.makedirs(d, exist_ok=True)
+r = np.random.RandomState(1)
+def idx(a):
+    a = np.asarray(a, dtype=np.uint8)
+    return bytes([0, 0, 8, a.ndim]) + b"".join(struct.pack(">I", x) for x in a.shape) + a.tobytes()
+y = r.randint(0, k, n)
+x = (r.rand(n, hw, hw) * 200).astype(np.uint8)
+for i in range(n):
+    x[i, (y[i] * 2) % hw, :] = 255
+y[-1] = top - 1
+open(d + "/train-images-idx3-ubyte", "wb").write(idx(x))
+open(d + "/train-labels-idx1-ubyte", "wb").write(idx(y))
+m = max(n // 4, 1)
+open(d + "/t10k-images-idx3-ubyte.gz", "wb").write(gzip.compress(idx(x[:m]), mtime=0))
+open(d + "/t10k-labels-idx1-ubyte.gz", "wb").write(gzip.compress(idx(y[:m]), mtime=0))
+PYEOF
+}
+
+# mkmodel_mlt FILE [HW] [CLASSES]: a small MLP in the text form.
+mkmlt() {
+	cat >"$1" <<MLT
+<
+    ir_version: 8,
+    opset_import: ["" : 17],
+    seed: 0
+>
+tiny (float[N,1,${2:-8},${2:-8}] x) => (float[N,${3:-4}] y)
+{
+    flatten
+    dense(units=16, act=relu)
+    dense(units=${3:-4})
+}
+MLT
+}
+
+TRAIN="--lr 0.05 --momentum 0.9 --batch 16 --threads 1"
+
+setup() {
+	mkdata d
+	mkmlt tiny.mlt
+}
+
+@test "mltrain trains, reports each epoch and writes a model mlrun runs" {
+	run -0 --separate-stderr mltrain tiny.mlt --data d $TRAIN --epochs 2 -o out.mlg
+	[ "${#stderr_lines[@]}" -eq 2 ]
+	[[ ${stderr_lines[0]} == "epoch 1/2: loss "*" acc "*"%, test loss "*" acc "*"%, "*" samples/s, "* ]]
+	[[ ${stderr_lines[1]} == "epoch 2/2: "* ]]
+	run -0 mlrun out.mlg --random --dim N=3
+	[ "${lines[0]}" = "y f32[3,4]" ]
+	no_temp_files
+}
+
+@test "a progress line appears only when stderr is a terminal" {
+	on_tty mltrain tiny.mlt --data d --batch 4 --threads 1 -o out.mlg
+	grep -q "epoch 1/1 [0-9]*/100 loss" tty.out
+	run -0 --separate-stderr mltrain tiny.mlt --data d --batch 4 --threads 1 -o out.mlg
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ $stderr != *$'\r'* ]]
+}
+
+@test "the trained model has the model's inputs and outputs, and learns the data" {
+	mltrain tiny.mlt --data d $TRAIN --epochs 3 -q --json -o out.mlg >r.json
+	acc=$(json_get r.json test_accuracy)
+	"$PY" -c "import sys; sys.exit(0 if float('$acc') > 0.9 else 1)"
+	run -0 mlconvert --info out.mlg
+	[[ $output == *"x f32[N,1,8,8]"* ]] || [[ $output == *"x"*"[N,1,8,8]"* ]]
+}
+
+@test "the same seed gives the same bytes; another seed another model" {
+	mltrain tiny.mlt --data d $TRAIN --epochs 1 -q -o a.mlg
+	mltrain tiny.mlt --data d $TRAIN --epochs 1 -q -o b.mlg
+	cmp a.mlg b.mlg
+	mltrain tiny.mlt --data d $TRAIN --epochs 1 --seed 5 -q -o c.mlg
+	run -1 cmp -s a.mlg c.mlg
+}
+
+@test "--resume after an epoch ends with the bytes of an uninterrupted run" {
+	mltrain tiny.mlt --data d $TRAIN --epochs 3 -q -o a.mlg
+	mltrain tiny.mlt --data d $TRAIN --epochs 1 -q -o b.mlg
+	run -0 mltrain --resume b.mlg --data d --epochs 3 --threads 1 -o b.mlg
+	[[ ${lines[0]} == "epoch 2/3: "* ]]
+	cmp a.mlg b.mlg
+}
+
+@test "--resume from a checkpoint in mid-epoch is bit-exact too" {
+	mltrain tiny.mlt --data d $TRAIN --epochs 2 --checkpoint-every 5 -q -o a.mlg
+	mltrain tiny.mlt --data d $TRAIN --epochs 2 --checkpoint-every 5 -q -o b.mlg \
+		--checkpoint ck.mlg
+	# ck.mlg holds the last checkpoint: step 50 (the end of epoch 2 is not a checkpoint)
+	mltrain tiny.mlt --data d $TRAIN --epochs 1 --checkpoint-every 5 -q -o c.mlg
+	mltrain --resume c.mlg --data d --epochs 2 --threads 1 -q -o c.mlg
+	cmp a.mlg c.mlg
+}
+
+@test "SIGINT writes a checkpoint, exits 130, and the run resumes exactly" {
+	mkdata big 2000 28 10
+	cp "$ML_ROOT/examples/fashion-mlp.mlt" m.mlt
+	mltrain m.mlt --data big $TRAIN --epochs 6 -q --checkpoint-every 20 -o ref.mlg
+	mltrain m.mlt --data big $TRAIN --epochs 6 -q --checkpoint-every 20 -o out.mlg &
+	pid=$!
+	for i in $(seq 200); do [ -f out.mlg ] && break; sleep 0.05; done
+	kill -INT $pid
+	rc=0
+	wait $pid || rc=$?
+	[ "$rc" -eq 130 ]
+	no_temp_files
+	run -0 mltrain --resume out.mlg --data big --threads 1 -q -o out.mlg
+	cmp ref.mlg out.mlg
+}
+
+@test "SIGUSR1 writes a checkpoint and the run goes on" {
+	mkdata big 2000 28 10
+	cp "$ML_ROOT/examples/fashion-mlp.mlt" m.mlt
+	mltrain m.mlt --data big $TRAIN --epochs 6 -v -o out.mlg --checkpoint ck.mlg 2>err &
+	pid=$!
+	for i in $(seq 200); do grep -q "^epoch 1/" err && break; sleep 0.05; done
+	kill -USR1 $pid
+	wait $pid
+	grep -q "(SIGUSR1)" err
+	grep -q "^epoch 6/6" err
+}
+
+@test "a run killed with SIGKILL resumes from its last checkpoint to the same bytes" {
+	mkdata big 2000 28 10
+	cp "$ML_ROOT/examples/fashion-mlp.mlt" m.mlt
+	mltrain m.mlt --data big $TRAIN --epochs 6 -q --checkpoint-every 30 -o ref.mlg
+	mltrain m.mlt --data big $TRAIN --epochs 6 -q --checkpoint-every 30 -o out.mlg &
+	pid=$!
+	for i in $(seq 200); do [ -f out.mlg ] && break; sleep 0.05; done
+	sleep 0.3
+	kill -9 $pid
+	wait $pid || true
+	run -0 mltrain --resume out.mlg --data big --threads 1 -q -o out.mlg
+	cmp ref.mlg out.mlg
+}
+
+@test "data as .npy pairs, .npz (stored and deflated) and CSV train alike" {
+	"$PY" - <<'PYEOF'
+import gzip, os, struct
+import numpy as np
+def rd(p):
+    b = open(p, "rb").read() if not p.endswith(".gz") else gzip.decompress(open(p, "rb").read())
+    nd = b[3]; dims = struct.unpack(">" + "I" * nd, b[4:4 + 4 * nd])
+    return np.frombuffer(b[4 + 4 * nd:], dtype=np.uint8).reshape(dims)
+x, y = rd("d/train-images-idx3-ubyte"), rd("d/train-labels-idx1-ubyte")
+os.makedirs("n", exist_ok=True)
+np.save("n/x_train.npy", x); np.save("n/y_train.npy", y.astype(np.int64))
+np.savez("s.npz", x=x, y=y)
+np.savez_compressed("z.npz", x_train=x, y_train=y, x_test=x[:50], y_test=y[:50])
+with open("t.csv", "w") as f:
+    f.write("label," + ",".join("p%d" % i for i in range(64)) + "\n")
+    for i in range(len(y)):
+        f.write("%d," % y[i] + ",".join("%g" % (v / 255.0) for v in x[i].ravel()) + "\n")
+PYEOF
+	mltrain tiny.mlt --data d $TRAIN -q -o i.mlg
+	mltrain tiny.mlt --data n $TRAIN -q -o n.mlg
+	cmp i.mlg n.mlg
+	mltrain tiny.mlt --data s.npz $TRAIN -q -o s.mlg
+	cmp i.mlg s.mlg
+	run -0 --separate-stderr mltrain tiny.mlt --data z.npz $TRAIN -o z.mlg
+	[[ $stderr == *"test loss"* ]]
+	run -0 mltrain tiny.mlt --data t.csv $TRAIN -q -o t.mlg
+}
+
+@test "--val-split holds out data and reports val figures; --log writes JSON lines" {
+	run -0 --separate-stderr mltrain tiny.mlt --data d $TRAIN --epochs 2 --val-split 0.25 \
+		--log log.jsonl -o out.mlg
+	[[ ${stderr_lines[0]} == *", val loss "* ]]
+	[ "$(wc -l <log.jsonl)" -eq 2 ]
+	[ "$(head -n 1 log.jsonl | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["epoch"])')" = 1 ]
+}
+
+@test "optimizers, schedules, clipping and weight decay all train" {
+	for o in "--optimizer adam --lr 0.01" "--optimizer adamw --lr 0.01" \
+		"--nesterov --momentum 0.9" "--lr-schedule cosine" "--lr-schedule step --lr-step 1" \
+		"--lr-schedule warmup --warmup-steps 10" "--clip-norm 1 --weight-decay 1e-4"; do
+		run -0 mltrain tiny.mlt --data d --batch 16 --threads 1 --epochs 1 $o -q -o o.mlg
+	done
+}
+
+@test "--dump-step writes the step graph, which mlprof splits by phase" {
+	# 10 classes: mlprof's random integers are 0 to 9
+	run -0 mltrain "$ML_ROOT/examples/fashion-mlp.mlt" --dump-step step.mlg
+	run -0 mlconvert --info step.mlg
+	[[ $output == *label* ]]
+	run -0 mlprof step.mlg --random --dim N=16 --group phase
+	[[ $output == *forward* ]]
+	[[ $output == *backward* ]]
+	[[ $output == *optimizer* ]]
+}
+
+@test "labels out of range are refused with status 3 naming the label" {
+	mkdata bad 100 8 4 7
+	run -3 --separate-stderr mltrain tiny.mlt --data bad $TRAIN -o out.mlg
+	[[ $stderr == "mltrain: "*"label 6 of sample 99 is out of range for 4 classes" ]]
+	[ ! -e out.mlg ]
+}
+
+@test "samples that do not fit the model's input are refused with status 3" {
+	mkdata small 50 7
+	run -3 --separate-stderr mltrain tiny.mlt --data small $TRAIN -o out.mlg
+	[[ $stderr == *"samples of 7x7 (49 values) do not fit the model's input of 1x8x8 (64 values)" ]]
+	[ "${#stderr_lines[@]}" -eq 1 ]
+}
+
+@test "samples and labels whose counts differ are refused with status 3" {
+	mkdata a 50
+	mkdata b 40
+	cp b/train-labels-idx1-ubyte a/
+	run -3 --separate-stderr mltrain tiny.mlt --data a $TRAIN -o out.mlg
+	[[ $stderr == *"50 samples but 40 labels" ]]
+}
+
+@test "missing files and folders are refused with status 3" {
+	run -3 --separate-stderr mltrain nosuch.mlt --data d -o out.mlg
+	[[ $stderr == "mltrain: "*"nosuch.mlt"* ]]
+	run -3 --separate-stderr mltrain tiny.mlt --data nosuch -o out.mlg
+	[[ $stderr == "mltrain: cannot open 'nosuch': No such file or directory" ]]
+	mkdir empty
+	run -3 --separate-stderr mltrain tiny.mlt --data empty -o out.mlg
+	[[ $stderr == "mltrain: empty: no training data"* ]]
+	rm d/train-labels-idx1-ubyte
+	run -3 --separate-stderr mltrain tiny.mlt --data d -o out.mlg
+	[[ $stderr == *"no labels file"* ]]
+	run -3 --separate-stderr mltrain --resume tiny.mlt --data d -o out.mlg
+	[[ $stderr == *"not a checkpoint"* ]]
+}
+
+@test "a loss that becomes NaN stops with status 1 and keeps the last checkpoint" {
+	run -1 --separate-stderr mltrain tiny.mlt --data d --batch 16 --threads 1 --lr 1e30 \
+		--checkpoint-every 1 -o out.mlg
+	[[ $stderr == "mltrain: step "*": the loss is "*"; stopping (the checkpoint of step "*" is kept in out.mlg)" ]]
+	run -0 mlrun out.mlg --random
+	run -1 --separate-stderr mltrain tiny.mlt --data d --batch 16 --threads 1 --lr 1e30 -o o2.mlg
+	[[ $stderr == *"(no checkpoint was written)" ]]
+	[ ! -e o2.mlg ]
+}
+
+@test "usage errors exit 2" {
+	run -2 --separate-stderr mltrain tiny.mlt -o out.mlg
+	[[ $stderr == "mltrain: --data is required"* ]]
+	run -2 --separate-stderr mltrain tiny.mlt --data d
+	[[ $stderr == "mltrain: -o OUT.mlg is required"* ]]
+	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --optimizer rmsprop
+	[[ $stderr == "mltrain: unknown optimizer 'rmsprop'"* ]]
+	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --loss hinge
+	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --lr-schedule exp
+	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --batch 0
+	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --val-split 1.5
+	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --bogus
+	run -2 --separate-stderr mltrain
+	mltrain tiny.mlt --data d $TRAIN -q -o c.mlg
+	run -2 --separate-stderr mltrain --resume c.mlg --data d --batch 8 -o c.mlg
+	[[ $stderr == *"keeps its data order"* ]]
+}
+
+@test "--device cl trains to the same losses as the CPU, and its model runs" {
+	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
+	grep -q '"cl:0"' devs.json || skip "no OpenCL device"
+	mltrain tiny.mlt --data d $TRAIN --epochs 2 --json -q -o cpu.mlg >cpu.json
+	mltrain tiny.mlt --data d $TRAIN --epochs 2 --json -q --device cl -o cl.mlg >cl.json
+	"$PY" - <<'PYEOF'
+import json
+a, b = json.load(open("cpu.json")), json.load(open("cl.json"))
+assert abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.005, (a, b)
+assert abs(a["loss"] - b["loss"]) <= 1e-3 + 1e-2 * abs(a["loss"]), (a, b)
+PYEOF
+	run -0 mlrun cl.mlg --random
+}
+
+@test "an unknown device is refused" {
+	run --separate-stderr mltrain tiny.mlt --data d $TRAIN --device tpu -o out.mlg
+	[ "$status" -eq 3 ] || [ "$status" -eq 4 ]
+	[ ! -e out.mlg ]
+}
+
+@test "200 damaged IDX files (plain and gzipped) are each refused with status 3" {
+	"$PY" - <<'PYEOF'
+import gzip, os, random, struct
+rnd = random.Random(7)
+src = open("d/train-images-idx3-ubyte", "rb").read()
+os.makedirs("mut", exist_ok=True)
+def valid(b):
+    try:
+        if b[:2] == b"\x1f\x8b":
+            b = gzip.decompress(b)
+    except Exception:
+        return False
+    if len(b) < 4 or b[0] or b[1] or b[2] not in (8, 9, 11, 12, 13, 14) or not 1 <= b[3] <= 8:
+        return False
+    nd = b[3]
+    if len(b) < 4 + 4 * nd:
+        return False
+    n = 1
+    for v in struct.unpack(">" + "I" * nd, b[4:4 + 4 * nd]):
+        n *= v
+    size = {8: 1, 9: 1, 11: 2, 12: 4, 13: 4, 14: 8}[b[2]]
+    # the labels have 400 entries: only a 400-sample file of 64 values each could pass
+    return len(b) == 4 + 4 * nd + n * size and n == 400 * 64 and b[2] in (8, 9)
+k = 0
+while k < 200:
+    b = bytearray(src)
+    gz = k % 2 == 1
+    kind = rnd.choice(["trunc", "flip", "len", "append"])
+    if gz:
+        b = bytearray(gzip.compress(bytes(b), mtime=0))
+    if kind == "trunc":
+        b = b[:rnd.randrange(0, len(b))]
+    elif kind == "flip":
+        i = rnd.randrange(0, 16 if not gz else len(b))
+        b[i] ^= 1 << rnd.randrange(8)
+    elif kind == "len":
+        i = 4 + 4 * rnd.randrange(3)
+        b[i:i + 4] = struct.pack(">I", rnd.choice([0xFFFFFFFF, 401, 65, 1 << 30]))
+        if gz:
+            b = bytearray(gzip.compress(bytes(b[:0]) + bytes(b), mtime=0)) if False else b
+    else:
+        b += bytes(rnd.randrange(1, 9))
+    if valid(bytes(b)):
+        continue
+    os.makedirs("mut/%03d" % k, exist_ok=True)
+    name = "train-images-idx3-ubyte" + (".gz" if gz else "")
+    open("mut/%03d/%s" % (k, name), "wb").write(b)
+    k += 1
+PYEOF
+	local bad=0 n=0
+	for m in mut/*; do
+		n=$((n + 1))
+		cp d/train-labels-idx1-ubyte "$m/"
+		run --separate-stderr mltrain tiny.mlt --data "$m" $TRAIN -o out.mlg
+		if [ "$status" -ne 3 ] || [ "${#stderr_lines[@]}" -ne 1 ] || [[ $stderr != "mltrain: "* ]] ||
+			[ -e out.mlg ]; then
+			echo "$m: status $status: $stderr" >&2
+			bad=$((bad + 1))
+		fi
+	done
+	[ "$n" -eq 200 ]
+	[ "$bad" -eq 0 ]
+}

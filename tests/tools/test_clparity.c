@@ -1,0 +1,653 @@
+/*
+ * test_clparity.c: backend parity. Every op (and dtype) the OpenCL device
+ * has a kernel for runs in one-node graphs on random inputs, on the CPU
+ * and with --device cl, and the two results must agree within the op's
+ * bound: max |cl - cpu| <= tol * (1 + max |cpu|). Each case also checks
+ * that the node really ran on the device. Prints TAP; every case is
+ * skipped where there is no OpenCL device. ML_CL_CACHE is honoured.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ml.h"
+
+static int ntest, nfail;
+static uint64_t rng = 88172645463325252ull;
+
+static double
+urand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* the case under construction */
+struct pc {
+	struct ml_graph *g;
+	struct ml_err e;
+	int node;
+	int n_in;
+	struct ml_tval in[8];
+	char names[8][16];
+	double lo, hi;		/* range of random inputs */
+	double tol;
+};
+
+static void
+pc_init(struct pc *p, int64_t opset)
+{
+	memset(p, 0, sizeof *p);
+	ml_graph_new(&p->g, &p->e);
+	ml_graph_set_opset(p->g, "", opset, &p->e);
+	p->lo = -2;
+	p->hi = 2;
+	p->tol = 1e-5;
+}
+
+/* pc_x: a random f32 input of the given shape */
+static void
+pc_x(struct pc *p, const char *name, int rank, const int64_t *dims)
+{
+	int ti = ml_graph_tensor(p->g, name);
+	struct ml_tensor *t = p->g->tensors[ti];
+	t->dtype = ML_F32;
+	t->rank = rank;
+	t->kind = ML_TK_INPUT;
+	memcpy(t->dims, dims, sizeof *dims * (size_t)rank);
+	ml_graph_add_input(p->g, ti, &p->e);
+	struct ml_tval *v = &p->in[p->n_in];
+	ml_tval_alloc(v, ML_F32, rank, dims, &p->e);
+	float *f = v->data;
+	for (int64_t i = 0; i < ml_tval_numel(v); i++)
+		f[i] = (float)(p->lo + (p->hi - p->lo) * urand());
+	snprintf(p->names[p->n_in++], sizeof p->names[0], "%s", name);
+}
+
+/* pc_w: a random f32 constant (weights) */
+static void
+pc_w(struct pc *p, const char *name, int rank, const int64_t *dims, double lo, double hi)
+{
+	int64_t n = 1;
+	for (int d = 0; d < rank; d++)
+		n *= dims[d];
+	float *f = malloc(sizeof *f * (size_t)(n ? n : 1));
+	for (int64_t i = 0; i < n; i++)
+		f[i] = (float)(lo + (hi - lo) * urand());
+	ml_graph_set_data(p->g, ml_graph_tensor(p->g, name), ML_TK_CONST, ML_F32, rank, dims, f,
+			  sizeof *f * (size_t)n, &p->e);
+	free(f);
+}
+
+static void
+pc_i64(struct pc *p, const char *name, int n, const int64_t *v)
+{
+	int64_t dims[1] = { n };
+	ml_graph_set_data(p->g, ml_graph_tensor(p->g, name), ML_TK_CONST, ML_I64, 1, dims, v,
+			  sizeof *v * (size_t)n, &p->e);
+}
+
+static void
+pc_f32c(struct pc *p, const char *name, float v)
+{
+	ml_graph_set_data(p->g, ml_graph_tensor(p->g, name), ML_TK_CONST, ML_F32, 0, NULL, &v,
+			  sizeof v, &p->e);
+}
+
+/* pc_node: the node, inputs and outputs comma-separated ("" omits one) */
+static int
+pc_node(struct pc *p, const char *op, const char *ins, const char *outs)
+{
+	char ib[256], ob[256];
+	const char *in[16], *out[8];
+	int ni = 0, no = 0;
+	snprintf(ib, sizeof ib, "%s", ins);
+	snprintf(ob, sizeof ob, "%s", outs);
+	for (char *s = ib, *q; ni < 16; s = q + 1) {
+		q = strchr(s, ',');
+		in[ni++] = s;
+		if (q == NULL)
+			break;
+		*q = '\0';
+	}
+	for (char *s = ob, *q; no < 8; s = q + 1) {
+		q = strchr(s, ',');
+		out[no++] = s;
+		if (q == NULL)
+			break;
+		*q = '\0';
+	}
+	p->node = ml_graph_add_node(p->g, op, "", op, ni, in, no, out, &p->e);
+	for (int i = 0; i < no; i++)
+		if (out[i][0] != '\0')
+			ml_graph_add_output(p->g, ml_graph_find(p->g, out[i]), &p->e);
+	return p->node;
+}
+
+static bool have_cl;
+
+static int
+run_on(struct pc *p, const char *dev, struct ml_tval *outs, int *n_out, int *ran_on,
+       struct ml_err *e)
+{
+	struct ml_session *s = NULL;
+	struct ml_session_opts o = { .device = dev };
+	int rc = ml_session_new(&s, p->g, &o, e);
+	for (int i = 0; rc == 0 && i < p->n_in; i++)
+		rc = ml_session_set_input(s, p->names[i], &p->in[i], e);
+	if (rc == 0)
+		rc = ml_session_run(s, e);
+	if (rc == 0) {
+		*n_out = p->g->n_outputs;
+		for (int i = 0; i < p->g->n_outputs && i < 4; i++) {
+			const struct ml_tval *v = ml_session_output(s, i);
+			ml_tval_alloc(&outs[i], v->dtype, v->rank, v->dims, e);
+			if (ml_tval_nbytes(v) > 0)
+				memcpy(outs[i].data, v->data, (size_t)ml_tval_nbytes(v));
+		}
+		*ran_on = ml_session_node_device(s, p->node);
+	}
+	ml_session_free(s);
+	return rc;
+}
+
+/* pc_check: run on both devices and compare; frees the case */
+static void
+pc_check(struct pc *p, const char *what)
+{
+	char msg[600];
+	const char *only = getenv("CLPARITY_ONLY");
+	ntest++;
+	if (only != NULL && strstr(what, only) == NULL) {
+		printf("ok %d - %s # SKIP not in CLPARITY_ONLY\n", ntest, what);
+		goto out;
+	}
+	if (!have_cl) {
+		printf("ok %d - %s # SKIP no OpenCL device\n", ntest, what);
+		goto out;
+	}
+	struct ml_tval a[4] = { 0 }, b[4] = { 0 };
+	int na = 0, nb = 0, dev = -1, dummy;
+	struct ml_err e = { 0 };
+	bool ok = false;
+	msg[0] = '\0';
+	if (p->e.code != 0) {
+		snprintf(msg, sizeof msg, "building: %s", p->e.msg);
+	} else if (ml_graph_toposort(p->g, &e) < 0 || ml_graph_validate(p->g, &e) < 0 ||
+		   ml_graph_infer(p->g, &e) < 0) {
+		snprintf(msg, sizeof msg, "graph: %s", e.msg);
+	} else if (run_on(p, "cpu", a, &na, &dummy, &e) < 0) {
+		snprintf(msg, sizeof msg, "cpu: %s", e.msg);
+	} else if (run_on(p, "cl", b, &nb, &dev, &e) < 0) {
+		snprintf(msg, sizeof msg, "cl: %s", e.msg);
+	} else if (dev != 1) {
+		snprintf(msg, sizeof msg, "the node ran on device %d, not cl:0", dev);
+	} else {
+		ok = na == nb;
+		double worst = 0;
+		for (int i = 0; ok && i < na; i++) {
+			ok = a[i].dtype == b[i].dtype && a[i].rank == b[i].rank;
+			for (int d = 0; ok && d < a[i].rank; d++)
+				ok = a[i].dims[d] == b[i].dims[d];
+			if (!ok) {
+				snprintf(msg, sizeof msg, "output %d: shapes differ", i);
+				break;
+			}
+			double ref = 0, diff = 0;
+			for (int64_t k = 0; k < ml_tval_numel(&a[i]); k++) {
+				double x = ml_get_f64(a[i].data, a[i].dtype, k);
+				double y = ml_get_f64(b[i].data, b[i].dtype, k);
+				ref = fmax(ref, fabs(x));
+				if (isnan(x) != isnan(y))
+					diff = INFINITY;
+				else if (!isnan(x))
+					diff = fmax(diff, fabs(x - y));
+			}
+			double err = diff / (1 + ref);
+			worst = fmax(worst, err);
+			if (err > p->tol) {
+				ok = false;
+				snprintf(msg, sizeof msg, "output %d: error %.3g over the bound %.3g", i,
+					 err, p->tol);
+			}
+		}
+		if (ok)
+			snprintf(msg, sizeof msg, "error %.2g, bound %.2g", worst, p->tol);
+	}
+	if (!ok)
+		nfail++;
+	printf("%sok %d - %s (%s)\n", ok ? "" : "not ", ntest, what, msg);
+	for (int i = 0; i < 4; i++) {
+		ml_tval_clear(&a[i]);
+		ml_tval_clear(&b[i]);
+	}
+out:
+	for (int i = 0; i < p->n_in; i++)
+		ml_tval_clear(&p->in[i]);
+	ml_graph_free(p->g);
+	p->g = NULL;
+}
+
+#define D(...) ((const int64_t[]){ __VA_ARGS__ })
+#define R(...) (int)(sizeof((const int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t))
+#define X(p, name, ...) pc_x((p), (name), R(__VA_ARGS__), D(__VA_ARGS__))
+#define W(p, name, ...) pc_w((p), (name), R(__VA_ARGS__), D(__VA_ARGS__), -1, 1)
+
+static void
+unary_cases(void)
+{
+	static const char *ops[] = { "Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "Celu",
+				     "HardSigmoid", "HardSwish", "Erf", "Exp", "Neg", "Abs",
+				     "Reciprocal", "Softplus", "Softsign", "Floor", "Ceil", "Sin",
+				     "Cos", "Log", "Sqrt" };
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+		struct pc p;
+		pc_init(&p, 14);
+		if (strcmp(ops[i], "Log") == 0 || strcmp(ops[i], "Sqrt") == 0 ||
+		    strcmp(ops[i], "Reciprocal") == 0)
+			p.lo = 0.1;
+		p.tol = 1e-5;
+		X(&p, "x", 3, 5, 7);
+		pc_node(&p, ops[i], "x", "y");
+		char what[64];
+		snprintf(what, sizeof what, "%s f32[3,5,7]", ops[i]);
+		pc_check(&p, what);
+	}
+	struct pc p;
+	pc_init(&p, 13);
+	X(&p, "x", 4, 9);
+	pc_f32c(&p, "lo", -0.5f);
+	pc_f32c(&p, "hi", 0.75f);
+	pc_node(&p, "Clip", "x,lo,hi", "y");
+	pc_check(&p, "Clip with min and max inputs");
+	pc_init(&p, 6);
+	X(&p, "x", 4, 9);
+	pc_node(&p, "Clip", "x", "y");
+	ml_node_set_float(p.g, p.node, "min", 0);
+	ml_node_set_float(p.g, p.node, "max", 6);
+	pc_check(&p, "Clip opset 6 attributes (ReLU6)");
+}
+
+static void
+binary_cases(void)
+{
+	static const char *ops[] = { "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min" };
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+		struct pc p;
+		char what[80];
+		pc_init(&p, 14);
+		p.lo = 0.5;
+		p.tol = 1e-5;
+		X(&p, "a", 2, 3, 4);
+		X(&p, "b", 2, 3, 4);
+		pc_node(&p, ops[i], "a,b", "y");
+		snprintf(what, sizeof what, "%s same shapes", ops[i]);
+		pc_check(&p, what);
+		pc_init(&p, 14);
+		p.lo = 0.5;
+		X(&p, "a", 2, 1, 4, 5);
+		X(&p, "b", 3, 1, 5);
+		pc_node(&p, ops[i], "a,b", "y");
+		snprintf(what, sizeof what, "%s broadcast [2,1,4,5] [3,1,5]", ops[i]);
+		pc_check(&p, what);
+		pc_init(&p, 14);
+		p.lo = 0.5;
+		X(&p, "a", 6, 7);
+		X(&p, "b", 1);
+		pc_node(&p, ops[i], "a,b", "y");
+		snprintf(what, sizeof what, "%s with a scalar", ops[i]);
+		pc_check(&p, what);
+	}
+	struct pc p;
+	pc_init(&p, 14);
+	X(&p, "x", 2, 3, 4, 4);
+	W(&p, "slope", 3, 1, 1);
+	pc_node(&p, "PRelu", "x,slope", "y");
+	pc_check(&p, "PRelu per channel");
+}
+
+static void
+shape_cases(void)
+{
+	struct pc p;
+	pc_init(&p, 14);
+	X(&p, "x", 2, 3, 4, 5);
+	pc_node(&p, "Transpose", "x", "y");
+	ml_node_set_ints(p.g, p.node, "perm", 4, D(0, 2, 3, 1));
+	pc_check(&p, "Transpose perm 0,2,3,1");
+	pc_init(&p, 14);
+	X(&p, "x", 3, 4, 5);
+	pc_node(&p, "Transpose", "x", "y");
+	pc_check(&p, "Transpose default perm");
+	pc_init(&p, 14);
+	X(&p, "a", 2, 3, 4);
+	X(&p, "b", 2, 5, 4);
+	X(&p, "c", 2, 1, 4);
+	pc_node(&p, "Concat", "a,b,c", "y");
+	ml_node_set_int(p.g, p.node, "axis", 1);
+	pc_check(&p, "Concat axis 1 of three");
+	pc_init(&p, 14);
+	X(&p, "x", 2, 9, 4);
+	pc_i64(&p, "split", 3, D(2, 3, 4));
+	pc_node(&p, "Split", "x,split", "y0,y1,y2");
+	ml_node_set_int(p.g, p.node, "axis", 1);
+	pc_check(&p, "Split axis 1 into 2,3,4");
+	pc_init(&p, 14);
+	X(&p, "x", 6, 8, 5);
+	pc_i64(&p, "st", 2, D(1, -1));
+	pc_i64(&p, "en", 2, D(5, 0));
+	pc_i64(&p, "ax", 2, D(0, 1));
+	pc_i64(&p, "sp", 2, D(2, -2));
+	pc_node(&p, "Slice", "x,st,en,ax,sp", "y");
+	pc_check(&p, "Slice with steps 2 and -2");
+	pc_init(&p, 14);
+	X(&p, "x", 3, 1);
+	pc_i64(&p, "shape", 3, D(2, 3, 4));
+	pc_node(&p, "Expand", "x,shape", "y");
+	pc_check(&p, "Expand [3,1] to [2,3,4]");
+	pc_init(&p, 14);
+	X(&p, "x", 5, 4, 3);
+	pc_i64(&p, "idx", 4, D(3, 0, -1, 2));
+	pc_node(&p, "Gather", "x,idx", "y");
+	ml_node_set_int(p.g, p.node, "axis", 1);
+	pc_check(&p, "Gather axis 1, a negative index");
+	pc_init(&p, 14);
+	X(&p, "x", 2, 3, 4);
+	pc_i64(&p, "shape", 2, D(6, -1));
+	pc_node(&p, "Reshape", "x,shape", "t");
+	pc_node(&p, "Relu", "t", "y");
+	p.node = 0;
+	pc_check(&p, "Reshape as a view, then Relu");
+	pc_init(&p, 14);
+	X(&p, "x", 2, 3, 4);
+	pc_node(&p, "Flatten", "x", "t");
+	pc_node(&p, "Neg", "t", "y");
+	p.node = 0;
+	pc_check(&p, "Flatten as a view");
+	pc_init(&p, 14);
+	X(&p, "x", 2, 1, 4);
+	pc_i64(&p, "ax", 1, D(1));
+	pc_node(&p, "Squeeze", "x,ax", "t");
+	pc_i64(&p, "ax2", 1, D(0));
+	pc_node(&p, "Unsqueeze", "t,ax2", "u");
+	pc_node(&p, "Identity", "u", "y");
+	p.node = 1;
+	pc_check(&p, "Squeeze, Unsqueeze, Identity as views");
+}
+
+static void
+conv_case(const char *what, int64_t n, int64_t c, int64_t h, int64_t w, int64_t m, int64_t k,
+	  int64_t stride, int64_t pad, int64_t group, bool bias)
+{
+	struct pc p;
+	pc_init(&p, 14);
+	p.tol = 1e-4;
+	X(&p, "x", n, c, h, w);
+	W(&p, "w", m, c / group, k, k);
+	if (bias)
+		W(&p, "b", m);
+	pc_node(&p, "Conv", bias ? "x,w,b" : "x,w", "y");
+	ml_node_set_ints(p.g, p.node, "strides", 2, D(stride, stride));
+	ml_node_set_ints(p.g, p.node, "pads", 4, D(pad, pad, pad, pad));
+	ml_node_set_int(p.g, p.node, "group", group);
+	pc_check(&p, what);
+}
+
+static void
+nn_cases(void)
+{
+	conv_case("Conv 3x3 pad 1 with bias", 1, 3, 12, 12, 8, 3, 1, 1, 1, true);
+	conv_case("Conv 3x3 stride 2", 2, 4, 11, 9, 6, 3, 2, 1, 1, false);
+	conv_case("Conv 1x1", 1, 16, 7, 7, 24, 1, 1, 0, 1, true);
+	conv_case("Conv depthwise 3x3", 1, 8, 10, 10, 8, 3, 1, 1, 8, true);
+	conv_case("Conv grouped", 1, 8, 6, 6, 4, 3, 1, 0, 2, false);
+	conv_case("Conv 7x7 stride 2 pad 3", 1, 3, 32, 32, 16, 7, 2, 3, 1, true);
+
+	struct pc p;
+	pc_init(&p, 14);
+	p.tol = 1e-4;
+	X(&p, "a", 7, 33);
+	W(&p, "b", 20, 33);
+	W(&p, "c", 20);
+	pc_node(&p, "Gemm", "a,b,c", "y");
+	ml_node_set_int(p.g, p.node, "transB", 1);
+	pc_check(&p, "Gemm transB with a row bias");
+	pc_init(&p, 14);
+	p.tol = 1e-4;
+	X(&p, "a", 33, 7);
+	W(&p, "b", 33, 20);
+	W(&p, "c", 7, 20);
+	pc_node(&p, "Gemm", "a,b,c", "y");
+	ml_node_set_int(p.g, p.node, "transA", 1);
+	ml_node_set_float(p.g, p.node, "alpha", 0.5);
+	ml_node_set_float(p.g, p.node, "beta", 2);
+	pc_check(&p, "Gemm transA, alpha, beta, a full C");
+	pc_init(&p, 14);
+	p.tol = 1e-4;
+	X(&p, "a", 3, 5, 17);
+	X(&p, "b", 3, 17, 9);
+	pc_node(&p, "MatMul", "a,b", "y");
+	pc_check(&p, "MatMul batched");
+	pc_init(&p, 14);
+	p.tol = 1e-4;
+	X(&p, "a", 2, 4, 6, 16);
+	W(&p, "b", 16, 10);
+	pc_node(&p, "MatMul", "a,b", "y");
+	pc_check(&p, "MatMul batched times a matrix");
+
+	pc_init(&p, 14);
+	X(&p, "x", 2, 3, 11, 11);
+	pc_node(&p, "MaxPool", "x", "y");
+	ml_node_set_ints(p.g, p.node, "kernel_shape", 2, D(3, 3));
+	ml_node_set_ints(p.g, p.node, "strides", 2, D(2, 2));
+	ml_node_set_ints(p.g, p.node, "pads", 4, D(1, 1, 1, 1));
+	pc_check(&p, "MaxPool 3x3 stride 2 pad 1");
+	pc_init(&p, 14);
+	X(&p, "x", 1, 4, 9, 10);
+	pc_node(&p, "AveragePool", "x", "y");
+	ml_node_set_ints(p.g, p.node, "kernel_shape", 2, D(3, 2));
+	ml_node_set_ints(p.g, p.node, "pads", 4, D(1, 0, 1, 1));
+	ml_node_set_int(p.g, p.node, "ceil_mode", 1);
+	ml_node_set_ints(p.g, p.node, "strides", 2, D(2, 2));
+	pc_check(&p, "AveragePool ceil_mode, pads excluded");
+	pc_init(&p, 14);
+	X(&p, "x", 1, 4, 9, 10);
+	pc_node(&p, "AveragePool", "x", "y");
+	ml_node_set_ints(p.g, p.node, "kernel_shape", 2, D(3, 3));
+	ml_node_set_ints(p.g, p.node, "pads", 4, D(1, 1, 1, 1));
+	ml_node_set_int(p.g, p.node, "count_include_pad", 1);
+	pc_check(&p, "AveragePool count_include_pad");
+	pc_init(&p, 14);
+	X(&p, "x", 2, 5, 6, 7);
+	pc_node(&p, "GlobalAveragePool", "x", "y");
+	pc_check(&p, "GlobalAveragePool");
+	pc_init(&p, 14);
+	X(&p, "x", 2, 5, 6, 7);
+	pc_node(&p, "GlobalMaxPool", "x", "y");
+	pc_check(&p, "GlobalMaxPool");
+
+	pc_init(&p, 14);
+	X(&p, "x", 2, 6, 5, 5);
+	W(&p, "s", 6);
+	W(&p, "b", 6);
+	W(&p, "m", 6);
+	pc_w(&p, "v", 1, D(6), 0.5, 2);
+	pc_node(&p, "BatchNormalization", "x,s,b,m,v", "y");
+	pc_check(&p, "BatchNormalization (inference)");
+	pc_init(&p, 17);
+	p.tol = 1e-4;
+	X(&p, "x", 3, 4, 32);
+	W(&p, "s", 32);
+	W(&p, "b", 32);
+	pc_node(&p, "LayerNormalization", "x,s,b", "y");
+	pc_check(&p, "LayerNormalization last axis");
+	pc_init(&p, 14);
+	p.tol = 1e-4;
+	X(&p, "x", 2, 3, 5, 6);
+	W(&p, "s", 3);
+	W(&p, "b", 3);
+	pc_node(&p, "InstanceNormalization", "x,s,b", "y");
+	pc_check(&p, "InstanceNormalization");
+	pc_init(&p, 14);
+	X(&p, "x", 3, 4, 10);
+	pc_node(&p, "Softmax", "x", "y");
+	pc_check(&p, "Softmax last axis");
+	pc_init(&p, 14);
+	X(&p, "x", 3, 4, 10);
+	pc_node(&p, "Softmax", "x", "y");
+	ml_node_set_int(p.g, p.node, "axis", 1);
+	pc_check(&p, "Softmax axis 1");
+	pc_init(&p, 11);
+	X(&p, "x", 3, 4, 10);
+	pc_node(&p, "Softmax", "x", "y");
+	ml_node_set_int(p.g, p.node, "axis", 1);
+	pc_check(&p, "Softmax opset 11 (2-D coercion)");
+	pc_init(&p, 14);
+	X(&p, "x", 3, 4, 10);
+	pc_node(&p, "LogSoftmax", "x", "y");
+	pc_check(&p, "LogSoftmax");
+}
+
+static void
+reduce_cases(void)
+{
+	static const char *ops[] = { "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+				     "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
+				     "ReduceLogSumExp" };
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+		struct pc p;
+		char what[80];
+		pc_init(&p, 13);
+		p.tol = 1e-4;
+		p.lo = 0.5;
+		p.hi = 1.5;
+		X(&p, "x", 3, 4, 5, 2);
+		pc_node(&p, ops[i], "x", "y");
+		ml_node_set_ints(p.g, p.node, "axes", 2, D(1, 3));
+		snprintf(what, sizeof what, "%s axes 1,3 keepdims", ops[i]);
+		pc_check(&p, what);
+		pc_init(&p, 13);
+		p.tol = 1e-4;
+		p.lo = 0.5;
+		p.hi = 1.5;
+		X(&p, "x", 3, 4, 5);
+		pc_node(&p, ops[i], "x", "y");
+		ml_node_set_int(p.g, p.node, "keepdims", 0);
+		snprintf(what, sizeof what, "%s all axes", ops[i]);
+		pc_check(&p, what);
+	}
+	struct pc p;
+	pc_init(&p, 13);
+	p.tol = 1e-4;
+	X(&p, "x", 3, 4, 5);
+	pc_i64(&p, "axes", 1, D(-1));
+	pc_node(&p, "ReduceSum", "x,axes", "y");
+	pc_check(&p, "ReduceSum axes input -1");
+}
+
+/*
+ * assign_case: a training-style graph: y = w + x, then ml.Assign(w, y).
+ * On the device w stays resident and Assign writes the device copy; after
+ * two runs and ml_session_sync the graph's w must be w0 + 2x, as on the
+ * CPU, and the second run's output must have read the updated w.
+ */
+static void
+assign_case(void)
+{
+	ntest++;
+	if (!have_cl) {
+		printf("ok %d - ml.Assign on the device, ml_session_sync # SKIP no OpenCL device\n",
+		       ntest);
+		return;
+	}
+	bool ok = true;
+	char msg[700] = "";
+	float got[2][8], y2[2][8];
+	for (int pass = 0; pass < 2; pass++) {
+		struct ml_graph *g = NULL;
+		struct ml_err e = { 0 };
+		ml_graph_new(&g, &e);
+		ml_graph_set_opset(g, "", 14, &e);
+		float w0[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+		int64_t dims[1] = { 8 };
+		ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_PARAM, ML_F32, 1, dims, w0,
+				  sizeof w0, &e);
+		int xi = ml_graph_tensor(g, "x");
+		g->tensors[xi]->dtype = ML_F32;
+		g->tensors[xi]->rank = 1;
+		g->tensors[xi]->dims[0] = 8;
+		g->tensors[xi]->kind = ML_TK_INPUT;
+		ml_graph_add_input(g, xi, &e);
+		const char *in1[] = { "w", "x" }, *out1[] = { "y" }, *in2[] = { "w", "y" };
+		ml_graph_add_node(g, "Add", "", "add", 2, in1, 1, out1, &e);
+		ml_graph_add_node(g, "Assign", "ml", "assign", 2, in2, 0, NULL, &e);
+		ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
+		struct ml_session *s = NULL;
+		struct ml_session_opts o = { .device = pass ? "cl" : "cpu" };
+		struct ml_tval x = { 0 };
+		int rc = ml_graph_toposort(g, &e);
+		if (rc == 0)
+			rc = ml_graph_infer(g, &e);
+		if (rc == 0)
+			rc = ml_session_new(&s, g, &o, &e);
+		ml_tval_alloc(&x, ML_F32, 1, dims, &e);
+		for (int i = 0; i < 8; i++)
+			((float *)x.data)[i] = 0.5f * (float)i;
+		for (int r = 0; rc == 0 && r < 2; r++) {
+			rc = ml_session_set_input(s, "x", &x, &e);
+			if (rc == 0)
+				rc = ml_session_run(s, &e);
+		}
+		if (rc == 0) {
+			memcpy(y2[pass], ml_session_output(s, 0)->data, sizeof y2[pass]);
+			rc = ml_session_sync(s, &e);
+		}
+		if (rc == 0 && pass && ml_session_node_device(s, 1) != 1) {
+			snprintf(msg, sizeof msg, "Assign ran on device %d", ml_session_node_device(s, 1));
+			ok = false;
+		}
+		if (rc < 0) {
+			snprintf(msg, sizeof msg, "%s: %s", pass ? "cl" : "cpu", e.msg);
+			ok = false;
+		} else {
+			memcpy(got[pass], g->tensors[ml_graph_find(g, "w")]->data, sizeof got[pass]);
+		}
+		ml_tval_clear(&x);
+		ml_session_free(s);
+		ml_graph_free(g);
+	}
+	for (int i = 0; ok && i < 8; i++)
+		if (got[0][i] != got[1][i] || y2[0][i] != y2[1][i] ||
+		    got[0][i] != (float)(i + 1) + (float)i) {
+			snprintf(msg, sizeof msg, "w[%d]: cpu %g, cl %g", i, got[0][i], got[1][i]);
+			ok = false;
+		}
+	if (!ok)
+		nfail++;
+	printf("%sok %d - ml.Assign on the device, ml_session_sync%s%s\n", ok ? "" : "not ", ntest,
+	       msg[0] ? ": " : "", msg);
+}
+
+int
+main(void)
+{
+	struct ml_device_info *v;
+	struct ml_err e = { 0 };
+	int n = 0;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (ml_devices(&v, &n, &e) == 0) {
+		have_cl = n > 1;
+		ml_free(v);
+	}
+	unary_cases();
+	binary_cases();
+	shape_cases();
+	nn_cases();
+	reduce_cases();
+	assign_case();
+	printf("1..%d\n", ntest);
+	return nfail != 0;
+}

@@ -1,0 +1,142 @@
+/*
+ * test_opt.c: C tests of the pass manager (lib/opt, ml_opt.h): the pass
+ * registry, level and list handling, a pipeline on a small text-form graph
+ * whose result must compute what the original does, the report, fused_from
+ * and idempotence. Prints TAP.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ml.h"
+
+static int ntest, nfail;
+
+static void
+ok(bool cond, const char *what)
+{
+	ntest++;
+	if (!cond)
+		nfail++;
+	printf("%sok %d - %s\n", cond ? "" : "not ", ntest, what);
+}
+
+static const char model[] =
+	"<ir_version: 8, opset_import: [\"\" : 14]>\n"
+	"t (float[2,4] x) => (float[2,4] y)\n"
+	"{\n"
+	"    [id] a = Identity (x)\n"
+	"    [mul] b = Mul (a, k)\n"
+	"    [add] c = Add (b, s)\n"
+	"    [relu] y = Relu (c)\n"
+	"    [dead] z = Neg (c)\n"
+	"}\n"
+	"float[4] k = {1, -2, 3, -4}\n"
+	"float[] s = {0.5}\n";
+
+static struct ml_graph *
+load(void)
+{
+	struct ml_err e = { 0 };
+	struct ml_graph *g = NULL;
+	if (ml_text_decode(&g, model, strlen(model), "t.mlt", &e) < 0 ||
+	    ml_graph_toposort(g, &e) < 0 || ml_graph_validate(g, &e) < 0 ||
+	    ml_graph_infer(g, &e) < 0) {
+		printf("# %s\n", e.msg);
+		ml_graph_free(g);
+		return NULL;
+	}
+	return g;
+}
+
+/* run: y of g on x = [-2, -1.5, ..., 1.5] into out[8]. */
+static bool
+run(struct ml_graph *g, float *out)
+{
+	struct ml_err e = { 0 };
+	struct ml_session *s = NULL;
+	float xv[8];
+	for (int i = 0; i < 8; i++)
+		xv[i] = -2.0f + 0.5f * (float)i;
+	struct ml_tval x = { .dtype = ML_F32, .rank = 2, .dims = { 2, 4 }, .data = xv };
+	bool good = ml_session_new(&s, g, NULL, &e) == 0 &&
+		    ml_session_set_input(s, "x", &x, &e) == 0 && ml_session_run(s, &e) == 0;
+	if (good)
+		memcpy(out, ml_session_output(s, 0)->data, sizeof(float) * 8);
+	else
+		printf("# %s\n", e.msg);
+	ml_session_free(s);
+	return good;
+}
+
+int
+main(void)
+{
+	struct ml_err e = { 0 };
+	int n;
+	const struct ml_opt_pass_info *p = ml_opt_passes(&n);
+	ok(n >= 15, "the registry lists every pass");
+	bool named = true;
+	for (int i = 0; i < n; i++)
+		named &= p[i].name != NULL && p[i].doc != NULL && p[i].level >= 1 && p[i].level <= 3;
+	ok(named, "each pass has a name, a doc line and a level 1 to 3");
+	ok(ml_opt_check_names("dce,cse", &e) == 0 && ml_opt_check_names("", &e) == 0 &&
+		   ml_opt_check_names(NULL, &e) == 0,
+	   "known pass lists are accepted");
+	ok(ml_opt_check_names("dce,nope", &e) == ML_EINVAL && strstr(e.msg, "'nope'") != NULL,
+	   "an unknown pass is refused naming it");
+
+	struct ml_graph *g = load();
+	float want[8], got[8];
+	ok(g != NULL && run(g, want), "the test graph loads and runs");
+	if (g == NULL)
+		return 1;
+	struct ml_opt_opts o = { .level = 5 };
+	ok(ml_opt_run(g, &o, NULL, &e) == ML_EINVAL, "level 5 is refused");
+	o = (struct ml_opt_opts){ .level = 0 };
+	struct ml_opt_report r = { 0 };
+	ok(ml_opt_run(g, &o, &r, &e) == 0 && g->n_nodes == 5 && r.n == 0, "-O0 changes nothing");
+	ml_opt_report_free(&r);
+	o = (struct ml_opt_opts){ .passes = "eliminate,dce" };
+	ok(ml_opt_run(g, &o, &r, &e) == 0 && g->n_nodes == 3, "eliminate and dce remove Identity "
+	   "and the unread Neg");
+	ok(r.n >= 2 && strcmp(r.rows[0].pass, "eliminate") == 0 && r.rows[0].nodes_before == 5 &&
+		   r.rows[0].nodes_after == 4 && strstr(r.rows[0].what, "Identity") != NULL,
+	   "the report says what eliminate did");
+	ml_opt_report_free(&r);
+	ok(run(g, got) && memcmp(got, want, sizeof got) == 0, "the cleaned graph computes the same");
+	o = (struct ml_opt_opts){ .level = 2 };
+	ok(ml_opt_run(g, &o, &r, &e) == 0 && g->n_nodes == 1, "-O2 fuses Mul, Add, Relu");
+	ok(strcmp(g->nodes[0].op_type, "FusedElementwise") == 0 &&
+		   strcmp(g->nodes[0].domain, "ml") == 0,
+	   "into one ml.FusedElementwise");
+	const struct ml_attr *a = ml_attr_find(&g->nodes[0], "fused_from");
+	ok(a != NULL && a->type == ML_ATTR_STRINGS && a->n == 3 &&
+		   strcmp(a->strings[0], "mul:Mul") == 0 && strcmp(a->strings[2], "relu:Relu") == 0,
+	   "fused_from lists the nodes it replaces as NAME:OP_TYPE");
+	ok(g->arena_bytes > 0 && r.arena_bytes == g->arena_bytes, "-O2 stores a memory plan");
+	ml_opt_report_free(&r);
+	ok(run(g, got), "the fused graph runs");
+	bool close = true;
+	for (int i = 0; i < 8; i++)
+		close &= fabsf(got[i] - want[i]) <= 1e-6f;
+	ok(close, "and computes the same");
+	uint8_t *b1 = NULL, *b2 = NULL;
+	size_t l1 = 0, l2 = 0;
+	ml_mlg_encode(g, &b1, &l1, &e);
+	ok(ml_opt_run(g, &o, &r, &e) == 0 && r.rounds == 1, "-O2 again stops after one round");
+	bool nochange = true;
+	for (int i = 0; i < r.n; i++)
+		nochange &= r.rows[i].changes == 0;
+	ok(nochange, "and changes nothing");
+	ml_mlg_encode(g, &b2, &l2, &e);
+	ok(b1 != NULL && b2 != NULL && l1 == l2 && memcmp(b1, b2, l1) == 0,
+	   "the graph file is byte for byte the same");
+	ml_free(b1);
+	ml_free(b2);
+	ml_opt_report_free(&r);
+	ml_graph_free(g);
+	printf("1..%d\n", ntest);
+	return nfail != 0;
+}
