@@ -18,7 +18,7 @@ static const char synopsis[] =
 	"               [--nesterov] [--weight-decay F] [--clip-norm F] [--lr-schedule S]\n"
 	"               [--batch N] [--epochs N] [--seed S] [--val-split F] [--checkpoint-every N]\n"
 	"               [--resume CKPT.mlg] [--device DEV] [--threads N] [--log FILE] [--json]\n"
-	"               [MODEL]";
+	"               [--bucket-mb MiB] [--mpi] [--qat] [MODEL]";
 
 static const char help_text[] =
 	"Train a model (.mlt, .mlg or .onnx) on a dataset; write the trained model.\n"
@@ -53,6 +53,11 @@ static const char help_text[] =
 	"      --dump-step FILE    write the training-step graph to FILE and exit\n"
 	"      --device DEV        cpu (default), cl, cl:N or auto\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
+	"      --bucket-mb MiB     under mpirun: all-reduce gradients in MiB buckets (default 25)\n"
+	"      --mpi               train with MPI even when no MPI launcher is detected\n"
+	"      --qat               quantisation-aware training: fake-quantise weights and\n"
+	"                          activations (ranges from the first batch); mlquant then\n"
+	"                          converts the result with the trained ranges\n"
 	"      --log FILE          append one JSON line per epoch to FILE\n"
 	"      --json              print a JSON report on stdout at the end\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes)\n"
@@ -84,6 +89,14 @@ enum { S_LOSS, S_OPT, S_SCHED, S_LR, S_MOM, S_B1, S_B2, S_EPS, S_WD, S_CLIP, S_G
 static bool given[S_N];
 
 static volatile sig_atomic_t got_int, got_usr1;
+/* distributed: a die() on one rank ends every rank (no hangs) */
+static bool dist_clean;
+static void
+dist_atexit(void)
+{
+	if (!dist_clean && ml_dist_size() > 1)
+		ml_dist_abort(1);
+}
 
 static void
 on_signal(int sig)
@@ -266,7 +279,7 @@ checkpoint(struct run *r, const char *why)
 {
 	struct ml_err err = { 0 };
 	export_state(r);
-	if (ml_model_save(r->model, r->ckpt, ML_FMT_MLG, &err) < 0)
+	if (ml_dist_rank() == 0 && ml_model_save(r->model, r->ckpt, ML_FMT_MLG, &err) < 0)
 		die_err(&err);
 	r->last_ckpt = r->step_no;
 	if (r->verbose)
@@ -512,6 +525,8 @@ train(struct run *r)
 			die_err(&err);
 		while ((rc = ml_loader_next(r->ld, &x, &y, &err)) > 0) {
 			double ts = ml_now();
+			if (ml_dist_size() > 1 && x->dims[0] < ml_dist_size())
+				continue;	/* a last batch of fewer samples than ranks: dropped */
 			/*
 			 * The session checks a symbolic batch dim against the inputs
 			 * already bound, so a batch of another size (the last of an
@@ -523,15 +538,40 @@ train(struct run *r)
 				r->cur_batch = x->dims[0];
 			}
 			*(float *)lr.data = (float)lr_at(r, r->step_no);
-			if (ml_session_set_input(r->sess, r->xname, x, &err) < 0 ||
-			    ml_session_set_input(r->sess, "label", y, &err) < 0 ||
+			struct ml_tval xv, yv;
+			double w = 1;
+			if (ml_dist_size() > 1) {
+				ml_dist_shard_batch(x, &xv, &w);
+				ml_dist_shard_batch(y, &yv, NULL);
+				ml_dist_set_weight(w);
+			} else {
+				xv = *x;
+				yv = *y;
+			}
+			if (ml_session_set_input(r->sess, r->xname, &xv, &err) < 0 ||
+			    ml_session_set_input(r->sess, "label", &yv, &err) < 0 ||
 			    ml_session_set_input(r->sess, "lr", &lr, &err) < 0 ||
 			    ml_session_run(r->sess, &err) < 0)
 				die_run(&err, NULL);
 			const struct ml_tval *lv = ml_session_output(r->sess, 0);
 			const struct ml_tval *z = ml_session_output(r->sess, 1);
 			double loss = ml_get_f64(lv->data, lv->dtype, 0);
-			int64_t b = x->dims[0];
+			int64_t b = x->dims[0], nok = 0;
+			if (r->classes > 0) {
+				int64_t lb = xv.dims[0], c = lb > 0 ? ml_tval_numel(z) / lb : 0;
+				for (int64_t i = 0; i < lb; i++)
+					nok += argmax_ok((const float *)z->data + i * c, c, &yv, i);
+			}
+			if (ml_dist_size() > 1) {
+				/* the global loss, the signals seen and the hits, the same on all ranks */
+				double red[4] = { loss * w, got_int ? 1 : 0, got_usr1 ? 1 : 0, (double)nok };
+				if (ml_dist_allreduce(red, 4, ML_F64, ML_DIST_SUM, &err) < 0)
+					die_run(&err, NULL);
+				loss = red[0];
+				got_int = red[1] > 0 ? (got_int ? got_int : SIGINT) : 0;
+				got_usr1 = red[2] > 0;
+				nok = (int64_t)red[3];
+			}
 			if (!isfinite(loss)) {
 				if (r->last_ckpt != UINT64_MAX)
 					die(EXIT_FAIL,
@@ -545,17 +585,18 @@ train(struct run *r)
 			r->in_epoch++;
 			r->loss_sum += loss * (double)b;
 			r->seen += b;
-			if (r->classes > 0) {
-				int64_t c = ml_tval_numel(z) / b;
-				for (int64_t i = 0; i < b; i++)
-					r->correct += argmax_ok((const float *)z->data + i * c, c, y, i);
-			}
+			r->correct += nok;
 			tstep += ml_now() - ts;
 			if (got_int) {
 				checkpoint(r, "interrupted");
 				if (!r->quiet)
 					fprintf(stderr, "%s: interrupted at step %llu; the checkpoint is %s\n",
 						progname, (unsigned long long)r->step_no, r->ckpt);
+				dist_clean = true;
+				if (ml_dist_size() > 1) {
+					ml_dist_barrier(&err);
+					ml_dist_finalize(&err);
+				}
 				exit(128 + got_int);
 			}
 			if (got_usr1) {
@@ -592,11 +633,13 @@ main(int argc, char **argv)
 {
 	enum { O_LOSS = 256, O_OPT, O_LR, O_MOM, O_NEST, O_B1, O_B2, O_EPS, O_WD, O_CLIP, O_SCHED,
 	       O_LRSTEP, O_GAMMA, O_LRMIN, O_WARM, O_BATCH, O_EPOCHS, O_SEED, O_NOSHUF, O_VAL,
-	       O_EVERY, O_CKPT, O_RESUME, O_DUMP, O_DEVICE, O_THREADS, O_LOG, O_JSON, O_MAXALLOC };
+	       O_EVERY, O_CKPT, O_RESUME, O_DUMP, O_DEVICE, O_THREADS, O_LOG, O_JSON, O_MAXALLOC,
+	       O_BUCKET, O_MPI, O_QAT };
 	static const struct option longopts[] = {
 		{ "batch", required_argument, NULL, O_BATCH },
 		{ "beta1", required_argument, NULL, O_B1 },
 		{ "beta2", required_argument, NULL, O_B2 },
+		{ "bucket-mb", required_argument, NULL, O_BUCKET },
 		{ "checkpoint", required_argument, NULL, O_CKPT },
 		{ "checkpoint-every", required_argument, NULL, O_EVERY },
 		{ "clip-norm", required_argument, NULL, O_CLIP },
@@ -616,6 +659,8 @@ main(int argc, char **argv)
 		{ "lr-step", required_argument, NULL, O_LRSTEP },
 		{ "max-alloc", required_argument, NULL, O_MAXALLOC },
 		{ "momentum", required_argument, NULL, O_MOM },
+		{ "mpi", no_argument, NULL, O_MPI },
+		{ "qat", no_argument, NULL, O_QAT },
 		{ "nesterov", no_argument, NULL, O_NEST },
 		{ "no-shuffle", no_argument, NULL, O_NOSHUF },
 		{ "optimizer", required_argument, NULL, O_OPT },
@@ -638,7 +683,10 @@ main(int argc, char **argv)
 			    .eps = 1e-8, .lr_gamma = 0.1, .lr_step = 1, .batch = 64, .epochs = 1,
 			    .shuffle = 1 };
 	const char *resume = NULL, *dump = NULL, *logpath = NULL;
-	int threads = 0, json = 0, c;
+	int threads = 0, json = 0, c, dmode = ML_DIST_AUTO;
+	bool qat = false;
+	struct ml_dist_opts dopt;
+	ml_dist_opts_init(&dopt);
 	bool version = false;
 	r.device = "cpu";
 	r.last_ckpt = UINT64_MAX;
@@ -700,6 +748,9 @@ main(int argc, char **argv)
 		case O_THREADS: threads = (int)parse_int("--threads", optarg, 1, 256, synopsis); break;
 		case O_LOG: logpath = optarg; break;
 		case O_JSON: json = 1; break;
+		case O_BUCKET: dopt.bucket_mb = (double)parse_int("--bucket-mb", optarg, 0, 1 << 20, synopsis); break;
+		case O_MPI: dmode = ML_DIST_REQUIRE; break;
+		case O_QAT: qat = true; break;
 		case O_MAXALLOC: ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis)); break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
@@ -729,9 +780,26 @@ main(int argc, char **argv)
 		usage_error(synopsis, "--nesterov needs --momentum");
 	if (r.ckpt == NULL)
 		r.ckpt = r.out;
-	ml_set_threads(threads);
 
 	struct ml_err err = { 0 };
+	struct ml_dist_info di;
+	if (dump == NULL) {
+		if (ml_dist_init(dmode, &di, &err) < 0)
+			die_err(&err);
+		if (di.size > 1) {
+			atexit(dist_atexit);
+			if (di.rank != 0)
+				r.quiet = 1, r.verbose = 0, json = 0;
+			if (threads == 0) {
+				long per = sysconf(_SC_NPROCESSORS_ONLN) / (di.local_size > 0 ? di.local_size : 1);
+				threads = per > 1 ? (int)per : 1;
+			}
+			if (o->batch < di.size)
+				die(EXIT_USAGE, "a global --batch of %lld is less than one sample per rank (%d)",
+				    (long long)o->batch, di.size);
+		}
+	}
+	ml_set_threads(threads);
 	const char *from = resume != NULL ? resume : r.model_path;
 	if (ml_model_load(&r.model, from, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
@@ -771,6 +839,25 @@ main(int argc, char **argv)
 	to.weight_decay = o->wd;
 	to.clip_norm = o->clip;
 	to.seed = (uint64_t)o->seed;
+	if (qat) {
+		/*
+		 * fake-quant ops on the weights (int8, 7 bits as mlquant's integer
+		 * form) and on the activations they read, whose ranges come from
+		 * the first batch of the data; a checkpoint of a --qat run has
+		 * them already, and inserting again adds nothing
+		 */
+		bool has = false;
+		for (int i = 0; i < r.model->n_nodes && !has; i++)
+			has = strcmp(r.model->nodes[i].op_type, "FakeQuant") == 0;
+		struct ml_calib *cal = NULL;
+		if (!has && ml_calib_load(&cal, r.model, r.data_path, o->batch, &err) < 0)
+			die_err(&err);
+		struct ml_quant_qat_opts qo = { .cal = cal, .weight_qmax = 63 };
+		int qrc = ml_quant_insert_fakequant(r.model, &qo, &err);
+		ml_calib_free(cal);
+		if (qrc < 0)
+			die_run(&err, from);
+	}
 	if (ml_train_step_graph(&r.step, r.model, &to, &err) < 0)
 		die_run(&err, from);
 	if (r.verbose) {
@@ -787,6 +874,9 @@ main(int argc, char **argv)
 		ml_graph_free(r.model);
 		return finish_stdout();
 	}
+	if (ml_dist_size() > 1 && (ml_train_distribute(r.step, &dopt, &err) < 0 ||
+				   ml_dist_bcast_params(r.step, 0, &err) < 0))
+		die_run(&err, NULL);
 	setup_data(&r);
 	if (resume != NULL) {
 		double v;
@@ -816,9 +906,9 @@ main(int argc, char **argv)
 	/* the final model: eval mode, with the state to resume from */
 	r.in_epoch = 0;
 	export_state(&r);
-	if (ml_model_save(r.model, r.out, ML_FMT_MLG, &err) < 0)
+	if (ml_dist_rank() == 0 && ml_model_save(r.model, r.out, ML_FMT_MLG, &err) < 0)
 		die_err(&err);
-	if (r.ckpt != r.out && strcmp(r.ckpt, r.out) != 0 &&
+	if (ml_dist_rank() == 0 && r.ckpt != r.out && strcmp(r.ckpt, r.out) != 0 &&
 	    ml_model_save(r.model, r.ckpt, ML_FMT_MLG, &err) < 0)
 		die_err(&err);
 	if (r.log != NULL && fclose(r.log) != 0)
@@ -847,5 +937,8 @@ main(int argc, char **argv)
 	ml_dataset_free(r.eval);
 	ml_graph_free(r.step);
 	ml_graph_free(r.model);
+	if (ml_dist_size() > 1 && (ml_dist_barrier(&err) < 0 || ml_dist_finalize(&err) < 0))
+		die_err(&err);
+	dist_clean = true;
 	return finish_stdout();
 }

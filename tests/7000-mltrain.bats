@@ -356,3 +356,22 @@ PYEOF
 	[ "$n" -eq 200 ]
 	[ "$bad" -eq 0 ]
 }
+
+@test "--qat trains with fake-quant ops that mlquant turns into int8 without calibration data" {
+	mltrain tiny.mlt --data d $TRAIN --epochs 3 --qat -q --json -o q.mlg >r.json
+	acc=$(json_get r.json test_accuracy)
+	"$PY" -c "import sys; sys.exit(0 if float('$acc') > 0.9 else 1)"
+	run -0 mlconvert --info q.mlg
+	[[ $output == *"ml.FakeQuant"* ]]
+	run -0 mlrun q.mlg --random --dim N=2
+	run -0 mlquant q.mlg -o q8.mlg
+	run -0 mlconvert --info q8.mlg
+	[[ $output == *"ml.Q8"* && $output != *"FakeQuant"* ]]
+	run -0 mlrun q8.mlg --random --dim N=2
+	[ "${lines[0]}" = "y f32[2,4]" ]
+	# resuming a --qat run adds no second set of fake-quant ops
+	mltrain tiny.mlt --data d $TRAIN --epochs 1 --qat -q -o r.mlg
+	run -0 mltrain --resume r.mlg --data d --epochs 2 --qat --threads 1 -q -o r.mlg
+	run -0 mlconvert --info r.mlg
+	[[ $output == *"ml.FakeQuant  4"* ]]
+}
