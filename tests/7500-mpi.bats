@@ -86,3 +86,64 @@ TRAIN_ARGS="-k 12 -b 64 --limit 4096 -j 1"
 		[[ $output != *libmpi* ]]
 	done
 }
+
+# The tool itself: mltrain under mpirun on a small dataset made here (512
+# Fashion-MNIST samples as x_train.npy/y_train.npy, one epoch of 8 steps).
+mltrain_data() {
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR/d" <<'PY'
+import gzip, os, sys, numpy as np
+D = '/usr/share/datasets/fashion-mnist/'
+x = np.frombuffer(gzip.open(D + 'train-images-idx3-ubyte.gz').read(), np.uint8, offset=16)
+y = np.frombuffer(gzip.open(D + 'train-labels-idx1-ubyte.gz').read(), np.uint8, offset=8)
+os.makedirs(sys.argv[1], exist_ok=True)
+np.save(sys.argv[1] + '/x_train.npy', (x[:512 * 784] / 255.).astype(np.float32).reshape(512, 1, 28, 28))
+np.save(sys.argv[1] + '/y_train.npy', y[:512].astype(np.int64))
+PY
+}
+
+MLTRAIN_ARGS="--batch 64 --momentum 0.9 --lr 0.05 --threads 1"
+
+@test "mpirun -np 2 mltrain gives the model of one process with the same global batch" {
+	mltrain_data
+	cd "$BATS_TEST_TMPDIR"
+	run mltrain "$MODEL" --data d $MLTRAIN_ARGS -o one.mlg
+	[ "$status" -eq 0 ]
+	one=$output
+	run timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 "$ML_BIN/mltrain" "$MODEL" \
+		--data d $MLTRAIN_ARGS -o two.mlg
+	[ "$status" -eq 0 ]
+	# rank 0 alone reports: one epoch line, with the loss of one process
+	[ "$(printf '%s\n' "$output" | grep -c '^epoch 1/1')" -eq 1 ]
+	[ "$(printf '%s\n' "$output" | sed 's/,.*//')" = "$(printf '%s\n' "$one" | sed 's/,.*//')" ]
+	mlconvert one.mlg -o one.onnx
+	mlconvert two.mlg -o two.onnx
+	/usr/bin/python3 -c "
+import onnx, numpy as np
+from onnx import numpy_helper as h
+a = {i.name: h.to_array(i) for i in onnx.load('one.onnx').graph.initializer}
+b = {i.name: h.to_array(i) for i in onnx.load('two.onnx').graph.initializer}
+assert a and a.keys() == b.keys()
+for k in a:
+    if a[k].dtype.kind == 'f':
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-4, atol=1e-5, err_msg=k)
+"
+	# rank 0 alone wrote: no temp files left
+	[ -z "$(ls | grep '\.tmp')" ]
+}
+
+@test "mltrain --mpi in a lone process is a world of one" {
+	mltrain_data
+	cd "$BATS_TEST_TMPDIR"
+	run mltrain "$MODEL" --data d $MLTRAIN_ARGS --mpi --bucket-mb 0 -q -o m.mlg
+	[ "$status" -eq 0 ]
+	[ -f m.mlg ]
+}
+
+@test "mpirun -np 2 mltrain with a global batch of 1 fails on every rank (usage)" {
+	mltrain_data
+	cd "$BATS_TEST_TMPDIR"
+	run timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 "$ML_BIN/mltrain" "$MODEL" \
+		--data d --batch 1 -o x.mlg
+	[ "$status" -ne 0 ]
+	[ ! -f x.mlg ]
+}
