@@ -368,7 +368,8 @@ opt_new_const(struct opt *o, const char *base, enum ml_dtype dt, int rank, const
 	if (t < 0)
 		return ml_fail(o->e, ML_ENOMEM, "out of memory");
 	struct ml_tval v = { .dtype = dt, .rank = rank };
-	memcpy(v.dims, dims, sizeof(int64_t) * (size_t)rank);
+	if (rank > 0)
+		memcpy(v.dims, dims, sizeof(int64_t) * (size_t)rank);
 	ML_TRY(ml_graph_set_data(o->g, t, ML_TK_CONST, dt, rank, dims, data,
 				 (size_t)ml_tval_nbytes(&v), o->e));
 	if (grow(o) < 0)

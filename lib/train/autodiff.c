@@ -227,7 +227,8 @@ ml_gsum_to_dims(struct ml_gctx *c, int g, int rank, const int64_t *dims, int to)
 	if (g < 0)
 		return g;
 	int64_t fd[ML_MAX_RANK];
-	memcpy(fd, dims, sizeof(int64_t) * (size_t)rank);
+	if (rank > 0)
+		memcpy(fd, dims, sizeof(int64_t) * (size_t)rank);
 	const struct ml_tensor *t = c->g->tensors[to];
 	if (t->rank < 0)
 		return ml_gfail(c, ML_ENOTSUP, "the rank of '%s' is unknown", t->name);

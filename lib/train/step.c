@@ -225,7 +225,7 @@ slot(struct sb *b, const char *name, int like, enum ml_dtype dt, int rank, const
 		dt = l->dtype;
 		rank = l->rank;
 		memcpy(d, l->dims, sizeof d);
-	} else {
+	} else if (rank > 0) {
 		memcpy(d, dims, sizeof(int64_t) * (size_t)rank);
 	}
 	int t = ml_graph_find(g, name);
