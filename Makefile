@@ -29,7 +29,7 @@ CL_LIBS = -lOpenCL
 CL_OUT = lib/cl/cl_stub.c
 GEN_CL = $(B)/gen/kernels.c
 endif
-LDLIBS_ALL = -lprotobuf-c -lzstd -lopenblas $(CL_LIBS) -lz -lm -pthread $(LDLIBS)
+LDLIBS_ALL = -lprotobuf-c -lzstd -ldl $(CL_LIBS) -lz -lm -pthread $(LDLIBS)
 
 TOOLS = mlconvert mlopt mlquant mltrain mlrun mlprof
 TOOL_SRCS = $(wildcard $(TOOLS:%=cmd/%.c))
@@ -81,7 +81,11 @@ $(B)/bin/%: $(B)/obj/cmd/%.o $(CLI_OBJS) $(B)/lib/libml.a
 
 $(B)/bin/%: tests/tools/%.c $(B)/lib/libml.a $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL) $(TOOL_LIBS)
+
+# libml loads OpenBLAS at run time (lib/cpu/blas.c); a driver that calls
+# cblas itself, to compare against it, links it.
+$(B)/bin/clgemm_bench: TOOL_LIBS = -lopenblas
 
 # The fuzz targets of tests/fuzz: fuzz_replay runs them over the corpus with
 # the normal compiler (in make test); make fuzz links them with libFuzzer.
@@ -128,7 +132,7 @@ asan: deps
 SAN_LIBS = $(filter -fsanitize=%,$(CFLAGS))
 $(B)/ml.pc: FORCE
 	@mkdir -p $(B)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: 0.4.0\nLibs: -L$${libdir} -lml\nLibs.private: -lprotobuf-c -lzstd -lopenblas$(if $(CL_LIBS), $(CL_LIBS)) -lz -lm -pthread$(if $(SAN_LIBS), $(SAN_LIBS))\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: 0.4.0\nLibs: -L$${libdir} -lml\nLibs.private: -lprotobuf-c -lzstd -ldl$(if $(CL_LIBS), $(CL_LIBS)) -lz -lm -pthread$(if $(SAN_LIBS), $(SAN_LIBS))\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
 
 deps:
 	sh tools/deps.sh

@@ -17,6 +17,24 @@
 
 const char *progname = "ml";
 
+/* the hook of cli_set_exit_hook, run by leave */
+static void (*exit_hook)(int status);
+
+void
+cli_set_exit_hook(void (*fn)(int status))
+{
+	exit_hook = fn;
+}
+
+/* leave: exit with status, through the hook when one is set. */
+static _Noreturn void
+leave(int status)
+{
+	if (exit_hook != NULL)
+		exit_hook(status);
+	exit(status);
+}
+
 /* size_value: a byte count with an optional K/M/G suffix (powers of 1024) and B. */
 static bool
 size_value(const char *s, uint64_t *out)
@@ -107,7 +125,7 @@ die(int status, const char *fmt, ...)
 	va_start(ap, fmt);
 	vput_msg(fmt, ap);
 	va_end(ap);
-	exit(status);
+	leave(status);
 }
 
 /*
@@ -126,7 +144,7 @@ _Noreturn void
 die_err(const struct ml_err *err)
 {
 	if (err->code == ML_EIO && stdout_gone())
-		exit(EXIT_FAIL);
+		leave(EXIT_FAIL);
 	const char *msg = err->msg[0] ? err->msg : ml_strerror(err->code);
 	if (err->code == ML_ENOMEM && (ml_alloc_cap_hit() || strstr(msg, "allocation cap"))) {
 		/* say which limit it was and how to raise it */
@@ -136,10 +154,10 @@ die_err(const struct ml_err *err)
 			 (unsigned long long)ml_alloc_cap());
 		put_msg(buf);
 		/* a limit the input breaks, as a cycle or an absurd dim does (exit 3) */
-		exit(ml_exit_status(ML_EINVAL));
+		leave(ml_exit_status(ML_EINVAL));
 	}
 	put_msg(msg);
-	exit(ml_exit_status(err->code));
+	leave(ml_exit_status(err->code));
 }
 
 _Noreturn void
@@ -152,7 +170,7 @@ usage_error(const char *synopsis, const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	fprintf(stderr, "usage: %s\n", synopsis);
-	exit(EXIT_USAGE);
+	leave(EXIT_USAGE);
 }
 
 void

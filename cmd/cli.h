@@ -24,6 +24,13 @@ extern const char *progname;
 
 /* cli_init: set progname from argv[0] and apply ML_MAX_ALLOC. */
 void cli_init(int argc, char **argv);
+/*
+ * cli_set_exit_hook: have die, die_err and usage_error call fn(status)
+ * before they exit (NULL: none). mltrain under MPI ends the whole job with
+ * the status there (MPI_Abort), so a rank that fails never leaves the
+ * others waiting.
+ */
+void cli_set_exit_hook(void (*fn)(int status));
 /* die: print "progname: msg" to stderr and exit with status. */
 _Noreturn void die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* die_err: print "progname: err->msg" and exit with ml_exit_status(err->code). */

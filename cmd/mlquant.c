@@ -287,6 +287,17 @@ main(int argc, char **argv)
 		die_err(&err);
 	if ((report || json) && !quiet)
 		print_report(&rep, json);
+	/* mlopt's fused nodes that the quantiser does not split stay float: say so */
+	int nfused = 0;
+	const char *fname = NULL;
+	for (int i = 0; i < q->n_nodes; i++)
+		if (strcmp(q->nodes[i].domain, "ml") == 0 &&
+		    strncmp(q->nodes[i].op_type, "Fused", 5) == 0 && nfused++ == 0)
+			fname = q->nodes[i].name;
+	if (nfused > 0 && !quiet)
+		fprintf(stderr, "%s: %d fused node%s (%s%s) stay%s float: quantise before mlopt to "
+			"quantise them\n", progname, nfused, nfused > 1 ? "s" : "",
+			fname != NULL ? fname : "?", nfused > 1 ? ", ..." : "", nfused > 1 ? "" : "s");
 	if (verbose && !quiet) {
 		int nq = 0;
 		for (int i = 0; i < rep.n; i++)

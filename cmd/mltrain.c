@@ -89,13 +89,57 @@ enum { S_LOSS, S_OPT, S_SCHED, S_LR, S_MOM, S_B1, S_B2, S_EPS, S_WD, S_CLIP, S_G
 static bool given[S_N];
 
 static volatile sig_atomic_t got_int, got_usr1;
-/* distributed: a die() on one rank ends every rank (no hangs) */
+/*
+ * distributed: a rank that dies ends every rank (MPI_Abort), with its own
+ * exit status (die, die_err and usage_error go through dist_exit; any other
+ * exit before the end, through dist_atexit, with status 1), so no rank is
+ * left waiting in a collective
+ */
 static bool dist_clean;
+static void
+dist_exit(int status)
+{
+	if (!dist_clean && ml_dist_size() > 1)
+		ml_dist_abort(status);
+}
+
 static void
 dist_atexit(void)
 {
-	if (!dist_clean && ml_dist_size() > 1)
-		ml_dist_abort(1);
+	dist_exit(EXIT_FAIL);
+}
+
+/*
+ * dist_resume_state: rank 0's training state of the checkpoint it resumes,
+ * on every rank: the step, the epoch and the saved configuration (the
+ * options, the position in the epoch and its sums), so every rank takes the
+ * same batches from the same point. The weights, the optimizer state and
+ * the RNG state ("train.rng") are PARAM tensors that ml_dist_bcast_params
+ * gives every rank later. Every rank must call it.
+ */
+static void
+dist_resume_state(struct ml_graph *model)
+{
+	struct ml_err err = { 0 };
+	struct ml_train *t = model->train;
+	uint64_t hdr[3] = { t->step, t->epoch, t->config != NULL ? strlen(t->config) + 1 : 0 };
+	if (ml_dist_bcast(hdr, sizeof hdr, 0, &err) < 0)
+		die_err(&err);
+	if (hdr[2] == 0 || hdr[2] > (1u << 20))
+		die(EXIT_INVALID, "rank 0's checkpoint has no training state");
+	char *cfg = malloc(hdr[2]);
+	if (cfg == NULL)
+		die(EXIT_FAIL, "out of memory");
+	if (ml_dist_rank() == 0)
+		memcpy(cfg, t->config, hdr[2]);
+	if (ml_dist_bcast(cfg, hdr[2], 0, &err) < 0)
+		die_err(&err);
+	cfg[hdr[2] - 1] = '\0';
+	t->step = hdr[0];
+	t->epoch = hdr[1];
+	if ((t->config = ml_graph_strdup(model, cfg)) == NULL)
+		die(EXIT_FAIL, "out of memory");
+	free(cfg);
 }
 
 static void
@@ -442,6 +486,33 @@ setup_data(struct run *r)
 		die(EXIT_INVALID, "%s: fewer samples than one batch", r->data_path);
 }
 
+/*
+ * log_dist: this rank's communication in the epoch just trained (secs of
+ * steps), as --log fields (json) or one line for -v: the gradient
+ * all-reduces on the communication thread (partly hidden behind the
+ * backward pass), the step blocked waiting for them, the per-step metric
+ * all-reduce, and the share of the epoch the training thread spent blocked
+ * on communication.
+ */
+static void
+log_dist(FILE *fp, double secs, bool json)
+{
+	struct ml_dist_stats st;
+	ml_dist_stats(&st);
+	double n = st.steps > 0 ? (double)st.steps : 1;
+	double ar = 1e3 * st.comm_s / n, wt = 1e3 * st.wait_s / n, mt = 1e3 * st.other_s / n;
+	double share = secs > 0 ? (st.wait_s + st.other_s) / secs : 0;
+	if (json)
+		fprintf(fp, ", \"ranks\": %d, \"dist_steps\": %lld, \"allreduce_ms_per_step\": %.4f, "
+			"\"wait_ms_per_step\": %.4f, \"metrics_ms_per_step\": %.4f, "
+			"\"allreduce_mb_per_step\": %.4f, \"comm_share\": %.4f", ml_dist_size(),
+			(long long)st.steps, ar, wt, mt, (double)st.bytes / n / (1 << 20), share);
+	else
+		fprintf(fp, "%s: rank %d of %d: all-reduce %.3f ms/step (%.3f ms not hidden), "
+			"metrics %.3f ms/step: %.1f%% of the epoch waiting on communication\n",
+			progname, ml_dist_rank(), ml_dist_size(), ar, wt, mt, 100 * share);
+}
+
 static void
 report_epoch(struct run *r, double secs, double sps)
 {
@@ -463,6 +534,8 @@ report_epoch(struct run *r, double secs, double sps)
 		}
 		fprintf(stderr, ", %.0f samples/s, %.1f s\n", sps, secs);
 	}
+	if (r->verbose && ml_dist_size() > 1)
+		log_dist(stderr, secs, false);
 	if (r->log != NULL) {
 		fprintf(r->log, "{\"epoch\": %llu, \"step\": %llu, \"loss\": %.6g",
 			(unsigned long long)r->epoch, (unsigned long long)r->step_no, tl);
@@ -473,8 +546,11 @@ report_epoch(struct run *r, double secs, double sps)
 			if (!isnan(va))
 				fprintf(r->log, ", \"%s_accuracy\": %.6g", what, va);
 		}
-		fprintf(r->log, ", \"samples_per_s\": %.1f, \"seconds\": %.3f, \"lr\": %.6g}\n", sps,
+		fprintf(r->log, ", \"samples_per_s\": %.1f, \"seconds\": %.3f, \"lr\": %.6g", sps,
 			secs, lr_at(r, r->step_no ? r->step_no - 1 : 0));
+		if (ml_dist_size() > 1)
+			log_dist(r->log, secs, true);
+		fputs("}\n", r->log);
 		fflush(r->log);
 	}
 	r->last_loss = tl;
@@ -521,6 +597,7 @@ train(struct run *r)
 	while ((int64_t)r->epoch < r->o.epochs) {
 		double t0 = ml_now(), tstep = 0;
 		int64_t seen0 = r->seen;
+		ml_dist_stats_reset();	/* the communication of this epoch, for report_epoch */
 		if (ml_loader_start(r->ld, r->epoch, r->in_epoch, &err) < 0)
 			die_err(&err);
 		while ((rc = ml_loader_next(r->ld, &x, &y, &err)) > 0) {
@@ -748,7 +825,12 @@ main(int argc, char **argv)
 		case O_THREADS: threads = (int)parse_int("--threads", optarg, 1, 256, synopsis); break;
 		case O_LOG: logpath = optarg; break;
 		case O_JSON: json = 1; break;
-		case O_BUCKET: dopt.bucket_mb = (double)parse_int("--bucket-mb", optarg, 0, 1 << 20, synopsis); break;
+		case O_BUCKET:
+			dopt.bucket_mb = parse_double("--bucket-mb", optarg, synopsis);
+			if (dopt.bucket_mb < 0 || dopt.bucket_mb > 1 << 20)
+				usage_error(synopsis, "--bucket-mb: %g is out of range [0, %d]",
+					    dopt.bucket_mb, 1 << 20);
+			break;
 		case O_MPI: dmode = ML_DIST_REQUIRE; break;
 		case O_QAT: qat = true; break;
 		case O_MAXALLOC: ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis)); break;
@@ -788,6 +870,7 @@ main(int argc, char **argv)
 			die_err(&err);
 		if (di.size > 1) {
 			atexit(dist_atexit);
+			cli_set_exit_hook(dist_exit);
 			if (di.rank != 0)
 				r.quiet = 1, r.verbose = 0, json = 0;
 			if (threads == 0) {
@@ -806,6 +889,8 @@ main(int argc, char **argv)
 	if (resume != NULL) {
 		if (r.model->train == NULL || r.model->train->config == NULL)
 			die(EXIT_INVALID, "%s: not a checkpoint of mltrain (no training state)", resume);
+		if (ml_dist_size() > 1)
+			dist_resume_state(r.model);
 		take_config(o, r.model->train->config);
 		double v;
 		r.step_no = r.model->train->step;
@@ -874,9 +959,15 @@ main(int argc, char **argv)
 		ml_graph_free(r.model);
 		return finish_stdout();
 	}
-	if (ml_dist_size() > 1 && (ml_train_distribute(r.step, &dopt, &err) < 0 ||
-				   ml_dist_bcast_params(r.step, 0, &err) < 0))
-		die_run(&err, NULL);
+	if (ml_dist_size() > 1) {
+		int nb = ml_train_distribute(r.step, &dopt, &err);
+		if (nb < 0 || ml_dist_bcast_params(r.step, 0, &err) < 0)
+			die_run(&err, NULL);
+		if (r.verbose)
+			fprintf(stderr, "%s: %d ranks (%s): gradients all-reduced in %d bucket%s of "
+				"about %g MiB\n", progname, di.size, di.library[0] ? di.library : "MPI",
+				nb, nb == 1 ? "" : "s", dopt.bucket_mb);
+	}
 	setup_data(&r);
 	if (resume != NULL) {
 		double v;
@@ -888,7 +979,7 @@ main(int argc, char **argv)
 			    resume, (long long)r.in_epoch, (long long)r.spe);
 	}
 	new_session(&r);
-	if (logpath != NULL && (r.log = fopen(logpath, "a")) == NULL)
+	if (logpath != NULL && ml_dist_rank() == 0 && (r.log = fopen(logpath, "a")) == NULL)
 		die(EXIT_FAIL, "cannot open '%s': %s", logpath, strerror(errno));
 
 	struct sigaction sa;
@@ -903,6 +994,18 @@ main(int argc, char **argv)
 	uint64_t s0 = r.step_no;
 	train(&r);
 	double secs = ml_now() - t0;
+	if (ml_dist_size() > 1) {
+		/* every rank applied the same averaged gradients: check that they agree */
+		double d = 0;
+		if (ml_session_sync(r.sess, &err) < 0 ||
+		    ml_dist_param_divergence(r.step, 0, &d, &err) < 0)
+			die_run(&err, NULL);
+		if (d > 0 && ml_dist_rank() == 0)
+			warnx("warning: the parameters differ across ranks by up to %g", d);
+		else if (r.verbose)
+			fprintf(stderr, "%s: the %d ranks hold identical parameters\n", progname,
+				ml_dist_size());
+	}
 	/* the final model: eval mode, with the state to resume from */
 	r.in_epoch = 0;
 	export_state(&r);

@@ -153,5 +153,7 @@ const struct ml_graph *ml_session_graph(const struct ml_session *s);
 
 /* ml_cblas_threads: set OpenBLAS's thread count (lib/cpu/blas.c). */
 void ml_cblas_set_threads(int n);
+/* ml_blas_name: "openblas" where OpenBLAS loads (at the first call), else "portable". */
+const char *ml_blas_name(void);
 
 #endif

@@ -7,7 +7,8 @@ load helpers
 
 # mkopt NAME: write NAME.onnx and NAME.mlg, a model with one pattern the passes fuse:
 # convbn (Identity, Conv, BatchNormalization, Dropout, Relu), gelu (the erf form),
-# ln (a decomposed LayerNorm, then MatMul + Add + Relu), chain (elementwise ops, a duplicate).
+# ln (a decomposed LayerNorm, then MatMul + Add + Relu), chain (elementwise ops, a duplicate),
+# mm (MatMul + Add + Sigmoid, 1.8M multiply-adds), attn, attn2, attn_out (scaled dot-product attention; attn_out also outputs the softmax).
 mkopt() {
 	"$PY" - "$1" <<'PYEOF' && mlconvert "$1.onnx" -o "$1.mlg"
 import sys
@@ -67,8 +68,40 @@ elif name == "chain":
              h.make_node("Sub", ["s", "t"], ["y"], name="s"),
              h.make_node("Mul", ["x", "k"], ["a2"], name="m_dup"),
              h.make_node("Neg", ["a2"], ["z"], name="neg")]
+elif name == "mm":
+    # big enough for the packed-GEMM path of FusedMatMul; 70 rows, 200 columns: partial tiles
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, 70, 128])
+    y = h.make_tensor_value_info("y", T.FLOAT, [1, 70, 200])
+    inits = [c("W", rng.standard_normal((128, 200)) / 8), c("B", rng.standard_normal(200))]
+    nodes = [h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+             h.make_node("Add", ["mm", "B"], ["mb"], name="addB"),
+             h.make_node("Sigmoid", ["mb"], ["y"], name="sig")]
+elif name.startswith("attn"):
+    # attention over [batch 2, heads 3]: 5 queries of 8, 7 keys, values of 4
+    x = [h.make_tensor_value_info("q", T.FLOAT, [2, 3, 5, 8]),
+         h.make_tensor_value_info("k", T.FLOAT, [2, 3, 7, 8]),
+         h.make_tensor_value_info("v", T.FLOAT, [2, 3, 7, 4])]
+    y = h.make_tensor_value_info("y", T.FLOAT, [2, 3, 5, 4])
+    inits = [c("r8", 2.8284270763397217), c("sc", 0.25)]
+    kt = [h.make_node("Transpose", ["k"], ["kt"], name="tk", perm=[0, 1, 3, 2])]
+    if name == "attn":
+        # the scale on Q (Div), as PyTorch's exports write it
+        nodes = kt + [h.make_node("Div", ["q", "r8"], ["qs"], name="div"),
+                      h.make_node("MatMul", ["qs", "kt"], ["s"], name="mm1"),
+                      h.make_node("Softmax", ["s"], ["p"], name="sm", axis=-1),
+                      h.make_node("MatMul", ["p", "v"], ["y"], name="mm2")]
+    else:
+        # the scale on the scores (Mul, constant first); attn_out also outputs p
+        nodes = kt + [h.make_node("MatMul", ["q", "kt"], ["s0"], name="mm1"),
+                      h.make_node("Mul", ["sc", "s0"], ["s"], name="mul"),
+                      h.make_node("Softmax", ["s"], ["p"], name="sm", axis=3),
+                      h.make_node("MatMul", ["p", "v"], ["y"], name="mm2")]
 outs = [y] + ([z] if name == "chain" else [])
-g = h.make_graph(nodes, name, [x], outs, inits)
+if name == "attn_out":
+    outs.append(h.make_tensor_value_info("p", T.FLOAT, [2, 3, 5, 7]))
+if not isinstance(x, list):
+    x = [x]
+g = h.make_graph(nodes, name, x, outs, inits)
 m = h.make_model(g, opset_imports=[h.make_opsetid("", 14)])
 m.ir_version = 8
 onnx.checker.check_model(m)
@@ -120,6 +153,54 @@ nodes() {
 	npcmp b/y.npy a/y.npy --rtol 1e-4 --atol 1e-5
 }
 
+@test "mlopt fuses scaled dot-product attention into one ml.Attention" {
+	mknpy q.npy float32 2,3,5,8 --seed 7
+	mknpy k.npy float32 2,3,7,8 --seed 8
+	mknpy v.npy float32 2,3,7,4 --seed 9
+	for m in attn attn2; do
+		mkopt $m
+		run -0 mlopt -O2 --verify $m.mlg -o o.mlg
+		run -0 mlconvert o.mlg -o o.mlt
+		[ "$(grep -c ' = ml.Attention ' o.mlt)" = 1 ]
+		[ "$(grep -c ' = Softmax ' o.mlt)" = 0 ]
+		[ "$(nodes o.mlg)" = 2 ]
+		run -0 mlrun $m.mlg -i q=q.npy -i k=k.npy -i v=v.npy -o a
+		run -0 mlrun o.mlg -i q=q.npy -i k=k.npy -i v=v.npy -o b
+		npcmp b/y.npy a/y.npy --rtol 1e-4 --atol 1e-6
+	done
+	grep -q 'scale = 0.25' o.mlt
+	# the softmax is also a graph output: nothing may be fused away
+	mkopt attn_out
+	run -0 mlopt -O2 attn_out.mlg -o o.mlg
+	run -0 mlconvert o.mlg -o o.mlt
+	[ "$(grep -c 'ml.Attention' o.mlt)" = 0 ]
+	[ "$(grep -c ' = Softmax ' o.mlt)" = 1 ]
+	run -0 mlopt -O2 --disable fuse-attention attn.mlg -o d.mlg
+	[ "$(nodes d.mlg)" = 5 ]
+}
+
+@test "FusedMatMul, packed or not, computes the same on the AVX-512, AVX2 and BLAS paths" {
+	mkopt mm
+	run -0 mlopt -O2 mm.mlg -o o.mlg
+	run -0 mlconvert o.mlg -o o.mlt
+	grep -q 'ml.FusedMatMul' o.mlt
+	# pack-weights stored B in the SGEMM's panels: 200 columns are 7 panels of 32
+	grep -q 'packed_n = 200' o.mlt
+	grep -q 'float\[7,128,32\]' o.mlt
+	[ "$(nodes o.mlg)" = 1 ]
+	run -0 mlopt -O2 --disable pack-weights mm.mlg -o u.mlg
+	run -0 mlconvert u.mlg -o u.mlt
+	[ "$(grep -c packed_n u.mlt)" = 0 ]
+	mknpy x.npy float32 1,70,128 --seed 4
+	run -0 mlrun mm.mlg -i x=x.npy -o a
+	for p in default avx2 0; do
+		for g in o u; do
+			ML_PGEMM=$p run -0 mlrun $g.mlg -i x=x.npy -o b_$p$g --threads 2
+			npcmp b_$p$g/y.npy a/y.npy --rtol 1e-4 --atol 1e-5
+		done
+	done
+}
+
 @test "mlopt merges equal nodes (cse) and fuses an elementwise chain into one node" {
 	mkopt chain
 	run -0 mlopt chain.mlg -o o.mlg
@@ -163,7 +244,7 @@ nodes() {
 	run -0 mlopt --list-passes
 	for p in fold-constants fold-shapes eliminate cse dce fold-bn fuse-gelu fuse-silu \
 		fuse-layernorm matmul-gemm fold-scale fuse-attention fuse-bias-act fuse-elementwise \
-		plan-memory; do
+		pack-weights plan-memory; do
 		[[ $output == *"$p "* ]]
 	done
 	run -0 mlopt --list-passes --json

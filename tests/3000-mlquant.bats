@@ -7,9 +7,10 @@ load helpers
 
 # mkcnn: cnn.onnx (conv, depthwise, residual Add, pools, Gemm) and mlp.onnx,
 # calibration data cal.npy and cal.npz, one sample x1.npy, from a seeded PyTorch model.
+# STATIC=1 fixes the batch size at 1 (no dynamic axes).
 mkcnn() {
 	"$PY" - <<'PYEOF'
-import numpy as np, torch, torch.nn as nn
+import os, numpy as np, torch, torch.nn as nn
 torch.manual_seed(0)
 class CNN(nn.Module):
     def __init__(s):
@@ -23,7 +24,7 @@ class CNN(nn.Module):
         x = torch.relu(y + z); x = torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1)
         return s.fc(x)
 x = torch.rand(32, 1, 28, 28)
-dyn = {'x': {0: 'n'}, 'y': {0: 'n'}}
+dyn = None if os.environ.get('STATIC') else {'x': {0: 'n'}, 'y': {0: 'n'}}
 torch.onnx.export(CNN().eval(), x[:1], 'cnn.onnx', input_names=['x'], output_names=['y'],
                   opset_version=13, dynamic_axes=dyn)
 mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10)).eval()
@@ -66,6 +67,78 @@ print(int(10*np.log10((a**2).sum()/max(((a-b)**2).sum(),1e-30))))" "$1" "$2"
 	ML_Q8_PATH=c mlrun cnn8.mlg -i x=x1.npy -o c
 	mlrun cnn8.mlg -i x=x1.npy -o v
 	cmp c/y.npy v/y.npy
+	# the depthwise layer's AVX2 kernel included (the path is ignored without AVX2)
+	ML_Q8_PATH=avx2 mlrun cnn8.mlg -i x=cal.npy -o a
+	ML_Q8_PATH=c mlrun cnn8.mlg -i x=cal.npy -o c2
+	cmp a/y.npy c2/y.npy
+}
+
+@test "an int8 model runs on --device cl with the CPU's results, bit for bit" {
+	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
+	grep -q '"cl:0"' devs.json || skip "no OpenCL device"
+	STATIC=1 mkcnn
+	mlquant -c cal.npy cnn.onnx -o cnn8.mlg
+	run -0 mlrun cnn8.mlg --device cl --plan
+	# every Q8 node (and the Flatten between them) is placed on the device
+	[ "$(grep -c ' Q8' <<<"$output")" -eq 9 ]
+	[ "$(grep ' Q8' <<<"$output" | grep -vc ' cl:0 ')" -eq 0 ]
+	mlrun cnn8.mlg -i x=x1.npy -o c
+	mlrun cnn8.mlg --device cl -i x=x1.npy -o g
+	cmp c/y.npy g/y.npy
+	mlquant -c cal.npy mlp.onnx -o mlp8.mlg
+	mlrun mlp8.mlg -i x=x1.npy -o mc
+	mlrun mlp8.mlg --device cl -i x=x1.npy -o mg
+	cmp mc/y.npy mg/y.npy
+}
+
+@test "mlquant drops mltrain's training state from the int8 model" {
+	"$PY" -c "
+import numpy as np
+r = np.random.default_rng(0)
+x = r.random((64, 1, 28, 28), dtype=np.float32); y = (x.mean((1, 2, 3)) > 0.5).astype(np.int64)
+np.savez('d.npz', x=x, y=y); np.save('cal.npy', x[:16]); np.save('x1.npy', x[:1])"
+	mltrain "$ML_ROOT/examples/fashion-mlp.mlt" --data d.npz --optimizer adam --epochs 1 -q -o t.mlg
+	mlconvert t.mlg -o t.mlt
+	grep -q 'train.step' t.mlt
+	mlquant -c cal.npy t.mlg -o t8.mlg
+	mlconvert t8.mlg -o t8.mlt
+	run -1 grep -q 'train.step' t8.mlt
+	run -1 grep -q 'weight.m = ' t8.mlt
+	a=$(stat -c %s t.mlg); b=$(stat -c %s t8.mlg)
+	[ $((b * 10)) -le $((a * 3)) ]
+	mlrun t8.mlg -i x=x1.npy -o o
+}
+
+@test "mlquant quantises the fused ops of a graph mlopt optimised, and names those it cannot" {
+	mkcnn
+	mlopt -O2 cnn.onnx -o o.mlg
+	mlconvert o.mlg -o o.mlt
+	grep -q 'ml.FusedConv' o.mlt
+	run -0 --separate-stderr mlquant -c cal.npy --report o.mlg -o o8.mlg
+	[[ $stderr == *"/c1/Conv"*"int8"* ]]
+	[[ $stderr == *"/dw/Conv"*"ConvDepthwise+Clip"*"int8"* ]]
+	[[ $stderr != *"stay"*"float"* ]]
+	mlconvert o8.mlg -o o8.mlt
+	run -1 grep -q 'ml.Fused' o8.mlt
+	# the same int8 model as from the unoptimised graph
+	mlquant -c cal.npy cnn.onnx -o c8.mlg
+	mlrun o8.mlg -i x=cal.npy -o a
+	mlrun c8.mlg -i x=cal.npy -o b
+	cmp a/y.npy b/y.npy
+	# a fused activation the int8 ops lack stays float, and mlquant says which
+	"$PY" - <<'PYEOF'
+import torch, torch.nn as nn
+torch.manual_seed(0)
+m = nn.Sequential(nn.Conv2d(1, 8, 3), nn.Sigmoid(), nn.Flatten(), nn.Linear(8 * 26 * 26, 4)).eval()
+torch.onnx.export(m, torch.rand(1, 1, 28, 28), 'sig.onnx', input_names=['x'], output_names=['y'],
+                  opset_version=13)
+PYEOF
+	mlopt -O2 sig.onnx -o sig.mlg
+	mlconvert sig.mlg -o sig.mlt
+	grep -q 'activation = "Sigmoid"' sig.mlt || skip "mlopt does not fuse Conv+Sigmoid"
+	run -0 --separate-stderr mlquant -c cal.npy sig.mlg -o sig8.mlg
+	[[ $stderr == *"1 fused node ("*") stays float"* ]]
+	mlrun sig8.mlg -i x=x1.npy -o s
 }
 
 @test "mlquant reads the model from a pipe and writes to one" {

@@ -172,3 +172,24 @@ load helpers
 	run -0 npyutil info out/y.npy
 	[ "$output" = "float32 (1, 3)" ]
 }
+
+@test "mlrun loads OpenBLAS only for a product that needs it, and ML_BLAS=none computes without it" {
+	mkmlg add
+	mkmlg conv
+	# elementwise only: libopenblas is never opened
+	LD_DEBUG=files run -0 --separate-stderr mlrun add.mlg -i x=add.in/x.npy -i y=add.in/y.npy -o a
+	[[ "$stderr" != *libopenblas* ]]
+	npcmp a/z.npy add.ref/z.npy
+	args=()
+	for f in conv.in/*.npy; do
+		args+=(-i "$(basename "$f" .npy)=$f")
+	done
+	# the convolution's GEMM through BLAS: opened at first use
+	ML_PGEMM=0 ML_WINOGRAD=0 LD_DEBUG=files run -0 --separate-stderr mlrun conv.mlg "${args[@]}" -o b
+	[[ "$stderr" == *libopenblas* ]]
+	npcmpdir b conv.ref
+	# the portable loop gives the same products
+	ML_BLAS=none ML_PGEMM=0 ML_WINOGRAD=0 LD_DEBUG=files run -0 --separate-stderr mlrun conv.mlg "${args[@]}" -o c
+	[[ "$stderr" != *libopenblas* ]]
+	npcmpdir c conv.ref
+}

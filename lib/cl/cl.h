@@ -283,4 +283,13 @@ int mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem 
 		cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem y, size_t y_off,
 		struct ml_err *e);
 
+/*
+ * int8 (quant.c, kernels/quant.cl): the internal Q8* ops of mlquant's
+ * integer form, bit-identical to the CPU kernels. mlcl_q8_supports says
+ * whether node n's operand dtypes and output shape suit them; mlcl_q8_run
+ * is its entry of cl_ops.c's op table.
+ */
+bool mlcl_q8_supports(const struct ml_graph *g, const struct ml_node *n);
+int mlcl_q8_run(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout);
+
 #endif

@@ -860,6 +860,13 @@ static const struct clop clops[] = {
 	{ ML_OP_UNSQUEEZE, run_view, NULL, ~1u, true },
 	{ ML_OP_DROPOUT, run_view, NULL, ~1u, true },
 	{ ML_OP_ASSIGN, run_assign, NULL, 0, false },
+	/* int8 (quant.c): operand dtypes checked by mlcl_q8_supports */
+	{ ML_OP_Q8_QUANTIZE, mlcl_q8_run, "quant", 0, false },
+	{ ML_OP_Q8_DEQUANTIZE, mlcl_q8_run, "quant", 0, false },
+	{ ML_OP_Q8_CONV, mlcl_q8_run, "quant", 0, false },
+	{ ML_OP_Q8_ADD, mlcl_q8_run, "quant", 0, false },
+	{ ML_OP_Q8_MAX_POOL, mlcl_q8_run, "quant", 0, false },
+	{ ML_OP_Q8_GLOBAL_AVG_POOL, mlcl_q8_run, "quant", 0, false },
 };
 
 static const struct clop *
@@ -907,6 +914,10 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 	const struct clop *o = find(n->op);
 	if (o == NULL || d->lost)
 		return false;
+	if (o->run == mlcl_q8_run)
+		return mlcl_q8_supports(g, n);
+	/* a view copies nothing: any dtype (the uint8 tensors between int8 ops too) */
+	bool anydt = o->view && n->op != ML_OP_DROPOUT;
 	/* data operands (not the host ones) must be device floats; Gather's indices i64 */
 	for (int j = 0; j < n->n_in; j++) {
 		int t = n->in[j];
@@ -918,14 +929,14 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 				return false;
 			continue;
 		}
-		if (!float_ok(d, dt))
+		if (!float_ok(d, dt) && !anydt)
 			return false;
 	}
 	for (int j = 0; j < n->n_out; j++) {
 		int t = n->out[j];
 		if (t < 0)
 			continue;
-		if (!float_ok(d, g->tensors[t]->dtype) || g->tensors[t]->rank < 0 ||
+		if ((!float_ok(d, g->tensors[t]->dtype) && !anydt) || g->tensors[t]->rank < 0 ||
 		    g->tensors[t]->rank > 8)
 			return false;
 		for (int k = 0; k < g->tensors[t]->rank; k++)
@@ -1068,6 +1079,52 @@ cl_times(void *ctx, double *start, double *end)
 	return rc;
 }
 
+struct evset {
+	cl_event *evs;
+	int n;
+};
+
+static void *
+cl_take(void *ctx)
+{
+	struct evset *set = ml_malloc(sizeof *set);
+	if (set == NULL)
+		return NULL;
+	mlcl_events_take(ctx, &set->evs, &set->n);
+	if (set->n == 0) {
+		ml_free(set->evs);
+		ml_free(set);
+		return NULL;
+	}
+	return set;
+}
+
+static int
+cl_span(void *ctx, void *p, double *start, double *end)
+{
+	struct mlcl_dev *d = ctx;
+	struct evset *set = p;
+	int rc = -1;
+	if (set == NULL)
+		return -1;
+	bool ok = clWaitForEvents((cl_uint)set->n, set->evs) == CL_SUCCESS;
+	for (int i = 0; i < set->n; i++) {
+		double a, b;
+		if (ok && start != NULL && end != NULL &&
+		    mlcl_event_times(d, set->evs[i], &a, &b) == 0) {
+			if (rc < 0 || a < *start)
+				*start = a;
+			if (rc < 0 || b > *end)
+				*end = b;
+			rc = 0;
+		}
+		clReleaseEvent(set->evs[i]);
+	}
+	ml_free(set->evs);
+	ml_free(set);
+	return rc;
+}
+
 static void
 cl_stats(void *ctx, struct ml_devstats *st)
 {
@@ -1097,6 +1154,8 @@ const struct ml_devops ml_cl_devops = {
 	.sync = cl_sync,
 	.profile = cl_profile,
 	.times = cl_times,
+	.take = cl_take,
+	.span = cl_span,
 	.stats = cl_stats,
 };
 

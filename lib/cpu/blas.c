@@ -3,37 +3,57 @@
  * check sizes against BLAS's int, route a single row or column to GEMV
  * (OpenBLAS's GEMM is slow on those), set OpenBLAS's thread count, and
  * pick OpenBLAS's AVX-512 kernels on CPUs newer than the OpenBLAS build.
+ *
+ * OpenBLAS is loaded with dlopen on the first product that needs it, not
+ * linked: loading it costs 3.5 MiB of resident memory and a start-up that
+ * most runs never use (the packed SGEMM, Winograd and the int8 engine
+ * cover the common convolutions). Where it cannot be loaded (or with
+ * ML_BLAS=none) a portable loop computes the same products, slowly; -v
+ * tools can tell from ml_blas_name().
  */
+#include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #include <cblas.h>
 
 #include "cpu/nn.h"
 
+/* The entry points used, resolved from the loaded library; NULL before or without it. */
+static struct {
+	__typeof__(cblas_sgemm) *sgemm;
+	__typeof__(cblas_dgemm) *dgemm;
+	__typeof__(cblas_sgemv) *sgemv;
+	__typeof__(cblas_dgemv) *dgemv;
+	void (*set_threads)(int);
+	char *(*corename)(void);
+	void (*dyn_init)(void);
+	void (*dyn_quit)(void);
+	int threads;		/* the count asked for before loading; 0: OpenBLAS's default */
+	pthread_mutex_t mu;
+} L = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
 /*
  * A DYNAMIC_ARCH OpenBLAS picks its kernels once, at load, from the CPU
  * model; a CPU it does not know (Debian 12's 0.3.21 on AMD Zen 4 and 5)
  * gets the AVX2 "Haswell" kernels even when it has AVX-512, which run
- * SGEMM at about 60% of the speed of the "SkylakeX" ones there. These two
- * exported functions of DYNAMIC_ARCH builds redo the choice, honouring
- * OPENBLAS_CORETYPE; they are weak so that other OpenBLAS builds (and
- * other BLAS libraries) still link, and the switch is then skipped.
+ * SGEMM at about 60% of the speed of the "SkylakeX" ones there. The
+ * exported gotoblas_dynamic_init/quit of DYNAMIC_ARCH builds redo the
+ * choice, honouring OPENBLAS_CORETYPE; other builds lack them and the
+ * switch is skipped.
  */
-extern void gotoblas_dynamic_init(void) __attribute__((weak));
-extern void gotoblas_dynamic_quit(void) __attribute__((weak));
-
-static pthread_once_t core_once = PTHREAD_ONCE_INIT;
-
 static void
 pick_core(void)
 {
-	const char *name = openblas_get_corename();
+	const char *name = L.corename ? L.corename() : NULL;
 
-	if (gotoblas_dynamic_init == NULL || gotoblas_dynamic_quit == NULL ||
-	    getenv("OPENBLAS_CORETYPE") != NULL || name == NULL)
+	if (L.dyn_init == NULL || L.dyn_quit == NULL || getenv("OPENBLAS_CORETYPE") != NULL ||
+	    name == NULL)
 		return;
 	if (strcasecmp(name, "Haswell") != 0 && strcasecmp(name, "Zen") != 0)
 		return;
@@ -45,24 +65,94 @@ pick_core(void)
 	/* the variable is only read by gotoblas_dynamic_init, and removed again at once */
 	if (setenv("OPENBLAS_CORETYPE", "SkylakeX", 0) != 0)
 		return;
-	gotoblas_dynamic_quit();
-	gotoblas_dynamic_init();
+	L.dyn_quit();
+	L.dyn_init();
 	unsetenv("OPENBLAS_CORETYPE");
 }
 
-/* blas_init: run before the first BLAS call of the process, while no other is in flight. */
+/* load: open OpenBLAS and resolve its entry points; all or nothing. */
 static void
+load(void)
+{
+	static const char *const names[] = { "libopenblas.so.0", "libopenblas.so" };
+	const char *env = getenv("ML_BLAS");
+	void *h = NULL;
+
+	if (env != NULL && strcmp(env, "none") == 0)
+		return;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && h == NULL; i++)
+		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL)
+		return;
+	*(void **)&L.sgemm = dlsym(h, "cblas_sgemm");
+	*(void **)&L.dgemm = dlsym(h, "cblas_dgemm");
+	*(void **)&L.sgemv = dlsym(h, "cblas_sgemv");
+	*(void **)&L.dgemv = dlsym(h, "cblas_dgemv");
+	if (!L.sgemm || !L.dgemm || !L.sgemv || !L.dgemv) {
+		L.sgemm = NULL, L.dgemm = NULL, L.sgemv = NULL, L.dgemv = NULL;
+		dlclose(h);
+		return;
+	}
+	*(void **)&L.set_threads = dlsym(h, "openblas_set_num_threads");
+	*(void **)&L.corename = dlsym(h, "openblas_get_corename");
+	*(void **)&L.dyn_init = dlsym(h, "gotoblas_dynamic_init");
+	*(void **)&L.dyn_quit = dlsym(h, "gotoblas_dynamic_quit");
+	pick_core();
+	pthread_mutex_lock(&L.mu);
+	if (L.set_threads && L.threads > 0)
+		L.set_threads(L.threads);
+	pthread_mutex_unlock(&L.mu);
+}
+
+/* blas_init: run before the first BLAS call of the process; true when OpenBLAS is there. */
+static bool
 blas_init(void)
 {
-	pthread_once(&core_once, pick_core);
+	pthread_once(&load_once, load);
+	return L.sgemm != NULL;
+}
+
+const char *
+ml_blas_name(void)
+{
+	return blas_init() ? "openblas" : "portable";
 }
 
 void
 ml_cblas_set_threads(int n)
 {
-	blas_init();
-	openblas_set_num_threads(n);
+	/* recorded for a later load; applied now only where OpenBLAS is already in */
+	pthread_mutex_lock(&L.mu);
+	L.threads = n;
+	if (L.set_threads)
+		L.set_threads(n);
+	pthread_mutex_unlock(&L.mu);
 }
+
+/*
+ * The portable product, C = alpha op(A) op(B) + beta C, row-major, for a
+ * process without OpenBLAS; an i-k-j loop that reads B and C by rows.
+ */
+#define PORTABLE_GEMM(T)							\
+	for (int64_t i = 0; i < m; i++) {					\
+		T *ci = c + i * ldc;						\
+		for (int64_t j = 0; j < n; j++)					\
+			ci[j] = beta == 0 ? 0 : beta * ci[j];			\
+		for (int64_t p = 0; p < k; p++) {				\
+			T av = alpha * (ta ? a[p * lda + i] : a[i * lda + p]);	\
+			if (av == 0)						\
+				continue;					\
+			if (tb)							\
+				for (int64_t j = 0; j < n; j++)			\
+					ci[j] += av * b[j * ldb + p];		\
+			else {							\
+				const T *bp = b + p * ldb;			\
+				for (int64_t j = 0; j < n; j++)			\
+					ci[j] += av * bp[j];			\
+			}							\
+		}								\
+	}									\
+	return true;
 
 static bool
 fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
@@ -77,7 +167,6 @@ fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
  * so that garbage (NaN) in an unwritten output never leaks through.
  */
 #define GEMM_BODY(T, PFX)							\
-	blas_init();								\
 	if (!fits(m, n, k, lda, ldb, ldc))					\
 		return false;							\
 	if (m == 0 || n == 0)							\
@@ -88,15 +177,18 @@ fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
 				c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j]; \
 		return true;							\
 	}									\
+	if (!blas_init()) {							\
+		PORTABLE_GEMM(T)						\
+	}									\
 	if (m == 1) {								\
 		if (beta == 0)							\
 			memset(c, 0, sizeof(T) * (size_t)n);			\
 		int incx = ta ? (int)lda : 1;					\
 		if (tb)								\
-			cblas_##PFX##gemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, alpha, b, \
+			L.PFX##gemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, alpha, b, \
 					  (int)ldb, a, incx, beta, c, 1);	\
 		else								\
-			cblas_##PFX##gemv(CblasRowMajor, CblasTrans, (int)k, (int)n, alpha, b, \
+			L.PFX##gemv(CblasRowMajor, CblasTrans, (int)k, (int)n, alpha, b, \
 					  (int)ldb, a, incx, beta, c, 1);	\
 		return true;							\
 	}									\
@@ -106,14 +198,14 @@ fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
 				c[i * ldc] = 0;					\
 		int incx = tb ? 1 : (int)ldb;					\
 		if (ta)								\
-			cblas_##PFX##gemv(CblasRowMajor, CblasTrans, (int)k, (int)m, alpha, a, \
+			L.PFX##gemv(CblasRowMajor, CblasTrans, (int)k, (int)m, alpha, a, \
 					  (int)lda, b, incx, beta, c, (int)ldc);	\
 		else								\
-			cblas_##PFX##gemv(CblasRowMajor, CblasNoTrans, (int)m, (int)k, alpha, a, \
+			L.PFX##gemv(CblasRowMajor, CblasNoTrans, (int)m, (int)k, alpha, a, \
 					  (int)lda, b, incx, beta, c, (int)ldc);	\
 		return true;							\
 	}									\
-	cblas_##PFX##gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,	\
+	L.PFX##gemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,	\
 			  tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, \
 			  (int)lda, b, (int)ldb, beta, c, (int)ldc);		\
 	return true;

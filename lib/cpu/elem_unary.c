@@ -102,6 +102,27 @@ FLOAT_UNARY(X)
 X(GELU_TANH, GELU_TANH_EXPR)
 #undef X
 
+/*
+ * SIMD builds of the two activations CNNs run after every convolution
+ * (Relu, and Clip as ReLU6): the library is compiled for x86-64-v2, so
+ * these get AVX2 and AVX-512 clones, picked at load time.
+ */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define UN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define UN_CLONES
+#endif
+
+UN_CLONES static void
+un_relu_simd_f32(void *o_, const void *x_, int64_t n, const struct uparm *p)
+{
+	float *o = o_;
+	const float *x = x_;
+	(void)p;
+	for (int64_t i = 0; i < n; i++)
+		o[i] = x[i] < 0 ? 0.0f : x[i];
+}
+
 /* IsNaN and IsInf read floats and write bool. */
 #define DEF_CLASSIFY(T, SUF) \
 static void \
@@ -219,6 +240,8 @@ lookup(enum ml_op op, enum ml_dtype t, bool gelu_tanh, int64_t *scale)
 		bool d = t == ML_F64;
 		if (op == ML_OP_GELU && gelu_tanh)
 			return d ? un_GELU_TANH_f64 : un_GELU_TANH_f32;
+		if (op == ML_OP_RELU && !d)
+			return un_relu_simd_f32;
 		switch (op) {
 #define X(NAME, EXPR) case ML_OP_##NAME: return d ? un_##NAME##_f64 : un_##NAME##_f32;
 		FLOAT_UNARY(X)
@@ -346,7 +369,7 @@ ml_cpu_unary(struct ml_opctx *c)
  * two comparisons makes min > max give max, as ONNX's min(max(x, lo), hi).
  */
 #define DEF_CLIP(T, SUF) \
-static void \
+UN_CLONES static void \
 clip_##SUF(void *o_, const void *x_, int64_t n, T lo, T hi) \
 { \
 	T *o = o_; \

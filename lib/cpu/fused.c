@@ -1,10 +1,11 @@
 /*
- * fused.c: CPU kernels of the fused op family (lib/ops/fused.c). Each
- * calls the base op's kernel (Conv, Gemm, MatMul, LayerNormalization of
- * lib/cpu/nn*.c, through the registry) into its output, then makes one
- * pass over the output while it is still in cache, which adds the bias and
- * the residual and applies the activation. FusedElementwise evaluates its
- * chain on blocks of 256 elements that stay in L1, one loop per op that
+ * fused.c: CPU kernels of the fused op family (lib/ops/fused.c). Large
+ * FusedMatMuls and pointwise FusedConvs, and Attention, run in
+ * fused_mm.c; otherwise each calls the base op's kernel (Conv, Gemm,
+ * MatMul, LayerNormalization of lib/cpu/nn*.c, through the registry) into
+ * its output, then makes one pass over the output while it is still in
+ * cache, which adds the bias and the residual and applies the activation.
+ * FusedElementwise evaluates its chain on blocks of 256 elements that stay in L1, one loop per op that
  * GCC vectorises; exp, tanh and erfc come from fastmath.h, as in the
  * elementwise kernels, so fused and unfused results agree to a few ulp.
  */
@@ -28,66 +29,20 @@ struct epi {
 	float lo, hi;
 };
 
-static inline float
-sigm(float v)
-{
-	return 1.0f / (1.0f + ml_expf(-v));
-}
-
-#define ACT_LOOP(EXPR) \
-	for (int64_t j = 0; j < n; j++) { \
-		float v = y[j]; \
-		y[j] = (EXPR); \
-	}
-
-/* act_row: the activation over y[0..n). */
-static void
-act_row(float *y, int64_t n, int act, float lo, float hi)
-{
-	switch (act) {
-	case ML_ACT_RELU:
-		ACT_LOOP(v > 0.0f ? v : 0.0f)
-		break;
-	case ML_ACT_CLIP:
-		ACT_LOOP(v < lo ? lo : v > hi ? hi : v)
-		break;
-	case ML_ACT_SIGMOID:
-		ACT_LOOP(sigm(v))
-		break;
-	case ML_ACT_TANH:
-		ACT_LOOP(ml_tanhf(v))
-		break;
-	case ML_ACT_SILU:
-		ACT_LOOP(v / (1.0f + ml_expf(-v)))
-		break;
-	case ML_ACT_GELU:
-		ACT_LOOP(0.5f * v * ml_erfcf(-v * (float)M_SQRT1_2))
-		break;
-	default:
-		break;
-	}
-}
-
 static void
 epi_rows(void *ctx, int64_t b, int64_t e)
 {
 	const struct epi *p = ctx;
 	int64_t n = p->rowlen;
-	for (int64_t r = b; r < e; r++) {
-		float *y = p->y + r * n;
-		if (p->bias != NULL)
-			for (int64_t j = 0; j < n; j++)
-				y[j] += p->bias[j];
-		if (p->z != NULL) {
-			const float *z = p->z + r * n;
-			for (int64_t j = 0; j < n; j++)
-				y[j] += z[j];
-		}
-		act_row(y, n, p->act, p->lo, p->hi);
-	}
+	ml_fused_tile_epi(p->y + b * n, e - b, n, n, p->bias, p->z != NULL ? p->z + b * n : NULL,
+			  p->act, p->lo, p->hi);
 }
 
-/* epilogue: bias (per last dim of rowlen), residual z and the node's activation over y. */
+/*
+ * epilogue: bias (per last dim of rowlen), residual z and the node's
+ * activation over y, in one pass (ml_fused_tile_epi, whose loops are
+ * vectorised for AVX-512 and AVX2 with runtime dispatch).
+ */
 static void
 epilogue(struct ml_opctx *c, struct ml_tval *y, const float *bias, int64_t rowlen,
 	 const struct ml_tval *z)
@@ -108,32 +63,7 @@ epilogue(struct ml_opctx *c, struct ml_tval *y, const float *bias, int64_t rowle
 			rowlen /= 2;
 	}
 	p.rowlen = rowlen;
-	int64_t rows = total / rowlen;
-	/*
-	 * The transcendental activations go through the elementwise kernel,
-	 * whose loops GCC vectorises with everything inlined; here, inlined
-	 * into one switch, they ran element by element (3x slower).
-	 */
-	static const enum ml_op unop[] = { [ML_ACT_SIGMOID] = ML_OP_SIGMOID,
-					   [ML_ACT_TANH] = ML_OP_TANH, [ML_ACT_SILU] = ML_OP_SILU,
-					   [ML_ACT_GELU] = ML_OP_GELU };
-	int act = p.act;
-	bool un = act == ML_ACT_SIGMOID || act == ML_ACT_TANH || act == ML_ACT_SILU ||
-		  act == ML_ACT_GELU;
-	if (un)
-		p.act = ML_ACT_NONE;
-	if (p.bias != NULL || p.z != NULL || p.act != ML_ACT_NONE)
-		ml_parallel_for(rows, ML_MAX(1, GRAIN / rowlen), epi_rows, &p);
-	if (un) {
-		struct ml_node fn = { .name = c->node->name, .op = unop[act],
-				      .op_type = (char *)ml_op_name(unop[act]),
-				      .domain = (char *)ml_op_domain(unop[act]) };
-		struct ml_tval *io[1] = { y };
-		struct ml_opctx uc;
-		ml_node_ctx(&uc, c->g, &fn, io, io, c->err);
-		uc.n_in = uc.n_out = 1;
-		ml_cpu_unary(&uc);
-	}
+	ml_parallel_for(total / rowlen, ML_MAX(1, GRAIN / rowlen), epi_rows, &p);
 }
 
 /* base: run op's kernel on c with its first n_in inputs. */
@@ -151,6 +81,9 @@ base(struct ml_opctx *c, enum ml_op op, int n_in)
 static int
 run_fconv(struct ml_opctx *c)
 {
+	int rc = ml_cpu_fconv_fast(c);
+	if (rc <= 0)
+		return rc;
 	ML_TRY(base(c, ML_OP_CONV, 3));
 	epilogue(c, c->out[0], NULL, 0, ML_IN(c, 3));
 	return 0;
@@ -169,7 +102,33 @@ run_fmatmul(struct ml_opctx *c)
 {
 	struct ml_tval *y = c->out[0];
 	const struct ml_tval *b = ML_IN(c, 2);
-	ML_TRY(base(c, ML_OP_MATMUL, 2));
+	int rc = ml_cpu_fmatmul_fast(c);
+	if (rc <= 0)
+		return rc;
+	int64_t pn = ml_attr_int(c->node, "packed_n", 0);
+	if (pn > 0) {
+		/* B packed by mlopt, and no packed SGEMM here: the MatMul kernel on B unpacked */
+		const struct ml_tval *bp = c->in[1];
+		if (bp->rank != 3 || bp->dims[0] != (pn + ML_FUSED_PANEL - 1) / ML_FUSED_PANEL ||
+		    bp->dims[2] != ML_FUSED_PANEL || bp->dtype != ML_F32)
+			return ml_opfail(c, ML_EINVAL, "packed B must be [ceil(N / 32), K, 32] f32");
+		struct ml_tval bk = { .dtype = ML_F32, .rank = 2, .dims = { bp->dims[1], pn } };
+		struct ml_tval *ins[4];
+		for (int i = 0; i < c->n_in && i < 4; i++)
+			ins[i] = c->in[i];
+		ins[1] = &bk;
+		bk.data = ml_malloc(sizeof(float) * (size_t)(bp->dims[1] * pn) + 1);
+		if (bk.data == NULL)
+			return ml_opfail(c, ML_ENOMEM, "out of memory unpacking B");
+		ml_fused_unpack(bp->data, bp->dims[1], pn, bk.data);
+		struct ml_opctx c2 = *c;
+		c2.in = ins;
+		rc = base(&c2, ML_OP_MATMUL, 2);
+		ml_free(bk.data);
+		ML_TRY(rc);
+	} else {
+		ML_TRY(base(c, ML_OP_MATMUL, 2));
+	}
 	int64_t n = y->rank > 0 ? y->dims[y->rank - 1] : 1;
 	epilogue(c, y, b != NULL ? b->data : NULL, n, ML_IN(c, 3));
 	return 0;
@@ -184,6 +143,12 @@ run_flayernorm(struct ml_opctx *c)
 /*
  * FusedElementwise.
  */
+static inline float
+sigm(float v)
+{
+	return 1.0f / (1.0f + ml_expf(-v));
+}
+
 #define BLK 256
 
 struct operand {
@@ -302,5 +267,6 @@ const struct ml_cpu_kernel ml_cpu_fused[] = {
 	{ ML_OP_FUSED_MATMUL, run_fmatmul },
 	{ ML_OP_ML_LAYER_NORM, run_flayernorm },
 	{ ML_OP_FUSED_ELEMWISE, run_felem },
+	{ ML_OP_FUSED_ATTENTION, ml_cpu_attention },
 	{ .op = ML_OP_NONE },
 };

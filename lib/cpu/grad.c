@@ -8,7 +8,9 @@
  *
  * Convolution gradients use im2col per image and group: ConvGradFilter
  * adds dy_g [mg, out] x col^T into dW_g, ConvGradInput computes
- * col = W_g^T dy_g and scatters it back (col2im) into dx.
+ * col = W_g^T dy_g and scatters it back (col2im) into dx. f32 stride-1
+ * convolutions with few output channels (ml_train_conv_ok) go to
+ * lib/cpu/train_conv.c instead, which needs no column matrix.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 /* Vectorised element loops (see lib/cpu/reduce.c); short row copies stay loops, not memcpy calls. */
@@ -17,6 +19,7 @@
 #include <immintrin.h>
 
 #include "cpu/nn.h"
+#include "cpu/train_conv.h"
 #include "ops/grad.h"
 
 #define F32(t) ((float *)(t)->data)
@@ -402,11 +405,89 @@ maxpool_tiled(const struct ml_conv3 *v)
 	       v->in[0] == 1;
 }
 
+/* 4-wide GCC vectors (SSE on the x86-64-v2 baseline, plain C elsewhere). */
+typedef float pv4 __attribute__((vector_size(16)));
+typedef int32_t pv4i __attribute__((vector_size(16)));
+
+static inline pv4
+pv_load(const float *p)
+{
+	pv4 v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+static inline pv4
+pv_and(pv4 a, pv4i m)
+{
+	return (pv4)((pv4i)a & m);
+}
+
+/*
+ * maxpool_grad_2x2: maxpool_grad_tiled for 2 x 2 windows, four windows at
+ * a time without branches (the winner of random data mispredicts): each
+ * window's gradient goes to its first maximum in row-major order.
+ */
+static void
+maxpool_grad_2x2(const struct ml_conv3 *v, const float *restrict dy, const float *restrict x,
+		 float *restrict dx)
+{
+	int64_t W = v->in[2], oh = v->out[1], ow = v->out[2];
+	const pv4i ev = { 0, 2, 4, 6 }, od = { 1, 3, 5, 7 }, lo = { 0, 4, 1, 5 }, hi = { 2, 6, 3, 7 };
+	for (int64_t pl = 0; pl < v->n * v->cin; pl++) {
+		const float *xp = x + pl * v->insz, *dp = dy + pl * v->outsz;
+		float *gp = dx + pl * v->insz;
+		for (int64_t r = 0; r < oh; r++) {
+			const float *x0 = xp + 2 * r * W, *x1 = x0 + W;
+			float *g0 = gp + 2 * r * W, *g1 = g0 + W;
+			const float *d = dp + r * ow;
+			int64_t q = 0;
+			for (; q + 4 <= ow; q += 4) {
+				pv4 p0 = pv_load(x0 + 2 * q), p1 = pv_load(x0 + 2 * q + 4);
+				pv4 p2 = pv_load(x1 + 2 * q), p3 = pv_load(x1 + 2 * q + 4);
+				pv4 a = __builtin_shuffle(p0, p1, ev), b = __builtin_shuffle(p0, p1, od);
+				pv4 c = __builtin_shuffle(p2, p3, ev), e = __builtin_shuffle(p2, p3, od);
+				pv4i sb = b > a;
+				pv4 m = (pv4)(((pv4i)b & sb) | ((pv4i)a & ~sb));
+				pv4i sc = c > m;
+				m = (pv4)(((pv4i)c & sc) | ((pv4i)m & ~sc));
+				pv4i se = e > m;
+				pv4i wc = sc & ~se, wb = sb & ~sc & ~se, wa = ~sb & ~sc & ~se;
+				pv4 g = pv_load(d + q);
+				pv4 ga = pv_and(g, wa), gb = pv_and(g, wb), gc = pv_and(g, wc);
+				pv4 ge = pv_and(g, se);
+				pv4 o0 = __builtin_shuffle(ga, gb, lo), o1 = __builtin_shuffle(ga, gb, hi);
+				pv4 o2 = __builtin_shuffle(gc, ge, lo), o3 = __builtin_shuffle(gc, ge, hi);
+				memcpy(g0 + 2 * q, &o0, sizeof o0);
+				memcpy(g0 + 2 * q + 4, &o1, sizeof o1);
+				memcpy(g1 + 2 * q, &o2, sizeof o2);
+				memcpy(g1 + 2 * q + 4, &o3, sizeof o3);
+			}
+			for (; q < ow; q++) {
+				float a = x0[2 * q], b = x0[2 * q + 1], c = x1[2 * q], e = x1[2 * q + 1];
+				int i = b > a ? 1 : 0;
+				float m = b > a ? b : a;
+				i = c > m ? 2 : i;
+				m = c > m ? c : m;
+				i = e > m ? 3 : i;
+				g0[2 * q] = i == 0 ? d[q] : 0.0f;
+				g0[2 * q + 1] = i == 1 ? d[q] : 0.0f;
+				g1[2 * q] = i == 2 ? d[q] : 0.0f;
+				g1[2 * q + 1] = i == 3 ? d[q] : 0.0f;
+			}
+		}
+	}
+}
+
 static void
 maxpool_grad_tiled(const struct ml_conv3 *v, const float *restrict dy, const float *restrict x,
 		   float *restrict dx)
 {
 	int64_t kh = v->k[1], kw = v->k[2], W = v->in[2];
+	if (kh == 2 && kw == 2) {
+		maxpool_grad_2x2(v, dy, x, dx);
+		return;
+	}
 	for (int64_t pl = 0; pl < v->n * v->cin; pl++) {
 		const float *xp = x + pl * v->insz, *dp = dy + pl * v->outsz;
 		float *gp = dx + pl * v->insz;
@@ -527,12 +608,11 @@ col2im_##SUF(const struct ml_conv3 *v, const T *restrict col, int64_t ld, T *res
 		}								\
 	}									\
 }										\
-/* gather_dy: dy of images [n0, n0 + nb), group g, as [mg, nb * outsz]; adds bias sums */	\
+/* gather_dy: dy of images [n0, n0 + nb), group g, as [mg, nb * outsz] rows ld apart; adds bias sums */	\
 static void									\
 gather_dy_##SUF(const struct ml_conv3 *v, const T *restrict dy, int64_t n0, int64_t nb,	\
-		int64_t g, T *restrict dst, T *restrict db)			\
+		int64_t g, T *restrict dst, int64_t ld, T *restrict db)		\
 {										\
-	int64_t ld = nb * v->outsz;						\
 	for (int64_t i = 0; i < nb; i++)					\
 		for (int64_t m = 0; m < v->mg; m++) {				\
 			const T *src = dy + ((n0 + i) * v->cout + g * v->mg + m) * v->outsz;	\
@@ -591,6 +671,16 @@ run_conv_grad(struct ml_opctx *c)
 	int64_t rows = v.cg * v.ksz, wsz = v.mg * rows;
 	bool direct = v.ksz == 1 && v.insz == v.outsz && v.p[0] + v.p[1] + v.p[2] == 0 &&
 		      v.s[0] * v.s[1] * v.s[2] == 1;
+	if (f32 && !direct && ml_train_conv_ok(&v) && getenv("ML_TRAIN_CONV_BLAS") == NULL) {
+		if (gi || v.n == 0)
+			memset(c->out[0]->data, 0, (size_t)ml_tval_nbytes(c->out[0]));
+		if (dbt != NULL)
+			memset(dbt->data, 0, (size_t)ml_tval_nbytes(dbt));
+		if (v.n == 0)
+			return 0;
+		return ml_train_conv_grad_f32(c, &v, gi, F32(dy), F32(x), F32(w), F32(c->out[0]),
+					      dbt != NULL ? F32(dbt) : NULL);
+	}
 	int64_t per = ML_MAX(rows, v.mg) * v.outsz;
 	int64_t nb = per > 0 ? ML_MAX(1, ML_MIN(v.n, COL_CHUNK / per)) : 1;
 	if (per <= 0 || rows > COL_CHUNK || v.outsz > COL_CHUNK)
@@ -614,10 +704,10 @@ run_conv_grad(struct ml_opctx *c)
 			const uint8_t *wg = wp + (size_t)(g * wsz) * es;
 			bool ok = true;
 			if (f32)
-				gather_dy_f32(&v, (const float *)dyp, n0, k, g, (float *)dyt,
+				gather_dy_f32(&v, (const float *)dyp, n0, k, g, (float *)dyt, ld,
 					      dbt != NULL ? (float *)dbt->data : NULL);
 			else
-				gather_dy_f64(&v, (const double *)dyp, n0, k, g, (double *)dyt,
+				gather_dy_f64(&v, (const double *)dyp, n0, k, g, (double *)dyt, ld,
 					      dbt != NULL ? (double *)dbt->data : NULL);
 			if (direct) {
 				/* per image: x_n is its own [cg, outsz] column matrix */

@@ -23,6 +23,7 @@
 #endif
 #include "cpu/elem.h"
 #include "cpu/nn.h"
+#include "cpu/train_conv.h"
 
 /* The largest im2col tile, in elements; big enough for one tile in most CNN layers. */
 #define COL_MAX ((int64_t)1 << 18)
@@ -455,6 +456,9 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 
 	if (v->outsz == 0 || v->n == 0 || v->cout == 0)
 		return 0;
+	/* batches of few output channels, not depthwise (training a small CNN): train_conv.c */
+	if (v->n >= 2 && (v->group == 1 || v->cg > 1) && ml_train_conv_ok(v))
+		return ml_train_conv_f32(c, v, x, w, bias, y);
 	if (v->cg == 1 && v->in[0] == 1 && v->k[0] == 1 && v->out[0] == 1 &&
 	    v->p[0] == 0) {
 		struct dw_job j = { v, x, w, bias, y };

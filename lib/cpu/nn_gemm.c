@@ -8,9 +8,10 @@
  * The micro-kernel keeps a 12 x 32 block of C in 24 zmm registers and
  * streams one 32-wide row of a B panel and 12 broadcast A values per k;
  * K is blocked by KC so that a panel's block stays in L1 while every row
- * block of A passes over it. Work items (a panel by a group of row
- * blocks) split over ml_parallel_for; this is not BLAS, so pool threads
- * may run it. On CPUs with AVX2 and FMA but no AVX-512F, a 6 x 16
+ * block of A passes over it, and the rows of A of a work item stay in L2
+ * while it passes over a run of panels. Work items (a group of row blocks
+ * by a run of panels) split over ml_parallel_for; this is not BLAS, so
+ * pool threads may run it. On CPUs with AVX2 and FMA but no AVX-512F, a 6 x 16
  * micro-kernel (12 ymm accumulators, the shape of BLIS's Haswell kernel)
  * passes over each half of the 32-wide panels instead: OpenBLAS's own
  * SGEMM would need B unpacked and copied again, and its threads fight the
@@ -177,7 +178,9 @@ KERN2(6)
 KERN2(3)
 
 struct pg_job {
-	int64_t m, n, k, lda, ldc, ngroups;
+	int64_t m, n, k, lda, ldc;
+	int64_t nblk, ngroups;		/* 12-row blocks of C, and groups of them */
+	int64_t npan, npchunks;		/* 32-column panels, and runs of them */
 	const float *a, *bp, *bias;
 	float *c;
 	bool accumulate;
@@ -186,6 +189,54 @@ struct pg_job {
 	int level;			/* pgemm_level() */
 };
 
+/*
+ * pg_block: C rows [i0, i1) by panel jp for the k block [kc, kc + kk) of
+ * one product, through the micro-kernels.
+ */
+static void
+pg_block(const struct pg_job *j, const float *A, const float *panel, float *Cb, int64_t jp,
+	 int64_t i0, int64_t i1, int64_t kc, int64_t kk)
+{
+	int64_t n0 = jp * ML_PG_NR, w = ML_MIN(ML_PG_NR, j->n - n0);
+	__mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+	__mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
+	int mode = kc > 0 || j->accumulate ? 1 : 0;
+	const float *bpk = panel + kc * ML_PG_NR;
+
+	for (int64_t i = i0; i < i1;) {
+		int64_t rem = i1 - i;
+		const float *a = A + i * j->lda + kc;
+		float *c = Cb + i * j->ldc + n0;
+		const float *bias = j->bias != NULL ? j->bias + i : NULL;
+		if (j->level == 1) {
+			int mr = (int)ML_MIN(rem, rem > 3 ? 6 : 3);
+			if (mr > 3)
+				k2_6(kk, a, j->lda, bpk, c, j->ldc, mr, (int)w, bias, mode);
+			else
+				k2_3(kk, a, j->lda, bpk, c, j->ldc, mr, (int)w, bias, mode);
+			i += mr;
+		} else if (rem > 8) {
+			int mr = (int)ML_MIN(rem, 12);
+			kern12(kk, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode);
+			i += mr;
+		} else if (rem > 4) {
+			kern8(kk, a, j->lda, bpk, c, j->ldc, (int)rem, m0, m1, bias, mode);
+			i += rem;
+		} else {
+			kern4(kk, a, j->lda, bpk, c, j->ldc, (int)rem, m0, m1, bias, mode);
+			i += rem;
+		}
+	}
+}
+
+/*
+ * An item is a group of row blocks by a run of panels. Per k block, the
+ * group's rows of A (at most MB x KC floats, which stay in L2) pass over
+ * each panel of the run in turn, and each panel's k block (32 KB) stays
+ * in L1 while the row blocks pass over it; so A is read from memory once
+ * per run of panels, not once per panel, which is what matters when N is
+ * small (the 14x14 and 7x7 layers, whose weights are megabytes).
+ */
 static void
 pg_items(void *ctx, int64_t b, int64_t e)
 {
@@ -193,42 +244,17 @@ pg_items(void *ctx, int64_t b, int64_t e)
 
 	for (int64_t it0 = b; it0 < e; it0++) {
 		int64_t bi = it0 / j->per, it = it0 % j->per;
-		int64_t jp = it / j->ngroups, g = it % j->ngroups;
+		int64_t g = it / j->npchunks, pc = it % j->npchunks;
 		const float *A = j->a + bi * j->sa;
 		float *Cb = j->c + bi * j->sc;
-		int64_t n0 = jp * ML_PG_NR, w = ML_MIN(ML_PG_NR, j->n - n0);
-		__mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
-		__mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
-		int64_t i0 = g * MB, i1 = ML_MIN(j->m, i0 + MB);
-		const float *panel = j->bp + bi * j->sb + jp * ML_PG_NR * j->k;
+		int64_t i0 = g * j->nblk / j->ngroups * 12;
+		int64_t i1 = ML_MIN(j->m, (g + 1) * j->nblk / j->ngroups * 12);
+		int64_t p0 = pc * j->npan / j->npchunks, p1 = (pc + 1) * j->npan / j->npchunks;
 		for (int64_t kc = 0; kc < j->k; kc += KC) {
 			int64_t kk = ML_MIN(KC, j->k - kc);
-			int mode = kc > 0 || j->accumulate ? 1 : 0;
-			for (int64_t i = i0; i < i1;) {
-				int64_t rem = i1 - i;
-				const float *a = A + i * j->lda + kc;
-				float *c = Cb + i * j->ldc + n0;
-				const float *bias = j->bias != NULL ? j->bias + i : NULL;
-				const float *bpk = panel + kc * ML_PG_NR;
-				if (j->level == 1) {
-					int mr = (int)ML_MIN(rem, rem > 3 ? 6 : 3);
-					if (mr > 3)
-						k2_6(kk, a, j->lda, bpk, c, j->ldc, mr, (int)w, bias, mode);
-					else
-						k2_3(kk, a, j->lda, bpk, c, j->ldc, mr, (int)w, bias, mode);
-					i += mr;
-				} else if (rem > 8) {
-					int mr = (int)ML_MIN(rem, 12);
-					kern12(kk, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode);
-					i += mr;
-				} else if (rem > 4) {
-					kern8(kk, a, j->lda, bpk, c, j->ldc, (int)rem, m0, m1, bias, mode);
-					i += rem;
-				} else {
-					kern4(kk, a, j->lda, bpk, c, j->ldc, (int)rem, m0, m1, bias, mode);
-					i += rem;
-				}
-			}
+			for (int64_t jp = p0; jp < p1; jp++)
+				pg_block(j, A, j->bp + bi * j->sb + jp * ML_PG_NR * j->k, Cb, jp, i0,
+					 i1, kc, kk);
 		}
 	}
 }
@@ -249,11 +275,20 @@ ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int6
 					c[bi * sc + i * ldc + jj] = bias != NULL ? bias[i] : 0.0f;
 		return;
 	}
-	struct pg_job j = { m, n, k, lda, ldc, (m + MB - 1) / MB, a, bp, bias, c, accumulate, 0,
-			    sa, sb, sc, pgemm_level() };
-	j.per = (n + ML_PG_NR - 1) / ML_PG_NR * j.ngroups;
-	/* an item is MB x 32 x k multiply-adds; a chunk of a few of them is worth a thread */
-	int64_t grain = ML_MAX(1, (int64_t)(1 << 20) / ML_MAX(MB * ML_PG_NR * k, 1));
+	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bp = bp,
+			    .bias = bias, .c = c, .accumulate = accumulate, .sa = sa, .sb = sb,
+			    .sc = sc, .level = pgemm_level() };
+	/* groups of about MB rows, whole 12-row blocks each, spread evenly */
+	j.nblk = (m + 11) / 12;
+	j.ngroups = (j.nblk + MB / 12 - 1) / (MB / 12);
+	j.npan = (n + ML_PG_NR - 1) / ML_PG_NR;
+	/* the fewest runs of panels that still give each thread two items per product */
+	int64_t nt = ml_get_threads();
+	j.npchunks = ML_MAX(1, ML_MIN(j.npan, (2 * nt + j.ngroups - 1) / j.ngroups));
+	j.per = j.ngroups * j.npchunks;
+	/* an item's multiply-adds against what a thread costs */
+	int64_t work = ML_MAX(1, m / j.ngroups * ML_PG_NR * j.npan / j.npchunks * k);
+	int64_t grain = ML_MAX(1, (int64_t)(1 << 20) / work);
 	ml_parallel_for(nb * j.per, grain, pg_items, &j);
 #else
 	(void)nb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)sa, (void)bp, (void)sb;

@@ -140,9 +140,11 @@ MAXPOOL(u8, uint8_t, 0)
 
 /*
  * 2-D f32 MaxPool without Indices, separably: the max across each
- * window's columns for every input row first, then down each window's
- * rows, which is contiguous along the output row and vectorises. A chunk
- * of planes shares one [in rows, out cols] buffer.
+ * window's columns for every input row first (tap by tap over the outputs
+ * whose window lies inside the row, a strided loop that vectorises; the
+ * few at the edges window by window), then down each window's rows, which
+ * is contiguous along the output row and vectorises. A chunk of planes
+ * shares one [in rows, out cols] buffer.
  */
 POOL_CLONES static void
 maxpool2d_f32(void *ctx, int64_t b, int64_t e)
@@ -151,7 +153,18 @@ maxpool2d_f32(void *ctx, int64_t b, int64_t e)
 	const struct ml_conv3 *v = j->v;
 	int64_t H = v->in[1], W = v->in[2], OH = v->out[1], OW = v->out[2];
 	int64_t dh = v->d[1], dw = v->d[2];
+	int64_t KW = v->k[2], sw = v->s[2], olo = OW, ohi = OW;
 	float *hm = ml_malloc(sizeof(float) * (size_t)ML_MAX(H * OW, 1));
+
+	/* [olo, ohi): the outputs whose whole window lies inside the row */
+	for (int64_t ow = 0; ow < OW; ow++)
+		if (j->w[2][ow].lo == 0 && j->w[2][ow].hi == KW) {
+			if (olo == OW)
+				olo = ow;
+			ohi = ow + 1;
+		} else if (olo < OW) {
+			break;
+		}
 
 	if (hm == NULL) {
 		/* no memory for the fast way: the general loop needs none */
@@ -164,7 +177,27 @@ maxpool2d_f32(void *ctx, int64_t b, int64_t e)
 		for (int64_t ih = 0; ih < H; ih++) {
 			const float *xr = x + ih * W;
 			float *hr = hm + ih * OW;
+			/* the windows inside the row: tap by tap across the outputs, which vectorises */
+			for (int64_t ow = olo; ow < ohi; ow++)
+				hr[ow] = -INFINITY;
+			for (int64_t kw = 0; kw < KW; kw++) {
+				const float *p = xr + kw * dw - v->p[2];
+				if (sw == 1) {
+					for (int64_t ow = olo; ow < ohi; ow++)
+						hr[ow] = p[ow] > hr[ow] ? p[ow] : hr[ow];
+				} else if (sw == 2) {
+					for (int64_t ow = olo; ow < ohi; ow++)
+						hr[ow] = p[2 * ow] > hr[ow] ? p[2 * ow] : hr[ow];
+				} else {
+					for (int64_t ow = olo; ow < ohi; ow++)
+						hr[ow] = p[ow * sw] > hr[ow] ? p[ow * sw] : hr[ow];
+				}
+			}
 			for (int64_t ow = 0; ow < OW; ow++) {
+				if (ow == olo && ohi > olo) {
+					ow = ohi - 1;
+					continue;
+				}
 				const struct win *ww = &j->w[2][ow];
 				const float *p = xr + ww->start;
 				float m = -INFINITY;

@@ -30,6 +30,15 @@
 /* The fewest tiles (GEMM columns) and channels for which Winograd beats im2col + SGEMM. */
 #define WINO_MIN_TILES 36
 #define WINO_MIN_CHANNELS 16
+/*
+ * The scratch is bounded by working on groups of about WINO_GROUP tiles
+ * (whole tile rows) and, when all the transformed filters would take more
+ * than WINO_U_MAX bytes, on blocks of filters, each transformed just
+ * before its GEMMs; so V, M and U stay near a megabyte each whatever the
+ * layer, instead of 36 copies of a whole layer's input and output.
+ */
+#define WINO_GROUP 64
+#define WINO_U_MAX ((int64_t)1 << 20)
 
 /*
  * wino_enabled: false when the environment sets ML_WINOGRAD=0, for
@@ -64,6 +73,8 @@ ml_wino_ok(const struct ml_conv3 *v)
 struct wino {
 	const struct ml_conv3 *v;
 	int64_t C, M, TH, TW, T;
+	int64_t ty0, ty1, Tg;	/* the tile rows of the current group, and its tiles */
+	int64_t m0, Mb;		/* the first filter and the filters of the current block */
 	const float *x, *w, *bias;
 	float *y, *U, *V, *Mo;
 	bool packed;		/* V in ml_pgemm's panels, vstride floats per position */
@@ -72,8 +83,9 @@ struct wino {
 };
 
 /*
- * The filter transform U = G g G^T, for filters [m0, m1). The 36 values
- * of a filter go to 36 rows of U that lie M * C apart, often a power of
+ * The filter transform U = G g G^T, for filters [m0, m1) of the current
+ * block (filter j->m0 + m). The 36 values of a filter go to 36 rows of U
+ * that lie Mb * C apart, often a power of
  * two that would map every store to the same cache set, so a block of
  * channels is transformed into a local buffer first and each row written
  * in one contiguous run.
@@ -84,14 +96,14 @@ static void
 wino_filters(void *ctx, int64_t m0, int64_t m1)
 {
 	struct wino *j = ctx;
-	int64_t C = j->C, MC = j->M * j->C;
+	int64_t C = j->C, MC = j->Mb * j->C;
 	float ub[36][WINO_CB];
 
 	for (int64_t m = m0; m < m1; m++)
 		for (int64_t cb = 0; cb < C; cb += WINO_CB) {
 			int64_t nc = ML_MIN(WINO_CB, C - cb);
 			for (int64_t ci = 0; ci < nc; ci++) {
-				const float *g = j->w + (m * C + cb + ci) * 9;
+				const float *g = j->w + ((j->m0 + m) * C + cb + ci) * 9;
 				float t[6][3];
 				for (int k = 0; k < 3; k++) {
 					float g0 = g[k], g1 = g[3 + k], g2 = g[6 + k];
@@ -118,7 +130,8 @@ wino_filters(void *ctx, int64_t m0, int64_t m1)
 }
 
 /*
- * The input transform V = B^T d B for channels [c0, c1) of one image.
+ * The input transform V = B^T d B for channels [c0, c1) of one image,
+ * over the tile rows of the current group.
  * Per tile row, the six input rows (zero-padded) are first combined down
  * the columns, vectorised along the row, then across each tile.
  */
@@ -127,7 +140,7 @@ wino_inputs(void *ctx, int64_t c0, int64_t c1)
 {
 	struct wino *j = ctx;
 	const struct ml_conv3 *v = j->v;
-	int64_t H = v->in[1], W = v->in[2], WP = 4 * j->TW + 2, CT = j->C * j->T;
+	int64_t H = v->in[1], W = v->in[2], WP = 4 * j->TW + 2, CT = j->C * j->Tg;
 	float *rows = ml_malloc(sizeof(float) * (size_t)(12 * WP));
 
 	if (rows == NULL) {
@@ -137,7 +150,7 @@ wino_inputs(void *ctx, int64_t c0, int64_t c1)
 	float *t = rows + 6 * WP;
 	for (int64_t c = c0; c < c1; c++) {
 		const float *xc = j->x + c * v->insz;
-		for (int64_t ty = 0; ty < j->TH; ty++) {
+		for (int64_t ty = j->ty0; ty < j->ty1; ty++) {
 			for (int i = 0; i < 6; i++) {
 				int64_t ih = 4 * ty - v->p[1] + i;
 				float *rw = rows + i * WP;
@@ -165,7 +178,7 @@ wino_inputs(void *ctx, int64_t c0, int64_t c1)
 				const float *tr = t + r * WP;
 				if (j->packed) {
 					/* position xi's [C, T] in panels: (c, t) at (t / NR) * NR * C + c * NR + t % NR */
-					int64_t vs = j->vstride, t0 = ty * j->TW;
+					int64_t vs = j->vstride, t0 = (ty - j->ty0) * j->TW;
 					float *o = j->V + (r * 6) * vs + c * ML_PG_NR;
 					for (int64_t tx = 0; tx < j->TW; tx++) {
 						const float *e = tr + 4 * tx;
@@ -180,7 +193,7 @@ wino_inputs(void *ctx, int64_t c0, int64_t c1)
 					}
 					continue;
 				}
-				float *o = j->V + (r * 6) * CT + c * j->T + ty * j->TW;
+				float *o = j->V + (r * 6) * CT + c * j->Tg + (ty - j->ty0) * j->TW;
 				for (int64_t tx = 0; tx < j->TW; tx++) {
 					const float *e = tr + 4 * tx;
 					o[tx] = 4 * e[0] - 5 * e[2] + e[4];
@@ -197,7 +210,8 @@ wino_inputs(void *ctx, int64_t c0, int64_t c1)
 }
 
 /*
- * The output transform Y = A^T m A (plus the bias) for filters [m0, m1):
+ * The output transform Y = A^T m A (plus the bias) for filters [m0, m1)
+ * of the current block, over the tile rows of the current group:
  * across the tiles first, vectorised along the tile row, then down, into
  * four row buffers whose valid part is copied to Y.
  */
@@ -206,7 +220,7 @@ wino_outputs(void *ctx, int64_t m0, int64_t m1)
 {
 	struct wino *j = ctx;
 	const struct ml_conv3 *v = j->v;
-	int64_t OH = v->out[1], OW = v->out[2], TW = j->TW, MT = j->M * j->T;
+	int64_t OH = v->out[1], OW = v->out[2], TW = j->TW, MT = j->Mb * j->Tg;
 	float *t = ml_malloc(sizeof(float) * (size_t)(24 * TW + 16 * TW));
 
 	if (t == NULL) {
@@ -215,11 +229,11 @@ wino_outputs(void *ctx, int64_t m0, int64_t m1)
 	}
 	float *orow = t + 24 * TW;	/* [4][4 * TW] */
 	for (int64_t m = m0; m < m1; m++) {
-		float b = j->bias != NULL ? j->bias[m] : 0.0f;
-		for (int64_t ty = 0; ty < j->TH; ty++) {
+		float b = j->bias != NULL ? j->bias[j->m0 + m] : 0.0f;
+		for (int64_t ty = j->ty0; ty < j->ty1; ty++) {
 			/* t[r][s][tx]: row r of the tile reduced across to output column s */
 			for (int r = 0; r < 6; r++) {
-				const float *p = j->Mo + (r * 6) * MT + m * j->T + ty * TW;
+				const float *p = j->Mo + (r * 6) * MT + m * j->Tg + (ty - j->ty0) * TW;
 				float *t0 = t + (r * 4) * TW, *t1 = t0 + TW, *t2 = t1 + TW, *t3 = t2 + TW;
 				for (int64_t tx = 0; tx < TW; tx++) {
 					float e0 = p[tx], e1 = p[MT + tx], e2 = p[2 * MT + tx];
@@ -243,7 +257,7 @@ wino_outputs(void *ctx, int64_t m0, int64_t m1)
 					orow[3 * 4 * TW + 4 * tx + s] = b + e1 - e2 + 8 * (e3 - e4) + e5;
 				}
 			}
-			float *ym = j->y + m * v->outsz;
+			float *ym = j->y + (j->m0 + m) * v->outsz;
 			for (int q = 0; q < 4 && 4 * ty + q < OH; q++)
 				memcpy(ym + (4 * ty + q) * OW, orow + q * 4 * TW, sizeof(float) * (size_t)OW);
 		}
@@ -261,30 +275,55 @@ ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	j.TW = (v->out[2] + 3) / 4;
 	j.T = j.TH * j.TW;
 	atomic_init(&j.nomem, 0);
-	j.U = ml_cpu_scratch(2, sizeof(float) * (size_t)(36 * j.M * j.C));
+	/* tile rows per group, and filters per block (all when U fits WINO_U_MAX) */
+	int64_t TR = ML_MIN(j.TH, ML_MAX(1, WINO_GROUP / j.TW));
+	int64_t MB = ML_MAX(1, WINO_U_MAX / (36 * (int64_t)sizeof(float) * j.C));
+	MB = MB >= j.M ? j.M : ML_MAX(12, MB / 12 * 12);
+	int64_t Tmax = TR * j.TW;
+	j.U = ml_cpu_scratch(2, sizeof(float) * (size_t)(36 * MB * j.C));
 	j.packed = ml_pgemm_ok();
-	j.vstride = j.packed ? ml_pgemm_packed_len(j.C, j.T) : j.C * j.T;
+	j.vstride = j.packed ? ml_pgemm_packed_len(j.C, Tmax) : j.C * Tmax;
 	j.V = ml_cpu_scratch(0, sizeof(float) * (size_t)(36 * j.vstride));
-	j.Mo = ml_cpu_scratch(1, sizeof(float) * (size_t)(36 * j.M * j.T));
+	j.Mo = ml_cpu_scratch(1, sizeof(float) * (size_t)(36 * MB * Tmax));
 	if (j.U == NULL || j.V == NULL || j.Mo == NULL)
 		return ml_opfail(c, ML_ENOMEM, "cannot allocate Winograd buffers");
-	ml_parallel_for(j.M, ML_MAX(1, 4096 / (j.C * 8)), wino_filters, &j);
+	bool once = MB == j.M;
+	if (once) {
+		j.m0 = 0;
+		j.Mb = j.M;
+		ml_parallel_for(j.M, ML_MAX(1, 4096 / (j.C * 8)), wino_filters, &j);
+	}
 	for (int64_t n = 0; n < v->n; n++) {
 		j.x = x + n * j.C * v->insz;
 		j.y = y + n * j.M * v->outsz;
-		ml_parallel_for(j.C, ML_MAX(1, 16384 / (v->insz * 4)), wino_inputs, &j);
-		if (atomic_load(&j.nomem))
-			return ml_opfail(c, ML_ENOMEM, "out of memory");
-		if (j.packed)
-			ml_pgemm_batch(36, j.M, j.T, j.C, j.U, j.C, j.M * j.C, j.V, j.vstride, NULL,
-				       j.Mo, j.T, j.M * j.T, false);
-		for (int xi = 0; xi < 36 && !j.packed; xi++)
-			if (!ml_sgemm(false, false, j.M, j.T, j.C, 1.0f, j.U + xi * j.M * j.C, j.C,
-				      j.V + xi * j.C * j.T, j.T, 0.0f, j.Mo + xi * j.M * j.T, j.T))
-				return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");
-		ml_parallel_for(j.M, ML_MAX(1, 16384 / (v->outsz * 4)), wino_outputs, &j);
-		if (atomic_load(&j.nomem))
-			return ml_opfail(c, ML_ENOMEM, "out of memory");
+		for (j.ty0 = 0; j.ty0 < j.TH; j.ty0 = j.ty1) {
+			j.ty1 = ML_MIN(j.TH, j.ty0 + TR);
+			j.Tg = (j.ty1 - j.ty0) * j.TW;
+			if (j.packed)
+				j.vstride = ml_pgemm_packed_len(j.C, j.Tg);
+			ml_parallel_for(j.C, ML_MAX(1, 16384 / (TR * 16 * j.TW * 4)), wino_inputs, &j);
+			if (atomic_load(&j.nomem))
+				return ml_opfail(c, ML_ENOMEM, "out of memory");
+			for (j.m0 = 0; j.m0 < j.M; j.m0 += MB) {
+				j.Mb = ML_MIN(MB, j.M - j.m0);
+				if (!once)
+					ml_parallel_for(j.Mb, ML_MAX(1, 4096 / (j.C * 8)), wino_filters,
+							&j);
+				int64_t MC = j.Mb * j.C, MT = j.Mb * j.Tg;
+				if (j.packed)
+					ml_pgemm_batch(36, j.Mb, j.Tg, j.C, j.U, j.C, MC, j.V, j.vstride,
+						       NULL, j.Mo, j.Tg, MT, false);
+				for (int xi = 0; xi < 36 && !j.packed; xi++)
+					if (!ml_sgemm(false, false, j.Mb, j.Tg, j.C, 1.0f, j.U + xi * MC,
+						      j.C, j.V + xi * j.C * j.Tg, j.Tg, 0.0f,
+						      j.Mo + xi * MT, j.Tg))
+						return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");
+				ml_parallel_for(j.Mb, ML_MAX(1, 16384 / (TR * 16 * j.TW * 4)),
+						wino_outputs, &j);
+				if (atomic_load(&j.nomem))
+					return ml_opfail(c, ML_ENOMEM, "out of memory");
+			}
+		}
 	}
 	return 0;
 }

@@ -83,7 +83,13 @@ epi_c(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, void *
 			((float *)y)[j] = v;
 			continue;
 		}
-		float r = nearbyintf(v) + (float)ep->yzero;
+		/*
+		 * round half to even by the 1.5 * 2^23 trick, exact below 2^22
+		 * (past +-4e6 every result clamps the same); nearbyintf is a
+		 * libm call per value, which showed in narrow layers
+		 */
+		float vc = v > 4e6f ? 4e6f : v < -4e6f ? -4e6f : v;
+		float r = ((vc + 12582912.0f) - 12582912.0f) + (float)ep->yzero;
 		r = r < (float)ep->lo ? (float)ep->lo : r > (float)ep->hi ? (float)ep->hi : r;
 		((uint8_t *)y)[j] = (uint8_t)(int32_t)r;
 	}
@@ -135,13 +141,22 @@ kern_avx2(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, in
 
 /*
  * epi_avx2: the epilogue on 8 lanes at a time; cvtps rounds half to even
- * in the default rounding mode, as nearbyintf does in epi_c.
+ * in the default rounding mode, as epi_c's rounding does.
  */
 __attribute__((target("avx2,fma"))) static void
 epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, void *y)
 {
 	if (nc < ML_Q8_NR) {
-		epi_c(acc, nc, j0, ep, y);
+		/* a narrow last panel: all 16 lanes over zero-padded bias and mult, nc stored */
+		int32_t bias[ML_Q8_NR] = { 0 };
+		float mult[ML_Q8_NR] = { 0 }, tmp[ML_Q8_NR];
+		struct ml_q8_epi e = *ep;
+		memcpy(bias, ep->bias + j0, sizeof(int32_t) * (size_t)nc);
+		memcpy(mult, ep->mult + j0, sizeof(float) * (size_t)nc);
+		e.bias = bias;
+		e.mult = mult;
+		epi_avx2(acc, ML_Q8_NR, 0, &e, tmp);
+		memcpy(y, tmp, (size_t)nc * (ep->f32out ? sizeof(float) : 1));
 		return;
 	}
 	const __m256i zy = _mm256_set1_epi32(ep->yzero), lo = _mm256_set1_epi32(ep->lo),
@@ -285,12 +300,34 @@ q8_units(void *ctx, int64_t b, int64_t e)
 			const int8_t *pan = j->bp + pn * ML_Q8_NR * j->kq * ML_Q8_KG;
 			int64_t c0 = pn * ML_Q8_NR;
 			int nc = (int)ML_MIN(ML_Q8_NR, j->m - c0);
+			/*
+			 * a narrow last panel on a vector epilogue: bias and mult
+			 * zero-padded to 16 once per panel, all lanes computed, nc
+			 * values stored (what epi_avx2 does per row when called so)
+			 */
+			bool pad = nc < ML_Q8_NR && j->epi != epi_c;
+			struct ml_q8_epi pe = *j->ep;
+			int32_t pb[ML_Q8_NR] = { 0 };
+			float pm[ML_Q8_NR] = { 0 };
+			if (pad) {
+				memcpy(pb, j->ep->bias + c0, sizeof(int32_t) * (size_t)nc);
+				memcpy(pm, j->ep->mult + c0, sizeof(float) * (size_t)nc);
+				pe.bias = pb;
+				pe.mult = pm;
+			}
 			for (int64_t r = r0; r < r1; r += j->mr) {
 				int mr = (int)ML_MIN(j->mr, r1 - r);
 				j->kern(mr, j->kq, j->a + r * j->lda, j->lda, pan, tile);
-				for (int i = 0; i < mr; i++)
-					j->epi(tile + i * ML_Q8_NR, nc, c0, j->ep,
-					       (char *)j->y + ((r + i) * j->ldy + c0) * (int64_t)ysz);
+				for (int i = 0; i < mr; i++) {
+					char *yr = (char *)j->y + ((r + i) * j->ldy + c0) * (int64_t)ysz;
+					if (pad) {
+						float tmp[ML_Q8_NR];
+						j->epi(tile + i * ML_Q8_NR, ML_Q8_NR, 0, &pe, tmp);
+						memcpy(yr, tmp, (size_t)nc * ysz);
+					} else {
+						j->epi(tile + i * ML_Q8_NR, nc, c0, j->ep, yr);
+					}
+				}
 			}
 		}
 	}

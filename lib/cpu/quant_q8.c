@@ -7,8 +7,10 @@
  * multiple of 4 reads x in place (channels last makes x the GEMM's A);
  * anything else first gathers an int8 im2col matrix, padded with the input
  * zero point, in the channels-last order of the packed weights
- * ((ky, kx, c) fastest last). Depthwise convolutions, Add and the pools
- * are loops the compiler vectorises, cloned for AVX2 at run time.
+ * ((ky, kx, c) fastest last). Depthwise convolutions have an AVX2
+ * kernel (dw_rows_avx2, on the AVX2 and VNNI paths), bit-identical to the
+ * portable loop; that loop, Add and the pools are loops the compiler
+ * vectorises, cloned for AVX2 at run time.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "no-trapping-math")
@@ -21,6 +23,10 @@
 #define Q8_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define Q8_CLONES
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#define Q8_X86 1
+#include <immintrin.h>
 #endif
 
 /*
@@ -148,7 +154,7 @@ ml_q8_run_dequantize(struct ml_opctx *c)
  */
 struct i2cjob {
 	const struct ml_q8_geom *g;
-	const uint8_t *x;
+	const uint8_t *x, *xend;
 	uint8_t *a;
 	int64_t kp;
 };
@@ -160,11 +166,36 @@ i2c_rows(void *ctx, int64_t b, int64_t e)
 	const struct ml_q8_geom *g = j->g;
 	size_t cb = (size_t)g->c;
 
+	/* (n, oy, ox) of row b, then stepped: 64-bit divisions per row cost more than small rows */
+	int64_t n = b / (g->oh * g->ow), oy = b / g->ow % g->oh, ox = b % g->ow - 1;
 	for (int64_t r = b; r < e; r++) {
-		int64_t n = r / (g->oh * g->ow), oy = r / g->ow % g->oh, ox = r % g->ow;
-		uint8_t *dst = j->a + r * j->kp;
+		if (++ox == g->ow) {
+			ox = 0;
+			if (++oy == g->oh) {
+				oy = 0;
+				n++;
+			}
+		}
+		uint8_t *dst = j->a + r * j->kp, *rowend = dst + j->kp;
+		int64_t ix0 = ox * g->sw - g->pl;
+		bool xin = g->dw == 1 && ix0 >= 0 && ix0 + g->kw <= g->w;
 		for (int64_t ky = 0; ky < g->kh; ky++) {
 			int64_t iy = oy * g->sh - g->pt + ky * g->dh;
+			if (xin && iy >= 0 && iy < g->h) {
+				/* the window's row is inside x: kw * c contiguous bytes */
+				const uint8_t *src = j->x + ((n * g->h + iy) * g->w + ix0) * g->c;
+				size_t len = cb * (size_t)g->kw;
+				if (len <= 8 && dst + 8 <= rowend && src + 8 <= j->xend) {
+					memcpy(dst, src, 8);	/* one move; the bytes past len are rewritten next */
+				} else if (len < 64) {
+					for (size_t q = 0; q < len; q++)
+						dst[q] = src[q];
+				} else {
+					memcpy(dst, src, len);
+				}
+				dst += len;
+				continue;
+			}
 			for (int64_t kx = 0; kx < g->kw; kx++, dst += cb) {
 				int64_t ix = ox * g->sw - g->pl + kx * g->dw;
 				bool out = iy < 0 || iy >= g->h || ix < 0 || ix >= g->w;
@@ -179,11 +210,16 @@ i2c_rows(void *ctx, int64_t b, int64_t e)
 				}
 			}
 		}
-		memset(dst, 0, (size_t)(j->kp - g->k));
+		for (int64_t q = g->k; q < j->kp; q++)	/* at most 3 bytes: no call */
+			*dst++ = 0;
 	}
 }
 
-/* Depthwise: one job over (n, oy) output rows. */
+/*
+ * Depthwise: one job over (n, oy) output rows. wpk (the AVX2 path only)
+ * holds the weights of each 16-channel block and pair of taps widened to
+ * int16 and interleaved for vpmaddwd (see dw_pack).
+ */
 struct dwjob {
 	const struct ml_q8_geom *g;
 	const uint8_t *x, *zrow;
@@ -191,6 +227,7 @@ struct dwjob {
 	const int32_t *bias;
 	const float *mult;
 	uint8_t *y;
+	const int16_t *wpk;
 };
 
 /*
@@ -248,6 +285,148 @@ dw_rows(void *ctx, int64_t b, int64_t e)
 	ml_free(acc);
 }
 
+#ifdef Q8_X86
+/*
+ * dw_pack: for channel block cb (16 channels) and tap pair t (taps 2t and
+ * 2t+1, the second zero past the last tap), 32 int16 at (cb*ntp + t)*32:
+ * (w[2t][c], w[2t+1][c]) for c = 0..7 of the block, then for c = 8..15.
+ */
+static void
+dw_pack(int16_t *dst, const int8_t *w, int64_t C, int64_t T)
+{
+	int64_t ntp = (T + 1) / 2;
+	for (int64_t cb = 0; cb < C / 16; cb++)
+		for (int64_t t = 0; t < ntp; t++) {
+			int16_t *d = dst + (cb * ntp + t) * 32;
+			for (int c = 0; c < 16; c++) {
+				int64_t ch = cb * 16 + c;
+				d[c * 2] = w[2 * t * C + ch];
+				d[c * 2 + 1] = 2 * t + 1 < T ? w[(2 * t + 1) * C + ch] : 0;
+			}
+		}
+}
+
+/*
+ * dw_rows_avx2: dw_rows on 16 channels at a time: the uint8 inputs of two
+ * taps interleaved and widened to int16 against the packed weight pairs,
+ * vpmaddwd adding both products into int32 (exact: |a * w| < 2^15), then
+ * dw_out's epilogue on 8 lanes (cvtps rounds half to even, as dw_out's
+ * trick does, for |v| <= 4e6). The channels past the last block of 16 go
+ * through dw_tap and dw_out, so the result is dw_rows', bit for bit.
+ */
+__attribute__((target("avx2,fma"))) static void
+dw_rows_avx2(void *ctx, int64_t b, int64_t e)
+{
+	const struct dwjob *j = ctx;
+	const struct ml_q8_geom *g = j->g;
+	int64_t C = g->c, T = g->kh * g->kw, ntp = (T + 1) / 2, nb = C / 16, c0 = nb * 16;
+	const uint8_t **src = ml_malloc(sizeof *src * (size_t)(T + 1));
+	int32_t *acc = ml_malloc(sizeof(int32_t) * (size_t)(C - c0 + 1));
+	const __m256 vmax = _mm256_set1_ps(4e6f), vmin = _mm256_set1_ps(-4e6f);
+	const __m256i zy = _mm256_set1_epi32(g->yzero), lo = _mm256_set1_epi32(g->lo),
+		      hi = _mm256_set1_epi32(g->hi);
+
+	if (src == NULL || acc == NULL) {
+		ml_free(src);
+		ml_free(acc);
+		return;		/* checked by the caller's probe allocation */
+	}
+	for (int64_t r = b; r < e; r++) {
+		int64_t n = r / g->oh, oy = r % g->oh;
+		for (int64_t ox = 0; ox < g->ow; ox++) {
+			for (int64_t ky = 0; ky < g->kh; ky++) {
+				int64_t iy = oy * g->sh - g->pt + ky * g->dh;
+				for (int64_t kx = 0; kx < g->kw; kx++) {
+					int64_t ix = ox * g->sw - g->pl + kx * g->dw;
+					src[ky * g->kw + kx] =
+						iy < 0 || iy >= g->h || ix < 0 || ix >= g->w ? j->zrow :
+						j->x + ((n * g->h + iy) * g->w + ix) * C;
+				}
+			}
+			src[T] = src[T - 1];	/* the odd tap's partner, against zero weights */
+			uint8_t *y = j->y + ((n * g->oh + oy) * g->ow + ox) * C;
+			for (int64_t cb = 0; cb < nb; cb++) {
+				const int16_t *wp = j->wpk + cb * ntp * 32;
+				__m256i a0 = _mm256_loadu_si256((const __m256i *)(j->bias + cb * 16));
+				__m256i a1 = _mm256_loadu_si256((const __m256i *)(j->bias + cb * 16 + 8));
+				for (int64_t t = 0; t < ntp; t++, wp += 32) {
+					__m128i x0 = _mm_loadu_si128((const __m128i *)(src[2 * t] + cb * 16));
+					__m128i x1 = _mm_loadu_si128((const __m128i *)(src[2 * t + 1] +
+										       cb * 16));
+					__m256i l = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x0, x1));
+					__m256i h = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(x0, x1));
+					a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(l,
+						_mm256_loadu_si256((const __m256i *)wp)));
+					a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(h,
+						_mm256_loadu_si256((const __m256i *)(wp + 16))));
+				}
+				__m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(a0),
+							  _mm256_loadu_ps(j->mult + cb * 16));
+				__m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(a1),
+							  _mm256_loadu_ps(j->mult + cb * 16 + 8));
+				v0 = _mm256_max_ps(_mm256_min_ps(v0, vmax), vmin);
+				v1 = _mm256_max_ps(_mm256_min_ps(v1, vmax), vmin);
+				__m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zy);
+				__m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zy);
+				q0 = _mm256_min_epi32(_mm256_max_epi32(q0, lo), hi);
+				q1 = _mm256_min_epi32(_mm256_max_epi32(q1, lo), hi);
+				__m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
+				_mm_storeu_si128((__m128i *)(y + cb * 16),
+						 _mm_packus_epi16(_mm256_castsi256_si128(w16),
+								  _mm256_extracti128_si256(w16, 1)));
+			}
+			if (c0 == C)
+				continue;
+			memcpy(acc, j->bias + c0, sizeof(int32_t) * (size_t)(C - c0));
+			for (int64_t t = 0; t < T; t++)
+				dw_tap(acc, src[t] + c0, j->w + t * C + c0, C - c0);
+			dw_out(y + c0, acc, j->mult + c0, C - c0, g->yzero, g->lo, g->hi);
+		}
+	}
+	ml_free(src);
+	ml_free(acc);
+}
+#endif
+
+/*
+ * run_dw: the depthwise Q8Conv; on the AVX2 and VNNI paths with at least
+ * 16 channels, dw_rows_avx2 over weights packed once per call.
+ */
+static int
+run_dw(struct ml_opctx *c, const struct ml_q8_geom *g, const uint8_t *x, const int8_t *w)
+{
+	struct dwjob j = { .g = g, .x = x, .w = w, .bias = c->in[2]->data,
+			   .mult = c->in[3]->data, .y = c->out[0]->data };
+	int64_t T = g->kh * g->kw;
+	void (*rows)(void *, int64_t, int64_t) = dw_rows;
+	int16_t *wpk = NULL;
+#ifdef Q8_X86
+	if (ml_q8_path() >= ML_Q8_AVX2 && g->c >= 16) {
+		wpk = ml_malloc(sizeof(int16_t) * 32 * (size_t)(g->c / 16) * (size_t)((T + 1) / 2));
+		if (wpk == NULL)
+			return nomem(c);
+		dw_pack(wpk, w, g->c, T);
+		rows = dw_rows_avx2;
+	}
+#endif
+	uint8_t *zrow = ml_malloc((size_t)g->c + 16);
+	void *probe = ml_malloc(sizeof(int32_t) * (size_t)g->c + sizeof(void *) * (size_t)(T + 1));
+	if (zrow == NULL || probe == NULL) {
+		ml_free(zrow);
+		ml_free(probe);
+		ml_free(wpk);
+		return nomem(c);
+	}
+	ml_free(probe);
+	memset(zrow, g->xzero, (size_t)g->c + 16);
+	j.zrow = zrow;
+	j.wpk = wpk;
+	ml_parallel_for(g->n * g->oh, 1, rows, &j);
+	ml_free(zrow);
+	ml_free(wpk);
+	return 0;
+}
+
 int
 ml_q8_run_conv(struct ml_opctx *c)
 {
@@ -259,23 +438,8 @@ ml_q8_run_conv(struct ml_opctx *c)
 	int64_t P = g.n * g.oh * g.ow;
 	if (P == 0 || g.m == 0)
 		return 0;
-	if (g.group != 1) {
-		struct dwjob j = { .g = &g, .x = x, .w = w, .bias = c->in[2]->data,
-				   .mult = c->in[3]->data, .y = c->out[0]->data };
-		uint8_t *zrow = ml_malloc((size_t)g.c);
-		void *probe = ml_malloc(sizeof(int32_t) * (size_t)g.c);
-		if (zrow == NULL || probe == NULL) {
-			ml_free(zrow);
-			ml_free(probe);
-			return nomem(c);
-		}
-		ml_free(probe);
-		memset(zrow, g.xzero, (size_t)g.c);
-		j.zrow = zrow;
-		ml_parallel_for(g.n * g.oh, 1, dw_rows, &j);
-		ml_free(zrow);
-		return 0;
-	}
+	if (g.group != 1)
+		return run_dw(c, &g, x, w);
 	struct ml_q8_epi ep = { .bias = c->in[2]->data, .mult = c->in[3]->data, .yzero = g.yzero,
 				.lo = g.lo, .hi = g.hi, .f32out = g.f32out };
 	int64_t kp = ml_q8_kpad(g.k);
@@ -290,7 +454,8 @@ ml_q8_run_conv(struct ml_opctx *c)
 		uint8_t *buf = ml_cpu_scratch(0, (size_t)bytes);
 		if (buf == NULL)
 			return nomem(c);
-		struct i2cjob ij = { .g = &g, .x = x, .a = buf, .kp = kp };
+		struct i2cjob ij = { .g = &g, .x = x, .xend = x + g.n * g.h * g.w * g.c, .a = buf,
+				     .kp = kp };
 		ml_parallel_for(P, 65536 / (kp + 1) + 1, i2c_rows, &ij);
 		a = buf;
 		lda = kp;

@@ -11,11 +11,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "exec/costmodel.h"
 #include "exec/device.h"
 #include "exec/session.h"
 
 #define ON_HOST 1
 #define ON_DEV 2
+
+/* auto: what a plan with the device must gain over the all-CPU one (fraction, microseconds) */
+#define AUTO_MARGIN 0.10
+#define AUTO_MIN_US 20.0
 
 /* the per-session device state */
 struct ml_hx {
@@ -31,6 +36,8 @@ struct ml_hx {
 	void **buf;		/* per tensor: device buffer or NULL */
 	uint8_t *loc;		/* per tensor: ON_HOST | ON_DEV */
 	bool *dirty;		/* per PARAM/CONST tensor: the device copy is newer */
+	bool *done;		/* per node: has run in the run in progress */
+	void **evset;		/* per node, profiling: its device commands (ops->take) */
 	struct ml_transfer *xfers;
 	int n_xfers, cap_xfers;
 	char note[512];
@@ -227,227 +234,6 @@ const struct ml_devops ml_cpu_devops = {
 };
 
 /*
- * The cost model. Per device and op type: nanoseconds per FLOP (or per
- * byte, for ops without FLOPs) and a fixed cost per node, measured on this
- * machine by running the session's graph on each device once with
- * profiling, and kept in $ML_CL_CACHE (else $XDG_CACHE_HOME/ml or
- * ~/.cache/ml)/costmodel.txt as lines "DEVICE OP ns_per_flop ns_per_byte
- * ns_per_node nodes". ML_COSTMODEL=FILE names another file.
- */
-struct cm_row {
-	char dev[64];
-	char op[48];
-	double sum_ns, sum_flops, sum_bytes;
-	int64_t nodes;
-};
-
-struct costmodel {
-	struct cm_row *rows;
-	int n, cap;
-	bool changed;
-};
-
-static void
-cm_path(char *buf, size_t n)
-{
-	const char *f = getenv("ML_COSTMODEL");
-	if (f != NULL && f[0] != '\0') {
-		snprintf(buf, n, "%s", f);
-		return;
-	}
-	const char *c = getenv("ML_CL_CACHE");
-	const char *x = getenv("XDG_CACHE_HOME");
-	const char *h = getenv("HOME");
-	if (c != NULL && strcmp(c, "0") != 0 && c[0] != '\0')
-		snprintf(buf, n, "%s/costmodel.txt", c);
-	else if (x != NULL && x[0] == '/')
-		snprintf(buf, n, "%s/ml/costmodel.txt", x);
-	else if (h != NULL && h[0] != '\0')
-		snprintf(buf, n, "%s/.cache/ml/costmodel.txt", h);
-	else
-		buf[0] = '\0';
-}
-
-static struct cm_row *
-cm_find(struct costmodel *cm, const char *dev, const char *op, bool add)
-{
-	for (int i = 0; i < cm->n; i++)
-		if (strcmp(cm->rows[i].dev, dev) == 0 && strcmp(cm->rows[i].op, op) == 0)
-			return &cm->rows[i];
-	if (!add)
-		return NULL;
-	if (cm->n == cm->cap) {
-		int cap = cm->cap ? 2 * cm->cap : 64;
-		struct cm_row *r = ml_realloc(cm->rows, sizeof *r * (size_t)cap);
-		if (r == NULL)
-			return NULL;
-		cm->rows = r;
-		cm->cap = cap;
-	}
-	struct cm_row *r = &cm->rows[cm->n++];
-	memset(r, 0, sizeof *r);
-	snprintf(r->dev, sizeof r->dev, "%s", dev);
-	snprintf(r->op, sizeof r->op, "%s", op);
-	return r;
-}
-
-static void
-cm_load(struct costmodel *cm)
-{
-	char path[4096];
-	cm_path(path, sizeof path);
-	size_t pl = strlen(path);
-	if (pl > 5 && strcmp(path + pl - 5, ".json") == 0)
-		return;		/* read by cm_load_json */
-	FILE *fp = path[0] ? fopen(path, "r") : NULL;
-	if (fp == NULL)
-		return;
-	char line[512];
-	while (fgets(line, sizeof line, fp) != NULL) {
-		char dev[64], op[48];
-		double ns, fl, by;
-		long long nodes;
-		if (line[0] == '#' ||
-		    sscanf(line, "%63s %47s %lf %lf %lf %lld", dev, op, &ns, &fl, &by, &nodes) != 6)
-			continue;
-		struct cm_row *r = cm_find(cm, dev, op, true);
-		if (r != NULL) {
-			r->sum_ns = ns;
-			r->sum_flops = fl;
-			r->sum_bytes = by;
-			r->nodes = nodes;
-		}
-	}
-	fclose(fp);
-}
-
-static void
-cm_save(struct costmodel *cm)
-{
-	char path[4096], dir[4096];
-	cm_path(path, sizeof path);
-	size_t pl = strlen(path);
-	if (!cm->changed || path[0] == '\0' || (pl > 5 && strcmp(path + pl - 5, ".json") == 0))
-		return;		/* mlprof's JSON model is read, never rewritten */
-	snprintf(dir, sizeof dir, "%s", path);
-	char *sl = strrchr(dir, '/');
-	if (sl != NULL) {
-		*sl = '\0';
-		for (char *p = dir + 1; *p; p++)
-			if (*p == '/') {
-				*p = '\0';
-				mkdir(dir, 0755);
-				*p = '/';
-			}
-		mkdir(dir, 0755);
-	}
-	size_t cap = 128 + (size_t)cm->n * 200, len = 0;
-	char *buf = ml_malloc(cap);
-	if (buf == NULL)
-		return;
-	len += (size_t)snprintf(buf + len, cap - len,
-				"# ml cost model: device op sum_ns sum_flops sum_bytes nodes\n");
-	for (int i = 0; i < cm->n; i++)
-		len += (size_t)snprintf(buf + len, cap - len, "%s %s %.6g %.6g %.6g %lld\n",
-					cm->rows[i].dev, cm->rows[i].op, cm->rows[i].sum_ns,
-					cm->rows[i].sum_flops, cm->rows[i].sum_bytes,
-					(long long)cm->rows[i].nodes);
-	struct ml_err e = { 0 };
-	ml_write_atomic(path, buf, len, &e);
-	ml_free(buf);
-}
-
-/*
- * cm_load_json: add the rows of a cost model of mlprof --calibrate
- * (ml_prof_write_costmodel: {"devices": {"cpu": {"ops": {"Conv": {"nodes":
- * N, "flops": F, "bytes": B, "ns": T, ...}}}, "cl:0": ...}}) that the model
- * lacks. "cl:N" rows are this session's device when N is its index.
- */
-static void
-cm_load_json(struct costmodel *cm, const char *path, int cl_index, const char *cl_name)
-{
-	uint8_t *buf;
-	size_t len;
-	struct ml_err e = { 0 };
-	if (access(path, R_OK) != 0 || ml_read_file(path, &buf, &len, &e) < 0)
-		return;
-	char *p = (char *)buf;
-	if (strstr(p, "\"ml-costmodel\"") == NULL) {
-		ml_free(buf);
-		return;
-	}
-	char *q = strstr(p, "\"devices\"");
-	while (q != NULL && (q = strstr(q, "\"runs\"")) != NULL) {
-		/* the device key is the string before this object */
-		char *k = q;
-		while (k > p && *k != '{')
-			k--;
-		char *ke = k;
-		while (ke > p && *ke != '"')
-			ke--;
-		char *ks = ke - 1;
-		while (ks > p && *ks != '"')
-			ks--;
-		char dev[64] = "";
-		if (ke > ks && (size_t)(ke - ks - 1) < sizeof dev)
-			memcpy(dev, ks + 1, (size_t)(ke - ks - 1));
-		if (strncmp(dev, "cl:", 3) == 0) {
-			if (atoi(dev + 3) != cl_index || cl_name == NULL)
-				dev[0] = '\0';
-			else
-				snprintf(dev, sizeof dev, "%s", cl_name);
-		}
-		char *ops = strstr(q, "\"ops\"");
-		char *next = strstr(q + 6, "\"runs\"");
-		if (ops == NULL)
-			break;
-		for (char *o = strchr(ops + 6, '"'); o != NULL && (next == NULL || o < next);) {
-			char op[48];
-			long long nodes, fl, by;
-			double ns;
-			if (sscanf(o, "\"%47[^\"]\": {\"nodes\": %lld, \"flops\": %lld, \"bytes\": %lld, "
-				   "\"ns\": %lf", op, &nodes, &fl, &by, &ns) == 5 && dev[0] != '\0' &&
-			    cm_find(cm, dev, op, false) == NULL) {
-				struct cm_row *r = cm_find(cm, dev, op, true);
-				if (r != NULL) {
-					r->sum_ns = ns;
-					r->sum_flops = (double)fl;
-					r->sum_bytes = (double)by;
-					r->nodes = nodes;
-				}
-			}
-			char *end = strchr(o, '}');
-			if (end == NULL)
-				break;
-			o = strchr(end, '"');
-			if (o != NULL && strncmp(o, "\"runs\"", 6) == 0)
-				break;
-		}
-		q = next;
-	}
-	ml_free(buf);
-}
-
-/* cm_predict: microseconds for a node of op with fl FLOPs and by bytes; -1 when unknown */
-static double
-cm_predict(struct costmodel *cm, const char *dev, const char *op, double fl, double by)
-{
-	struct cm_row *r = cm_find(cm, dev, op, false);
-	if (r == NULL || r->nodes == 0)
-		return -1;
-	/* a fixed part (the smallest node's share) and a part that scales */
-	double per_node = r->sum_ns / (double)r->nodes;
-	double ns;
-	if (r->sum_flops > 0 && fl > 0)
-		ns = fl * r->sum_ns / r->sum_flops;
-	else if (r->sum_bytes > 0 && by > 0)
-		ns = by * r->sum_ns / r->sum_bytes;
-	else
-		ns = per_node;
-	return ns * 1e-3;
-}
-
-/*
  * Static sizes of a node, for the model: FLOPs (ml_node_flops) and bytes
  * read and written from the inferred shapes.
  */
@@ -503,6 +289,7 @@ predicted(const struct ml_session *s, const int *nd, double *xfer_bytes)
 	const struct ml_graph *g = s->g;
 	const struct ml_hx *hx = s->hx;
 	double us = 0, xb = 0;
+	int copies = 0;
 	for (int i = 0; i < g->n_nodes; i++) {
 		const struct ml_node *n = &g->nodes[i];
 		us += nd[i] ? hx->cost_dev[i] : hx->cost_cpu[i];
@@ -515,18 +302,22 @@ predicted(const struct ml_session *s, const int *nd, double *xfer_bytes)
 			int where = p >= 0 ? nd[p] : 0;
 			if (ten->kind == ML_TK_CONST || ten->kind == ML_TK_PARAM)
 				continue;
-			if (where != nd[i] && !(nd[i] && (hx->ops->host_inputs(n) >> j & 1)))
+			if (where != nd[i] && !(nd[i] && (hx->ops->host_inputs(n) >> j & 1))) {
 				xb += (double)tensor_bytes(g, t);
+				copies++;
+			}
 		}
 	}
 	for (int i = 0; i < g->n_outputs; i++) {
 		int p = g->tensors[g->outputs[i]]->producer;
-		if (p >= 0 && nd[p])
+		if (p >= 0 && nd[p]) {
 			xb += (double)tensor_bytes(g, g->outputs[i]);
+			copies++;
+		}
 	}
 	if (xfer_bytes != NULL)
 		*xfer_bytes = xb;
-	return us + xb * hx->bw_ns_per_byte * 1e-3;
+	return us + xb * hx->bw_ns_per_byte * 1e-3 + copies * hx->xfer_us;
 }
 
 static void
@@ -577,7 +368,7 @@ open_device(struct ml_session *s, const char *dev, struct ml_err *e)
  * by running it once on the CPU and once on the device, with profiling.
  */
 static int
-calibrate(struct ml_session *s, struct costmodel *cm, const char *devname, struct ml_err *e);
+calibrate(struct ml_session *s, struct ml_costmodel *cm, const char *devname, struct ml_err *e);
 
 static int
 prepare_nodes(struct ml_session *s, struct ml_err *e)
@@ -588,6 +379,28 @@ prepare_nodes(struct ml_session *s, struct ml_err *e)
 		if (hx->node_dev[i])
 			ML_TRY(hx->ops->prepare(hx->dev, g, &g->nodes[i], e));
 	return 0;
+}
+
+/*
+ * settle: wait for the device commands of each profiled node of the last
+ * run and, with record, make their device times the nodes' times.
+ */
+static void
+settle(struct ml_session *s, bool record)
+{
+	struct ml_hx *hx = s->hx;
+	if (hx->evset == NULL)
+		return;
+	for (int i = 0; i < s->g->n_nodes; i++) {
+		if (hx->evset[i] == NULL)
+			continue;
+		double a, b;
+		if (hx->ops->span(hx->dev, hx->evset[i], record ? &a : NULL, &b) == 0 && record) {
+			s->node_start[i] = a;
+			s->node_time[i] = b - a;
+		}
+		hx->evset[i] = NULL;
+	}
 }
 
 static void
@@ -613,6 +426,37 @@ fall_back(struct ml_session *s, const char *why)
 	note(hx, "running on the CPU: %s", why);
 }
 
+/*
+ * half_note: f16 nodes the device cannot run (no cl_khr_fp16) go to the
+ * CPU; the session's note says so.
+ */
+static void
+half_note(struct ml_session *s)
+{
+	const struct ml_graph *g = s->g;
+	struct ml_hx *hx = s->hx;
+	struct ml_device_info di;
+	if (ml_cl_info(hx->dev_index - 1, &di) < 0 || di.fp16)
+		return;
+	int nh = 0;
+	for (int i = 0; i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		bool half = false;
+		for (int j = 0; j < n->n_in; j++)
+			half |= n->in[j] >= 0 && g->tensors[n->in[j]]->dtype == ML_F16;
+		for (int j = 0; j < n->n_out; j++)
+			half |= n->out[j] >= 0 && g->tensors[n->out[j]]->dtype == ML_F16;
+		nh += half && !hx->node_ok[i] && ml_opdef_get(n->op) != NULL &&
+		      n->op != ML_OP_CAST;
+	}
+	if (nh > 0) {
+		char buf[sizeof hx->note];
+		snprintf(buf, sizeof buf, "%d f16 node%s on the CPU: cl:%d (%s) has no cl_khr_fp16",
+			 nh, nh == 1 ? " runs" : "s run", hx->dev_index - 1, di.name);
+		note(hx, "%s", buf);
+	}
+}
+
 int
 ml_hx_new(struct ml_session *s, struct ml_err *e)
 {
@@ -630,8 +474,11 @@ ml_hx_new(struct ml_session *s, struct ml_err *e)
 	hx->buf = ml_calloc(nt, sizeof *hx->buf);
 	hx->loc = ml_calloc(nt, sizeof *hx->loc);
 	hx->dirty = ml_calloc(nt, sizeof *hx->dirty);
+	hx->done = ml_calloc(nn, sizeof *hx->done);
+	hx->evset = ml_calloc(nn, sizeof *hx->evset);
 	if (hx->node_dev == NULL || hx->node_ok == NULL || hx->cost_cpu == NULL ||
-	    hx->cost_dev == NULL || hx->buf == NULL || hx->loc == NULL || hx->dirty == NULL)
+	    hx->cost_dev == NULL || hx->buf == NULL || hx->loc == NULL || hx->dirty == NULL ||
+	    hx->done == NULL || hx->evset == NULL)
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	hx->is_auto = strcmp(dev, "auto") == 0;
 	hx->bw_ns_per_byte = 0.2;	/* ~5 GB/s until measured */
@@ -652,9 +499,10 @@ ml_hx_new(struct ml_session *s, struct ml_err *e)
 		hx->node_ok[i] = hx->ops->supports(hx->dev, g, n);
 		hx->node_dev[i] = hx->node_ok[i] ? hx->dev_index : 0;
 	}
+	half_note(s);
 	if (hx->is_auto) {
-		struct costmodel cm = { 0 };
-		cm_load(&cm);
+		struct ml_costmodel cm = { 0 };
+		ml_cm_load(&cm);
 		/* the model's device key: the name without blanks */
 		char dn[64];
 		snprintf(dn, sizeof dn, "%s", hx->ops->describe(hx->dev));
@@ -663,13 +511,13 @@ ml_hx_new(struct ml_session *s, struct ml_err *e)
 				*p = '_';
 		/* what mlprof --calibrate measured fills what this model lacks */
 		char jp[4096];
-		cm_path(jp, sizeof jp);
+		ml_cm_path(jp, sizeof jp);
 		size_t jl = strlen(jp);
 		if (jl > 4 && strcmp(jp + jl - 4, ".txt") == 0) {
 			snprintf(jp + jl - 4, sizeof jp - (jl - 4), ".json");
-			cm_load_json(&cm, jp, hx->dev_index - 1, dn);
+			ml_cm_load_json(&cm, jp, hx->dev_index - 1, dn);
 		} else if (jl > 5 && strcmp(jp + jl - 5, ".json") == 0) {
-			cm_load_json(&cm, jp, hx->dev_index - 1, dn);
+			ml_cm_load_json(&cm, jp, hx->dev_index - 1, dn);
 		}
 		rc = calibrate(s, &cm, dn, &de);
 		if (rc < 0) {
@@ -677,20 +525,37 @@ ml_hx_new(struct ml_session *s, struct ml_err *e)
 			fall_back(s, de.msg);
 			return 0;
 		}
+		double floor;
+		double launch = ml_cm_launch(&cm, dn, &floor);
+		struct ml_cm_row *cr = ml_cm_find(&cm, dn, ML_CM_COPY, false);
+		if (cr != NULL && cr->nodes > 0 && cr->sum_bytes > 0) {
+			hx->xfer_us = cr->min_ns * 1e-3;
+			hx->bw_ns_per_byte = ML_MAX(0.0, cr->sum_ns - cr->min_ns * (double)cr->nodes) /
+					     cr->sum_bytes;
+		}
 		for (int i = 0; i < g->n_nodes; i++) {
 			const struct ml_node *n = &g->nodes[i];
 			double fl = (double)ml_node_flops(g, i), by = node_bytes(g, n);
-			double c = cm_predict(&cm, "cpu", n->op_type, fl, by);
-			double d = cm_predict(&cm, dn, n->op_type, fl, by);
+			char kb[64];
+			const char *key = ml_cm_key(n, kb, sizeof kb);
+			double c = ml_cm_predict(&cm, "cpu", key, n->op_type, fl, by);
+			double d = ml_cm_predict(&cm, dn, key, n->op_type, fl, by);
 			hx->cost_cpu[i] = c >= 0 ? c : 1;
+			/* a kernel costs at least the cheapest one measured, plus its launch */
+			if (d >= 0 && !hx->ops->view(n))
+				d = ML_MAX(d, floor) + launch;
 			hx->cost_dev[i] = hx->node_ok[i] && d >= 0 ? d : 1e30;
 		}
-		cm_save(&cm);
+		ml_cm_save(&cm);
 		ml_free(cm.rows);
 		/*
-		 * Three candidates, the cheapest predicted wins: all on the CPU,
-		 * everything the device has on the device, and a greedy walk that
-		 * puts each node where it and the copies of its inputs cost least.
+		 * Three candidates: all on the CPU, everything the device has on
+		 * the device, and a greedy walk that puts a node on the device
+		 * only where it and the copies of its inputs are predicted
+		 * AUTO_MARGIN cheaper there. A plan that uses the device must be
+		 * predicted AUTO_MARGIN (and AUTO_MIN_US) faster than the all-CPU
+		 * plan: the model is measured on a noisy machine, and a device
+		 * that shares the host's cores (POCL) adds no compute.
 		 */
 		int *best = ml_calloc(nn, sizeof *best), *cand = ml_calloc(nn, sizeof *cand);
 		if (best == NULL || cand == NULL) {
@@ -698,7 +563,8 @@ ml_hx_new(struct ml_session *s, struct ml_err *e)
 			ml_free(cand);
 			return ml_fail(e, ML_ENOMEM, "out of memory");
 		}
-		double best_us = predicted(s, best, NULL);
+		double cpu_us = predicted(s, best, NULL);
+		double best_us = cpu_us * (1 - AUTO_MARGIN) - AUTO_MIN_US;
 		double us = predicted(s, hx->node_dev, NULL);
 		if (us < best_us) {
 			best_us = us;
@@ -711,14 +577,15 @@ ml_hx_new(struct ml_session *s, struct ml_err *e)
 				int t = n->in[j];
 				if (t < 0 || g->tensors[t]->producer < 0)
 					continue;
-				double x = (double)tensor_bytes(g, t) * hx->bw_ns_per_byte * 1e-3;
+				double x = (double)tensor_bytes(g, t) * hx->bw_ns_per_byte * 1e-3 +
+					   hx->xfer_us;
 				if (cand[g->tensors[t]->producer])
 					in_cpu += x;
 				else if (!(hx->ops->host_inputs(n) >> j & 1))
 					in_dev += x;
 			}
-			cand[i] = hx->node_ok[i] && hx->cost_dev[i] + in_dev < hx->cost_cpu[i] + in_cpu
-				  ? hx->dev_index : 0;
+			cand[i] = hx->node_ok[i] && hx->cost_dev[i] + in_dev <
+				  (hx->cost_cpu[i] + in_cpu) * (1 - AUTO_MARGIN) ? hx->dev_index : 0;
 		}
 		us = predicted(s, cand, NULL);
 		if (us < best_us) {
@@ -756,7 +623,10 @@ ml_hx_free(struct ml_session *s)
 	struct ml_hx *hx = s->hx;
 	if (hx == NULL)
 		return;
+	settle(s, false);
 	hx_release(hx, s->g->n_tensors);
+	ml_free(hx->done);
+	ml_free(hx->evset);
 	ml_free(hx->node_dev);
 	ml_free(hx->node_ok);
 	ml_free(hx->cost_cpu);
@@ -847,6 +717,7 @@ to_dev(struct ml_session *s, int t, struct ml_err *e)
 struct devrun {
 	struct ml_session *s;
 	int i;
+	bool hoisted;		/* run ahead of CPU nodes before it in the order */
 	bool timed;		/* start and end came from the device's profiling events */
 	double start, end;
 };
@@ -897,11 +768,22 @@ dev_kern(void *arg, struct ml_opctx *c)
 		for (int j = 0; j < n->n_in; j++)
 			if (n->in[j] >= 0)
 				ML_TRY(to_host(s, n->in[j], c->err));
-		for (int j = 0; j < n->n_out; j++)
+		for (int j = 0; j < n->n_out; j++) {
 			if (n->out[j] >= 0 && hx->buf[n->out[j]] != NULL) {
 				hx->ops->free(hx->dev, hx->buf[n->out[j]]);
 				hx->buf[n->out[j]] = NULL;
 			}
+			/*
+			 * run ahead, its arena slot may still hold a value CPU
+			 * nodes before it read: the result goes to the heap
+			 */
+			struct ml_tval *o = c->out[j];
+			if (r->hoisted && o != NULL && o->data != NULL && !o->owned) {
+				int64_t dims[ML_MAX_RANK];
+				memcpy(dims, o->dims, sizeof dims);
+				ML_TRY(ml_tval_alloc(o, o->dtype, o->rank, dims, c->err));
+			}
+		}
 		ML_TRY(ml_cpu_kernel_get(n->op)(c));
 		for (int j = 0; j < n->n_out; j++)
 			if (n->out[j] >= 0)
@@ -925,7 +807,10 @@ dev_kern(void *arg, struct ml_opctx *c)
 				hx->dirty[t] = true;
 			}
 		}
-	if (s->o.profile && hx->ops->times != NULL) {
+	if (s->o.profile && hx->ops->take != NULL) {
+		/* the times are read after the run: no wait here, the CPU goes on */
+		hx->evset[r->i] = hx->ops->take(hx->dev);
+	} else if (s->o.profile && hx->ops->times != NULL) {
 		ML_TRY(hx->ops->sync(hx->dev, c->err));
 		double a, b;
 		if (hx->ops->times(hx->dev, &a, &b) == 0) {
@@ -936,6 +821,123 @@ dev_kern(void *arg, struct ml_opctx *c)
 	}
 	return 0;
 }
+
+/*
+ * run_one: node i on its device (hoisted: ahead of CPU nodes before it),
+ * its inputs copied where it reads them; then the device buffers of the
+ * tensors it read last are released.
+ */
+static int
+run_one(struct ml_session *s, int i, bool hoisted, struct ml_err *e)
+{
+	const struct ml_graph *g = s->g;
+	struct ml_hx *hx = s->hx;
+	const struct ml_node *n = &g->nodes[i];
+	int rc;
+	if (hx->node_dev[i]) {
+		struct devrun r = { s, i, hoisted, false, 0, 0 };
+		rc = ml_session_run_node(s, i, dev_kern, &r, e);
+		/* the device's own clock, not the host's enqueue time */
+		if (rc == 0 && r.timed) {
+			s->node_start[i] = r.start;
+			s->node_time[i] = r.end - r.start;
+		}
+	} else {
+		for (int j = 0; j < n->n_in; j++)
+			if (n->in[j] >= 0 && (rc = to_host(s, n->in[j], e)) < 0)
+				return rc;
+		/* a body (If, Loop, Scan) reads enclosing values by name: all to the host */
+		bool body = false;
+		for (int a = 0; a < n->n_attr; a++)
+			body |= n->attrs[a].type == ML_ATTR_GRAPH ||
+				n->attrs[a].type == ML_ATTR_GRAPHS;
+		for (int t = 0; body && t < g->n_tensors; t++)
+			if (hx->buf[t] != NULL && (is_stored(g, t) || s->last_use[t] >= i) &&
+			    (rc = to_host(s, t, e)) < 0)
+				return rc;
+		rc = ml_session_run_node(s, i, NULL, NULL, e);
+		for (int j = 0; j < n->n_out; j++)
+			if (n->out[j] >= 0) {
+				hx->loc[n->out[j]] = ON_HOST;
+				if (hx->buf[n->out[j]] != NULL) {
+					hx->ops->free(hx->dev, hx->buf[n->out[j]]);
+					hx->buf[n->out[j]] = NULL;
+				}
+			}
+		/* a CPU update op wrote the host copy: the device copy is stale */
+		if (rc == 0 && side_effect(n->op))
+			for (int j = 0; j < n->n_in; j++)
+				if (n->in[j] >= 0 && is_stored(g, n->in[j]))
+					hx->loc[n->in[j]] = ON_HOST;
+	}
+	if (rc < 0)
+		return rc;
+	/* device buffers die with their last reader */
+	for (int j = 0; j < n->n_in; j++) {
+		int t = n->in[j];
+		if (t >= 0 && s->last_use[t] == i && !is_stored(g, t) &&
+		    hx->buf[t] != NULL) {
+			hx->ops->free(hx->dev, hx->buf[t]);
+			hx->buf[t] = NULL;
+			hx->loc[t] &= (uint8_t)~ON_DEV;
+		}
+	}
+	return 0;
+}
+
+static bool
+has_body(const struct ml_node *n)
+{
+	for (int a = 0; a < n->n_attr; a++)
+		if (n->attrs[a].type == ML_ATTR_GRAPH || n->attrs[a].type == ML_ATTR_GRAPHS)
+			return true;
+	return false;
+}
+
+/*
+ * hoistable: whether device node k may be enqueued now, while the nodes
+ * from cur up to k have not all run: its inputs are made, the ones it
+ * reads on the host are there (no download into a slot a pending node
+ * may still read), no pending node before it reads an input it is the
+ * last reader of (which releases it), writes stored tensors or reads
+ * values by name (side effects, bodies).
+ */
+static bool
+hoistable(const struct ml_session *s, const bool *done, int cur, int k)
+{
+	const struct ml_graph *g = s->g;
+	const struct ml_hx *hx = s->hx;
+	const struct ml_node *n = &g->nodes[k];
+	if (done[k] || !hx->node_dev[k] || side_effect(n->op) || has_body(n))
+		return false;
+	unsigned host = hx->ops->host_inputs(n);
+	for (int j = 0; j < n->n_in; j++) {
+		int t = n->in[j];
+		if (t < 0)
+			continue;
+		int p = g->tensors[t]->producer;
+		if (p >= 0 && !done[p])
+			return false;
+		if ((host >> j & 1) && !(hx->loc[t] & ON_HOST))
+			return false;
+	}
+	for (int i = cur; i < k; i++) {
+		const struct ml_node *m = &g->nodes[i];
+		if (done[i])
+			continue;
+		if (side_effect(m->op) || has_body(m))
+			return false;
+		for (int a = 0; a < m->n_in; a++)
+			for (int b = 0; m->in[a] >= 0 && b < n->n_in; b++)
+				if (m->in[a] == n->in[b] && s->last_use[n->in[b]] == k &&
+				    !is_stored(g, n->in[b]) && !s->bound[n->in[b]])
+					return false;
+	}
+	return true;
+}
+
+/* how far ahead of a CPU node the executor looks for device nodes to enqueue */
+#define HOIST_WINDOW 32
 
 static int
 run_all(struct ml_session *s, struct ml_err *e)
@@ -957,59 +959,33 @@ run_all(struct ml_session *s, struct ml_err *e)
 			hx->loc[t] = ON_HOST;
 		}
 	}
-	if (s->o.profile && hx->ops->profile != NULL)
-		hx->ops->profile(hx->dev, true);
+	settle(s, false);
+	/* the device is shared by the process's sessions: profile only when this one does */
+	if (hx->ops->profile != NULL)
+		hx->ops->profile(hx->dev, s->o.profile);
+	if (hx->ops->take != NULL) {
+		void *old = hx->ops->take(hx->dev);	/* what another session left */
+		if (old != NULL)
+			hx->ops->span(hx->dev, old, NULL, NULL);
+	}
+	memset(hx->done, 0, sizeof *hx->done * (size_t)g->n_nodes);
 	for (int i = 0; i < g->n_nodes; i++) {
-		const struct ml_node *n = &g->nodes[i];
 		int rc;
-		if (hx->node_dev[i]) {
-			struct devrun r = { s, i, false, 0, 0 };
-			rc = ml_session_run_node(s, i, dev_kern, &r, e);
-			/* the device's own clock, not the host's enqueue time */
-			if (rc == 0 && r.timed) {
-				s->node_start[i] = r.start;
-				s->node_time[i] = r.end - r.start;
+		if (hx->done[i])
+			continue;
+		/*
+		 * before a CPU node, enqueue the device nodes ahead that depend
+		 * on nothing pending: the device works while the CPU does
+		 */
+		for (int k = i + 1; !hx->node_dev[i] && k < g->n_nodes && k <= i + HOIST_WINDOW; k++)
+			if (hoistable(s, hx->done, i, k)) {
+				if ((rc = run_one(s, k, true, e)) < 0)
+					return rc;
+				hx->done[k] = true;
 			}
-		} else {
-			for (int j = 0; j < n->n_in; j++)
-				if (n->in[j] >= 0 && (rc = to_host(s, n->in[j], e)) < 0)
-					return rc;
-			/* a body (If, Loop, Scan) reads enclosing values by name: all to the host */
-			bool body = false;
-			for (int a = 0; a < n->n_attr; a++)
-				body |= n->attrs[a].type == ML_ATTR_GRAPH ||
-					n->attrs[a].type == ML_ATTR_GRAPHS;
-			for (int t = 0; body && t < g->n_tensors; t++)
-				if (hx->buf[t] != NULL && (is_stored(g, t) || s->last_use[t] >= i) &&
-				    (rc = to_host(s, t, e)) < 0)
-					return rc;
-			rc = ml_session_run_node(s, i, NULL, NULL, e);
-			for (int j = 0; j < n->n_out; j++)
-				if (n->out[j] >= 0) {
-					hx->loc[n->out[j]] = ON_HOST;
-					if (hx->buf[n->out[j]] != NULL) {
-						hx->ops->free(hx->dev, hx->buf[n->out[j]]);
-						hx->buf[n->out[j]] = NULL;
-					}
-				}
-			/* a CPU update op wrote the host copy: the device copy is stale */
-			if (rc == 0 && side_effect(n->op))
-				for (int j = 0; j < n->n_in; j++)
-					if (n->in[j] >= 0 && is_stored(g, n->in[j]))
-						hx->loc[n->in[j]] = ON_HOST;
-		}
-		if (rc < 0)
+		if ((rc = run_one(s, i, false, e)) < 0)
 			return rc;
-		/* device buffers die with their last reader */
-		for (int j = 0; j < n->n_in; j++) {
-			int t = n->in[j];
-			if (t >= 0 && s->last_use[t] == i && !is_stored(g, t) &&
-			    hx->buf[t] != NULL) {
-				hx->ops->free(hx->dev, hx->buf[t]);
-				hx->buf[t] = NULL;
-				hx->loc[t] &= (uint8_t)~ON_DEV;
-			}
-		}
+		hx->done[i] = true;
 	}
 	for (int i = 0; i < g->n_outputs; i++) {
 		int rc = to_host(s, g->outputs[i], e);
@@ -1019,6 +995,7 @@ run_all(struct ml_session *s, struct ml_err *e)
 	int rc = hx->ops->sync(hx->dev, e);
 	if (rc < 0)
 		return rc;
+	settle(s, true);
 	for (int t = 0; t < g->n_tensors; t++)
 		if (!is_stored(g, t) && hx->buf[t] != NULL) {
 			hx->ops->free(hx->dev, hx->buf[t]);
@@ -1053,24 +1030,27 @@ ml_hx_run(struct ml_session *s, struct ml_err *e)
  * for the op types the model lacks, on random inputs where the session has
  * none bound; add the per-op sums to the model.
  */
-static void
-cm_add(struct costmodel *cm, struct ml_session *s, const char *dev, const int *nd, int want,
-       bool *missing)
+
+/*
+ * timed_runs: run m runs times; best[i] the smallest time of node i over
+ * them, *wall the smallest run's wall time (the first run, which builds
+ * and plans, is not counted when runs > 1).
+ */
+static int
+timed_runs(struct ml_session *m, int runs, double *best, double *wall, struct ml_err *e)
 {
-	const struct ml_graph *g = s->g;
-	for (int i = 0; i < g->n_nodes; i++) {
-		const struct ml_node *n = &g->nodes[i];
-		if (nd[i] != want || !missing[i])
+	*wall = 1e30;
+	for (int k = 0; k < runs; k++) {
+		double t0 = ml_now();
+		ML_TRY(ml_session_run(m, e));
+		double w = ml_now() - t0;
+		if (k == 0 && runs > 1)
 			continue;
-		struct cm_row *r = cm_find(cm, dev, n->op_type, true);
-		if (r == NULL)
-			continue;
-		r->sum_ns += s->node_time[i] * 1e9;
-		r->sum_flops += (double)s->node_flops[i];
-		r->sum_bytes += (double)s->node_bytes[i];
-		r->nodes++;
-		cm->changed = true;
+		*wall = ML_MIN(*wall, w);
+		for (int i = 0; best != NULL && i < m->g->n_nodes; i++)
+			best[i] = k <= 1 || m->node_time[i] < best[i] ? m->node_time[i] : best[i];
 	}
+	return 0;
 }
 
 static int
@@ -1100,26 +1080,32 @@ bind_random(struct ml_session *s, struct ml_err *e)
 }
 
 static int
-calibrate(struct ml_session *s, struct costmodel *cm, const char *devname, struct ml_err *e)
+calibrate(struct ml_session *s, struct ml_costmodel *cm, const char *devname, struct ml_err *e)
 {
 	const struct ml_graph *g = s->g;
 	struct ml_hx *hx = s->hx;
 	bool *miss_cpu = ml_calloc((size_t)g->n_nodes + 1, sizeof *miss_cpu);
 	bool *miss_dev = ml_calloc((size_t)g->n_nodes + 1, sizeof *miss_dev);
 	int *zero = ml_calloc((size_t)g->n_nodes + 1, sizeof *zero);
+	double *best = ml_calloc((size_t)g->n_nodes + 1, sizeof *best);
 	int rc = 0;
-	bool need_cpu = false, need_dev = false;
-	if (miss_cpu == NULL || miss_dev == NULL || zero == NULL) {
+	bool need_cpu = false, need_dev = false, any_dev = false;
+	if (miss_cpu == NULL || miss_dev == NULL || zero == NULL || best == NULL) {
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto out;
 	}
 	for (int i = 0; i < g->n_nodes; i++) {
-		const char *op = g->nodes[i].op_type;
-		miss_cpu[i] = cm_find(cm, "cpu", op, false) == NULL;
-		miss_dev[i] = hx->node_ok[i] && cm_find(cm, devname, op, false) == NULL;
+		char kb[64];
+		const char *op = ml_cm_key(&g->nodes[i], kb, sizeof kb);
+		miss_cpu[i] = ml_cm_find(cm, "cpu", op, false) == NULL;
+		miss_dev[i] = hx->node_ok[i] && ml_cm_find(cm, devname, op, false) == NULL;
 		need_cpu |= miss_cpu[i];
 		need_dev |= miss_dev[i];
+		any_dev |= hx->node_ok[i];
 	}
+	/* the launch and copy costs are measured once per device */
+	need_dev |= any_dev && (ml_cm_find(cm, devname, ML_CM_LAUNCH, false) == NULL ||
+				ml_cm_find(cm, devname, ML_CM_COPY, false) == NULL);
 	if (!need_cpu && !need_dev)
 		goto out;
 	/* a measuring session of the same graph on each device */
@@ -1134,8 +1120,9 @@ calibrate(struct ml_session *s, struct costmodel *cm, const char *devname, struc
 		rc = 0;	/* no static input shapes: the model stays as it is */
 		goto out;
 	}
-	if (need_cpu && (rc = ml_session_run(m, e)) == 0 && (rc = ml_session_run(m, e)) == 0)
-		cm_add(cm, m, "cpu", zero, 0, miss_cpu);
+	double wall;
+	if (need_cpu && (rc = timed_runs(m, 3, best, &wall, e)) == 0)
+		ml_cm_add(cm, m, "cpu", zero, 0, miss_cpu, best);
 	if (rc < 0) {
 		ml_session_free(m);
 		rc = 0;
@@ -1161,9 +1148,12 @@ calibrate(struct ml_session *s, struct costmodel *cm, const char *devname, struc
 		mh->buf = ml_calloc(nt, sizeof *mh->buf);
 		mh->loc = ml_calloc(nt, sizeof *mh->loc);
 		mh->dirty = ml_calloc(nt, sizeof *mh->dirty);
+		mh->done = ml_calloc(nn, sizeof *mh->done);
+		mh->evset = ml_calloc(nn, sizeof *mh->evset);
 		m->hx = mh;
 		if (mh->node_dev == NULL || mh->node_ok == NULL || mh->cost_cpu == NULL ||
-		    mh->cost_dev == NULL || mh->buf == NULL || mh->loc == NULL || mh->dirty == NULL) {
+		    mh->cost_dev == NULL || mh->buf == NULL || mh->loc == NULL || mh->dirty == NULL ||
+		    mh->done == NULL || mh->evset == NULL) {
 			ml_session_free(m);
 			rc = ml_fail(e, ML_ENOMEM, "out of memory");
 			goto out;
@@ -1171,17 +1161,49 @@ calibrate(struct ml_session *s, struct costmodel *cm, const char *devname, struc
 		memcpy(mh->node_dev, hx->node_dev, sizeof *mh->node_dev * (size_t)g->n_nodes);
 		memcpy(mh->node_ok, hx->node_ok, sizeof *mh->node_ok * (size_t)g->n_nodes);
 		mh->active = true;
-		if ((rc = prepare_nodes(m, e)) == 0 && (rc = ml_session_run(m, e)) == 0 &&
-		    (rc = ml_session_run(m, e)) == 0) {
-			cm_add(cm, m, devname, mh->node_dev, hx->dev_index, miss_dev);
-			/* the transfer rate, from the copies the run made */
-			double by = 0, t = 0;
+		if ((rc = prepare_nodes(m, e)) == 0 && (rc = timed_runs(m, 3, best, &wall, e)) == 0) {
+			ml_cm_add(cm, m, devname, mh->node_dev, hx->dev_index, miss_dev, best);
+			/* the copies the (last) run made: a fixed cost and a rate */
+			double by = 0, t = 0, tmin = 1e30;
 			for (int k = 0; k < mh->n_xfers; k++) {
+				double x = mh->xfers[k].end - mh->xfers[k].start;
 				by += (double)mh->xfers[k].bytes;
-				t += mh->xfers[k].end - mh->xfers[k].start;
+				t += x;
+				tmin = ML_MIN(tmin, x);
 			}
-			if (by > 1e5 && t > 0)
-				hx->bw_ns_per_byte = t * 1e9 / by;
+			struct ml_cm_row *r = mh->n_xfers > 0 ? ml_cm_find(cm, devname, ML_CM_COPY, true) : NULL;
+			if (r != NULL) {
+				r->sum_ns = t * 1e9;
+				r->sum_bytes = by;
+				r->sum_flops = 0;
+				r->nodes = mh->n_xfers;
+				r->min_ns = tmin * 1e9;
+				cm->changed = true;
+			}
+			/*
+			 * the host's cost per launch: a run without profiling (no
+			 * wait after each node) against the device's own times
+			 */
+			double wall_np;
+			m->o.profile = false;
+			rc = timed_runs(m, 2, NULL, &wall_np, e);
+			m->o.profile = true;
+			int nl = 0;
+			double busy = t, kmin = 0;
+			for (int i = 0; i < g->n_nodes; i++) {
+				nl += mh->node_dev[i] != 0;
+				busy += best[i];
+				if (mh->node_dev[i] && !hx->ops->view(&g->nodes[i]) &&
+				    (kmin == 0 || best[i] < kmin))
+					kmin = best[i];
+			}
+			if (rc == 0 && nl > 0 && (r = ml_cm_find(cm, devname, ML_CM_LAUNCH, true)) != NULL) {
+				r->sum_ns = ML_MAX(0.0, wall_np - busy) * 1e9;
+				r->sum_flops = r->sum_bytes = 0;
+				r->min_ns = kmin * 1e9;
+				r->nodes = nl;
+				cm->changed = true;
+			}
 		}
 		if (rc < 0)
 			mh->failed = true;
@@ -1191,6 +1213,7 @@ out:
 	ml_free(miss_cpu);
 	ml_free(miss_dev);
 	ml_free(zero);
+	ml_free(best);
 	return rc;
 }
 

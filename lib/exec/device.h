@@ -64,6 +64,15 @@ struct ml_devops {
 	 * NULL. Valid after sync.
 	 */
 	int (*times)(void *ctx, double *start, double *end);
+	/*
+	 * take: the commands enqueued since the last take (or times), as an
+	 * opaque set, without waiting; NULL when none. span: wait for set's
+	 * commands, their start and end (ml_now() clock) in *start and *end
+	 * (either NULL to only wait), then free the set; 0, -1 when no times.
+	 * Both may be NULL (then the executor syncs after each profiled node).
+	 */
+	void *(*take)(void *ctx);
+	int (*span)(void *ctx, void *set, double *start, double *end);
 	void (*stats)(void *ctx, struct ml_devstats *st);	/* may be NULL */
 };
 

@@ -1,67 +1,169 @@
 /*
- * pool.c: the thread pool kernels split loops over. Workers sleep on a
- * condition variable between jobs; the calling thread takes a share of
- * every job. OpenBLAS gets the same thread count and is only called from
- * the calling thread while the workers sleep, so the two never run more
- * threads than cores between them.
+ * pool.c: the thread pool kernels split loops over. A job is cut into
+ * chunks (up to four per thread) that the calling thread and the workers
+ * claim one at a time from a shared ticket, the job's generation and its
+ * next chunk in one atomic word, so a late or descheduled worker never
+ * holds the caller up: the caller runs whatever is left itself and waits
+ * only for chunks already claimed.
+ *
+ * Between jobs a worker polls the ticket for a while (ML_SPIN_US), since
+ * the next kernel usually follows within microseconds and a
+ * condition-variable wake-up costs tens of them, more than a small
+ * elementwise kernel; after a few hundred polls it yields the CPU on every
+ * poll, so on a machine with more runnable threads than cores it gives
+ * way; then it sleeps on a condition variable. The caller waits for the
+ * last claimed chunks the same way.
+ *
+ * OpenBLAS gets the same thread count and is only called from the calling
+ * thread, outside jobs (a worker may still be polling then, for at most
+ * the spin time). One job runs at a time: a call made while another
+ * thread's job runs, or from inside a job, runs inline.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ml_impl.h"
 
-/* OpenBLAS's own entry point, declared here so only lib/cpu includes cblas.h */
-void openblas_set_num_threads(int n);
-
 #define MAX_THREADS 256
+#define CHUNKS_PER_THREAD 4
+/* How long a worker polls for the next job, and the caller for the end of one. */
+#define ML_SPIN_US 50
+/* Polls with only a pause instruction before each later one also yields. */
+#define SPIN_PAUSES 64
+
+typedef void (*ml_pfn)(void *, int64_t, int64_t);
 
 static struct {
-	pthread_mutex_t mu;
+	pthread_mutex_t mu;	/* guards the fields below up to the job */
+	pthread_mutex_t job;	/* held by the thread whose job runs */
 	pthread_cond_t go, done;
 	int nthreads;		/* total, the caller included */
 	int started;		/* worker threads running */
-	uint64_t gen;		/* job generation */
-	/* the current job */
-	void (*fn)(void *, int64_t, int64_t);
-	void *ctx;
-	int64_t n, chunk;
-	atomic_long next;	/* next chunk index */
-	int64_t nchunks;
-	int active;		/* workers still in the job */
-} P = { .mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
-	.done = PTHREAD_COND_INITIALIZER };
+	uint32_t gen;		/* the last job's generation (the job owner's) */
+	int sleepers;		/* workers waiting on go */
+	bool caller_waits;	/* the caller is waiting on done */
+	/* the current job: written before its ticket is published */
+	_Atomic(ml_pfn) fn;
+	_Atomic(void *) ctx;
+	atomic_llong n, chunk, nchunks;
+	atomic_uint_fast64_t ticket;	/* generation << 32 | next chunk */
+	atomic_llong finished;		/* chunks run to the end */
+} P = { .mu = PTHREAD_MUTEX_INITIALIZER, .job = PTHREAD_MUTEX_INITIALIZER,
+	.go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
 
 static _Thread_local bool in_pool;
 
+static inline void
+cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static int64_t
+now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/*
+ * spin_until: poll done(arg) for about ML_SPIN_US, pausing, then also
+ * yielding, between polls; true as soon as it holds, false when the time
+ * ran out.
+ */
+static bool
+spin_until(bool (*done)(const void *), const void *arg)
+{
+	int64_t t0 = 0;
+
+	for (int i = 0;; i++) {
+		if (done(arg))
+			return true;
+		cpu_relax();
+		if (i >= SPIN_PAUSES)
+			sched_yield();
+		if ((i & 15) == 15) {
+			int64_t t = now_us();
+			if (t0 == 0)
+				t0 = t;
+			else if (t - t0 > ML_SPIN_US)
+				return false;
+		}
+	}
+}
+
+/*
+ * run_chunks: claim and run chunks of job g until none is left (or the
+ * ticket has moved on to a later job). A successful claim proves job g is
+ * still open, so the job fields read before it are job g's: the caller
+ * closes the ticket (a generation of its own, with no chunks to claim)
+ * before it writes the next job's fields, and a worker that has read one
+ * of those (acquire, against the caller's release) then fails its claim.
+ */
 static void
-run_chunks(void)
+run_chunks(uint32_t g)
 {
 	for (;;) {
-		long c = atomic_fetch_add(&P.next, 1);
-		if (c >= P.nchunks)
-			break;
-		int64_t b = c * P.chunk, e = ML_MIN(P.n, b + P.chunk);
-		P.fn(P.ctx, b, e);
+		uint_fast64_t t = atomic_load(&P.ticket);
+		if ((uint32_t)(t >> 32) != g)
+			return;
+		int64_t c = (int64_t)(t & 0xffffffffu);
+		int64_t nchunks = atomic_load_explicit(&P.nchunks, memory_order_acquire);
+		if (c >= nchunks)
+			return;
+		ml_pfn fn = atomic_load_explicit(&P.fn, memory_order_acquire);
+		void *ctx = atomic_load_explicit(&P.ctx, memory_order_acquire);
+		int64_t n = atomic_load_explicit(&P.n, memory_order_acquire);
+		int64_t chunk = atomic_load_explicit(&P.chunk, memory_order_acquire);
+		if (!atomic_compare_exchange_weak(&P.ticket, &t, t + 1))
+			continue;
+		fn(ctx, c * chunk, ML_MIN(n, (c + 1) * chunk));
+		if (atomic_fetch_add(&P.finished, 1) + 1 == nchunks) {
+			pthread_mutex_lock(&P.mu);
+			if (P.caller_waits)
+				pthread_cond_signal(&P.done);
+			pthread_mutex_unlock(&P.mu);
+		}
 	}
+}
+
+static bool
+gen_moved(const void *arg)
+{
+	return (uint32_t)(atomic_load(&P.ticket) >> 32) != *(const uint32_t *)arg;
+}
+
+static bool
+job_over(const void *arg)
+{
+	(void)arg;
+	return atomic_load(&P.finished) == atomic_load(&P.nchunks);
 }
 
 static void *
 worker(void *arg)
 {
-	uint64_t seen = 0;
+	uint32_t seen = 0;
 	(void)arg;
 	in_pool = true;
-	pthread_mutex_lock(&P.mu);
 	for (;;) {
-		while (P.gen == seen)
-			pthread_cond_wait(&P.go, &P.mu);
-		seen = P.gen;
-		pthread_mutex_unlock(&P.mu);
-		run_chunks();
-		pthread_mutex_lock(&P.mu);
-		if (--P.active == 0)
-			pthread_cond_signal(&P.done);
+		if (!spin_until(gen_moved, &seen)) {
+			pthread_mutex_lock(&P.mu);
+			P.sleepers++;
+			while (!gen_moved(&seen))
+				pthread_cond_wait(&P.go, &P.mu);
+			P.sleepers--;
+			pthread_mutex_unlock(&P.mu);
+		}
+		seen = (uint32_t)(atomic_load(&P.ticket) >> 32);
+		run_chunks(seen);
 	}
 	return NULL;
 }
@@ -83,7 +185,7 @@ ml_set_threads(int n)
 	pthread_mutex_lock(&P.mu);
 	P.nthreads = n;
 	pthread_mutex_unlock(&P.mu);
-	openblas_set_num_threads(n);
+	ml_cblas_set_threads(n);
 }
 
 int
@@ -103,12 +205,11 @@ ml_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64
 		grain = 1;
 	int nt = ml_get_threads();
 	int64_t want = (n + grain - 1) / grain;
-	if (nt <= 1 || want <= 1 || in_pool) {
+	if (nt <= 1 || want <= 1 || in_pool || pthread_mutex_trylock(&P.job) != 0) {
 		fn(ctx, 0, n);
 		return;
 	}
-	if (want > nt)
-		want = nt;
+	want = ML_MIN(want, (int64_t)nt * CHUNKS_PER_THREAD);
 	pthread_mutex_lock(&P.mu);
 	/* workers are started lazily and never stopped; extra ones just sleep */
 	while (P.started < nt - 1) {
@@ -118,27 +219,36 @@ ml_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64
 		pthread_detach(th);
 		P.started++;
 	}
-	int workers = ML_MIN(P.started, (int)want - 1);
-	if (workers <= 0) {
+	if (P.started == 0) {
 		pthread_mutex_unlock(&P.mu);
+		pthread_mutex_unlock(&P.job);
 		fn(ctx, 0, n);
 		return;
 	}
-	P.fn = fn;
-	P.ctx = ctx;
-	P.n = n;
-	P.chunk = (n + want - 1) / want;
-	P.nchunks = (n + P.chunk - 1) / P.chunk;
-	atomic_store(&P.next, 0);
-	P.active = P.started;
-	P.gen++;
-	pthread_cond_broadcast(&P.go);
+	int64_t chunk = (n + want - 1) / want;
+	/* close the ticket: a stale claim of the last job now fails */
+	atomic_store(&P.ticket, (uint_fast64_t)++P.gen << 32 | 0xffffffffu);
+	uint32_t g = ++P.gen;
+	atomic_store_explicit(&P.fn, fn, memory_order_release);
+	atomic_store_explicit(&P.ctx, ctx, memory_order_release);
+	atomic_store_explicit(&P.n, n, memory_order_release);
+	atomic_store_explicit(&P.chunk, chunk, memory_order_release);
+	atomic_store_explicit(&P.nchunks, (n + chunk - 1) / chunk, memory_order_release);
+	atomic_store(&P.finished, 0);
+	atomic_store(&P.ticket, (uint_fast64_t)g << 32);
+	if (P.sleepers > 0)
+		pthread_cond_broadcast(&P.go);
 	pthread_mutex_unlock(&P.mu);
 	in_pool = true;
-	run_chunks();
+	run_chunks(g);
 	in_pool = false;
-	pthread_mutex_lock(&P.mu);
-	while (P.active > 0)
-		pthread_cond_wait(&P.done, &P.mu);
-	pthread_mutex_unlock(&P.mu);
+	if (!spin_until(job_over, NULL)) {
+		pthread_mutex_lock(&P.mu);
+		P.caller_waits = true;
+		while (!job_over(NULL))
+			pthread_cond_wait(&P.done, &P.mu);
+		P.caller_waits = false;
+		pthread_mutex_unlock(&P.mu);
+	}
+	pthread_mutex_unlock(&P.job);
 }

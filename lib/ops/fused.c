@@ -7,6 +7,7 @@
  *   FusedMatMul(A, B, [bias], [Z])  MatMul, plus bias[N] on the last dim, plus Z, activation
  *   LayerNormalization(X, S, [B])   ONNX's LayerNormalization (opset 17) for older opsets
  *   FusedElementwise(X, ...)        a chain of elementwise ops in one loop
+ *   Attention(Q, Kt, V)             Softmax(scale * Q Kt over the last axis) V
  *
  * The base op's attributes keep their names and meaning. activation is one
  * of "" (none), Relu, Clip (with clip_min, clip_max), Sigmoid, Tanh, Silu,
@@ -16,6 +17,10 @@
  * the running value is the second operand, e.g. Sub(c, v)); every other
  * input broadcasts to X's shape as one block of dims (a scalar, X's
  * shape, [C, 1, 1] or [N] against X's last dims).
+ * FusedMatMul with INT packed_n takes B packed for the CPU's SGEMM (fused.h).
+ * Attention takes Q [..., L, D], Kt [..., D, S] (K transposed, as the
+ * export's MatMul reads it) and V [..., S, Dv] of equal batch dims, and
+ * the FLOAT attribute scale (default 1); Y is [..., L, Dv].
  * Every fused node carries fused_from, the nodes it replaces (ml_opt.h).
  * Inference delegates to the base op's definition. All are f32 only.
  */
@@ -92,9 +97,42 @@ infer_fgemm(struct ml_opctx *c)
 	return base_infer(c, ML_OP_GEMM, 3);
 }
 
+/*
+ * unpacked: for a FusedMatMul with packed_n, c2 is c with input 1 seen as
+ * the [K, N] matrix it packs (bk, ins: the caller's storage); 0, or a
+ * failure when B is not [ceil(N / 32), K, 32].
+ */
 static int
-infer_fmatmul(struct ml_opctx *c)
+unpacked(const struct ml_opctx *c, struct ml_opctx *c2, struct ml_tval **ins, struct ml_tval *bk)
 {
+	int64_t pn = ml_attr_int(c->node, "packed_n", 0);
+	*c2 = *c;
+	if (pn <= 0 || c->n_in < 2 || c->in[1] == NULL)
+		return 0;
+	const struct ml_tval *b = c->in[1];
+	if (b->rank >= 0 && (b->rank != 3 || b->dims[2] != ML_FUSED_PANEL ||
+			     (b->dims[0] >= 0 && b->dims[0] != (pn + ML_FUSED_PANEL - 1) / ML_FUSED_PANEL)))
+		return ml_opfail((struct ml_opctx *)c, ML_EINVAL,
+				 "packed B must be [ceil(%lld / 32), K, 32]", (long long)pn);
+	*bk = *b;
+	bk->data = NULL;
+	bk->owned = false;
+	bk->rank = b->rank < 0 ? -1 : 2;
+	bk->dims[0] = b->rank < 0 ? -1 : b->dims[1];
+	bk->dims[1] = pn;
+	for (int i = 0; i < c->n_in && i < 4; i++)
+		ins[i] = c->in[i];
+	ins[1] = bk;
+	c2->in = ins;
+	return 0;
+}
+
+static int
+infer_fmatmul(struct ml_opctx *c0)
+{
+	struct ml_opctx cc, *c = &cc;
+	struct ml_tval *ins[4], bk;
+	ML_TRY(unpacked(c0, &cc, ins, &bk));
 	ML_TRY(check_f32(c));
 	ML_TRY(base_infer(c, ML_OP_MATMUL, 2));
 	const struct ml_tval *b = ML_IN(c, 2), *y = c->out[0];
@@ -193,9 +231,58 @@ infer_felem(struct ml_opctx *c)
 	return 0;
 }
 
-static int64_t
-flops_fused(const struct ml_opctx *c)
+/* dim_eq: two dims that may be equal (-1: unknown). */
+static bool
+dim_eq(int64_t a, int64_t b)
 {
+	return a < 0 || b < 0 || a == b;
+}
+
+static int
+infer_fattention(struct ml_opctx *c)
+{
+	const struct ml_tval *q = c->in[0], *kt = c->in[1], *v = c->in[2];
+
+	ML_TRY(check_f32(c));
+	if (q->rank < 0 || kt->rank < 0 || v->rank < 0) {
+		ml_set_shape(c->out[0], ML_F32, -1, NULL);
+		return 0;
+	}
+	int r = q->rank;
+	if (r < 2 || kt->rank != r || v->rank != r)
+		return ml_opfail(c, ML_EINVAL, "Q, Kt and V must have one rank of at least 2");
+	for (int d = 0; d < r - 2; d++)
+		if (!dim_eq(q->dims[d], kt->dims[d]) || !dim_eq(q->dims[d], v->dims[d]))
+			return ml_opfail(c, ML_EINVAL, "Q, Kt and V have different batch dims");
+	if (!dim_eq(q->dims[r - 1], kt->dims[r - 2]) || !dim_eq(kt->dims[r - 1], v->dims[r - 2]))
+		return ml_opfail(c, ML_EINVAL, "Q [.., L, D], Kt [.., D, S] and V [.., S, Dv] do not match");
+	int64_t dims[ML_MAX_RANK];
+	memcpy(dims, q->dims, sizeof(int64_t) * (size_t)r);
+	dims[r - 1] = v->dims[r - 1];
+	ml_set_shape(c->out[0], ML_F32, r, dims);
+	return 0;
+}
+
+static int64_t
+flops_fattention(const struct ml_opctx *c)
+{
+	const struct ml_tval *q = c->in[0], *kt = c->in[1], *y = c->out[0];
+	int64_t ny = ml_tval_numel(y), nq = ml_tval_numel(q);
+	if (ny < 0 || nq < 0 || kt->rank < 2 || q->rank < 2 || q->dims[q->rank - 1] <= 0)
+		return 0;
+	int64_t s = kt->dims[kt->rank - 1], rows = nq / q->dims[q->rank - 1];
+	/* the scores, their softmax, the weighted sum of V */
+	return 2 * nq * s + 5 * rows * s + 2 * ny * s;
+}
+
+static int64_t
+flops_fused(const struct ml_opctx *c0)
+{
+	struct ml_opctx cc;
+	const struct ml_opctx *c = &cc;
+	struct ml_tval *ins[4], bk;
+	if (unpacked(c0, &cc, ins, &bk) < 0)
+		return 0;
 	enum ml_op base = c->node->op == ML_OP_FUSED_CONV	 ? ML_OP_CONV :
 			  c->node->op == ML_OP_FUSED_GEMM	 ? ML_OP_GEMM :
 			  c->node->op == ML_OP_FUSED_MATMUL	 ? ML_OP_MATMUL :
@@ -223,5 +310,6 @@ const struct ml_opdef ml_opdefs_fused[] = {
 	{ ML_OP_FUSED_MATMUL, 2, 4, 1, 1, infer_fmatmul, flops_fused },
 	{ ML_OP_ML_LAYER_NORM, 2, 3, 1, 3, infer_flayernorm, flops_fused },
 	{ ML_OP_FUSED_ELEMWISE, 1, -1, 1, 1, infer_felem, flops_felem },
+	{ ML_OP_FUSED_ATTENTION, 3, 3, 1, 1, infer_fattention, flops_fattention },
 	{ .op = ML_OP_NONE },
 };

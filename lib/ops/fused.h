@@ -27,4 +27,35 @@ int ml_fused_elem_op(const char *s);
  */
 int ml_fused_block(const struct ml_tval *x, const struct ml_tval *y, int64_t *inner, int64_t *cnt);
 
+/*
+ * A FusedMatMul whose INT attribute packed_n (N) is set takes B packed
+ * by mlopt's pack-weights pass: [ceil(N / 32), K, 32], column j of row p
+ * at [j / 32][p][j % 32] (zeros past N), the panels of the packed SGEMM
+ * (ML_PG_NR of lib/cpu/nn.h). The pass packs products of at least
+ * ML_FUSED_PACK_MIN multiply-adds.
+ */
+#define ML_FUSED_PANEL 32
+#define ML_FUSED_PACK_MIN ((int64_t)1 << 20)
+
+/*
+ * CPU kernels of lib/cpu/fused_mm.c. ml_cpu_fmatmul_fast: FusedMatMul
+ * through the packed SGEMM; 0 done, 1 when it does not take the case (the
+ * caller runs the MatMul kernel then, unpacking a packed B with
+ * ml_fused_unpack), or a negative code.
+ * ml_cpu_fconv_fast: the same for a pointwise FusedConv.
+ * ml_cpu_attention: the Attention kernel.
+ */
+int ml_cpu_fmatmul_fast(struct ml_opctx *c);
+int ml_cpu_fconv_fast(struct ml_opctx *c);
+/* ml_fused_unpack: packed B (panels) of k x n into b [k, n]. */
+void ml_fused_unpack(const float *bp, int64_t k, int64_t n, float *b);
+int ml_cpu_attention(struct ml_opctx *c);
+/*
+ * ml_fused_tile_epi: over m rows of n floats (row stride ldc) of y, add
+ * bias[0..n) and the rows of z (same strides; either NULL: none), then
+ * apply activation act (ML_ACT_*, Clip within [lo, hi]).
+ */
+void ml_fused_tile_epi(float *y, int64_t m, int64_t n, int64_t ldc, const float *bias,
+		       const float *z, int act, float lo, float hi);
+
 #endif

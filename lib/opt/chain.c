@@ -1,7 +1,7 @@
 /*
  * chain.c: fusion of chains of elementwise ops into one FusedElementwise
  * node (one loop over the data instead of one pass per op), the attention
- * pattern, and the memory plan stored in the graph file.
+ * pattern (to ml.Attention), and the memory plan stored in the graph file.
  */
 #include <stdio.h>
 
@@ -145,13 +145,122 @@ ml_pass_fuse_elementwise(struct opt *o)
 }
 
 /*
- * fuse-attention: not yet; the pass exists so pipelines can name it.
+ * fuse-attention: the scaled dot-product attention of PyTorch's exports,
+ * MatMul(Q, Kt) with a scalar Mul or Div on Q or on the scores (or
+ * neither), Softmax over the last axis, then MatMul by V, to one
+ * ml.Attention(Q, Kt, V) with the scales multiplied into its scale
+ * attribute. Every inner value must have that one reader; Q, Kt and V
+ * must be f32 of known shapes, one rank and equal batch dims (no
+ * broadcast).
  */
+
+/* att_scale: node ni is a Mul or Div of value t by a scalar constant: the factor in *f. */
+static bool
+att_scale(const struct opt *o, int ni, int t, double *f)
+{
+	const struct ml_node *n = &o->g->nodes[ni];
+	double v;
+	if (o->dead[ni] || n->n_in != 2 || n->n_out != 1 || n->out[0] < 0)
+		return false;
+	if (n->op == ML_OP_MUL && (n->in[0] == t || n->in[1] == t) &&
+	    opt_scalar(o, n->in[n->in[0] == t ? 1 : 0], &v) && isfinite(v)) {
+		*f = v;
+		return true;
+	}
+	if (n->op == ML_OP_DIV && n->in[0] == t && opt_scalar(o, n->in[1], &v) && isfinite(v) &&
+	    v != 0.0) {
+		*f = 1.0 / v;
+		return true;
+	}
+	return false;
+}
+
+/* att_shapes: q [.., L, D], kt [.., D, S] and v [.., S, Dv], known, f32, equal batch dims. */
+static bool
+att_shapes(const struct opt *o, int q, int kt, int v)
+{
+	if (!opt_is_f32(o, q) || !opt_is_f32(o, kt) || !opt_is_f32(o, v))
+		return false;
+	const struct ml_tensor *a = o->g->tensors[q], *b = o->g->tensors[kt], *c = o->g->tensors[v];
+	int r = a->rank;
+	if (r < 2 || b->rank != r || c->rank != r)
+		return false;
+	for (int d = 0; d < r - 2; d++)
+		if (a->dims[d] != b->dims[d] || a->dims[d] != c->dims[d])
+			return false;
+	return a->dims[r - 1] == b->dims[r - 2] && b->dims[r - 1] == c->dims[r - 2];
+}
+
 int
 ml_pass_fuse_attention(struct opt *o)
 {
-	(void)o;
-	return 0;
+	struct ml_graph *g = o->g;
+	for (int i = 0; i < g->n_nodes; i++) {
+		if (o->dead[i] || g->nodes[i].op != ML_OP_SOFTMAX || g->nodes[i].n_in != 1)
+			continue;
+		const struct ml_node *sm = &g->nodes[i];
+		int x = sm->in[0], p = sm->out[0];
+		if (x < 0 || p < 0 || !opt_is_f32(o, x))
+			continue;
+		int rank = g->tensors[x]->rank;
+		/* before opset 13 Softmax flattens from axis: the last axis is the same thing */
+		int64_t axis = ml_attr_int(sm, "axis", ml_graph_opset(g, "", 13) >= 13 ? -1 : 1);
+		if (rank < 2 || (axis != -1 && axis != rank - 1))
+			continue;
+		int nodes[5], nn = 0;
+		double scale = 1.0, f;
+		/* the scores: MatMul(Q, Kt), maybe scaled */
+		int si = opt_prod(o, x), mi = si;
+		if (si < 0 || opt_sole(o, x) != i)
+			continue;
+		if (g->nodes[si].op != ML_OP_MATMUL) {
+			int in = g->nodes[si].in[0];
+			if (g->nodes[si].op == ML_OP_MUL && opt_prod(o, in) < 0)
+				in = g->nodes[si].in[1];
+			mi = opt_prod(o, in);
+			if (mi < 0 || !att_scale(o, si, in, &f) || opt_sole(o, in) != si)
+				continue;
+			scale *= f;
+		}
+		if (o->dead[mi] || g->nodes[mi].op != ML_OP_MATMUL || g->nodes[mi].n_in != 2)
+			continue;
+		int q = g->nodes[mi].in[0], kt = g->nodes[mi].in[1];
+		/* a scale on Q */
+		int qi = opt_prod(o, q), qs = -1;
+		if (qi >= 0 && opt_sole(o, q) == mi && (g->nodes[qi].op == ML_OP_MUL ||
+							 g->nodes[qi].op == ML_OP_DIV)) {
+			const struct ml_node *qn = &g->nodes[qi];
+			int src = qn->op == ML_OP_MUL && opt_scalar(o, qn->in[0], &f) ? qn->in[1] :
+											 qn->in[0];
+			if (att_scale(o, qi, src, &f) && opt_f32(o, src)) {
+				scale *= f;
+				qs = qi;
+				q = src;
+			}
+		}
+		/* the weighted sum of V */
+		int oi = opt_sole(o, p);
+		if (oi < 0 || o->dead[oi] || g->nodes[oi].op != ML_OP_MATMUL ||
+		    g->nodes[oi].in[0] != p || g->nodes[oi].in[1] == p)
+			continue;
+		int v = g->nodes[oi].in[1], out = g->nodes[oi].out[0];
+		if (!att_shapes(o, q, kt, v) || !opt_is_f32(o, out))
+			continue;
+		if (qs >= 0)
+			nodes[nn++] = qs;
+		nodes[nn++] = mi;
+		if (si != mi)
+			nodes[nn++] = si;
+		nodes[nn++] = i;
+		nodes[nn++] = oi;
+		for (int k = 0; k < nn - 1; k++)
+			opt_kill(o, nodes[k]);
+		int in[3] = { q, kt, v };
+		ML_TRY(opt_rewrite(o, oi, "Attention", "ml", 3, in, 1, &out, -1, nodes, nn));
+		ML_TRY(ml_node_set_float(g, oi, "scale", scale));
+		opt_note(o, "Attention");
+	}
+	return o->changes;
 }
 
 /*

@@ -449,8 +449,9 @@ ml_pass_fold_scale(struct opt *o)
 			break;
 		case ML_OP_MATMUL:
 		case ML_OP_FUSED_MATMUL:
-			if ((axis != r - 1 && axis != -2) || (p->op == ML_OP_FUSED_MATMUL &&
-							      (ml_fused_act(p) != 0 || p->n_in > 3)))
+			if ((axis != r - 1 && axis != -2) ||
+			    (p->op == ML_OP_FUSED_MATMUL &&
+			     (ml_fused_act(p) != 0 || p->n_in > 3 || ml_attr_find(p, "packed_n"))))
 				continue;
 			cols = true;
 			break;
@@ -643,6 +644,54 @@ ml_pass_fuse_bias_act(struct opt *o)
 				ML_TRY(ml_node_set_float(g, last, "clip_max", hi));
 		}
 		opt_note(o, what);
+	}
+	return o->changes;
+}
+
+/*
+ * pack-weights: the constant [K, N] B of a FusedMatMul of at least
+ * ML_FUSED_PACK_MIN multiply-adds, stored in the panels the CPU's packed
+ * SGEMM reads (ops/fused.h), so that no run packs it again; packed_n
+ * records N. A layout change only: every value is the same.
+ */
+int
+ml_pass_pack_weights(struct opt *o)
+{
+	struct ml_graph *g = o->g;
+	for (int i = 0; i < g->n_nodes; i++) {
+		if (!is_op(o, i, ML_OP_FUSED_MATMUL) || ml_attr_find(&g->nodes[i], "packed_n") != NULL)
+			continue;
+		const struct ml_node *n = &g->nodes[i];
+		int a = n->in[0], b = n->in[1];
+		const float *bd = opt_const(o, b, ML_F32);
+		if (bd == NULL || !opt_is_f32(o, a) || !opt_is_f32(o, b) || g->tensors[b]->rank != 2)
+			continue;
+		int64_t k = g->tensors[b]->dims[0], nn = g->tensors[b]->dims[1];
+		int64_t na = nelem(o, a);
+		if (k <= 0 || nn <= 0 || na <= 0 || na % k != 0 ||
+		    g->tensors[a]->dims[g->tensors[a]->rank - 1] != k || na / k * nn * k < ML_FUSED_PACK_MIN)
+			continue;
+		int64_t np = (nn + ML_FUSED_PANEL - 1) / ML_FUSED_PANEL;
+		int64_t dims[3] = { np, k, ML_FUSED_PANEL };
+		float *pk = ml_calloc((size_t)(np * k * ML_FUSED_PANEL), sizeof(float));
+		if (pk == NULL)
+			return ml_fail(o->e, ML_ENOMEM, "out of memory");
+		for (int64_t r = 0; r < k; r++)
+			for (int64_t j = 0; j < nn; j++)
+				pk[((j / ML_FUSED_PANEL) * k + r) * ML_FUSED_PANEL + j % ML_FUSED_PANEL] =
+					bd[r * nn + j];
+		char base[300];
+		snprintf(base, sizeof base, "%.280s_packed", g->tensors[b]->name);
+		int tp = opt_new_const(o, base, ML_F32, 3, dims, pk);
+		ml_free(pk);
+		if (tp < 0)
+			return tp;
+		struct ml_node *pn = &g->nodes[i];
+		o->nuse[pn->in[1]]--;
+		pn->in[1] = tp;
+		o->nuse[tp]++;
+		ML_TRY(ml_node_set_int(g, i, "packed_n", nn));
+		opt_note(o, "FusedMatMul B packed");
 	}
 	return o->changes;
 }

@@ -921,6 +921,12 @@ build(struct ml_graph **out, const struct ml_graph *g, struct mq_stat *st,
 	*out = NULL;
 	if ((rc = mq_copy_graph(&r.q, g, e)) < 0)
 		return rc;
+	/*
+	 * A quantised model is for inference: mltrain's state (optimizer
+	 * moments of the float weights) cannot resume it, so it is dropped,
+	 * and the sweep removes the slot tensors that nothing reads.
+	 */
+	r.q->train = NULL;
 	r.n_t0 = r.q->n_tensors;
 	if (r.n_t0 != g->n_tensors) {
 		rc = ml_fail(e, ML_EINVAL, "the graph changed in a copy");
@@ -1199,7 +1205,7 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 	    const struct ml_quant_opts *o, struct ml_quant_report *rep, struct ml_err *e)
 {
 	struct mq_stat *st = NULL, *qst = NULL;
-	struct ml_graph *gq = NULL;
+	struct ml_graph *gq = NULL, *gu = NULL;
 	struct ml_quant_report tmp = { 0 };
 	bool *onv = NULL;
 	int rc;
@@ -1207,14 +1213,23 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 	*out = NULL;
 	if (rep == NULL)
 		rep = &tmp;
-	/* a QAT-trained graph: FakeQuant nodes removed, their ranges used (qat.c) */
-	if ((rc = mq_qat_strip(g, &gq, &qst, e)) < 0)
+	/* a graph mlopt fused: FusedConv/FusedGemm split back (unfuse.c) */
+	if ((rc = mq_unfuse(g, &gu, e)) < 0)
 		return rc;
+	if (gu != NULL)
+		g = gu;
+	/* a QAT-trained graph: FakeQuant nodes removed, their ranges used (qat.c) */
+	if ((rc = mq_qat_strip(g, &gq, &qst, e)) < 0) {
+		ml_graph_free(gu);
+		return rc;
+	}
 	if (gq != NULL)
 		g = gq;
 	bool needcal = o->form == ML_QFORM_INT || o->form == ML_QFORM_QDQ;
-	if (needcal && cal == NULL && gq == NULL)
+	if (needcal && cal == NULL && gq == NULL) {
+		ml_graph_free(gu);
 		return ml_fail(e, ML_EINVAL, "this form needs calibration data");
+	}
 	if (needcal && cal != NULL &&
 	    (rc = mq_collect(g, cal, o->method != ML_CALIB_MINMAX, &st, e)) < 0)
 		goto out;
@@ -1290,6 +1305,7 @@ out:
 	ml_free(st);
 	ml_free(qst);
 	ml_graph_free(gq);
+	ml_graph_free(gu);
 	ml_quant_report_free(&tmp);
 	return rc;
 }

@@ -33,5 +33,11 @@ int mq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, 
 	       struct ml_err *e);
 /* mq_range: the calibrated range [lo, hi] (0 always inside) of st by method. */
 void mq_range(const struct mq_stat *st, int method, double pct, double *lo, double *hi);
+/*
+ * mq_unfuse (unfuse.c): in *out, a copy of g with mlopt's FusedConv and
+ * FusedGemm nodes of no activation, Relu or Clip split back into their ONNX
+ * ops; *out is NULL when g has none.
+ */
+int mq_unfuse(const struct ml_graph *g, struct ml_graph **out, struct ml_err *e);
 
 #endif

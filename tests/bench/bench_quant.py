@@ -2,8 +2,7 @@
 # bench_quant.py: mlquant's "done means" in one run: int8 against fp32
 # latency (mlrun, batch 1, 2 threads) and file size on ResNet-18 and
 # MobileNet-V2; Fashion-MNIST MLP and CNN accuracy in fp32 and int8 (the
-# models trained here with PyTorch and exported to ONNX until mltrain trains
-# them); the QDQ export checked by onnx.checker and run in ONNX Runtime
+# MLP and LeNet of examples/, trained here by mltrain for 2 epochs); the QDQ export checked by onnx.checker and run in ONNX Runtime
 # against mlrun. Called by tests/bench/run.sh; prints tables, writes
 # WORK/bench_quant.json. Targets: latency ratio <= 0.5 (ResNet-18,
 # MobileNet-V2), every model no slower in int8, size ratio <= 0.3, accuracy
@@ -96,51 +95,30 @@ def idx(path):
 
 
 def fashion(a, res):
-    import torch
-    import torch.nn as nn
     if not os.path.isdir(DATA):
         print("fashion-mnist: no data in %s, skipped" % DATA)
         return
     xtr = idx(os.path.join(DATA, "train-images-idx3-ubyte.gz")).astype(np.float32) / 255
-    ytr = idx(os.path.join(DATA, "train-labels-idx1-ubyte.gz")).astype(np.int64)
     xte = idx(os.path.join(DATA, "t10k-images-idx3-ubyte.gz")).astype(np.float32) / 255
     yte = idx(os.path.join(DATA, "t10k-labels-idx1-ubyte.gz")).astype(np.int64)
     xtr, xte = xtr[:, None], xte[:, None]
-    torch.manual_seed(0)
-    torch.set_num_threads(2)
-    nets = {
-        "fmnist_mlp": nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
-                                    nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10)),
-        "fmnist_cnn": nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                                    nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                                    nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(),
-                                    nn.Linear(128, 10)),
-    }
+    # the models of examples/, trained by mltrain (Adam, 2 epochs) on the IDX files
+    ex = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+    nets = {"fmnist_mlp": os.path.join(ex, "fashion-mlp.mlt"),
+            "fmnist_cnn": os.path.join(ex, "lenet.mlt")}
     print("%-12s %9s %9s %9s %9s %9s" % ("model", "fp32 acc", "int8 acc", "loss pts",
                                          "fp32 ms", "int8 ms"))
-    xt = torch.from_numpy(xtr)
-    yt = torch.from_numpy(ytr)
-    for name, net in nets.items():
+    for name, src in nets.items():
         w = os.path.join(a.work, name)
         os.makedirs(w, exist_ok=True)
-        opt = torch.optim.Adam(net.parameters(), 1e-3)
-        for epoch in range(2):
-            perm = torch.randperm(len(xt))
-            for i in range(0, len(xt), 128):
-                j = perm[i:i + 128]
-                opt.zero_grad()
-                nn.functional.cross_entropy(net(xt[j]), yt[j]).backward()
-                opt.step()
-        net.eval()
-        onnx_path = os.path.join(w, "model.onnx")
-        torch.onnx.export(net, xt[:1], onnx_path, input_names=["x"], output_names=["y"],
-                          opset_version=13, dynamic_axes={"x": {0: "n"}, "y": {0: "n"}})
+        f32 = os.path.join(w, "f32.mlg")
+        run([os.path.join(a.bin, "mltrain"), src, "--data", DATA, "-o", f32, "--optimizer",
+             "adam", "--lr", "0.001", "--batch", "128", "--epochs", "2", "--threads", "2",
+             "-q"])
         np.save(os.path.join(w, "cal.npy"), xtr[:512])
         np.save(os.path.join(w, "test.npy"), xte)
         np.save(os.path.join(w, "x1.npy"), xte[:1])
-        f32 = os.path.join(w, "f32.mlg")
         q8 = os.path.join(w, "int8.mlg")
-        run([os.path.join(a.bin, "mlconvert"), onnx_path, "-o", f32])
         run([os.path.join(a.bin, "mlquant"), "-c", os.path.join(w, "cal.npy"), f32, "-o", q8])
         acc = {}
         for tag, m in (("f32", f32), ("int8", q8)):

@@ -5,6 +5,10 @@
  * bound: max |cl - cpu| <= tol * (1 + max |cpu|). Each case also checks
  * that the node really ran on the device. Prints TAP; every case is
  * skipped where there is no OpenCL device. ML_CL_CACHE is honoured.
+ * The cases run again with f16 tensors: where the device has cl_khr_fp16
+ * its half kernels must agree within 1e-2 (or the op's bound when larger);
+ * where it has not, the node must run on the CPU instead, with the CPU's
+ * result exactly. A case whose op the CPU has no f16 kernel for is skipped.
  */
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +18,8 @@
 #include "ml.h"
 
 static int ntest, nfail;
+static enum ml_dtype fdt = ML_F32;	/* the dtype of inputs and weights */
+static bool have_fp16;			/* cl:0 has cl_khr_fp16 */
 static uint64_t rng = 88172645463325252ull;
 
 static double
@@ -54,16 +60,15 @@ pc_x(struct pc *p, const char *name, int rank, const int64_t *dims)
 {
 	int ti = ml_graph_tensor(p->g, name);
 	struct ml_tensor *t = p->g->tensors[ti];
-	t->dtype = ML_F32;
+	t->dtype = fdt;
 	t->rank = rank;
 	t->kind = ML_TK_INPUT;
 	memcpy(t->dims, dims, sizeof *dims * (size_t)rank);
 	ml_graph_add_input(p->g, ti, &p->e);
 	struct ml_tval *v = &p->in[p->n_in];
-	ml_tval_alloc(v, ML_F32, rank, dims, &p->e);
-	float *f = v->data;
+	ml_tval_alloc(v, fdt, rank, dims, &p->e);
 	for (int64_t i = 0; i < ml_tval_numel(v); i++)
-		f[i] = (float)(p->lo + (p->hi - p->lo) * urand());
+		ml_set_f64(v->data, fdt, i, p->lo + (p->hi - p->lo) * urand());
 	snprintf(p->names[p->n_in++], sizeof p->names[0], "%s", name);
 }
 
@@ -74,11 +79,12 @@ pc_w(struct pc *p, const char *name, int rank, const int64_t *dims, double lo, d
 	int64_t n = 1;
 	for (int d = 0; d < rank; d++)
 		n *= dims[d];
-	float *f = malloc(sizeof *f * (size_t)(n ? n : 1));
+	size_t es = ml_dtype_size(fdt);
+	void *f = malloc(es * (size_t)(n ? n : 1));
 	for (int64_t i = 0; i < n; i++)
-		f[i] = (float)(lo + (hi - lo) * urand());
-	ml_graph_set_data(p->g, ml_graph_tensor(p->g, name), ML_TK_CONST, ML_F32, rank, dims, f,
-			  sizeof *f * (size_t)n, &p->e);
+		ml_set_f64(f, fdt, i, lo + (hi - lo) * urand());
+	ml_graph_set_data(p->g, ml_graph_tensor(p->g, name), ML_TK_CONST, fdt, rank, dims, f,
+			  es * (size_t)n, &p->e);
 	free(f);
 }
 
@@ -93,8 +99,10 @@ pc_i64(struct pc *p, const char *name, int n, const int64_t *v)
 static void
 pc_f32c(struct pc *p, const char *name, float v)
 {
-	ml_graph_set_data(p->g, ml_graph_tensor(p->g, name), ML_TK_CONST, ML_F32, 0, NULL, &v,
-			  sizeof v, &p->e);
+	unsigned char buf[8];
+	ml_set_f64(buf, fdt, 0, v);
+	ml_graph_set_data(p->g, ml_graph_tensor(p->g, name), ML_TK_CONST, fdt, 0, NULL, buf,
+			  ml_dtype_size(fdt), &p->e);
 }
 
 /* pc_node: the node, inputs and outputs comma-separated ("" omits one) */
@@ -158,8 +166,12 @@ run_on(struct pc *p, const char *dev, struct ml_tval *outs, int *n_out, int *ran
 static void
 pc_check(struct pc *p, const char *what)
 {
-	char msg[600];
+	char msg[600], wbuf[300];
 	const char *only = getenv("CLPARITY_ONLY");
+	if (fdt == ML_F16) {
+		snprintf(wbuf, sizeof wbuf, "f16 %s", what);
+		what = wbuf;
+	}
 	ntest++;
 	if (only != NULL && strstr(what, only) == NULL) {
 		printf("ok %d - %s # SKIP not in CLPARITY_ONLY\n", ntest, what);
@@ -173,7 +185,25 @@ pc_check(struct pc *p, const char *what)
 	int na = 0, nb = 0, dev = -1, dummy;
 	struct ml_err e = { 0 };
 	bool ok = false;
+	bool half = fdt == ML_F16;
+	/* f16 without cl_khr_fp16: the node runs on the CPU, with the CPU's result */
+	int want_dev = half && !have_fp16 ? 0 : 1;
+	/* views (Reshape and the like) copy nothing: on the device in any dtype */
+	static const char *views[] = { "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity" };
+	for (size_t k = 0; p->e.code == 0 && k < sizeof views / sizeof views[0]; k++)
+		if (strcmp(p->g->nodes[p->node].op_type, views[k]) == 0)
+			want_dev = 1;
+	double tol = half ? (have_fp16 ? fmax(p->tol, 1e-2) : 0) : p->tol;
 	msg[0] = '\0';
+	if (half && p->e.code == 0 && ml_graph_toposort(p->g, &e) == 0 &&
+	    ml_graph_validate(p->g, &e) == 0 && ml_graph_infer(p->g, &e) == 0 &&
+	    run_on(p, "cpu", a, &na, &dummy, &e) == ML_ENOTSUP) {
+		printf("ok %d - %s # SKIP the CPU has no f16 kernel (%s)\n", ntest, what, e.msg);
+		goto out;
+	}
+	for (int i = 0; i < 4; i++)
+		ml_tval_clear(&a[i]);
+	memset(&e, 0, sizeof e);
 	if (p->e.code != 0) {
 		snprintf(msg, sizeof msg, "building: %s", p->e.msg);
 	} else if (ml_graph_toposort(p->g, &e) < 0 || ml_graph_validate(p->g, &e) < 0 ||
@@ -183,8 +213,9 @@ pc_check(struct pc *p, const char *what)
 		snprintf(msg, sizeof msg, "cpu: %s", e.msg);
 	} else if (run_on(p, "cl", b, &nb, &dev, &e) < 0) {
 		snprintf(msg, sizeof msg, "cl: %s", e.msg);
-	} else if (dev != 1) {
-		snprintf(msg, sizeof msg, "the node ran on device %d, not cl:0", dev);
+	} else if (dev != want_dev) {
+		snprintf(msg, sizeof msg, "the node ran on device %d, not %s", dev,
+			 want_dev ? "cl:0" : "the CPU (no cl_khr_fp16)");
 	} else {
 		ok = na == nb;
 		double worst = 0;
@@ -208,14 +239,15 @@ pc_check(struct pc *p, const char *what)
 			}
 			double err = diff / (1 + ref);
 			worst = fmax(worst, err);
-			if (err > p->tol) {
+			if (err > tol) {
 				ok = false;
 				snprintf(msg, sizeof msg, "output %d: error %.3g over the bound %.3g", i,
-					 err, p->tol);
+					 err, tol);
 			}
 		}
 		if (ok)
-			snprintf(msg, sizeof msg, "error %.2g, bound %.2g", worst, p->tol);
+			snprintf(msg, sizeof msg, "error %.2g, bound %.2g%s", worst, tol,
+				 want_dev ? "" : ", on the CPU: no cl_khr_fp16");
 	}
 	if (!ok)
 		nfail++;
@@ -640,6 +672,7 @@ main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (ml_devices(&v, &n, &e) == 0) {
 		have_cl = n > 1;
+		have_fp16 = n > 1 && v[1].fp16;
 		ml_free(v);
 	}
 	unary_cases();
@@ -648,6 +681,13 @@ main(void)
 	nn_cases();
 	reduce_cases();
 	assign_case();
+	/* the same cases on f16 tensors */
+	fdt = ML_F16;
+	unary_cases();
+	binary_cases();
+	shape_cases();
+	nn_cases();
+	reduce_cases();
 	printf("1..%d\n", ntest);
 	return nfail != 0;
 }

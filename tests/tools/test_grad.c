@@ -615,8 +615,132 @@ c_mse(struct tc *t)
 	return o;
 }
 
+/*
+ * The small-channel f32 convolution kernels (lib/cpu/train_conv.c) against
+ * the f64 reference loops: the same case, built from the same random
+ * values in f64 and in f32, runs forward and backward; y, the output and
+ * every gradient must agree to f32 rounding.
+ */
+static const char *
+conv_geo(struct tc *t, int64_t n, int64_t cin, int64_t h, int64_t w, int64_t cout, int64_t kh,
+	 int64_t kw, int64_t group, const int64_t *pads)
+{
+	const char *in[3] = { param(t, "x", 4, D(n, cin, h, w), -1, 1, true),
+			      param(t, "w", 4, D(cout, cin / group, kh, kw), -1, 1, true),
+			      param(t, "b", 1, D(cout), -1, 1, true) }, *o;
+	int ni = node(t, "Conv", "", 3, in, 1, &o);
+	ml_node_set_int(t->g, ni, "group", group);
+	ml_node_set_ints(t->g, ni, "pads", 4, pads);
+	return o;
+}
+
+static const char *p_lenet1(struct tc *t) { return conv_geo(t, 3, 1, 12, 12, 6, 5, 5, 1, D(2, 2, 2, 2)); }
+static const char *p_lenet2(struct tc *t) { return conv_geo(t, 3, 6, 9, 9, 16, 5, 5, 1, D(0, 0, 0, 0)); }
+static const char *p_group(struct tc *t) { return conv_geo(t, 2, 4, 7, 6, 6, 3, 2, 2, D(1, 0, 0, 1)); }
+static const char *p_odd(struct tc *t) { return conv_geo(t, 2, 3, 8, 11, 13, 3, 3, 1, D(1, 1, 1, 1)); }
+
+/* 2 x 2 max pools that tile the input: the branch-free f32 gradient, 8 windows at once and a tail */
+static const char *
+p_pool2(struct tc *t)
+{
+	const char *x = param(t, "x", 4, D(2, 3, 6, 18), -1, 1, true), *o;
+	int ni = node(t, "MaxPool", "", 1, &x, 1, &o);
+	ml_node_set_ints(t->g, ni, "kernel_shape", 2, D(2, 2));
+	ml_node_set_ints(t->g, ni, "strides", 2, D(2, 2));
+	return o;
+}
+
+/* parity_run: y, the output and the gradients of case fn in dt, as doubles; NULL on failure. */
+static double *
+parity_run(build_fn fn, enum ml_dtype dt, uint64_t seed, int64_t *len)
+{
+	struct tc t;
+	struct ml_session *s = NULL;
+	double *v = NULL;
+	rng = seed;
+	tc_init(&t, dt);
+	const char *out = fn(&t);
+	struct ml_graph *g = t.g;
+	int oi = ml_graph_find(g, out);
+	if (t.bad || oi < 0 || ml_graph_toposort(g, &t.e) < 0 || ml_graph_infer(g, &t.e) < 0)
+		goto done;
+	int64_t dims[ML_MAX_RANK];
+	memcpy(dims, g->tensors[oi]->dims, sizeof dims);
+	const char *r = param(&t, "R", g->tensors[oi]->rank, dims, -1, 1, false);
+	const char *m[2] = { out, r }, *p, *y;
+	node(&t, "Mul", "", 2, m, 1, &p);
+	int ni = node(&t, "ReduceSum", "", 1, &p, 1, &y);
+	ml_node_set_int(g, ni, "keepdims", 0);
+	int yi = ml_graph_find(g, y), gx[8];
+	ml_graph_add_output(g, yi, &t.e);
+	ml_graph_add_output(g, ml_graph_find(g, out), &t.e);
+	if (ml_graph_toposort(g, &t.e) < 0 || ml_graph_infer(g, &t.e) < 0 ||
+	    ml_grad(g, yi, t.diff, t.ndiff, gx, &t.e) < 0)
+		goto done;
+	for (int i = 0; i < t.ndiff; i++)
+		ml_graph_add_output(g, gx[i], &t.e);
+	if (ml_graph_toposort(g, &t.e) < 0 || ml_graph_infer(g, &t.e) < 0 ||
+	    ml_session_new(&s, g, NULL, &t.e) < 0 || ml_session_run(s, &t.e) < 0)
+		goto done;
+	int64_t total = 0;
+	for (int i = 0; i < 2 + t.ndiff; i++)
+		total += ml_tval_numel(ml_session_output(s, i));
+	v = malloc(sizeof(double) * (size_t)(total + 1));
+	int64_t k = 0;
+	for (int i = 0; i < 2 + t.ndiff; i++) {
+		const struct ml_tval *o = ml_session_output(s, i);
+		for (int64_t j = 0; j < ml_tval_numel(o); j++)
+			v[k++] = ml_get_f64(o->data, o->dtype, j);
+	}
+	*len = total;
+done:
+	if (v == NULL)
+		printf("# parity: %s\n", t.e.msg);
+	ml_session_free(s);
+	ml_graph_free(g);
+	return v;
+}
+
+/* conv_parity: each case; returns the number that failed. */
+static int
+conv_parity(bool report)
+{
+	static const struct {
+		const char *name;
+		build_fn fn;
+	} pc[] = {
+		{ "Conv 5x5 pad 2, 1 -> 6 channels (LeNet conv1)", p_lenet1 },
+		{ "Conv 5x5, 6 -> 16 channels (LeNet conv2)", p_lenet2 },
+		{ "Conv with groups, a 3x2 window, uneven pads", p_group },
+		{ "Conv 3x3 pad 1, 13 output channels", p_odd },
+		{ "MaxPool 2x2 tiling its input", p_pool2 },
+	};
+	int bad = 0;
+	for (size_t i = 0; i < sizeof pc / sizeof pc[0]; i++) {
+		uint64_t seed = rng;
+		int64_t n64 = 0, n32 = 0;
+		double *a = parity_run(pc[i].fn, ML_F64, seed, &n64);
+		double *b = parity_run(pc[i].fn, ML_F32, seed, &n32);
+		bool same = a != NULL && b != NULL && n64 == n32 && n64 > 0;
+		double scale = 1e-3, worst = 0;
+		for (int64_t k = 0; same && k < n64; k++)
+			scale = fmax(scale, fabs(a[k]));
+		for (int64_t k = 0; same && k < n64; k++)
+			worst = fmax(worst, fabs(a[k] - b[k]) / scale);
+		same = same && worst < 1e-5;
+		if (report) {
+			printf("# f32 %s: worst relative difference %.2g\n", pc[i].name, worst);
+			ok(same, "f32 %s and its gradients match the f64 reference", pc[i].name);
+		}
+		bad += !same;
+		free(a);
+		free(b);
+	}
+	return bad;
+}
+
 int
-main(void)
+main(int argc, char **argv)
 {
 	static const struct {
 		const char *name;
@@ -668,10 +792,22 @@ main(void)
 	 */
 	(void)c_gap;
 	ml_set_threads(1);
+	if (argc > 1 && strcmp(argv[1], "--conv-parity") == 0)
+		return conv_parity(false) ? 1 : 0;
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
 		run_case(cases[i].name, cases[i].fn);
 	for (size_t i = 0; i < sizeof f32_cases / sizeof f32_cases[0]; i++)
 		run_case_dt(f32_cases[i].name, f32_cases[i].fn, true);
+	conv_parity(true);
+	/* the AVX2 and baseline kernels of train_conv.c, in children (the level is chosen once) */
+	for (int lv = 0; lv < 2; lv++) {
+		const char *name = lv == 0 ? "avx2" : "0";
+		char cmd[4200];
+		snprintf(cmd, sizeof cmd, "ML_TGEMM=%s '%s' --conv-parity >/dev/null 2>&1", name,
+			 argv[0]);
+		int st = strlen(argv[0]) < 4000 ? system(cmd) : -1;
+		ok(st == 0, "the f32 Conv kernels at ML_TGEMM=%s match the f64 reference", name);
+	}
 
 	/* an op without a rule is refused with ML_ENOTSUP naming it */
 	{

@@ -70,6 +70,40 @@ run(struct ml_graph *g, float *out)
 	return good;
 }
 
+/* attention: ml.Attention on Q [1, 2, 3], Kt [1, 3, KS] and V [1, 2, 2]; infers or not. */
+static bool
+attention(int ks, float *out)
+{
+	char text[1024];
+	snprintf(text, sizeof text,
+		 "<ir_version: 8, opset_import: [\"\" : 14]>\n"
+		 "t (float[1,2,3] q, float[1,3,%d] kt, float[1,2,2] v) => (float[1,2,2] y)\n"
+		 "{\n    [att] y = ml.Attention <scale = 0.5> (q, kt, v)\n}\n", ks);
+	struct ml_err e = { 0 };
+	struct ml_graph *g = NULL;
+	struct ml_session *s = NULL;
+	bool good = ml_text_decode(&g, text, strlen(text), "a.mlt", &e) == 0 &&
+		    ml_graph_toposort(g, &e) == 0 && ml_graph_infer(g, &e) == 0;
+	if (good && out != NULL) {
+		float qv[6] = { 1, 0, -1, 0.5f, 2, 0 }, kv[6] = { 1, -1, 0, 2, 0.5f, 1 };
+		float vv[4] = { 1, 2, 3, 4 };
+		struct ml_tval q = { .dtype = ML_F32, .rank = 3, .dims = { 1, 2, 3 }, .data = qv };
+		struct ml_tval k = { .dtype = ML_F32, .rank = 3, .dims = { 1, 3, 2 }, .data = kv };
+		struct ml_tval v = { .dtype = ML_F32, .rank = 3, .dims = { 1, 2, 2 }, .data = vv };
+		good = ml_session_new(&s, g, NULL, &e) == 0 &&
+		       ml_session_set_input(s, "q", &q, &e) == 0 &&
+		       ml_session_set_input(s, "kt", &k, &e) == 0 &&
+		       ml_session_set_input(s, "v", &v, &e) == 0 && ml_session_run(s, &e) == 0;
+		if (good)
+			memcpy(out, ml_session_output(s, 0)->data, sizeof(float) * 4);
+	}
+	if (!good)
+		printf("# %s\n", e.msg);
+	ml_session_free(s);
+	ml_graph_free(g);
+	return good;
+}
+
 int
 main(void)
 {
@@ -137,6 +171,32 @@ main(void)
 	ml_free(b2);
 	ml_opt_report_free(&r);
 	ml_graph_free(g);
+
+	/* ml.Attention against softmax(0.5 q kt) v computed here */
+	float att[4];
+	ok(attention(2, att), "ml.Attention infers and runs");
+	{
+		const float qv[6] = { 1, 0, -1, 0.5f, 2, 0 }, kv[6] = { 1, -1, 0, 2, 0.5f, 1 };
+		const float vv[4] = { 1, 2, 3, 4 };
+		bool same = true;
+		for (int i = 0; i < 2; i++) {
+			double sc[2], mx = -INFINITY, sum = 0;
+			for (int j = 0; j < 2; j++) {
+				sc[j] = 0;
+				for (int t = 0; t < 3; t++)
+					sc[j] += 0.5 * qv[i * 3 + t] * kv[t * 2 + j];
+				mx = fmax(mx, sc[j]);
+			}
+			for (int j = 0; j < 2; j++)
+				sum += (sc[j] = exp(sc[j] - mx));
+			for (int d = 0; d < 2; d++) {
+				double y = (sc[0] * vv[d] + sc[1] * vv[2 + d]) / sum;
+				same &= fabs(y - att[i * 2 + d]) <= 1e-5 * fabs(y) + 1e-6;
+			}
+		}
+		ok(same, "and computes softmax(scale Q Kt) V");
+	}
+	ok(!attention(3, NULL), "ml.Attention refuses Kt and V of different key counts");
 	printf("1..%d\n", ntest);
 	return nfail != 0;
 }

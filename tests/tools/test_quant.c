@@ -4,13 +4,16 @@
  * reference, on random and odd shapes, on every dispatch path this CPU
  * has (the AVX-512 VNNI path is skipped where the CPU lacks it), and on
  * saturation edge cases (all-255 activations against the extreme 7-bit
- * weights, which would saturate vpmaddubsw with 8-bit weights).
+ * weights, which would saturate vpmaddubsw with 8-bit weights); and the
+ * depthwise Q8Conv on every path (the AVX2 kernel on the AVX2 and VNNI
+ * paths, the portable loop on the C path) against a direct reference.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ml.h"
 #include "cpu/quant_q8.h"
 
 static int ntest;
@@ -103,6 +106,103 @@ one_case(int64_t p, int64_t m, int64_t k, int mode, bool f32out)
 	return same;
 }
 
+/*
+ * dw_case: a depthwise Q8Conv (x [n, h, w, c], k x k, stride st, pad pd,
+ * dilation dl, zero points xz, yz) run as a one-node graph on path p,
+ * against a direct integer reference with dw_out's epilogue. Returns
+ * whether they agree byte for byte.
+ */
+static bool
+dw_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t st,
+	int64_t pd, int64_t dl, int32_t xz, int32_t yz)
+{
+	struct ml_err e = { 0 };
+	struct ml_graph *g = NULL;
+	int64_t T = k * k, xd[4] = { n, h, w, c };
+	int64_t oh = (h + 2 * pd - dl * (k - 1) - 1) / st + 1, ow = (w + 2 * pd - dl * (k - 1) - 1) / st + 1;
+	int64_t nx = n * h * w * c, ny = n * oh * ow * c;
+	uint8_t *x = malloc((size_t)nx), *ref = malloc((size_t)ny);
+	int8_t *wt = malloc((size_t)(T * c));
+	int32_t *bias = malloc(sizeof *bias * (size_t)c);
+	float *mult = malloc(sizeof *mult * (size_t)c);
+	bool good = false;
+
+	for (int64_t i = 0; i < nx; i++)
+		x[i] = (uint8_t)rnd();
+	for (int64_t i = 0; i < T * c; i++)
+		wt[i] = (int8_t)(ML_Q8_WMIN + (int)(rnd() % (ML_Q8_WMAX - ML_Q8_WMIN + 1)));
+	for (int64_t j = 0; j < c; j++) {
+		bias[j] = (int32_t)(rnd() % 40001) - 20000;
+		mult[j] = (float)(1.0 / (40.0 * (double)T * (1.0 + (double)(rnd() % 100) / 50.0)));
+	}
+	for (int64_t b = 0; b < n; b++)
+		for (int64_t oy = 0; oy < oh; oy++)
+			for (int64_t ox = 0; ox < ow; ox++)
+				for (int64_t ch = 0; ch < c; ch++) {
+					int32_t acc = bias[ch];
+					for (int64_t ky = 0; ky < k; ky++)
+						for (int64_t kx = 0; kx < k; kx++) {
+							int64_t iy = oy * st - pd + ky * dl, ix = ox * st - pd + kx * dl;
+							int32_t a = iy < 0 || iy >= h || ix < 0 || ix >= w ? xz :
+								    x[((b * h + iy) * w + ix) * c + ch];
+							acc += a * wt[(ky * k + kx) * c + ch];
+						}
+					float v = (float)acc * mult[ch];
+					v = v > 4e6f ? 4e6f : v < -4e6f ? -4e6f : v;
+					int32_t q = (int32_t)nearbyintf(v) + yz;
+					ref[((b * oh + oy) * ow + ox) * c + ch] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+				}
+
+	ml_graph_new(&g, &e);
+	ml_graph_set_opset(g, "", 13, &e);
+	int tx = ml_graph_tensor(g, "x");
+	g->tensors[tx]->dtype = ML_U8;
+	g->tensors[tx]->rank = 4;
+	g->tensors[tx]->kind = ML_TK_INPUT;
+	memcpy(g->tensors[tx]->dims, xd, sizeof xd);
+	ml_graph_add_input(g, tx, &e);
+	int64_t nw = T * c;
+	ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_CONST, ML_I8, 1, &nw, wt, (size_t)nw, &e);
+	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_I32, 1, &c, bias,
+			  sizeof *bias * (size_t)c, &e);
+	ml_graph_set_data(g, ml_graph_tensor(g, "m"), ML_TK_CONST, ML_F32, 1, &c, mult,
+			  sizeof *mult * (size_t)c, &e);
+	const char *in[] = { "x", "w", "b", "m" }, *out[] = { "y" };
+	int ni = ml_graph_add_node(g, "Q8Conv", "ml", "dw", 4, in, 1, out, &e);
+	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
+	ml_node_set_ints(g, ni, "kernel_shape", 2, (const int64_t[]){ k, k });
+	ml_node_set_ints(g, ni, "strides", 2, (const int64_t[]){ st, st });
+	ml_node_set_ints(g, ni, "pads", 4, (const int64_t[]){ pd, pd, pd, pd });
+	ml_node_set_ints(g, ni, "dilations", 2, (const int64_t[]){ dl, dl });
+	ml_node_set_int(g, ni, "group", c);
+	ml_node_set_int(g, ni, "x_zero_point", xz);
+	ml_node_set_int(g, ni, "y_zero_point", yz);
+
+	struct ml_tval xv = { 0 };
+	struct ml_session *s = NULL;
+	ml_q8_set_path(p);
+	if (e.code == 0 && ml_graph_toposort(g, &e) == 0 && ml_graph_infer(g, &e) == 0 &&
+	    ml_tval_alloc(&xv, ML_U8, 4, xd, &e) == 0 && ml_session_new(&s, g, NULL, &e) == 0) {
+		memcpy(xv.data, x, (size_t)nx);
+		if (ml_session_set_input(s, "x", &xv, &e) == 0 && ml_session_run(s, &e) == 0) {
+			const struct ml_tval *y = ml_session_output(s, 0);
+			good = ml_tval_numel(y) == ny && memcmp(y->data, ref, (size_t)ny) == 0;
+		}
+	}
+	if (e.code != 0)
+		printf("# dw case: %s\n", e.msg);
+	ml_session_free(s);
+	ml_tval_clear(&xv);
+	ml_graph_free(g);
+	ml_q8_set_path(ML_Q8_AUTO);
+	free(x);
+	free(ref);
+	free(wt);
+	free(bias);
+	free(mult);
+	return good;
+}
+
 int
 main(void)
 {
@@ -114,7 +214,7 @@ main(void)
 	int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
 	char what[160];
 
-	printf("1..%d\n", 3 * (nshapes * 2 + 3) + 2);
+	printf("1..%d\n", 3 * (nshapes * 2 + 3) + 3 * 7 + 2);	/* 7: the depthwise cases */
 	for (int pi = 0; pi < 3; pi++) {
 		enum ml_q8_path p = paths[pi];
 		bool have = ml_q8_set_path(p);
@@ -142,6 +242,32 @@ main(void)
 				continue;
 			}
 			ok(one_case(9, 20, k, 1, t == 2), what);
+		}
+	}
+	/* depthwise: the AVX2 kernel (AVX2 and VNNI paths) against the reference, as the C loop */
+	static const int64_t dws[][9] = {
+		/* n, h, w, c, k, stride, pad, dilation, xzero */
+		{ 1, 9, 9, 16, 3, 1, 1, 1, 0 }, { 2, 10, 7, 21, 3, 2, 1, 1, 113 },
+		{ 1, 8, 8, 32, 5, 1, 2, 1, 7 }, { 1, 9, 9, 40, 3, 1, 2, 2, 0 },
+		{ 1, 6, 6, 96, 1, 1, 0, 1, 5 }, { 1, 7, 7, 48, 2, 2, 0, 1, 250 },
+		{ 1, 5, 5, 15, 3, 1, 1, 1, 9 },
+	};
+	for (int pi = ML_Q8_C; pi <= ML_Q8_VNNI; pi++) {
+		enum ml_q8_path p = (enum ml_q8_path)pi;
+		for (size_t d = 0; d < sizeof dws / sizeof dws[0]; d++) {
+			const int64_t *v = dws[d];
+			snprintf(what, sizeof what, "%s depthwise x[%lld,%lld,%lld,%lld] k %lld s %lld p %lld "
+				 "d %lld zx %lld", ml_q8_path_name(p), (long long)v[0], (long long)v[1],
+				 (long long)v[2], (long long)v[3], (long long)v[4], (long long)v[5],
+				 (long long)v[6], (long long)v[7], (long long)v[8]);
+			if (!ml_q8_path_ok(p)) {
+				ntest++;
+				printf("ok %d - %s # SKIP this CPU lacks %s\n", ntest, what,
+				       ml_q8_path_name(p));
+				continue;
+			}
+			ok(dw_case(p, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], (int32_t)v[8],
+				   (int32_t)(d * 37 % 256)), what);
 		}
 	}
 	ml_q8_set_path(ML_Q8_AUTO);

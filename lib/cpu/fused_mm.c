@@ -1,0 +1,503 @@
+/*
+ * fused_mm.c: the CPU kernels of the fused products that do more than
+ * call a base kernel: FusedMatMul through the packed SGEMM of nn_gemm.c
+ * (B as mlopt's pack-weights stored it, or packed here) with its bias,
+ * residual and activation applied to each tile of Y while the tile is
+ * still in cache; the same for a pointwise FusedConv; and Attention
+ * (softmax(scale Q Kt) V) one head at a time, its scores never leaving L1.
+ *
+ * The SGEMM paths run when ml_pgemm_ok() (AVX-512F, or AVX2 and FMA) and
+ * the product has at least FAST_MIN multiply-adds (a packed B: any size).
+ * Elsewhere, and when the environment says ML_PGEMM=0, the entry points
+ * return 1 and lib/cpu/fused.c runs the base kernel and a separate
+ * epilogue pass (unpacking a packed B first). The epilogue loops are
+ * compiled for AVX-512, AVX2 and the baseline, chosen at run time.
+ */
+#pragma GCC optimize("O3", "no-trapping-math")
+
+#include "ml_impl.h"
+#include "cpu/fastmath.h"
+#include "cpu/nn.h"
+#include "ops/fused.h"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define FM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FM_CLONES
+#endif
+
+/* rows of one FusedMatMul tile, about (the micro-kernel takes 12 at a time) */
+#define TILE_M 48
+/* multiply-adds below which FusedMatMul leaves the product to the MatMul kernel */
+#define FAST_MIN ML_FUSED_PACK_MIN
+/* multiply-adds a work item should have at least (what a thread wake-up costs) */
+#define ITEM_WORK (1 << 18)
+
+/*
+ * ml_fused_tile_epi (ops/fused.h): over rows [0, m) of a tile n wide (row
+ * stride ldc) of y: add bias[0..n) (NULL: none) and z (same strides, NULL:
+ * none), then the activation. One function per loop body, so that each
+ * vectorises.
+ */
+FM_CLONES static void
+tile_add(float *y, int64_t m, int64_t n, int64_t ldc, const float *bias, const float *z)
+{
+	for (int64_t i = 0; i < m; i++) {
+		float *r = y + i * ldc;
+		if (bias != NULL)
+			for (int64_t j = 0; j < n; j++)
+				r[j] += bias[j];
+		if (z != NULL) {
+			const float *zr = z + i * ldc;
+			for (int64_t j = 0; j < n; j++)
+				r[j] += zr[j];
+		}
+	}
+}
+
+#define ACT_FN(NAME, EXPR) \
+	FM_CLONES static void \
+	NAME(float *y, int64_t m, int64_t n, int64_t ldc, float lo, float hi) \
+	{ \
+		(void)lo, (void)hi; \
+		for (int64_t i = 0; i < m; i++) { \
+			float *r = y + i * ldc; \
+			for (int64_t j = 0; j < n; j++) { \
+				float v = r[j]; \
+				r[j] = (EXPR); \
+			} \
+		} \
+	}
+
+ACT_FN(act_relu, v > 0.0f ? v : 0.0f)
+ACT_FN(act_clip, v < lo ? lo : v > hi ? hi : v)
+ACT_FN(act_sigmoid, 1.0f / (1.0f + ml_expf(-v)))
+ACT_FN(act_tanh, ml_tanhf(v))
+ACT_FN(act_silu, v / (1.0f + ml_expf(-v)))
+ACT_FN(act_gelu, 0.5f * v * ml_erfcf(-v * (float)M_SQRT1_2))
+
+void
+ml_fused_tile_epi(float *y, int64_t m, int64_t n, int64_t ldc, const float *bias, const float *z,
+		  int act, float lo, float hi)
+{
+	static void (*const fn[])(float *, int64_t, int64_t, int64_t, float, float) = {
+		[ML_ACT_RELU] = act_relu, [ML_ACT_CLIP] = act_clip, [ML_ACT_SIGMOID] = act_sigmoid,
+		[ML_ACT_TANH] = act_tanh, [ML_ACT_SILU] = act_silu, [ML_ACT_GELU] = act_gelu,
+	};
+	if (bias != NULL || z != NULL)
+		tile_add(y, m, n, ldc, bias, z);
+	if (act > ML_ACT_NONE && act <= ML_ACT_GELU)
+		fn[act](y, m, n, ldc, lo, hi);
+}
+
+/*
+ * FusedMatMul.
+ */
+struct fmm {
+	const float *a, *b, *bias, *z, *bp;
+	float *y;
+	int64_t m, n, k;
+	int64_t ntm, ntn, rm, wn;	/* row and column tiles, a tile's rows and columns */
+	int act;
+	float lo, hi;
+};
+
+/* fmm_pack: panels [b, e) of B into bp (the layout of ml_pgemm, columns past n zero). */
+_Static_assert(ML_PG_NR == ML_FUSED_PANEL, "the packed layout of fused.h is ml_pgemm's");
+
+void
+ml_fused_unpack(const float *bp, int64_t k, int64_t n, float *b)
+{
+	for (int64_t p = 0; p < (n + ML_PG_NR - 1) / ML_PG_NR; p++) {
+		int64_t j0 = p * ML_PG_NR, w = ML_MIN((int64_t)ML_PG_NR, n - j0);
+		for (int64_t r = 0; r < k; r++)
+			memcpy(b + r * n + j0, bp + (p * k + r) * ML_PG_NR, sizeof(float) * (size_t)w);
+	}
+}
+
+static void
+fmm_pack(void *ctx, int64_t b, int64_t e)
+{
+	const struct fmm *f = ctx;
+	for (int64_t p = b; p < e; p++) {
+		float *dst = (float *)f->bp + p * ML_PG_NR * f->k;
+		int64_t j0 = p * ML_PG_NR, w = ML_MIN((int64_t)ML_PG_NR, f->n - j0);
+		for (int64_t r = 0; r < f->k; r++) {
+			const float *src = f->b + r * f->n + j0;
+			float *d = dst + r * ML_PG_NR;
+			memcpy(d, src, sizeof(float) * (size_t)w);
+			for (int64_t j = w; j < ML_PG_NR; j++)
+				d[j] = 0.0f;
+		}
+	}
+}
+
+static void
+fmm_tiles(void *ctx, int64_t b, int64_t e)
+{
+	const struct fmm *f = ctx;
+	for (int64_t t = b; t < e; t++) {
+		int64_t ti = t / f->ntn, tj = t % f->ntn;
+		int64_t i0 = ti * f->rm, i1 = ML_MIN(f->m, i0 + f->rm);
+		int64_t j0 = tj * f->wn, j1 = ML_MIN(f->n, j0 + f->wn);
+		float *y = f->y + i0 * f->n + j0;
+		/* inside a pool item ml_pgemm runs on this thread */
+		ml_pgemm(i1 - i0, j1 - j0, f->k, f->a + i0 * f->k, f->k, f->bp + j0 * f->k, NULL, y,
+			 f->n, false);
+		ml_fused_tile_epi(y, i1 - i0, j1 - j0, f->n, f->bias != NULL ? f->bias + j0 : NULL,
+			 f->z != NULL ? f->z + i0 * f->n + j0 : NULL, f->act, f->lo, f->hi);
+	}
+}
+
+int
+ml_cpu_fmatmul_fast(struct ml_opctx *c)
+{
+	const struct ml_tval *a = c->in[0], *b = c->in[1], *bias = ML_IN(c, 2), *z = ML_IN(c, 3);
+	struct ml_tval *y = c->out[0];
+	int64_t pn = ml_attr_int(c->node, "packed_n", 0);
+
+	if (!ml_pgemm_ok() || a->dtype != ML_F32 || b->dtype != ML_F32 || a->rank < 2 ||
+	    b->rank != (pn > 0 ? 3 : 2) || (bias != NULL && bias->dtype != ML_F32) ||
+	    (z != NULL && z->dtype != ML_F32))
+		return 1;
+	int64_t k = b->dims[pn > 0 ? 1 : 0], n = pn > 0 ? pn : b->dims[1];
+	int64_t total = ml_tval_numel(y);
+	if (k <= 0 || n <= 0 || total <= 0 || a->dims[a->rank - 1] != k ||
+	    ml_tval_numel(a) % k != 0 || (z != NULL && ml_tval_numel(z) != total))
+		return 1;
+	int64_t m = ml_tval_numel(a) / k;
+	/* small products: OpenBLAS's small-matrix kernels need no packing and win */
+	if (m * n != total || (pn <= 0 && m * n * k < FAST_MIN))
+		return 1;
+	struct fmm f = { .a = a->data, .b = b->data, .bias = bias != NULL ? bias->data : NULL,
+			 .z = z != NULL ? z->data : NULL, .y = y->data, .m = m, .n = n, .k = k,
+			 .act = ml_fused_act(c->node) };
+	f.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+	f.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+	int64_t npan = (n + ML_PG_NR - 1) / ML_PG_NR;
+	/* packed by mlopt: the panels as they are, when aligned as the SGEMM loads them */
+	if (pn > 0 && b->dims[0] == npan && b->dims[2] == ML_PG_NR && ((uintptr_t)b->data & 63) == 0) {
+		f.bp = b->data;
+	} else {
+		float *bp = ml_cpu_scratch(2, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n));
+		if (bp == NULL)
+			return ml_opfail(c, ML_ENOMEM, "out of memory packing B (%lld x %lld)",
+					 (long long)k, (long long)n);
+		f.bp = bp;
+		if (pn > 0)
+			memcpy(bp, b->data, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n));
+		else
+			ml_parallel_for(npan, ML_MAX(1, (int64_t)(1 << 16) / (k * ML_PG_NR)), fmm_pack,
+					&f);
+	}
+	/*
+	 * Tiles: about TILE_M rows (a multiple of 4, a whole number of row
+	 * tiles per thread when there are rows enough) by runs of panels,
+	 * enough of them for every thread twice. A row tile streams all of
+	 * its panels of B, so few rows split by columns only.
+	 */
+	int64_t nt = ml_get_threads();
+	f.ntm = (m + TILE_M - 1) / TILE_M;
+	if (m >= 24 * nt)
+		f.ntm = (f.ntm + nt - 1) / nt * nt;
+	f.rm = ((m + f.ntm - 1) / f.ntm + 3) / 4 * 4;
+	f.ntm = (m + f.rm - 1) / f.rm;
+	int64_t runs = ML_MAX(1, ML_MIN(npan, (2 * nt + f.ntm - 1) / f.ntm));
+	f.wn = (npan + runs - 1) / runs * ML_PG_NR;
+	f.ntn = (n + f.wn - 1) / f.wn;
+	int64_t work = f.rm * f.wn * k;
+	ml_parallel_for(f.ntm * f.ntn, ML_MAX(1, ITEM_WORK / ML_MAX(1, work)), fmm_tiles, &f);
+	return 0;
+}
+
+/*
+ * FusedConv of a pointwise convolution (1x1 window, stride 1, no padding,
+ * one group): per image Y[Cout, HW] = W[Cout, Cin] X[Cin, HW] + bias, the
+ * GEMM of nn_conv.c's conv_pgemm, but in column tiles small enough that a
+ * tile of packed X and of Y stay in L2, each packed by the thread that
+ * multiplies it, and the residual and activation applied to the tile of Y
+ * just stored. Items are (image, column tile, group of rows); a thread
+ * packs a column tile once for consecutive row groups of it.
+ */
+struct fpw {
+	const float *x, *w, *bias, *z;
+	float *y;
+	int64_t cout, cin, hw, tn, ntn, rg, nrg;
+	int act;
+	float lo, hi;
+	_Atomic int failed;
+};
+
+/* fpw_pack: panels [j0, j1) (in columns) of the columns p0.. of x (rows k, stride hw) into bp. */
+static void
+fpw_pack(float *bp, const float *x, int64_t k, int64_t hw, int64_t p0, int64_t cur, int64_t j0,
+	 int64_t j1)
+{
+	for (; j0 < j1 && j0 < cur; j0 += ML_PG_NR) {
+		float *dst = bp + j0 * k;
+		int64_t w = ML_MIN((int64_t)ML_PG_NR, cur - j0);
+		for (int64_t r = 0; r < k; r++) {
+			memcpy(dst + r * ML_PG_NR, x + r * hw + p0 + j0, sizeof(float) * (size_t)w);
+			for (int64_t j = w; j < ML_PG_NR; j++)
+				dst[r * ML_PG_NR + j] = 0.0f;
+		}
+	}
+}
+
+static void
+fpw_items(void *ctx, int64_t b, int64_t e)
+{
+	struct fpw *f = ctx;
+	int64_t k = f->cin;
+	float *bp = ml_cpu_scratch(1, sizeof(float) * (size_t)ml_pgemm_packed_len(k, f->tn));
+	if (bp == NULL) {
+		f->failed = 1;
+		return;
+	}
+	int64_t packed = -1;	/* the (image, column tile) in bp */
+	for (int64_t it = b; it < e; it++) {
+		int64_t ri = it % f->nrg, col = it / f->nrg, bi = col / f->ntn, tj = col % f->ntn;
+		int64_t p0 = tj * f->tn, cur = ML_MIN(f->tn, f->hw - p0);
+		if (packed != col)
+			fpw_pack(bp, f->x + bi * f->cin * f->hw, k, f->hw, p0, cur, 0, cur);
+		packed = col;
+		int64_t r0 = ri * f->rg, r1 = ML_MIN(f->cout, r0 + f->rg);
+		if (r0 >= r1)
+			continue;
+		int64_t off = bi * f->cout * f->hw + r0 * f->hw + p0;
+		float *y = f->y + off;
+		ml_pgemm(r1 - r0, cur, k, f->w + r0 * k, k, bp, f->bias != NULL ? f->bias + r0 : NULL,
+			 y, f->hw, false);
+		ml_fused_tile_epi(y, r1 - r0, cur, f->hw, NULL, f->z != NULL ? f->z + off : NULL, f->act, f->lo,
+			 f->hi);
+	}
+}
+
+/* all_eq: the INTS attribute name of n is absent or every value is v. */
+static bool
+all_eq(const struct ml_node *n, const char *name, int64_t v)
+{
+	const int64_t *a;
+	int na = ml_attr_ints(n, name, &a);
+	for (int i = 0; i < na; i++)
+		if (a[i] != v)
+			return false;
+	return true;
+}
+
+int
+ml_cpu_fconv_fast(struct ml_opctx *c)
+{
+	const struct ml_tval *x = c->in[0], *w = c->in[1], *bias = ML_IN(c, 2), *z = ML_IN(c, 3);
+	struct ml_tval *y = c->out[0];
+	int r = x->rank;
+
+	if (!ml_pgemm_ok() || x->dtype != ML_F32 || w->dtype != ML_F32 || r < 3 || w->rank != r ||
+	    y->rank != r || (bias != NULL && bias->dtype != ML_F32) ||
+	    (z != NULL && (z->dtype != ML_F32 || ml_tval_numel(z) != ml_tval_numel(y))) ||
+	    ml_attr_int(c->node, "group", 1) != 1 || !all_eq(c->node, "strides", 1) ||
+	    !all_eq(c->node, "pads", 0) || w->dims[1] != x->dims[1])
+		return 1;
+	int64_t hw = 1;
+	for (int d = 2; d < r; d++) {
+		if (w->dims[d] != 1 || y->dims[d] != x->dims[d])
+			return 1;
+		hw *= x->dims[d];
+	}
+	int64_t nb = x->dims[0], cin = x->dims[1], cout = w->dims[0];
+	if (nb <= 0 || hw <= 0 || cout <= 0 || cin <= 0 || y->dims[1] != cout ||
+	    (bias != NULL && ml_tval_numel(bias) != cout) || nb * cout * cin * hw < FAST_MIN)
+		return 1;
+	struct fpw f = { .x = x->data, .w = w->data, .bias = bias != NULL ? bias->data : NULL,
+			 .z = z != NULL ? z->data : NULL, .y = y->data, .cout = cout, .cin = cin,
+			 .hw = hw, .act = ml_fused_act(c->node) };
+	f.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+	f.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+	/*
+	 * Column tiles: a packed tile of X within 128 KB and a tile of Y
+	 * within 512 KB, as many per image as threads or a multiple; small
+	 * planes (the 14x14 and 7x7 layers) are one tile, split by rows.
+	 */
+	int64_t nt = ml_get_threads(), hw32 = (hw + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
+	int64_t tn = ML_MIN((int64_t)32768 / cin, (int64_t)131072 / cout) / ML_PG_NR * ML_PG_NR;
+	tn = ML_MAX(tn, (int64_t)ML_PG_NR);
+	if (hw <= 512 || tn >= hw32) {
+		f.tn = hw32;
+	} else {
+		int64_t ntn = (hw + tn - 1) / tn;
+		ntn = (ntn + nt - 1) / nt * nt;
+		f.tn = ((hw + ntn - 1) / ntn + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
+	}
+	f.ntn = (hw + f.tn - 1) / f.tn;
+	/* groups of rows (at least 12, a multiple of 4) when the tiles are too few, as many per thread */
+	int64_t cols = nb * f.ntn;
+	f.nrg = (2 * nt + cols - 1) / cols;
+	f.nrg = ML_MAX(1, ML_MIN((f.nrg + nt - 1) / nt * nt, cout / 12));
+	f.rg = ((cout + f.nrg - 1) / f.nrg + 3) / 4 * 4;
+	f.nrg = (cout + f.rg - 1) / f.rg;
+	int64_t work = f.rg * f.tn * cin;
+	ml_parallel_for(cols * f.nrg, ML_MAX(1, ITEM_WORK / ML_MAX(1, work)), fpw_items, &f);
+	if (f.failed)
+		return ml_opfail(c, ML_ENOMEM, "out of memory packing a tile of X");
+	return 0;
+}
+
+/*
+ * Attention, one batch entry (head) at a time: Kt and V are copied into
+ * buffers whose rows are padded to whole blocks of 8 (zeros), so that the
+ * scores of a query row (over the keys) and its output (over V's columns)
+ * are computed 8 lanes at a time with no remainder loops; the heads of
+ * exported encoders are short (a dozen keys, 16 to 64 columns), where
+ * loops of variable length would run element by element.
+ */
+#define AB 8
+/* query rows at a time */
+#define AR 4
+
+/* 8 floats as one value (GCC's vector extension: one ymm, or two xmm in the default clone) */
+typedef float v8f __attribute__((vector_size(32)));
+/* the same, unaligned and allowed to alias floats */
+typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
+
+/* as macros: a function returning a vector type would change the ABI of the default clone */
+#define v8_set(x) ((v8f){ (x), (x), (x), (x), (x), (x), (x), (x) })
+#define v8_load(p) (*(const v8u *)(p))
+#define v8_store(p, v) (*(v8u *)(p) = (v))
+
+struct att {
+	const float *q, *kt, *v;
+	float *y;
+	int64_t l, d, s, dv, s8, dv8;
+	float scale;
+	_Atomic int failed;	/* a thread could not get its buffers */
+};
+
+/* att_softmax: row[0..s) to its softmax, row[s..s8) (the padding) to 0. */
+static inline void
+att_softmax(float *row, int64_t s, int64_t s8)
+{
+	float mx = -INFINITY;
+	for (int64_t j = 0; j < s; j++)
+		mx = row[j] > mx ? row[j] : mx;
+	v8f vsum = v8_set(0.0f);
+	for (int64_t j0 = 0; j0 < s8; j0 += AB) {
+		float ex[AB];
+		/* every lane through exp (padded keys score 0: finite), then the padding zeroed */
+		for (int u = 0; u < AB; u++)
+			ex[u] = ml_expf(row[j0 + u] - mx);
+		v8f e8 = v8_load(ex);
+		if (j0 + AB > s)
+			for (int u = 0; u < AB; u++)
+				e8[u] = j0 + u < s ? e8[u] : 0.0f;
+		v8_store(row + j0, e8);
+		vsum += e8;
+	}
+	float sum = 0.0f;
+	for (int u = 0; u < AB; u++)
+		sum += vsum[u];
+	v8f inv = v8_set(1.0f / sum);
+	for (int64_t j0 = 0; j0 < s8; j0 += AB)
+		v8_store(row + j0, v8_load(row + j0) * inv);
+}
+
+FM_CLONES static void
+att_heads(void *ctx, int64_t b, int64_t e)
+{
+	struct att *p = ctx;
+	int64_t l = p->l, d = p->d, s = p->s, dv = p->dv, s8 = p->s8, dv8 = p->dv8;
+	float *kp = ml_cpu_scratch(0, sizeof(float) * (size_t)(d * s8 + s * dv8 + (l + 1) * s8));
+	if (kp == NULL) {
+		p->failed = 1;
+		return;
+	}
+	float *vp = kp + d * s8, *sc = vp + s * dv8;
+	for (int64_t bi = b; bi < e; bi++) {
+		const float *kt = p->kt + bi * d * s, *v = p->v + bi * s * dv;
+		for (int64_t t = 0; t < d; t++) {
+			memcpy(kp + t * s8, kt + t * s, sizeof(float) * (size_t)s);
+			for (int64_t j = s; j < s8; j++)
+				kp[t * s8 + j] = 0.0f;
+		}
+		for (int64_t j = 0; j < s; j++) {
+			memcpy(vp + j * dv8, v + j * dv, sizeof(float) * (size_t)dv);
+			for (int64_t t = dv; t < dv8; t++)
+				vp[j * dv8 + t] = 0.0f;
+		}
+		/* AR query rows at a time: independent sums, not one chain of dependent adds */
+		for (int64_t i0 = 0; i0 < l; i0 += AR) {
+			const float *q[AR];
+			float *row[AR];
+			for (int r = 0; r < AR; r++) {
+				int64_t i = ML_MIN(i0 + r, l - 1);	/* past l: row l - 1 again, unused */
+				q[r] = p->q + (bi * l + i) * d;
+				row[r] = sc + (i0 + r < l ? i0 + r : l) * s8;
+			}
+			for (int64_t j0 = 0; j0 < s8; j0 += AB) {
+				v8f acc[AR];
+				for (int r = 0; r < AR; r++)
+					acc[r] = v8_set(0.0f);
+				for (int64_t t = 0; t < d; t++) {
+					v8f kv = v8_load(kp + t * s8 + j0);
+					for (int r = 0; r < AR; r++)
+						acc[r] += v8_set(q[r][t]) * kv;
+				}
+				for (int r = 0; r < AR; r++)
+					v8_store(row[r] + j0, acc[r] * v8_set(p->scale));
+			}
+			for (int r = 0; r < AR && i0 + r < l; r++)
+				att_softmax(row[r], s, s8);
+			for (int64_t t0 = 0; t0 < dv8; t0 += AB) {
+				v8f acc[AR];
+				for (int r = 0; r < AR; r++)
+					acc[r] = v8_set(0.0f);
+				for (int64_t j = 0; j < s; j++) {
+					v8f vv = v8_load(vp + j * dv8 + t0);
+					for (int r = 0; r < AR; r++)
+						acc[r] += v8_set(row[r][j]) * vv;
+				}
+				int64_t w = ML_MIN((int64_t)AB, dv - t0);
+				for (int r = 0; r < AR && i0 + r < l; r++) {
+					float *y = p->y + (bi * l + i0 + r) * dv + t0;
+					for (int64_t u = 0; u < w; u++)
+						y[u] = acc[r][u];
+				}
+			}
+		}
+	}
+}
+
+int
+ml_cpu_attention(struct ml_opctx *c)
+{
+	const struct ml_tval *q = c->in[0], *kt = c->in[1], *v = c->in[2];
+	struct ml_tval *y = c->out[0];
+	int r = q->rank;
+
+	if (q->dtype != ML_F32 || kt->dtype != ML_F32 || v->dtype != ML_F32)
+		return ml_opfail(c, ML_ENOTSUP, "Attention takes f32");
+	if (r < 2 || kt->rank != r || v->rank != r)
+		return ml_opfail(c, ML_EINVAL, "Q, Kt and V must have one rank of at least 2");
+	int64_t nb = 1;
+	for (int d = 0; d < r - 2; d++) {
+		if (q->dims[d] != kt->dims[d] || q->dims[d] != v->dims[d])
+			return ml_opfail(c, ML_EINVAL, "Q, Kt and V have different batch dims");
+		nb *= q->dims[d];
+	}
+	struct att p = { .q = q->data, .kt = kt->data, .v = v->data, .y = y->data,
+			 .l = q->dims[r - 2], .d = q->dims[r - 1], .s = kt->dims[r - 1],
+			 .dv = v->dims[r - 1],
+			 .scale = (float)ml_attr_float(c->node, "scale", 1.0) };
+	if (kt->dims[r - 2] != p.d || v->dims[r - 2] != p.s)
+		return ml_opfail(c, ML_EINVAL, "Q [.., L, D], Kt [.., D, S] and V [.., S, Dv] do not match");
+	if (nb * p.l <= 0 || p.dv <= 0)
+		return 0;
+	if (p.s <= 0)
+		return ml_opfail(c, ML_EINVAL, "Attention over no keys (S is 0)");
+	p.s8 = (p.s + AB - 1) / AB * AB;
+	p.dv8 = (p.dv + AB - 1) / AB * AB;
+	int64_t per = p.l * p.s8 * (p.d + p.dv8);
+	ml_parallel_for(nb, ML_MAX(1, (int64_t)ITEM_WORK / ML_MAX(1, per)), att_heads, &p);
+	if (p.failed)
+		return ml_opfail(c, ML_ENOMEM, "out of memory for %lld scores", (long long)p.s);
+	return 0;
+}

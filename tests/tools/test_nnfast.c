@@ -1,0 +1,414 @@
+/*
+ * test_nnfast.c: C tests of the CPU fast paths against naive references:
+ * the thread pool (every index of every job runs exactly once, whether
+ * the workers are spinning or asleep, and nested calls run inline), the
+ * packed SGEMM of lib/cpu/nn_gemm.c (odd sizes, k past one k block, bias,
+ * accumulate, batches, 1 and 2 threads; the AVX-512 kernel and, in a
+ * child process with ML_PGEMM=avx2, the AVX2 one), the 2-D f32 MaxPool
+ * (strides 1 to 3, pads, dilation, ceil_mode) and 3x3 Conv (Winograd over
+ * several tile-row groups and filter blocks, and im2col; also through
+ * BLAS in a child with ML_PGEMM=0), each through a one-node graph.
+ * Prints TAP.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ml.h"
+#include "cpu/nn.h"
+
+static int ntest, nfail;
+
+static void
+ok(bool cond, const char *what)
+{
+	ntest++;
+	if (!cond)
+		nfail++;
+	printf("%sok %d - %s\n", cond ? "" : "not ", ntest, what);
+	fflush(stdout);
+}
+
+static uint64_t rs = 88172645463325252ull;
+
+static float
+frand(void)
+{
+	rs ^= rs << 13;
+	rs ^= rs >> 7;
+	rs ^= rs << 17;
+	return (float)((double)(rs >> 11) * 0x1.0p-53 * 2 - 1);
+}
+
+/* The thread pool. */
+struct pjob {
+	int64_t n;
+	unsigned char *hits;
+	atomic_int bad;
+	atomic_int nested;
+};
+
+static void
+nested_fn(void *ctx, int64_t b, int64_t e)
+{
+	struct pjob *j = ctx;
+	for (int64_t i = b; i < e; i++)
+		atomic_fetch_add(&j->nested, 1);
+}
+
+static void
+pjob_fn(void *ctx, int64_t b, int64_t e)
+{
+	struct pjob *j = ctx;
+
+	if (b < 0 || e > j->n || b >= e)
+		atomic_store(&j->bad, 1);
+	for (int64_t i = b; i < e && i < j->n; i++)
+		j->hits[i]++;
+	if (b == 0) {
+		/* inline inside a job; a job of its own when the outer one ran inline */
+		struct pjob in = { .n = 10 };
+		ml_parallel_for(10, 1, nested_fn, &in);
+		if (atomic_load(&in.nested) != 10)
+			atomic_store(&j->bad, 1);
+	}
+}
+
+static void
+test_pool(void)
+{
+	unsigned char *hits = malloc(20000);
+	bool good = true;
+	int jobs = 0;
+
+	ml_set_threads(3);
+	for (int r = 0; r < 400; r++) {
+		int64_t n = 1 + (r * 7919) % 20000, grain = 1 + (r * 31) % 3000;
+		struct pjob j = { .n = n, .hits = hits };
+		memset(hits, 0, (size_t)n);
+		ml_parallel_for(n, grain, pjob_fn, &j);
+		for (int64_t i = 0; i < n; i++)
+			if (hits[i] != 1)
+				good = false;
+		if (atomic_load(&j.bad))
+			good = false;
+		jobs++;
+		if (r % 40 == 39) {
+			/* long enough for the workers to stop spinning and sleep */
+			struct timespec ts = { 0, 3 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+		}
+	}
+	free(hits);
+	ok(good && jobs == 400, "thread pool: 400 jobs, each index once, with sleeps between some");
+	ml_set_threads(2);
+}
+
+/* ml_pgemm against a double-precision reference. */
+static int
+gemm_case(int64_t nb, int64_t m, int64_t n, int64_t k, bool bias, bool acc)
+{
+	int64_t lda = k + 3, ldc = n + 5, plen = ml_pgemm_packed_len(k, n);
+	float *a = malloc(sizeof(float) * (size_t)(nb * m * lda));
+	float *bp = aligned_alloc(64, sizeof(float) * (size_t)(nb * plen + 16));
+	float *b = malloc(sizeof(float) * (size_t)(nb * k * n));
+	float *c = malloc(sizeof(float) * (size_t)(nb * m * ldc));
+	float *c0 = malloc(sizeof(float) * (size_t)(nb * m * ldc));
+	float *bs = malloc(sizeof(float) * (size_t)m);
+	int bad = 0;
+
+	for (int64_t i = 0; i < nb * m * lda; i++)
+		a[i] = frand();
+	for (int64_t i = 0; i < nb * k * n; i++)
+		b[i] = frand();
+	for (int64_t i = 0; i < nb * plen; i++)
+		bp[i] = NAN;	/* the last panel's spare columns must not leak in */
+	for (int64_t bi = 0; bi < nb; bi++)
+		for (int64_t p = 0; p < k; p++)
+			for (int64_t jj = 0; jj < n; jj++)
+				bp[bi * plen + jj / ML_PG_NR * ML_PG_NR * k + p * ML_PG_NR +
+				   jj % ML_PG_NR] = b[(bi * k + p) * n + jj];
+	for (int64_t i = 0; i < m; i++)
+		bs[i] = frand();
+	for (int64_t i = 0; i < nb * m * ldc; i++)
+		c[i] = c0[i] = frand();
+	ml_pgemm_batch(nb, m, n, k, a, lda, m * lda, bp, plen, bias ? bs : NULL, c, ldc, m * ldc,
+		       acc);
+	for (int64_t bi = 0; bi < nb; bi++)
+		for (int64_t i = 0; i < m; i++) {
+			for (int64_t jj = 0; jj < n; jj++) {
+				double s = acc ? c0[(bi * m + i) * ldc + jj] : bias ? bs[i] : 0;
+				double mag = fabs(s);
+				for (int64_t p = 0; p < k; p++) {
+					double t = (double)a[(bi * m + i) * lda + p] *
+						   b[(bi * k + p) * n + jj];
+					s += t;
+					mag += fabs(t);
+				}
+				float got = c[(bi * m + i) * ldc + jj];
+				if (!(fabs(got - s) <= 1e-5 * (mag + 1)))
+					bad++;
+			}
+			/* the padding between rows of C stays untouched */
+			for (int64_t jj = n; jj < ldc; jj++)
+				if (c[(bi * m + i) * ldc + jj] != c0[(bi * m + i) * ldc + jj])
+					bad++;
+		}
+	free(a);
+	free(bp);
+	free(b);
+	free(c);
+	free(c0);
+	free(bs);
+	return bad;
+}
+
+/* gemm_all: every case on 1 and 2 threads; the number of cases that failed. */
+static int
+gemm_all(int *ncase)
+{
+	static const int64_t ms[] = { 1, 5, 12, 13, 37, 100, 200 };
+	static const int64_t ns[] = { 1, 17, 32, 33, 49, 100, 196 };
+	static const int64_t ks[] = { 1, 7, 256, 300 };
+	int fails = 0;
+
+	*ncase = 0;
+	for (int th = 1; th <= 2; th++) {
+		ml_set_threads(th);
+		for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+			for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+				for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+					int v = (int)(mi + ni + ki);
+					(*ncase)++;
+					fails += gemm_case(1, ms[mi], ns[ni], ks[ki], v % 2 == 0,
+							   v % 3 == 0) != 0;
+				}
+		(*ncase) += 2;
+		fails += gemm_case(3, 29, 70, 40, true, false) != 0;
+		fails += gemm_case(36, 64, 16, 64, false, false) != 0;
+	}
+	return fails;
+}
+
+/* A graph with one MaxPool node, run on x [2, 3, H, W]; compared with a naive loop. */
+static bool
+maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_t pad, int64_t dil, int ceil)
+{
+	struct ml_err e = { 0 };
+	struct ml_graph *g = NULL;
+	struct ml_session *ss = NULL;
+	int64_t xd[4] = { 2, 3, H, W };
+	struct ml_tval x = { 0 };
+	bool good = false;
+
+	if (ml_graph_new(&g, &e) < 0 || ml_graph_set_opset(g, "", 13, &e) < 0)
+		goto out;
+	int xi = ml_graph_tensor(g, "x");
+	g->tensors[xi]->dtype = ML_F32;
+	g->tensors[xi]->rank = 4;
+	g->tensors[xi]->kind = ML_TK_INPUT;
+	memcpy(g->tensors[xi]->dims, xd, sizeof xd);
+	ml_graph_add_input(g, xi, &e);
+	const char *in[] = { "x" }, *outn[] = { "y" };
+	int nd = ml_graph_add_node(g, "MaxPool", "", "", 1, in, 1, outn, &e);
+	ml_node_set_ints(g, nd, "kernel_shape", 2, (int64_t[]){ k, k });
+	ml_node_set_ints(g, nd, "strides", 2, (int64_t[]){ s, s });
+	ml_node_set_ints(g, nd, "pads", 4, (int64_t[]){ pad, pad, pad, pad });
+	ml_node_set_ints(g, nd, "dilations", 2, (int64_t[]){ dil, dil });
+	ml_node_set_ints(g, nd, "ceil_mode", 1, (int64_t[]){ ceil });
+	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
+	if (ml_graph_toposort(g, &e) < 0 || ml_graph_validate(g, &e) < 0 ||
+	    ml_graph_infer(g, &e) < 0 || ml_session_new(&ss, g, NULL, &e) < 0 ||
+	    ml_tval_alloc(&x, ML_F32, 4, xd, &e) < 0)
+		goto out;
+	float *xv = x.data;
+	for (int64_t i = 0; i < ml_tval_numel(&x); i++)
+		xv[i] = frand();
+	if (ml_session_set_input(ss, "x", &x, &e) < 0 || ml_session_run(ss, &e) < 0)
+		goto out;
+	const struct ml_tval *y = ml_session_output(ss, 0);
+	int64_t ek = (k - 1) * dil + 1, span = H + 2 * pad - ek;
+	int64_t OH = ceil ? (span + s - 1) / s + 1 : span / s + 1;
+	span = W + 2 * pad - ek;
+	int64_t OW = ceil ? (span + s - 1) / s + 1 : span / s + 1;
+	/* ONNX: a ceil_mode window must start inside the input or left padding */
+	if (ceil && (OH - 1) * s >= H + pad)
+		OH--;
+	if (ceil && (OW - 1) * s >= W + pad)
+		OW--;
+	if (y->rank != 4 || y->dims[2] != OH || y->dims[3] != OW)
+		goto out;
+	good = true;
+	for (int64_t pl = 0; pl < 6; pl++)
+		for (int64_t oh = 0; oh < OH; oh++)
+			for (int64_t ow = 0; ow < OW; ow++) {
+				float m = -INFINITY;
+				for (int64_t kh = 0; kh < k; kh++)
+					for (int64_t kw = 0; kw < k; kw++) {
+						int64_t ih = oh * s - pad + kh * dil;
+						int64_t iw = ow * s - pad + kw * dil;
+						if (ih >= 0 && ih < H && iw >= 0 && iw < W &&
+						    xv[(pl * H + ih) * W + iw] > m)
+							m = xv[(pl * H + ih) * W + iw];
+					}
+				if (((const float *)y->data)[(pl * OH + oh) * OW + ow] != m)
+					good = false;
+			}
+out:
+	ml_tval_clear(&x);
+	ml_session_free(ss);
+	ml_graph_free(g);
+	return good;
+}
+
+/*
+ * A graph with one 3x3 Conv (pads p, bias), run on random x [1, C, H, W]
+ * and weights; compared with a double-precision direct convolution. The
+ * shapes below reach Winograd F(4x4, 3x3), over several groups of tile
+ * rows and several blocks of filters.
+ */
+static bool
+conv_case(int64_t C, int64_t M, int64_t H, int64_t W, int64_t p)
+{
+	struct ml_err e = { 0 };
+	struct ml_graph *g = NULL;
+	struct ml_session *ss = NULL;
+	int64_t xd[4] = { 1, C, H, W }, wd[4] = { M, C, 3, 3 }, bd[1] = { M };
+	struct ml_tval x = { 0 };
+	float *w = malloc(sizeof(float) * (size_t)(M * C * 9)), *b = malloc(sizeof(float) * (size_t)M);
+	bool good = false;
+
+	for (int64_t i = 0; i < M * C * 9; i++)
+		w[i] = frand();
+	for (int64_t i = 0; i < M; i++)
+		b[i] = frand();
+	if (ml_graph_new(&g, &e) < 0 || ml_graph_set_opset(g, "", 13, &e) < 0)
+		goto out;
+	int xi = ml_graph_tensor(g, "x");
+	g->tensors[xi]->dtype = ML_F32;
+	g->tensors[xi]->rank = 4;
+	g->tensors[xi]->kind = ML_TK_INPUT;
+	memcpy(g->tensors[xi]->dims, xd, sizeof xd);
+	ml_graph_add_input(g, xi, &e);
+	ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_CONST, ML_F32, 4, wd, w,
+			  sizeof(float) * (size_t)(M * C * 9), &e);
+	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_F32, 1, bd, b,
+			  sizeof(float) * (size_t)M, &e);
+	const char *in[] = { "x", "w", "b" }, *outn[] = { "y" };
+	int nd = ml_graph_add_node(g, "Conv", "", "", 3, in, 1, outn, &e);
+	ml_node_set_ints(g, nd, "kernel_shape", 2, (int64_t[]){ 3, 3 });
+	ml_node_set_ints(g, nd, "pads", 4, (int64_t[]){ p, p, p, p });
+	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
+	if (ml_graph_toposort(g, &e) < 0 || ml_graph_validate(g, &e) < 0 ||
+	    ml_graph_infer(g, &e) < 0 || ml_session_new(&ss, g, NULL, &e) < 0 ||
+	    ml_tval_alloc(&x, ML_F32, 4, xd, &e) < 0)
+		goto out;
+	float *xv = x.data;
+	for (int64_t i = 0; i < ml_tval_numel(&x); i++)
+		xv[i] = frand();
+	if (ml_session_set_input(ss, "x", &x, &e) < 0 || ml_session_run(ss, &e) < 0)
+		goto out;
+	const struct ml_tval *y = ml_session_output(ss, 0);
+	int64_t OH = H + 2 * p - 2, OW = W + 2 * p - 2;
+	if (y->rank != 4 || y->dims[1] != M || y->dims[2] != OH || y->dims[3] != OW)
+		goto out;
+	good = true;
+	for (int64_t m = 0; m < M; m++)
+		for (int64_t oh = 0; oh < OH; oh++)
+			for (int64_t ow = 0; ow < OW; ow++) {
+				double s = b[m], mag = fabs(b[m]);
+				for (int64_t c = 0; c < C; c++)
+					for (int64_t kh = 0; kh < 3; kh++)
+						for (int64_t kw = 0; kw < 3; kw++) {
+							int64_t ih = oh - p + kh, iw = ow - p + kw;
+							if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+								continue;
+							double t = (double)w[((m * C + c) * 3 + kh) * 3 + kw] *
+								   xv[(c * H + ih) * W + iw];
+							s += t;
+							mag += fabs(t);
+						}
+				float got = ((const float *)y->data)[(m * OH + oh) * OW + ow];
+				if (!(fabs(got - s) <= 1e-5 * mag + 1e-6))
+					good = false;
+			}
+out:
+	free(w);
+	free(b);
+	ml_tval_clear(&x);
+	ml_session_free(ss);
+	ml_graph_free(g);
+	return good;
+}
+
+static void
+test_conv(void)
+{
+	ok(conv_case(16, 20, 24, 24, 1), "Conv 3x3 16->20 on 24x24 (Winograd, one group)");
+	ok(conv_case(16, 24, 10, 130, 1), "Conv 3x3 16->24 on 10x130 (Winograd, 3 tile-row groups)");
+	ok(conv_case(256, 40, 23, 25, 1), "Conv 3x3 256->40 on 23x25 (Winograd, 2 filter blocks)");
+	ok(conv_case(130, 50, 30, 29, 0), "Conv 3x3 130->50 on 30x29, no pads (Winograd, blocks)");
+	ok(conv_case(8, 5, 9, 7, 1), "Conv 3x3 8->5 on 9x7 (im2col)");
+}
+
+static void
+test_maxpool(void)
+{
+	ok(maxpool_case(112, 112, 3, 2, 1, 1, 0), "MaxPool 3x3 s2 p1 on 112x112 (ResNet's)");
+	ok(maxpool_case(11, 13, 3, 2, 1, 1, 0), "MaxPool 3x3 s2 p1 on 11x13");
+	ok(maxpool_case(9, 10, 2, 1, 0, 1, 0), "MaxPool 2x2 s1 on 9x10");
+	ok(maxpool_case(17, 19, 3, 3, 1, 1, 1), "MaxPool 3x3 s3 p1 ceil_mode on 17x19");
+	ok(maxpool_case(15, 16, 3, 1, 2, 2, 0), "MaxPool 3x3 s1 p2 dilation 2 on 15x16");
+	ok(maxpool_case(3, 2, 3, 2, 1, 1, 0), "MaxPool 3x3 s2 p1 on 3x2 (no interior window)");
+}
+
+int
+main(void)
+{
+	int n = 0, fails;
+
+	/* the AVX2 kernel, in a child forked before any pool thread exists */
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		setenv("ML_PGEMM", "avx2", 1);
+		if (!ml_pgemm_ok())
+			_exit(77);
+		_exit(gemm_all(&n) == 0 ? 0 : 1);
+	}
+	int st = 0;
+	bool waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	if (waited && WEXITSTATUS(st) == 77)
+		printf("ok %d - packed SGEMM, AVX2 kernel # SKIP no AVX2 and FMA\n", ++ntest);
+	else
+		ok(waited && WEXITSTATUS(st) == 0, "packed SGEMM, AVX2 kernel (ML_PGEMM=avx2)");
+	/* the BLAS paths (Winograd's GEMMs and im2col's), in a child with ML_PGEMM=0 */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ML_PGEMM", "0", 1);
+		_exit(conv_case(16, 24, 10, 130, 1) && conv_case(256, 40, 23, 25, 1) &&
+		      conv_case(8, 5, 9, 7, 1) ? 0 : 1);
+	}
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0, "Conv 3x3 through BLAS (ML_PGEMM=0), Winograd and im2col");
+	if (ml_pgemm_ok()) {
+		fails = gemm_all(&n);
+		char what[128];
+		snprintf(what, sizeof what, "packed SGEMM, default kernel: %d of %d cases wrong", fails,
+			 n);
+		ok(fails == 0, what);
+	} else {
+		printf("ok %d - packed SGEMM # SKIP no AVX-512 or AVX2\n", ++ntest);
+	}
+	test_pool();
+	test_maxpool();
+	test_conv();
+	printf("1..%d\n", ntest);
+	return nfail != 0;
+}
