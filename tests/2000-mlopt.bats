@@ -76,6 +76,15 @@ elif name == "mm":
     nodes = [h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
              h.make_node("Add", ["mm", "B"], ["mb"], name="addB"),
              h.make_node("Sigmoid", ["mb"], ["y"], name="sig")]
+elif name.startswith("mm") and name[2:].isdigit():
+    # mmN: N rows against a 1024 x 1100 B (packed: at least 2^20 multiply-adds; a partial panel)
+    r = int(name[2:])
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, r, 1024])
+    y = h.make_tensor_value_info("y", T.FLOAT, [1, r, 1100])
+    inits = [c("W", rng.standard_normal((1024, 1100)) / 32), c("B", rng.standard_normal(1100))]
+    nodes = [h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+             h.make_node("Add", ["mm", "B"], ["mb"], name="addB"),
+             h.make_node("Relu", ["mb"], ["y"], name="relu")]
 elif name.startswith("attn"):
     # attention over [batch 2, heads 3]: 5 queries of 8, 7 keys, values of 4
     x = [h.make_tensor_value_info("q", T.FLOAT, [2, 3, 5, 8]),
@@ -198,6 +207,24 @@ nodes() {
 			ML_PGEMM=$p run -0 mlrun $g.mlg -i x=x.npy -o b_$p$g --threads 2
 			npcmp b_$p$g/y.npy a/y.npy --rtol 1e-4 --atol 1e-5
 		done
+	done
+}
+
+@test "FusedMatMul of a few rows streams the packed panels, with the same result" {
+	# 1, 4 and 5 rows (the small-row kernel takes four at a time), 9 (the tiled SGEMM)
+	for m in 1 4 5 9; do
+		mkopt mm$m
+		run -0 mlopt -O2 mm$m.mlg -o o$m.mlg
+		run -0 mlconvert o$m.mlg -o o$m.mlt
+		grep -q 'packed_n = 1100' o$m.mlt
+		mknpy x$m.npy float32 1,$m,1024 --seed $m
+		run -0 mlrun mm$m.mlg -i x=x$m.npy -o a$m
+		for p in default avx2; do
+			ML_PGEMM=$p run -0 mlrun o$m.mlg -i x=x$m.npy -o b$m$p --threads 2
+			npcmp b$m$p/y.npy a$m/y.npy --rtol 1e-4 --atol 1e-5
+		done
+		ML_FUSED_SMALLM=off run -0 mlrun o$m.mlg -i x=x$m.npy -o c$m --threads 2
+		npcmp c$m/y.npy a$m/y.npy --rtol 1e-4 --atol 1e-5
 	done
 }
 

@@ -15,6 +15,8 @@
  */
 #pragma GCC optimize("O3", "no-trapping-math")
 
+#include <stdlib.h>
+
 #include "ml_impl.h"
 #include "cpu/fastmath.h"
 #include "cpu/nn.h"
@@ -149,6 +151,66 @@ fmm_tiles(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+/*
+ * A FusedMatMul of a few rows (batch-1 tokens of a late stage: ConvNeXt's
+ * 2x2 maps give m = 4 against megabytes of weights) is a GEMV in all but
+ * name and bound by reading B. With B packed by mlopt, each work item
+ * streams whole panels (k x 32 floats, contiguous) from memory once and
+ * keeps the m x 32 sums in registers, four rows at a time: the order the
+ * hardware prefetcher likes, where the tiled SGEMM walks k blocks across
+ * panels.
+ */
+#define SMALL_M 8
+typedef float sm8 __attribute__((vector_size(32)));
+typedef float sm8u __attribute__((vector_size(32), aligned(4), may_alias));
+
+struct fsm {
+	const float *a, *bp, *bias, *z;
+	float *y;
+	int64_t m, n, k;
+	int act;
+	float lo, hi;
+};
+
+FM_CLONES static void
+fsm_panels(void *ctx, int64_t b, int64_t e)
+{
+	const struct fsm *f = ctx;
+	const int64_t k = f->k;
+
+	for (int64_t p = b; p < e; p++) {
+		const float *pan = f->bp + p * k * ML_PG_NR;
+		int64_t n0 = p * ML_PG_NR, w = ML_MIN(ML_PG_NR, f->n - n0);
+		for (int64_t i0 = 0; i0 < f->m; i0 += 4) {
+			int64_t r = ML_MIN(4, f->m - i0);
+			const float *a0 = f->a + i0 * k;
+			const float *a1 = r > 1 ? a0 + k : a0, *a2 = r > 2 ? a0 + 2 * k : a0;
+			const float *a3 = r > 3 ? a0 + 3 * k : a0;
+			sm8 c0[4] = { 0 }, c1[4] = { 0 }, c2[4] = { 0 }, c3[4] = { 0 };
+			for (int64_t q = 0; q < k; q++) {
+				const sm8u *bv = (const sm8u *)(pan + q * ML_PG_NR);
+				sm8 b0 = bv[0], b1 = bv[1], b2 = bv[2], b3 = bv[3];
+				float x0 = a0[q], x1 = a1[q], x2 = a2[q], x3 = a3[q];
+				c0[0] += x0 * b0, c0[1] += x0 * b1, c0[2] += x0 * b2, c0[3] += x0 * b3;
+				c1[0] += x1 * b0, c1[1] += x1 * b1, c1[2] += x1 * b2, c1[3] += x1 * b3;
+				c2[0] += x2 * b0, c2[1] += x2 * b1, c2[2] += x2 * b2, c2[3] += x2 * b3;
+				c3[0] += x3 * b0, c3[1] += x3 * b1, c3[2] += x3 * b2, c3[3] += x3 * b3;
+			}
+			float out[4][ML_PG_NR];
+			for (int v = 0; v < 4; v++) {
+				*(sm8u *)&out[0][8 * v] = c0[v];
+				*(sm8u *)&out[1][8 * v] = c1[v];
+				*(sm8u *)&out[2][8 * v] = c2[v];
+				*(sm8u *)&out[3][8 * v] = c3[v];
+			}
+			for (int64_t rr = 0; rr < r; rr++)
+				memcpy(f->y + (i0 + rr) * f->n + n0, out[rr], sizeof(float) * (size_t)w);
+		}
+		ml_fused_tile_epi(f->y + n0, f->m, w, f->n, f->bias != NULL ? f->bias + n0 : NULL,
+				  f->z != NULL ? f->z + n0 : NULL, f->act, f->lo, f->hi);
+	}
+}
+
 int
 ml_cpu_fmatmul_fast(struct ml_opctx *c)
 {
@@ -175,8 +237,18 @@ ml_cpu_fmatmul_fast(struct ml_opctx *c)
 	f.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
 	f.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
 	int64_t npan = (n + ML_PG_NR - 1) / ML_PG_NR;
+	bool packed = pn > 0 && b->dims[0] == npan && b->dims[2] == ML_PG_NR;
+	/* a few rows against panels packed by mlopt: stream each panel once */
+	const char *sm = getenv("ML_FUSED_SMALLM");
+	if (packed && m <= SMALL_M && (sm == NULL || strcmp(sm, "off") != 0)) {
+		struct fsm s = { .a = f.a, .bp = b->data, .bias = f.bias, .z = f.z, .y = f.y,
+				 .m = m, .n = n, .k = k, .act = f.act, .lo = f.lo, .hi = f.hi };
+		ml_parallel_for(npan, ML_MAX(1, ITEM_WORK / ML_MAX(1, m * ML_PG_NR * k)), fsm_panels,
+				&s);
+		return 0;
+	}
 	/* packed by mlopt: the panels as they are, when aligned as the SGEMM loads them */
-	if (pn > 0 && b->dims[0] == npan && b->dims[2] == ML_PG_NR && ((uintptr_t)b->data & 63) == 0) {
+	if (packed && ((uintptr_t)b->data & 63) == 0) {
 		f.bp = b->data;
 	} else {
 		float *bp = ml_cpu_scratch(2, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n));
