@@ -120,9 +120,21 @@ EOF
 @test "the device branch is enqueued ahead and runs while the CPU branch does (mlprof --trace)" {
 	require_opencl
 	mkbranches
-	# one POCL worker leaves the host a core where POCL shares the CPU's
-	POCL_MAX_PTHREAD_COUNT=1 run -0 mlprof branches.mlg --device cl -i x=x.npy --repeat 2 \
-		--trace t.json -q
+	# one POCL worker leaves the host a core where POCL shares the CPU's; the
+	# check is of timestamps on a shared 2-core machine, so it gets three
+	# tries (a serial executor fails all three: its device work starts after
+	# the CPU branch ends)
+	for try in 1 2 3; do
+		POCL_MAX_PTHREAD_COUNT=1 run -0 mlprof branches.mlg --device cl -i x=x.npy --repeat 2 \
+			--trace t.json -q
+		if overlap_ok; then
+			return 0
+		fi
+	done
+	overlap_ok
+}
+
+overlap_ok() {
 	"$PY" - <<'EOF'
 import json
 d = json.load(open("t.json"))
