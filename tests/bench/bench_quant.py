@@ -12,6 +12,7 @@ import argparse
 import gzip
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -29,6 +30,16 @@ def latency(binp, model, inp, repeat):
     r = run([os.path.join(binp, "mlrun"), model, "-i", "%s=%s" % inp, "--repeat", str(repeat),
              "--warmup", "3", "--threads", "2", "--json"])
     return json.loads(r.stdout)["latency_ms"]["median"]
+
+
+def latency_pair(binp, f32, q8, inp, repeat, rounds=5):
+    """fp32 and int8 medians, measured in alternating rounds so that a change
+    of load on the machine falls on both alike; the median of the rounds."""
+    t32, t8 = [], []
+    for _ in range(rounds):
+        t32.append(latency(binp, f32, inp, repeat))
+        t8.append(latency(binp, q8, inp, repeat))
+    return statistics.median(t32), statistics.median(t8)
 
 
 def outputs(binp, model, feeds, outdir):
@@ -72,8 +83,7 @@ def zoo(a, res):
         run([os.path.join(a.bin, "mlquant"), "-c", os.path.join(w, "cal.npy"), f32, "-o", q8])
         iname = input_name(onnx_path)
         inp = (iname, os.path.join(d, "input.npy"))
-        t32 = latency(a.bin, f32, inp, a.repeat)
-        t8 = latency(a.bin, q8, inp, a.repeat)
+        t32, t8 = latency_pair(a.bin, f32, q8, inp, a.repeat)
         o32 = outputs(a.bin, f32, {iname: inp[1]}, os.path.join(w, "o32"))
         o8 = outputs(a.bin, q8, {iname: inp[1]}, os.path.join(w, "o8"))
         k = sorted(o32)[0]
@@ -124,8 +134,7 @@ def fashion(a, res):
         for tag, m in (("f32", f32), ("int8", q8)):
             o = outputs(a.bin, m, {"x": os.path.join(w, "test.npy")}, os.path.join(w, "o" + tag))
             acc[tag] = float((o["y"].argmax(1) == yte).mean() * 100)
-        t32 = latency(a.bin, f32, ("x", os.path.join(w, "x1.npy")), a.repeat * 5)
-        t8 = latency(a.bin, q8, ("x", os.path.join(w, "x1.npy")), a.repeat * 5)
+        t32, t8 = latency_pair(a.bin, f32, q8, ("x", os.path.join(w, "x1.npy")), a.repeat * 5)
         r = {"fp32_acc": acc["f32"], "int8_acc": acc["int8"], "loss_points": acc["f32"] - acc["int8"],
              "fp32_ms": t32, "int8_ms": t8, "latency_ratio": t8 / t32,
              "size_ratio": os.path.getsize(q8) / os.path.getsize(f32)}
