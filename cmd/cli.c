@@ -82,23 +82,32 @@ cli_init(int argc, char **argv)
 /*
  * put_msg: "progname: msg" and a newline on stderr, with control
  * characters escaped: names in messages come from files, and one with a
- * newline must not make the diagnostic two lines.
+ * newline must not make the diagnostic two lines. The line goes out in one
+ * write, so that the lines of processes sharing stderr (the ranks of an
+ * MPI job, tools in a pipeline) do not interleave.
  */
 static void
 put_msg(const char *msg)
 {
-	fprintf(stderr, "%s: ", progname);
-	for (const unsigned char *p = (const unsigned char *)msg; *p != '\0'; p++) {
-		if (*p == '\n')
-			fputs("\\n", stderr);
-		else if (*p == '\t')
-			fputs("\\t", stderr);
-		else if (*p < 0x20 || *p == 0x7f)
-			fprintf(stderr, "\\x%02x", *p);
-		else
-			fputc(*p, stderr);
+	char line[4 * 2048 + 256];
+	int h = snprintf(line, sizeof line, "%s: ", progname);
+	size_t n = h < 0 ? 0 : (size_t)h < sizeof line ? (size_t)h : sizeof line - 1;
+
+	for (const unsigned char *p = (const unsigned char *)msg; *p != '\0' && n + 6 < sizeof line;
+	     p++) {
+		if (*p == '\n') {
+			line[n++] = '\\', line[n++] = 'n';
+		} else if (*p == '\t') {
+			line[n++] = '\\', line[n++] = 't';
+		} else if (*p < 0x20 || *p == 0x7f) {
+			snprintf(line + n, 5, "\\x%02x", *p);
+			n += 4;
+		} else {
+			line[n++] = (char)*p;
+		}
 	}
-	fputc('\n', stderr);
+	line[n++] = '\n';
+	fwrite(line, 1, n, stderr);
 }
 
 static void
@@ -164,12 +173,13 @@ _Noreturn void
 usage_error(const char *synopsis, const char *fmt, ...)
 {
 	va_list ap;
-	fprintf(stderr, "%s: ", progname);
+	char msg[2048], all[4096];
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	fprintf(stderr, "usage: %s\n", synopsis);
+	/* one write, as put_msg */
+	int n = snprintf(all, sizeof all, "%s: %s\nusage: %s\n", progname, msg, synopsis);
+	fwrite(all, 1, n < 0 ? 0 : (size_t)n < sizeof all ? (size_t)n : sizeof all - 1, stderr);
 	leave(EXIT_USAGE);
 }
 
