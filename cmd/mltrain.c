@@ -639,14 +639,22 @@ train(struct run *r)
 				for (int64_t i = 0; i < lb; i++)
 					nok += argmax_ok((const float *)z->data + i * c, c, &yv, i);
 			}
+			/*
+			 * What this step does about signals: the flags as they are now,
+			 * under MPI what any rank saw. A signal that arrives later (while
+			 * this rank waits in the reduction, which is much of the time)
+			 * stays in its flag for the next step: deciding on the flags
+			 * themselves would let it overwrite, or stop one rank alone.
+			 */
+			int stop = got_int, usr1 = got_usr1, usr1_seen = usr1;
 			if (ml_dist_size() > 1) {
 				/* the global loss, the signals seen and the hits, the same on all ranks */
-				double red[4] = { loss * w, got_int ? 1 : 0, got_usr1 ? 1 : 0, (double)nok };
+				double red[4] = { loss * w, stop ? 1 : 0, usr1 ? 1 : 0, (double)nok };
 				if (ml_dist_allreduce(red, 4, ML_F64, ML_DIST_SUM, &err) < 0)
 					die_run(&err, NULL);
 				loss = red[0];
-				got_int = red[1] > 0 ? (got_int ? got_int : SIGINT) : 0;
-				got_usr1 = red[2] > 0;
+				stop = red[1] > 0 ? (stop ? stop : SIGINT) : 0;
+				usr1 = red[2] > 0;
 				nok = (int64_t)red[3];
 			}
 			if (!isfinite(loss)) {
@@ -664,7 +672,7 @@ train(struct run *r)
 			r->seen += b;
 			r->correct += nok;
 			tstep += ml_now() - ts;
-			if (got_int) {
+			if (stop) {
 				checkpoint(r, "interrupted");
 				if (!r->quiet)
 					fprintf(stderr, "%s: interrupted at step %llu; the checkpoint is %s\n",
@@ -674,10 +682,11 @@ train(struct run *r)
 					ml_dist_barrier(&err);
 					ml_dist_finalize(&err);
 				}
-				exit(128 + got_int);
+				exit(128 + stop);
 			}
-			if (got_usr1) {
-				got_usr1 = 0;
+			if (usr1) {
+				if (usr1_seen)
+					got_usr1 = 0;
 				checkpoint(r, "SIGUSR1");
 			} else if (r->o.every > 0 && r->step_no % (uint64_t)r->o.every == 0 &&
 				   r->in_epoch < r->spe) {
