@@ -151,6 +151,10 @@ int mlcl_copy(struct mlcl_dev *d, cl_mem dst, size_t doff, cl_mem src, size_t so
  */
 int mlcl_launch(struct mlcl_dev *d, cl_kernel k, cl_uint dims, const size_t *gws,
 		const size_t *lws, struct ml_err *e);
+/* mlcl_launch1: mlcl_launch over n items in one dimension, work groups of mlcl_wg(d, n). */
+int mlcl_launch1(struct mlcl_dev *d, cl_kernel k, size_t n, struct ml_err *e);
+/* mlcl_argfail: fail op c for clSetKernelArg's status st (kept in c->err->cl_status). */
+int mlcl_argfail(struct ml_opctx *c, cl_int st);
 /* mlcl_finish: wait for everything enqueued on d. */
 int mlcl_finish(struct mlcl_dev *d, struct ml_err *e);
 

@@ -58,16 +58,16 @@ kern(struct mlcl_dev *d, const char *file, const char *kname, const struct ml_tv
 
 #define ARG(k, i, v) clSetKernelArg((k), (i), sizeof(v), &(v))
 
-static int
-launch1(struct mlcl_dev *d, cl_kernel k, size_t n, struct ml_err *e)
+int
+mlcl_launch1(struct mlcl_dev *d, cl_kernel k, size_t n, struct ml_err *e)
 {
 	size_t wg = mlcl_wg(d, n);
 	size_t gws = mlcl_round_up(n, wg);
 	return mlcl_launch(d, k, 1, &gws, &wg, e);
 }
 
-static int
-argfail(struct ml_opctx *c, cl_int st)
+int
+mlcl_argfail(struct ml_opctx *c, cl_int st)
 {
 	if (c->err != NULL)
 		c->err->cl_status = st;
@@ -159,8 +159,8 @@ run_unary(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	cl_int st = ARG(k, 0, MEM(bin[0])) | ARG(k, 1, MEM(bout[0])) | ARG(k, 2, nel) |
 		    ARG(k, 3, op) | ARG(k, 4, a) | ARG(k, 5, b);
 	if (st != CL_SUCCESS)
-		return argfail(c, st);
-	return launch1(d, k, nel, c->err);
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, nel, c->err);
 }
 
 /*
@@ -239,8 +239,8 @@ run_binary(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 		     ARG(k, 3, s) | ARG(k, 4, op);
 	}
 	if (st != CL_SUCCESS)
-		return argfail(c, st);
-	return launch1(d, k, nel, c->err);
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, nel, c->err);
 }
 
 /*
@@ -257,8 +257,8 @@ strided(struct mlcl_dev *d, struct ml_opctx *c, cl_mem x, cl_long xbase, cl_mem 
 	cl_int st = ARG(k, 0, x) | ARG(k, 1, xbase) | ARG(k, 2, y) | ARG(k, 3, ybase) |
 		    ARG(k, 4, *sh);
 	if (st != CL_SUCCESS)
-		return argfail(c, st);
-	return launch1(d, k, (size_t)sh->n, c->err);
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, (size_t)sh->n, c->err);
 }
 
 static int
@@ -436,8 +436,8 @@ run_gather(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	cl_int st = ARG(k, 0, MEM(bin[0])) | ARG(k, 1, MEM(bin[1])) | ARG(k, 2, MEM(bout[0])) |
 		    ARG(k, 3, outer) | ARG(k, 4, nidx) | ARG(k, 5, inner) | ARG(k, 6, len);
 	if (st != CL_SUCCESS)
-		return argfail(c, st);
-	return launch1(d, k, (size_t)(outer * nidx * inner), c->err);
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, (size_t)(outer * nidx * inner), c->err);
 }
 
 /*
@@ -569,8 +569,8 @@ run_pool(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 		st = ARG(k, 0, MEM(bin[0])) | ARG(k, 1, MEM(bout[0])) | ARG(k, 2, planes) |
 		     ARG(k, 3, hw) | ARG(k, 4, is_max);
 		if (st != CL_SUCCESS)
-			return argfail(c, st);
-		return launch1(d, k, (size_t)planes, c->err);
+			return mlcl_argfail(c, st);
+		return mlcl_launch1(d, k, (size_t)planes, c->err);
 	}
 	if (c->n_out > 1 && c->node->out[1] >= 0)
 		return ml_opfail(c, ML_ENOTSUP, "MaxPool indices on OpenCL");
@@ -601,8 +601,8 @@ run_pool(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	ML_TRY(kern(d, "nn", "ml_pool2d", y, &k, c->err));
 	st = ARG(k, 0, MEM(bin[0])) | ARG(k, 1, MEM(bout[0])) | ARG(k, 2, p);
 	if (st != CL_SUCCESS)
-		return argfail(c, st);
-	return launch1(d, k, nel, c->err);
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, nel, c->err);
 }
 
 static int
@@ -623,8 +623,8 @@ run_batchnorm(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 		    ARG(k, 3, MEM(bin[3])) | ARG(k, 4, MEM(bin[4])) | ARG(k, 5, MEM(bout[0])) |
 		    ARG(k, 6, n) | ARG(k, 7, ch) | ARG(k, 8, inner) | ARG(k, 9, eps);
 	if (st != CL_SUCCESS)
-		return argfail(c, st);
-	return launch1(d, k, (size_t)ml_tval_numel(y), c->err);
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, (size_t)ml_tval_numel(y), c->err);
 }
 
 static int
@@ -641,8 +641,8 @@ run_softmax(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	cl_int st = ARG(k, 0, MEM(bin[0])) | ARG(k, 1, MEM(bout[0])) | ARG(k, 2, rows) |
 		    ARG(k, 3, l) | ARG(k, 4, in) | ARG(k, 5, logsm);
 	if (st != CL_SUCCESS)
-		return argfail(c, st);
-	return launch1(d, k, (size_t)rows, c->err);
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, (size_t)rows, c->err);
 }
 
 static int
@@ -669,8 +669,8 @@ run_layernorm(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 		    ARG(k, 3, MEM(bout[0])) | ARG(k, 4, rows) | ARG(k, 5, len) | ARG(k, 6, eps) |
 		    ARG(k, 7, has_b);
 	if (st != CL_SUCCESS)
-		return argfail(c, st);
-	return launch1(d, k, (size_t)rows, c->err);
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, (size_t)rows, c->err);
 }
 
 static int
@@ -688,8 +688,8 @@ run_instnorm(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 		    ARG(k, 3, MEM(bout[0])) | ARG(k, 4, planes) | ARG(k, 5, ch) | ARG(k, 6, hw) |
 		    ARG(k, 7, eps);
 	if (st != CL_SUCCESS)
-		return argfail(c, st);
-	return launch1(d, k, (size_t)planes, c->err);
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, (size_t)planes, c->err);
 }
 
 /*
@@ -750,8 +750,8 @@ run_reduce(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	ML_TRY(kern(d, "reduce", "ml_reduce", y, &k, c->err));
 	cl_int st = ARG(k, 0, MEM(bin[0])) | ARG(k, 1, MEM(bout[0])) | ARG(k, 2, p);
 	if (st != CL_SUCCESS)
-		return argfail(c, st);
-	return launch1(d, k, (size_t)p.nout, c->err);
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, (size_t)p.nout, c->err);
 }
 
 /* Views share input 0's buffer; Assign writes its target's device copy. */

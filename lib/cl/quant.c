@@ -59,14 +59,6 @@ mlcl_q8_supports(const struct ml_graph *g, const struct ml_node *n)
 	return true;
 }
 
-static int
-argfail(struct ml_opctx *c, cl_int st)
-{
-	if (c->err != NULL)
-		c->err->cl_status = st;
-	return ml_opfail(c, ML_ECL, "clSetKernelArg: %s", mlcl_status_str(st));
-}
-
 /* args: set kernel arguments 0 .. n-1 from (size, pointer) pairs */
 static int
 args(struct ml_opctx *c, cl_kernel k, int n, const size_t *sz, const void *const *val)
@@ -74,17 +66,9 @@ args(struct ml_opctx *c, cl_kernel k, int n, const size_t *sz, const void *const
 	for (int i = 0; i < n; i++) {
 		cl_int st = clSetKernelArg(k, (cl_uint)i, sz[i], val[i]);
 		if (st != CL_SUCCESS)
-			return argfail(c, st);
+			return mlcl_argfail(c, st);
 	}
 	return 0;
-}
-
-static int
-launch1(struct mlcl_dev *d, cl_kernel k, size_t n, struct ml_err *e)
-{
-	size_t wg = mlcl_wg(d, n);
-	size_t gws = mlcl_round_up(n, wg);
-	return mlcl_launch(d, k, 1, &gws, &wg, e);
 }
 
 static int
@@ -121,7 +105,7 @@ run_qdq(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout, bool qu
 			      sizeof zero };
 	const void *const val[] = { &x, &y, &total, &C, &HW, &a, &zero };
 	ML_TRY(args(c, k, 7, sz, val));
-	return launch1(d, k, (size_t)total, c->err);
+	return mlcl_launch1(d, k, (size_t)total, c->err);
 }
 
 static int
@@ -153,15 +137,15 @@ run_conv(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 		for (int i = 0; i < ngeo; i++) {
 			cl_int st = clSetKernelArg(k, (cl_uint)(6 + i), sizeof(cl_int), &geo[i]);
 			if (st != CL_SUCCESS)
-				return argfail(c, st);
+				return mlcl_argfail(c, st);
 		}
 		for (int i = 0; i < 4; i++) {
 			cl_int st = clSetKernelArg(k, (cl_uint)(6 + ngeo + i), sizeof(cl_int),
 						   &tail[i]);
 			if (st != CL_SUCCESS)
-				return argfail(c, st);
+				return mlcl_argfail(c, st);
 		}
-		return launch1(d, k, (size_t)total, c->err);
+		return mlcl_launch1(d, k, (size_t)total, c->err);
 	}
 	cl_int tail[] = { (cl_int)g.m, (cl_int)ml_q8_kpad(g.k), g.xzero, g.yzero, g.lo, g.hi,
 			  g.f32out ? 1 : 0 };
@@ -173,12 +157,12 @@ run_conv(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	for (int i = 0; i < ngeo; i++) {
 		cl_int st = clSetKernelArg(k, (cl_uint)(7 + i), sizeof(cl_int), &geo[i]);
 		if (st != CL_SUCCESS)
-			return argfail(c, st);
+			return mlcl_argfail(c, st);
 	}
 	for (int i = 0; i < 7; i++) {
 		cl_int st = clSetKernelArg(k, (cl_uint)(7 + ngeo + i), sizeof(cl_int), &tail[i]);
 		if (st != CL_SUCCESS)
-			return argfail(c, st);
+			return mlcl_argfail(c, st);
 	}
 	size_t wg = mlcl_wg(d, (size_t)P);
 	size_t gws[2] = { mlcl_round_up((size_t)P, wg), (size_t)((g.m + ML_Q8_NR - 1) / ML_Q8_NR) };
@@ -208,7 +192,7 @@ run_add(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 			      4, 4, 4, 4 };
 	const void *const val[] = { &a, &b, &y, &total, &fa, &fb, &z[0], &z[1], &z[2], &z[3] };
 	ML_TRY(args(c, k, 10, sz, val));
-	return launch1(d, k, (size_t)total, c->err);
+	return mlcl_launch1(d, k, (size_t)total, c->err);
 }
 
 static int
@@ -239,9 +223,9 @@ run_maxpool(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	for (int i = 0; i < 11; i++) {
 		cl_int s = clSetKernelArg(k, (cl_uint)(3 + i), sizeof(cl_int), &p[i]);
 		if (s != CL_SUCCESS)
-			return argfail(c, s);
+			return mlcl_argfail(c, s);
 	}
-	return launch1(d, k, (size_t)total, c->err);
+	return mlcl_launch1(d, k, (size_t)total, c->err);
 }
 
 static int
@@ -261,7 +245,7 @@ run_gap(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	const size_t sz[] = { sizeof xm, sizeof y, sizeof total, sizeof C, sizeof hw };
 	const void *const val[] = { &xm, &y, &total, &C, &hw };
 	ML_TRY(args(c, k, 5, sz, val));
-	return launch1(d, k, (size_t)total, c->err);
+	return mlcl_launch1(d, k, (size_t)total, c->err);
 }
 
 int

@@ -91,6 +91,13 @@ void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a,
 		    int64_t ldc, int64_t sc, bool accumulate);
 
 /*
+ * ml_cpu_fma_level: 2 with AVX-512F, 1 with AVX2 and FMA, 0 with neither
+ * (or off x86-64); the environment variable env_name lowers it: "avx2" to
+ * 1, "0" to 0 (for tests and comparisons). Not cached: callers keep it.
+ */
+int ml_cpu_fma_level(const char *env_name);
+
+/*
  * ml_sgemv_own: ml_sgemm's product for m == 1 or n == 1 (k >= 1) without
  * BLAS, split over ml_parallel_for; false (nothing done) when it does not
  * handle the case (a strided C column of A^T b) or is out of memory.

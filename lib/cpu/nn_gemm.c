@@ -34,7 +34,26 @@
 #define KC 256			/* k block: a panel block of KC x 32 floats is 32 KB */
 #define MB 96			/* rows per work item: 8 blocks of 12 */
 
-/* pgemm_level: 2 with AVX-512F, 1 with AVX2 and FMA, 0 without either. */
+int
+ml_cpu_fma_level(const char *env_name)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	const char *env = getenv(env_name);
+	__builtin_cpu_init();
+	int v = __builtin_cpu_supports("avx512f") ? 2 :
+		__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
+	if (v == 2 && env != NULL && strcmp(env, "avx2") == 0)
+		v = 1;
+	if (env != NULL && strcmp(env, "0") == 0)
+		v = 0;
+	return v;
+#else
+	(void)env_name;
+	return 0;
+#endif
+}
+
+/* pgemm_level: ml_cpu_fma_level("ML_PGEMM"), computed once. */
 static int
 pgemm_level(void)
 {
@@ -44,14 +63,7 @@ pgemm_level(void)
 	int v = atomic_load_explicit(&level, memory_order_relaxed);
 	if (v < 0) {
 		/* ML_PGEMM=avx2 forces the AVX2 kernel, ML_PGEMM=0 BLAS (tests, comparisons) */
-		const char *env = getenv("ML_PGEMM");
-		__builtin_cpu_init();
-		v = __builtin_cpu_supports("avx512f") ? 2 :
-		    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
-		if (v == 2 && env != NULL && strcmp(env, "avx2") == 0)
-			v = 1;
-		if (env != NULL && strcmp(env, "0") == 0)
-			v = 0;
+		v = ml_cpu_fma_level("ML_PGEMM");
 		atomic_store_explicit(&level, v, memory_order_relaxed);
 	}
 	return v;

@@ -40,7 +40,7 @@
 /* The widest vector of any level, and the granule of a wide output row. */
 #define LI_ALIGN 16
 
-/* tg_level: 2 with AVX-512F, 1 with AVX2 and FMA, 0 otherwise. */
+/* tg_level: ml_cpu_fma_level("ML_TGEMM"), computed once. */
 static int
 tg_level(void)
 {
@@ -48,14 +48,7 @@ tg_level(void)
 	static atomic_int level = -1;
 	int v = atomic_load_explicit(&level, memory_order_relaxed);
 	if (v < 0) {
-		const char *env = getenv("ML_TGEMM");
-		__builtin_cpu_init();
-		v = __builtin_cpu_supports("avx512f") ? 2 :
-		    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
-		if (v == 2 && env != NULL && strcmp(env, "avx2") == 0)
-			v = 1;
-		if (env != NULL && strcmp(env, "0") == 0)
-			v = 0;
+		v = ml_cpu_fma_level("ML_TGEMM");
 		atomic_store_explicit(&level, v, memory_order_relaxed);
 	}
 	return v;
