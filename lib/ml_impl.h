@@ -85,6 +85,13 @@ const struct ml_opdef *ml_opdef_get(enum ml_op op);
  * kernel (shape arithmetic). The caller clears vals[] afterwards.
  */
 int ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e);
+/*
+ * ml_cpu_scratch_lend: lend the calling thread's kernels [base, base + len),
+ * memory the session's plan leaves free while one node runs, for their
+ * scratch (ml_cpu_scratch serves a request from it before the heap).
+ * base NULL ends the loan. lib/cpu/nn.c.
+ */
+void ml_cpu_scratch_lend(void *base, size_t len);
 /* ml_cpu_kernel_get: the CPU kernel of op, or NULL. */
 int (*ml_cpu_kernel_get(enum ml_op op))(struct ml_opctx *c);
 /* ml_node_ctx: fill c for node n of g over the given tval arrays. */

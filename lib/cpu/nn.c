@@ -15,10 +15,88 @@ static _Thread_local struct {
 	size_t n;
 } scratch[ML_SCRATCH_SLOTS];
 
+/*
+ * The loan (ml_cpu_scratch_lend): free arena memory of the node now
+ * running, handed out by bumping `used`. gen tells one loan from the next,
+ * so a slot's block from an earlier node is never handed out again.
+ */
+static _Thread_local struct {
+	uint8_t *base;
+	size_t len, used;
+	unsigned gen;
+	struct {
+		void *p;
+		size_t n;
+		unsigned gen;
+	} slot[ML_SCRATCH_SLOTS];
+} loan;
+
+void
+ml_cpu_scratch_lend(void *base, size_t len)
+{
+	/* the arena is only malloc-aligned; the blocks are 64-byte aligned */
+	uintptr_t b = ((uintptr_t)base + 63) & ~(uintptr_t)63;
+	size_t skip = (size_t)(b - (uintptr_t)base);
+	loan.base = base != NULL && len > skip ? (uint8_t *)b : NULL;
+	loan.len = loan.base != NULL ? len - skip : 0;
+	loan.used = 0;
+	loan.gen++;
+}
+
+/* from_loan: slot's block of at least n bytes from the loan, or NULL */
+static void *
+from_loan(int slot, size_t n)
+{
+	if (loan.base == NULL)
+		return NULL;
+	if (loan.slot[slot].gen == loan.gen && loan.slot[slot].p != NULL && n <= loan.slot[slot].n)
+		return loan.slot[slot].p;
+	size_t want = (n + 63) & ~(size_t)63;
+	if (want > loan.len - loan.used)
+		return NULL;
+	void *p = loan.base + loan.used;
+	loan.used += want;
+	loan.slot[slot].p = p;
+	loan.slot[slot].n = want;
+	loan.slot[slot].gen = loan.gen;
+	return p;
+}
+
+size_t
+ml_cpu_scratch_room(int slot)
+{
+	ML_ASSERT(slot >= 0 && slot < ML_SCRATCH_SLOTS);
+	size_t r = loan.base != NULL ? loan.len - loan.used : 0;
+	if (loan.base != NULL && loan.slot[slot].gen == loan.gen)
+		r = ML_MAX(r, loan.slot[slot].n);
+	return ML_MAX(r, scratch[slot].p != NULL ? scratch[slot].n : 0);
+}
+
+bool
+ml_cpu_scratch_fits(int nreq, const int *slot, const size_t *n)
+{
+	size_t left = loan.base != NULL ? loan.len - loan.used : 0;
+	for (int i = 0; i < nreq; i++) {
+		int k = slot[i];
+		ML_ASSERT(k >= 0 && k < ML_SCRATCH_SLOTS);
+		size_t want = (n[i] + 63) & ~(size_t)63;
+		if (loan.base != NULL && loan.slot[k].gen == loan.gen && n[i] <= loan.slot[k].n)
+			continue;
+		if (want <= left)
+			left -= want;
+		else if (scratch[k].p == NULL || n[i] > scratch[k].n)
+			return false;
+	}
+	return true;
+}
+
 void *
 ml_cpu_scratch(int slot, size_t n)
 {
 	ML_ASSERT(slot >= 0 && slot < ML_SCRATCH_SLOTS);
+	void *p = from_loan(slot, n);
+	if (p != NULL)
+		return p;
 	if (n <= scratch[slot].n && scratch[slot].p != NULL)
 		return scratch[slot].p;
 	ml_free(scratch[slot].raw);
@@ -342,5 +420,6 @@ const struct ml_cpu_kernel ml_cpu_nn[] = {
 	{ ML_OP_LP_NORM, ml_cpu_lpnorm },
 	{ ML_OP_MVN, ml_cpu_mvn },
 	{ ML_OP_DROPOUT, run_dropout },
+	{ ML_OP_CONV_NHWC, ml_cpu_conv_nhwc },
 	{ .op = ML_OP_NONE },
 };

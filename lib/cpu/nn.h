@@ -30,6 +30,17 @@ bool ml_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, c
  */
 #define ML_SCRATCH_SLOTS 3
 void *ml_cpu_scratch(int slot, size_t n);
+/*
+ * ml_cpu_scratch_room: the most bytes a request for slot would get now
+ * without a new allocation (the node's loan, or the slot's heap block), so a
+ * kernel that can work in smaller tiles may size them to fit.
+ */
+size_t ml_cpu_scratch_room(int slot);
+/*
+ * ml_cpu_scratch_fits: whether requests of n[i] bytes for slot[i], made in
+ * that order, would all be served without a new allocation.
+ */
+bool ml_cpu_scratch_fits(int nreq, const int *slot, const size_t *n);
 
 /*
  * struct ml_conv3: a convolution or pool geometry (struct ml_conv_geom) seen
@@ -71,6 +82,8 @@ ml_valid_range(int64_t off, int64_t s, int64_t lim, int64_t n, int64_t *lo, int6
 /* Kernels of lib/cpu/nn_conv.c. */
 int ml_cpu_conv(struct ml_opctx *c);
 int ml_cpu_conv_transpose(struct ml_opctx *c);
+/* The kernel of lib/cpu/nn_nhwc.c: ConvNHWC (any group; fast depthwise and group 1). */
+int ml_cpu_conv_nhwc(struct ml_opctx *c);
 /*
  * lib/cpu/nn_gemm.c: an AVX-512 SGEMM with B packed, for the f32
  * convolutions. ml_pgemm_ok: whether this CPU runs it. B packed is
@@ -89,6 +102,27 @@ void ml_pgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 		    int64_t sa, const float *bp, int64_t sb, const float *bias, float *c,
 		    int64_t ldc, int64_t sc, bool accumulate);
+
+/*
+ * ml_tgemm (nn_gemm.c): C[m, n] = op(A) op(B), row-major (A stored [k, m]
+ * when ta, B [n, k] when tb), then per element the epilogue e: + bias[col]
+ * (NULL: none), then act: ML_TG_NONE; ML_TG_RELU, max(0, C); ML_TG_RELU_GRAD,
+ * C where mask (C's layout) > 0, else 0; ML_TG_SGD, C is the gradient G of
+ * p (C's layout, c unused) and the update is SGDUpdate(p, G, lr, mom) with
+ * momentum mu, weight decay wd and nesterov (mom NULL: no momentum). It
+ * uses scratch slots 0 to 2 and ml_parallel_for. False, with nothing
+ * done, without AVX-512 (or ML_PGEMM below it): the caller uses ml_sgemm.
+ */
+enum { ML_TG_NONE, ML_TG_RELU, ML_TG_RELU_GRAD, ML_TG_SGD };
+struct ml_tgemm_epi {
+	int act;
+	const float *bias, *mask;
+	float *p, *mom;
+	float lr, mu, wd;
+	bool nesterov;
+};
+bool ml_tgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+	      const float *b, int64_t ldb, float *c, int64_t ldc, const struct ml_tgemm_epi *e);
 
 /*
  * ml_cpu_fma_level: 2 with AVX-512F, 1 with AVX2 and FMA, 0 with neither

@@ -425,6 +425,11 @@ conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const f
 
 	if (K * tn > COL_MAX)
 		tn = ML_MIN(tn, ML_MAX(COL_MAX / ML_MAX(K, 1) / ML_PG_NR * ML_PG_NR, ML_PG_NR));
+	/* narrower tiles, down to 4 panels, where that avoids allocating */
+	int64_t fit = (int64_t)(ml_cpu_scratch_room(0) / sizeof(float)) / ML_MAX(K, 1) / ML_PG_NR *
+		      ML_PG_NR;
+	if (ml_pgemm_packed_len(K, tn) > fit * K && fit >= 4 * ML_PG_NR)
+		tn = fit;
 	float *col = ml_cpu_scratch(0, sizeof(float) * (size_t)ml_pgemm_packed_len(K, tn));
 	if (col == NULL)
 		return ml_opfail(c, ML_ENOMEM, "cannot allocate %lld bytes for im2col",

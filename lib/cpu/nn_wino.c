@@ -279,9 +279,33 @@ ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	int64_t TR = ML_MIN(j.TH, ML_MAX(1, WINO_GROUP / j.TW));
 	int64_t MB = ML_MAX(1, WINO_U_MAX / (36 * (int64_t)sizeof(float) * j.C));
 	MB = MB >= j.M ? j.M : ML_MAX(12, MB / 12 * 12);
+	j.packed = ml_pgemm_ok();
+	/*
+	 * Fewer tile rows, then fewer filters per block, until the buffers fit
+	 * memory already there (the arena's free stretch, or earlier blocks),
+	 * so that a run's peak memory is the plan's; as they are when nothing fits.
+	 */
+	int64_t TR0 = TR, MB0 = MB;
+	for (;;) {
+		int64_t vs = j.packed ? ml_pgemm_packed_len(j.C, TR * j.TW) : j.C * TR * j.TW;
+		const int slots[3] = { 2, 0, 1 };
+		const size_t sz[3] = { sizeof(float) * (size_t)(36 * MB * j.C),
+				       sizeof(float) * (size_t)(36 * vs),
+				       sizeof(float) * (size_t)(36 * MB * TR * j.TW) };
+		if (ml_cpu_scratch_fits(3, slots, sz))
+			break;
+		if (TR > 1 && TR * j.TW > 16) {
+			TR = TR * 3 / 4;
+		} else if (MB > 12) {
+			MB = ML_MAX(12, (MB / 2 + 11) / 12 * 12);
+		} else {
+			TR = TR0;
+			MB = MB0;
+			break;
+		}
+	}
 	int64_t Tmax = TR * j.TW;
 	j.U = ml_cpu_scratch(2, sizeof(float) * (size_t)(36 * MB * j.C));
-	j.packed = ml_pgemm_ok();
 	j.vstride = j.packed ? ml_pgemm_packed_len(j.C, Tmax) : j.C * Tmax;
 	j.V = ml_cpu_scratch(0, sizeof(float) * (size_t)(36 * j.vstride));
 	j.Mo = ml_cpu_scratch(1, sizeof(float) * (size_t)(36 * MB * Tmax));

@@ -64,6 +64,8 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->node_flops = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_flops);
 	s->node_bytes = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_bytes);
 	s->node_start = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_start);
+	s->room_off = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->room_off);
+	s->room_len = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->room_len);
 	if (s->o.profile)
 		s->prof_val = ml_calloc(nt, sizeof *s->prof_val);
 	s->outer = ml_calloc(nt, sizeof *s->outer);
@@ -77,7 +79,8 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	if (s->vals == NULL || s->bound == NULL || s->last_use == NULL || s->slot_off == NULL ||
 	    s->slot_len == NULL || s->node_time == NULL || s->in == NULL || s->out == NULL ||
 	    s->outer == NULL || s->node_flops == NULL || s->node_bytes == NULL ||
-	    s->node_start == NULL || (s->o.profile && s->prof_val == NULL)) {
+	    s->node_start == NULL || s->room_off == NULL || s->room_len == NULL ||
+	    (s->o.profile && s->prof_val == NULL)) {
 		ml_session_free(s);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	}
@@ -152,6 +155,8 @@ ml_session_free(struct ml_session *s)
 	ml_free(s->last_use);
 	ml_free(s->slot_off);
 	ml_free(s->slot_len);
+	ml_free(s->room_off);
+	ml_free(s->room_len);
 	ml_free(s->arena);
 	ml_free(s->node_time);
 	ml_free(s->node_flops);
@@ -288,16 +293,42 @@ inplace_block(const struct ml_session *s, const struct ml_node *n, int i, const 
 	return -1;
 }
 
+/*
+ * note_room: the largest stretch of the arena free while node i runs (its
+ * inputs and outputs are in live), which its kernels may borrow for
+ * scratch (ml_cpu_scratch_lend): the widest gap between live blocks, or
+ * the stretch above the last one when that is wider once the arena's final
+ * top is known (room_len -1 until then, room_off the end of the blocks).
+ */
+static void
+note_room(struct ml_session *s, int i, const struct blk *live, int nlive, int64_t *gap_off,
+	  int64_t *gap_len)
+{
+	int64_t end = 0;
+	gap_off[i] = gap_len[i] = 0;
+	for (int k = 0; k < nlive; k++) {
+		if (live[k].off - end > gap_len[i]) {
+			gap_off[i] = end;
+			gap_len[i] = live[k].off - end;
+		}
+		end = ML_MAX(end, live[k].off + live[k].len);
+	}
+	s->room_off[i] = end;
+	s->room_len[i] = -1;
+}
+
 static int
 plan(struct ml_session *s, struct ml_err *e)
 {
 	const struct ml_graph *g = s->g;
 	struct ml_tval *sv = ml_calloc((size_t)g->n_tensors + 1, sizeof *sv);
 	struct blk *live = ml_calloc((size_t)g->n_tensors + 1, sizeof *live);
+	int64_t *gap_off = ml_calloc((size_t)g->n_nodes + 1, sizeof *gap_off);
+	int64_t *gap_len = ml_calloc((size_t)g->n_nodes + 1, sizeof *gap_len);
 	int nlive = 0, rc = 0;
 	int64_t top = 0;
 
-	if (sv == NULL || live == NULL) {
+	if (sv == NULL || live == NULL || gap_off == NULL || gap_len == NULL) {
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto done;
 	}
@@ -357,6 +388,7 @@ plan(struct ml_session *s, struct ml_err *e)
 			s->slot_len[t] = len;
 			top = ML_MAX(top, best + len);
 		}
+		note_room(s, i, live, nlive, gap_off, gap_len);
 		/* release what this node was the last to read, and unread outputs */
 		for (int k = 0; k < nlive;) {
 			int t = live[k].t;
@@ -367,6 +399,13 @@ plan(struct ml_session *s, struct ml_err *e)
 			} else {
 				k++;
 			}
+		}
+	}
+	for (int i = 0; i < g->n_nodes; i++) {
+		s->room_len[i] = top - s->room_off[i];
+		if (gap_len[i] > s->room_len[i]) {
+			s->room_off[i] = gap_off[i];
+			s->room_len[i] = gap_len[i];
 		}
 	}
 	ml_free(s->arena);
@@ -383,6 +422,8 @@ done:
 				ml_tval_clear(&sv[t]);
 	ml_free(sv);
 	ml_free(live);
+	ml_free(gap_off);
+	ml_free(gap_len);
 	return rc;
 }
 
@@ -543,9 +584,15 @@ ml_session_run(struct ml_session *s, struct ml_err *e)
 					     g->tensors[t]->kind == ML_TK_PARAM))
 				ml_graph_tval(g, t, &s->vals[t]);
 	}
-	for (int i = 0; i < g->n_nodes; i++)
-		if ((rc = ml_session_run_node(s, i, NULL, NULL, e)) < 0)
+	/* no device runs ahead here, so what the plan leaves free at a node is free */
+	for (int i = 0; i < g->n_nodes; i++) {
+		if (s->room_len[i] >= 4096)
+			ml_cpu_scratch_lend(s->arena + s->room_off[i], (size_t)s->room_len[i]);
+		rc = ml_session_run_node(s, i, NULL, NULL, e);
+		ml_cpu_scratch_lend(NULL, 0);
+		if (rc < 0)
 			return rc;
+	}
 	return 0;
 }
 

@@ -23,6 +23,7 @@ struct ml_session {
 	int64_t *slot_off;	/* per tensor: arena offset, -1 none */
 	int64_t *slot_len;
 	uint8_t *arena;
+	int64_t *room_off, *room_len;	/* per node: the arena's largest gap while it runs */
 	int64_t arena_bytes;	/* -1 when the last plan could not be made */
 	int64_t plan_key[64];	/* input dims the plan was made for */
 	int plan_key_n;

@@ -7,7 +7,8 @@
  * child process with ML_PGEMM=avx2, the AVX2 one), the 2-D f32 MaxPool
  * (strides 1 to 3, pads, dilation, ceil_mode) and 3x3 Conv (Winograd over
  * several tile-row groups and filter blocks, and im2col; also through
- * BLAS in a child with ML_PGEMM=0), each through a one-node graph.
+ * BLAS in a child with ML_PGEMM=0), each through a one-node graph, and
+ * the kernels' scratch lent from the arena's free room (ml_cpu_scratch_lend).
  * Prints TAP.
  */
 #include <math.h>
@@ -272,6 +273,9 @@ out:
  * shapes below reach Winograd F(4x4, 3x3), over several groups of tile
  * rows and several blocks of filters.
  */
+/* conv_case's Concat of conv_room copies of y after the Conv: arena room while the Conv runs */
+static int conv_room;
+
 static bool
 conv_case(int64_t C, int64_t M, int64_t H, int64_t W, int64_t p)
 {
@@ -304,6 +308,15 @@ conv_case(int64_t C, int64_t M, int64_t H, int64_t W, int64_t p)
 	ml_node_set_ints(g, nd, "kernel_shape", 2, (int64_t[]){ 3, 3 });
 	ml_node_set_ints(g, nd, "pads", 4, (int64_t[]){ p, p, p, p });
 	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
+	if (conv_room > 0) {
+		const char *cin[64], *cout[] = { "z" };
+		for (int i = 0; i < conv_room && i < 64; i++)
+			cin[i] = "y";
+		int cn = ml_graph_add_node(g, "Concat", "", "", ML_MIN(conv_room, 64), cin, 1, cout,
+					   &e);
+		ml_node_set_int(g, cn, "axis", 1);
+		ml_graph_add_output(g, ml_graph_find(g, "z"), &e);
+	}
 	if (ml_graph_toposort(g, &e) < 0 || ml_graph_validate(g, &e) < 0 ||
 	    ml_graph_infer(g, &e) < 0 || ml_session_new(&ss, g, NULL, &e) < 0 ||
 	    ml_tval_alloc(&x, ML_F32, 4, xd, &e) < 0)
@@ -356,6 +369,48 @@ test_conv(void)
 	ok(conv_case(8, 5, 9, 7, 1), "Conv 3x3 8->5 on 9x7 (im2col)");
 }
 
+/*
+ * The scratch loan (ml_cpu_scratch_lend): blocks come from the lent memory,
+ * 64-byte aligned and apart per slot, a slot's block is reused while it is
+ * large enough, what does not fit comes from the heap, and a new loan
+ * starts over. Then Winograd in a session whose plan leaves only some
+ * arena room at the Conv: with room for smaller tile groups and filter
+ * blocks, and with too little (the heap). Run in a child, whose heap
+ * blocks start empty.
+ */
+static bool
+loan_case(void)
+{
+	static uint8_t mem[65536 + 64];
+	uint8_t *base = mem + 8, *end = mem + 8 + 65536;
+	bool good = true;
+	ml_cpu_scratch_lend(base, 65536);
+	uint8_t *a = ml_cpu_scratch(0, 1000), *b = ml_cpu_scratch(1, 2000);
+	good &= a >= base && a + 1000 <= end && ((uintptr_t)a & 63) == 0;
+	good &= b >= a + 1000 && b + 2000 <= end && ((uintptr_t)b & 63) == 0;
+	good &= ml_cpu_scratch(0, 900) == a;
+	int sl[2] = { 2, 2 };
+	size_t big[2] = { 100000, 100 }, small[2] = { 60000, 100 };
+	good &= !ml_cpu_scratch_fits(1, sl, big) && ml_cpu_scratch_fits(1, sl, small);
+	uint8_t *c = ml_cpu_scratch(2, 100000);
+	good &= c != NULL && (c + 100000 <= base || c >= end);
+	good &= ml_cpu_scratch_fits(1, sl, big);	/* the heap block is there now */
+	ml_cpu_scratch_lend(base, 65536);
+	good &= ml_cpu_scratch(1, 100) == a;
+	ml_cpu_scratch_lend(NULL, 0);
+	uint8_t *d = ml_cpu_scratch(0, 100);
+	good &= d != NULL && (d + 100 <= base || d >= end);
+	if (!good)
+		return false;
+	/* y is 40 x 23 x 25 floats, 92 KB: room for 20 copies fits smaller Winograd buffers */
+	conv_room = 20;
+	good = conv_case(256, 40, 23, 25, 1) && conv_case(64, 64, 56, 56, 1);
+	conv_room = 2;
+	good = good && conv_case(256, 40, 23, 25, 1);
+	conv_room = 0;
+	return good;
+}
+
 static void
 test_maxpool(void)
 {
@@ -406,6 +461,14 @@ main(void)
 	} else {
 		printf("ok %d - packed SGEMM # SKIP no AVX-512 or AVX2\n", ++ntest);
 	}
+	/* the scratch loan, in a child whose heap scratch blocks start empty */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0)
+		_exit(loan_case() ? 0 : 1);
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0,
+	   "scratch from the arena's free room: blocks, heap fallback, Winograd in less room");
 	test_pool();
 	test_maxpool();
 	test_conv();
