@@ -233,6 +233,13 @@ refuse_tty_stdout(const char *path, bool force)
 		die(EXIT_USAGE, "refusing to write binary data to a terminal (use -o FILE or -f)");
 }
 
+void
+show_help(const char *synopsis, const char *help)
+{
+	printf("usage: %s\n\n%s", synopsis, help);
+	exit(finish_stdout());
+}
+
 int
 finish_stdout(void)
 {

@@ -40,6 +40,8 @@ void warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* usage_error: "progname: msg", then the synopsis line, to stderr; exit 2. */
 _Noreturn void usage_error(const char *synopsis, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* show_help: "usage: SYNOPSIS", a blank line and the help text on stdout; exit 0. */
+_Noreturn void show_help(const char *synopsis, const char *help);
 /* print_version: "progname (ml) 0.4.0", with build features when verbose. */
 void print_version(int verbose);
 /* parse_int: a whole decimal integer in [lo, hi], else usage error naming opt. */

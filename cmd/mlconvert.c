@@ -34,17 +34,6 @@ static const char help_text[] =
 	"  -v, --verbose       say what was read and written, on stderr\n"
 	"  -V, --version       print the version and exit\n";
 
-static _Noreturn void
-usage(FILE *fp, int status)
-{
-	fprintf(fp, "usage: %s\n", synopsis);
-	if (status == 0) {
-		fprintf(fp, "\n%s", help_text);
-		finish_stdout();
-	}
-	exit(status);
-}
-
 static const char *const fmt_names[] = {
 	[ML_FMT_AUTO] = "auto", [ML_FMT_MLG] = "mlg", [ML_FMT_ONNX] = "onnx", [ML_FMT_MLT] = "mlt",
 };
@@ -383,7 +372,7 @@ main(int argc, char **argv)
 			force = true;
 			break;
 		case 'h':
-			usage(stdout, 0);
+			show_help(synopsis, help_text);
 		case 'o':
 			output = optarg;
 			break;

@@ -45,17 +45,6 @@ static const char help_text[] =
 	"  -v, --verbose       say what was read and written, on stderr\n"
 	"  -V, --version       print the version and exit\n";
 
-static _Noreturn void
-usage(FILE *fp, int status)
-{
-	fprintf(fp, "usage: %s\n", synopsis);
-	if (status == 0) {
-		fprintf(fp, "\n%s", help_text);
-		finish_stdout();
-	}
-	exit(status);
-}
-
 /*
  * --verify: the reference outputs of the graph as read, and a check after
  * each pass against them.
@@ -259,7 +248,7 @@ main(int argc, char **argv)
 			force = true;
 			break;
 		case 'h':
-			usage(stdout, 0);
+			show_help(synopsis, help_text);
 		case 'i':
 			cli_add_input(&in, optarg, synopsis);
 			break;

@@ -61,17 +61,6 @@ static const char help_text[] =
 	"      --top N             print only the N nodes that changed most\n"
 	"      --json              print the comparison as JSON\n";
 
-static _Noreturn void
-usage(FILE *fp, int status)
-{
-	fprintf(fp, "usage: %s\n", synopsis);
-	if (status == 0) {
-		fprintf(fp, "\n%s", help_text);
-		exit(finish_stdout());
-	}
-	exit(status);
-}
-
 #define MAX_DEVICES 17
 
 /*
@@ -193,7 +182,7 @@ diff_main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "hq", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
-			usage(stdout, 0);
+			show_help(synopsis, help_text);
 		case 'q':
 			quiet = true;
 			break;
@@ -308,7 +297,7 @@ main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "hi:o:qvV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
-			usage(stdout, 0);
+			show_help(synopsis, help_text);
 		case 'i':
 			cli_add_input(&in, optarg, synopsis);
 			break;

@@ -46,17 +46,6 @@ static const char help_text[] =
 	"  -h, --help              print this help and exit\n"
 	"  -V, --version           print the version and exit\n";
 
-static _Noreturn void
-usage(FILE *fp, int status)
-{
-	fprintf(fp, "usage: %s\n", synopsis);
-	if (status == 0) {
-		fprintf(fp, "\n%s", help_text);
-		exit(finish_stdout());
-	}
-	exit(status);
-}
-
 enum {
 	OPT_BUDGET = 256, OPT_DTYPE, OPT_DYNAMIC, OPT_EXCLUDE, OPT_JSON, OPT_MAX_ALLOC, OPT_METHOD,
 	OPT_PERCENTILE, OPT_POW2, OPT_QDQ, OPT_REPORT, OPT_SAMPLES, OPT_THREADS,
@@ -148,7 +137,7 @@ main(int argc, char **argv)
 			force = true;
 			break;
 		case 'h':
-			usage(stdout, 0);
+			show_help(synopsis, help_text);
 		case 'o':
 			output = optarg;
 			break;

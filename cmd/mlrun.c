@@ -42,17 +42,6 @@ static const char help_text[] =
 	"  -h, --help              print this help and exit\n"
 	"  -V, --version           print the version and exit\n";
 
-static _Noreturn void
-usage(FILE *fp, int status)
-{
-	fprintf(fp, "usage: %s\n", synopsis);
-	if (status == 0) {
-		fprintf(fp, "\n%s", help_text);
-		exit(finish_stdout());
-	}
-	exit(status);
-}
-
 static int
 cmp_double(const void *a, const void *b)
 {
@@ -187,7 +176,7 @@ main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "hi:o:qvV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
-			usage(stdout, 0);
+			show_help(synopsis, help_text);
 		case 'i':
 			cli_add_input(&in, optarg, synopsis);
 			break;
