@@ -265,6 +265,49 @@ wino_outputs(void *ctx, int64_t m0, int64_t m1)
 	ml_free(t);
 }
 
+/* wino_fits: whether U, V and Mo for TR tile rows and MB filters fit memory already there */
+static bool
+wino_fits(const struct wino *j, int64_t TR, int64_t MB)
+{
+	int64_t T = TR * j->TW, vs = j->packed ? ml_pgemm_packed_len(j->C, T) : j->C * T;
+	const int slots[3] = { 2, 0, 1 };
+	const size_t sz[3] = { sizeof(float) * (size_t)(36 * MB * j->C),
+			       sizeof(float) * (size_t)(36 * vs),
+			       sizeof(float) * (size_t)(36 * MB * T) };
+	return ml_cpu_scratch_fits(3, slots, sz);
+}
+
+/*
+ * wino_shape: tile rows per group (TR) and filters per block (MB). The
+ * defaults when their buffers fit memory already there (the stretch of the
+ * arena the session lends while this node runs, or earlier blocks), so that
+ * the run's peak memory stays the plan's; else the pair that fits at the
+ * least estimated cost: tile columns padded to whole GEMM panels, small
+ * filter blocks, and filters transformed again for each group of rows.
+ * The defaults again when nothing fits (the heap then).
+ */
+static void
+wino_shape(const struct wino *j, int64_t *TR, int64_t *MB)
+{
+	int64_t tr0 = *TR, mb0 = *MB;
+	double best = 0;
+	if (wino_fits(j, tr0, mb0))
+		return;
+	for (int64_t tr = tr0; tr >= 1; tr--)
+		for (int64_t mb = mb0; mb >= 1; mb = mb > 12 ? (mb - 1) / 12 * 12 : 0) {
+			if (!wino_fits(j, tr, mb))
+				continue;
+			int64_t t = tr * j->TW, pad = j->packed ? ml_pgemm_packed_len(1, t) : t;
+			double cost = (double)pad / (double)t * (1 + 6.0 / (double)mb) *
+				      (mb < j->M ? 1 + 2.0 / (double)t : 1);
+			if (best == 0 || cost < best) {
+				best = cost;
+				*TR = tr;
+				*MB = mb;
+			}
+		}
+}
+
 int
 ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
 	     const float *bias, float *y)
@@ -280,30 +323,7 @@ ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	int64_t MB = ML_MAX(1, WINO_U_MAX / (36 * (int64_t)sizeof(float) * j.C));
 	MB = MB >= j.M ? j.M : ML_MAX(12, MB / 12 * 12);
 	j.packed = ml_pgemm_ok();
-	/*
-	 * Fewer tile rows, then fewer filters per block, until the buffers fit
-	 * memory already there (the arena's free stretch, or earlier blocks),
-	 * so that a run's peak memory is the plan's; as they are when nothing fits.
-	 */
-	int64_t TR0 = TR, MB0 = MB;
-	for (;;) {
-		int64_t vs = j.packed ? ml_pgemm_packed_len(j.C, TR * j.TW) : j.C * TR * j.TW;
-		const int slots[3] = { 2, 0, 1 };
-		const size_t sz[3] = { sizeof(float) * (size_t)(36 * MB * j.C),
-				       sizeof(float) * (size_t)(36 * vs),
-				       sizeof(float) * (size_t)(36 * MB * TR * j.TW) };
-		if (ml_cpu_scratch_fits(3, slots, sz))
-			break;
-		if (TR > 1 && TR * j.TW > 16) {
-			TR = TR * 3 / 4;
-		} else if (MB > 12) {
-			MB = ML_MAX(12, (MB / 2 + 11) / 12 * 12);
-		} else {
-			TR = TR0;
-			MB = MB0;
-			break;
-		}
-	}
+	wino_shape(&j, &TR, &MB);
 	int64_t Tmax = TR * j.TW;
 	j.U = ml_cpu_scratch(2, sizeof(float) * (size_t)(36 * MB * j.C));
 	j.vstride = j.packed ? ml_pgemm_packed_len(j.C, Tmax) : j.C * Tmax;
