@@ -110,7 +110,13 @@ ml_alloc_cap_hit(void)
 	return atomic_load(&cap_hit) != 0;
 }
 
-#define HDR 16
+/*
+ * Each block starts with a header holding its size, 64 bytes so that every
+ * block is 64-byte aligned: a cache line, an AVX-512 vector, and so the
+ * 64-byte aligned tensors inside a graph file's blob (and SGEMM panels packed
+ * by mlopt) are aligned in memory too and are used in place.
+ */
+#define HDR 64
 
 void *
 ml_malloc(size_t n)
@@ -126,7 +132,8 @@ ml_malloc(size_t n)
 		atomic_store(&cap_hit, 1);
 		return NULL;
 	}
-	unsigned char *p = malloc(n + HDR);
+	void *v = NULL;
+	unsigned char *p = posix_memalign(&v, HDR, n + HDR) == 0 ? v : NULL;
 	if (p == NULL) {
 		atomic_fetch_sub(&alloc_total, n);
 		return NULL;

@@ -157,6 +157,7 @@ char *ml_tval_shape_str(const struct ml_tval *t, char *buf, size_t n);
  * Allocation with a cap. All large allocations of the library go through
  * these, so a file cannot make a tool allocate more than the cap
  * (ML_MAX_ALLOC environment variable, or ml_set_alloc_cap; default 16 GiB).
+ * Every block is 64-byte aligned.
  */
 void *ml_malloc(size_t n);
 void *ml_calloc(size_t n, size_t size);
