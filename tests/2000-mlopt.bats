@@ -8,7 +8,8 @@ load helpers
 # mkopt NAME: write NAME.onnx and NAME.mlg, a model with one pattern the passes fuse:
 # convbn (Identity, Conv, BatchNormalization, Dropout, Relu), gelu (the erf form),
 # ln (a decomposed LayerNorm, then MatMul + Add + Relu), chain (elementwise ops, a duplicate),
-# mm (MatMul + Add + Sigmoid, 1.8M multiply-adds), attn, attn2, attn_out (scaled dot-product attention; attn_out also outputs the softmax).
+# mm (MatMul + Add + Sigmoid, 1.8M multiply-adds), attn, attn2, attn_out (scaled dot-product attention; attn_out also outputs the softmax),
+# convnext (two ConvNeXt-like blocks: depthwise 7x7 Conv, Transpose, Linear, Relu, Linear, Transpose, layer scale, residual Add).
 mkopt() {
 	"$PY" - "$1" <<'PYEOF' && mlconvert "$1.onnx" -o "$1.mlg"
 import sys
@@ -105,6 +106,29 @@ elif name.startswith("attn"):
                       h.make_node("Mul", ["sc", "s0"], ["s"], name="mul"),
                       h.make_node("Softmax", ["s"], ["p"], name="sm", axis=3),
                       h.make_node("MatMul", ["p", "v"], ["y"], name="mm2")]
+elif name == "convnext":
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, 19, 9, 9])
+    y = h.make_tensor_value_info("y", T.FLOAT, [1, 19, 9, 9])
+    v = "x"
+    for i in range(2):
+        p = "b%d" % i
+        inits += [c(p + "w", rng.standard_normal((19, 1, 7, 7)) / 7), c(p + "b", rng.standard_normal(19)),
+                  c(p + "W1", rng.standard_normal((19, 76)) / 4), c(p + "B1", rng.standard_normal(76)),
+                  c(p + "W2", rng.standard_normal((76, 19)) / 8), c(p + "B2", rng.standard_normal(19)),
+                  c(p + "g", rng.standard_normal((19, 1, 1)))]
+        out = "y" if i == 1 else p + "y"
+        nodes += [h.make_node("Conv", [v, p + "w", p + "b"], [p + "dw"], name=p + "dw", group=19,
+                              kernel_shape=[7, 7], pads=[3, 3, 3, 3]),
+                  h.make_node("Transpose", [p + "dw"], [p + "t"], name=p + "t", perm=[0, 2, 3, 1]),
+                  h.make_node("MatMul", [p + "t", p + "W1"], [p + "m1"], name=p + "mm1"),
+                  h.make_node("Add", [p + "m1", p + "B1"], [p + "a1"], name=p + "add1"),
+                  h.make_node("Relu", [p + "a1"], [p + "r"], name=p + "relu"),
+                  h.make_node("MatMul", [p + "r", p + "W2"], [p + "m2"], name=p + "mm2"),
+                  h.make_node("Add", [p + "m2", p + "B2"], [p + "a2"], name=p + "add2"),
+                  h.make_node("Transpose", [p + "a2"], [p + "t2"], name=p + "t2", perm=[0, 3, 1, 2]),
+                  h.make_node("Mul", [p + "t2", p + "g"], [p + "s"], name=p + "scale"),
+                  h.make_node("Add", [p + "s", v], [out], name=p + "res")]
+        v = out
 outs = [y] + ([z] if name == "chain" else [])
 if name == "attn_out":
     outs.append(h.make_tensor_value_info("p", T.FLOAT, [2, 3, 5, 7]))
@@ -270,8 +294,8 @@ nodes() {
 @test "mlopt --list-passes names every pass with its level, also as JSON" {
 	run -0 mlopt --list-passes
 	for p in fold-constants fold-shapes eliminate cse dce fold-bn fuse-gelu fuse-silu \
-		fuse-layernorm matmul-gemm fold-scale fuse-attention fuse-bias-act fuse-elementwise \
-		pack-weights plan-memory; do
+		fuse-layernorm matmul-gemm fold-scale fuse-attention fuse-bias-act layout \
+		fuse-elementwise pack-weights plan-memory; do
 		[[ $output == *"$p "* ]]
 	done
 	run -0 mlopt --list-passes --json
@@ -306,8 +330,53 @@ nodes() {
 	grep -q 'arena_off = ' o.mlt
 }
 
+@test "mlopt --list-passes has layout at level 2" {
+	run -0 mlopt --list-passes
+	[[ $(grep '^layout ' <<<"$output") == "layout "*2* ]]
+}
+
+@test "mlopt --passes layout runs ConvNeXt-like blocks in NHWC: the inner transposes cancel" {
+	mkopt convnext
+	mknpy x.npy float32 1,19,9,9 --seed 3
+	run -0 mlopt --passes layout --verify convnext.mlg -o o.mlg
+	run -0 mlconvert o.mlg -o o.mlt
+	[ "$(grep -c ' = ml.ConvNHWC ' o.mlt)" = 2 ]
+	[ "$(grep -c ' = Conv ' o.mlt)" = 0 ]
+	# four transposes inside the blocks go; one in at x and one out at y come
+	[ "$(grep -c ' = Transpose ' o.mlt)" = 2 ]
+	grep -q 'float\[7,7,1,19\]' o.mlt
+	run -0 mlrun convnext.mlg -i x=x.npy -o a
+	run -0 mlrun o.mlg -i x=x.npy -o b
+	npcmp b/y.npy a/y.npy --rtol 1e-4 --atol 1e-5
+	# again: nothing to do
+	run -0 mlopt --passes layout o.mlg -o o2.mlg
+	cmp o.mlg o2.mlg
+}
+
+@test "mlopt -O2 --verify on ConvNeXt-like blocks: NHWC, the output of -O0, idempotent" {
+	mkopt convnext
+	mknpy x.npy float32 1,19,9,9 --seed 4
+	run -0 --separate-stderr mlopt -O2 --verify -v --report convnext.mlg -o o.mlg
+	[[ $stderr == *"--verify: layout: outputs within tolerance"* ]]
+	[[ $output == *"layout "*"Conv to NHWC"* ]]
+	run -0 mlopt -O0 convnext.mlg -o z.mlg
+	run -0 mlrun z.mlg -i x=x.npy -o a
+	run -0 mlrun o.mlg -i x=x.npy -o b
+	npcmp b/y.npy a/y.npy --rtol 1e-4 --atol 1e-5
+	run -0 mlopt -O2 o.mlg -o o2.mlg
+	cmp o.mlg o2.mlg
+}
+
+@test "mlopt --passes layout leaves a Conv + BatchNormalization + Relu graph in NCHW" {
+	mkopt convbn
+	run -0 --separate-stderr mlopt --passes layout --report convbn.mlg -o o.mlg
+	[[ $output == *"layout "*" 0  -"* ]]
+	run -0 mlconvert o.mlg -o o.mlt
+	[ "$(grep -c 'ConvNHWC' o.mlt)" = 0 ]
+}
+
 @test "optimising an optimised graph changes nothing (idempotent, deterministic)" {
-	for m in convbn gelu ln chain; do
+	for m in convbn gelu ln chain convnext; do
 		mkopt $m
 		run -0 mlopt -O3 $m.mlg -o a.mlg
 		run -0 mlopt -O3 a.mlg -o b.mlg

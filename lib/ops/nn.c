@@ -4,6 +4,7 @@
  * normalisations and Dropout. The dtypes accepted here are the ones the
  * CPU kernels (lib/cpu/nn*.c) run.
  */
+#include "ops/fused.h"
 #include "ops/nn.h"
 
 static int
@@ -333,7 +334,7 @@ int
 ml_conv_geom(struct ml_opctx *c, struct ml_conv_geom *g)
 {
 	enum ml_op op = c->node->op;
-	bool conv = op == ML_OP_CONV || op == ML_OP_CONV_TRANSPOSE;
+	bool conv = op == ML_OP_CONV || op == ML_OP_CONV_TRANSPOSE || op == ML_OP_FUSED_CONV;
 	const struct ml_tval *x = ML_IN(c, 0), *w = conv ? ML_IN(c, 1) : NULL;
 	const int64_t *ks;
 	int nks = ml_attr_ints(c->node, "kernel_shape", &ks);
@@ -472,6 +473,114 @@ flops_conv(const struct ml_opctx *c)
 	int64_t f[6] = { 2, g.n, g.cin, dims_prod(g.in, g.nsp), g.cout < 0 ? -1 : g.cout / g.group,
 			 kp };
 	return flop_prod(6, f);
+}
+
+/*
+ * ConvNHWC (domain ml, made by mlopt's layout pass): Conv on channels-last
+ * data, X [N, H, W, C] and Y [N, OH, OW, M], with Conv's attributes and
+ * FusedConv's additions (a residual Z of Y's shape, then activation).
+ * Inference runs Conv's on the NCHW view of the shapes.
+ */
+int
+ml_conv_nhwc_view(const struct ml_opctx *c, struct ml_opctx *nc, struct ml_node *node,
+		  struct ml_tval **ins, struct ml_tval *xv, struct ml_tval *wv, bool *known)
+{
+	const struct ml_tval *x = ML_IN(c, 0), *w = ML_IN(c, 1);
+	int64_t pn = ml_attr_int(c->node, "packed_n", 0);
+
+	*nc = *c;
+	*node = *c->node;
+	node->op = ML_OP_CONV;
+	nc->node = node;
+	nc->n_in = ML_MIN(c->n_in, 3);
+	for (int i = 0; i < nc->n_in; i++)
+		ins[i] = c->in[i];
+	nc->in = ins;
+	*known = x != NULL && w != NULL && x->rank >= 0 && w->rank >= 0;
+	if (!*known)
+		return 0;
+	if (x->rank != 4 || w->rank != (pn > 0 ? 3 : 4))
+		return ml_opfail((struct ml_opctx *)c, ML_EINVAL,
+				 "X must be [N, H, W, C] and W %s", pn > 0 ?
+				 "[ceil(M / 32), K, 32] (packed_n)" : "[kH, kW, C / group, M]");
+	*xv = (struct ml_tval){ .dtype = x->dtype, .rank = 4,
+				.dims = { x->dims[0], x->dims[3], x->dims[1], x->dims[2] } };
+	*wv = (struct ml_tval){ .dtype = w->dtype, .rank = 4 };
+	if (pn > 0) {
+		const int64_t *ks;
+		if (ml_attr_ints(c->node, "kernel_shape", &ks) != 2 || ks[0] < 1 || ks[1] < 1 ||
+		    ml_attr_int(c->node, "group", 1) != 1 || w->dims[2] != 32 ||
+		    (w->dims[0] >= 0 && w->dims[0] != (pn + 31) / 32) ||
+		    (w->dims[1] >= 0 && w->dims[1] % (ks[0] * ks[1]) != 0))
+			return ml_opfail((struct ml_opctx *)c, ML_EINVAL,
+					 "packed W needs group 1, kernel_shape [kH, kW] and "
+					 "[ceil(M / 32), kH kW C, 32]");
+		wv->dims[0] = pn;
+		wv->dims[1] = w->dims[1] < 0 ? -1 : w->dims[1] / (ks[0] * ks[1]);
+		wv->dims[2] = ks[0];
+		wv->dims[3] = ks[1];
+	} else {
+		wv->dims[0] = w->dims[3];
+		wv->dims[1] = w->dims[2];
+		wv->dims[2] = w->dims[0];
+		wv->dims[3] = w->dims[1];
+	}
+	ins[0] = xv;
+	ins[1] = wv;
+	return 0;
+}
+
+static int
+infer_conv_nhwc(struct ml_opctx *c)
+{
+	struct ml_opctx nc;
+	struct ml_node node;
+	struct ml_tval *ins[3], xv, wv;
+	const struct ml_tval *z = ML_IN(c, 3);
+	struct ml_tval *y = c->out[0];
+	bool known;
+
+	for (int i = 0; i < c->n_in; i++)
+		if (c->in[i] != NULL && c->in[i]->dtype != ML_UNDEF && c->in[i]->dtype != ML_F32)
+			return ml_opfail(c, ML_ENOTSUP, "input %d is %s; ConvNHWC takes f32", i,
+					 ml_dtype_name(c->in[i]->dtype));
+	if (ml_fused_act(c->node) < 0)
+		return ml_opfail(c, ML_EINVAL, "unknown activation '%s'",
+				 ml_attr_str(c->node, "activation", ""));
+	ML_TRY(ml_conv_nhwc_view(c, &nc, &node, ins, &xv, &wv, &known));
+	if (!known) {
+		ml_set_shape(y, ML_F32, -1, NULL);
+		return 0;
+	}
+	nc.out = c->out;
+	ML_TRY(infer_conv(&nc));
+	if (y->rank != 4)
+		return ml_opfail(c, ML_EINVAL, "ConvNHWC takes 2-D windows");
+	int64_t m = y->dims[1];
+	y->dims[1] = y->dims[2];
+	y->dims[2] = y->dims[3];
+	y->dims[3] = m;
+	if (z != NULL && z->rank >= 0) {
+		bool ok = z->rank == 4;
+		for (int d = 0; ok && d < 4; d++)
+			ok = z->dims[d] < 0 || y->dims[d] < 0 || z->dims[d] == y->dims[d];
+		if (!ok)
+			return ml_opfail(c, ML_EINVAL, "Z does not have the output's shape");
+	}
+	return 0;
+}
+
+static int64_t
+flops_conv_nhwc(const struct ml_opctx *c)
+{
+	struct ml_opctx nc;
+	struct ml_node node;
+	struct ml_tval *ins[3], xv, wv;
+	bool known;
+
+	if (ml_conv_nhwc_view(c, &nc, &node, ins, &xv, &wv, &known) < 0 || !known)
+		return 0;
+	return flops_conv(&nc) + ML_MAX(ml_tval_numel(c->out[0]), 0);
 }
 
 /* MaxPool, AveragePool, LpPool: Y [n, c, out...]; MaxPool's Indices are int64. */
@@ -810,5 +919,6 @@ const struct ml_opdef ml_opdefs_nn[] = {
 	{ ML_OP_LP_NORM, 1, 1, 1, 1, infer_lpnorm, flops_x2 },
 	{ ML_OP_MVN, 1, 1, 1, 1, infer_mvn, flops_x8 },
 	{ ML_OP_DROPOUT, 1, 3, 1, 2, infer_dropout, NULL },
+	{ ML_OP_CONV_NHWC, 2, 4, 1, 1, infer_conv_nhwc, flops_conv_nhwc },
 	{ .op = ML_OP_NONE },
 };

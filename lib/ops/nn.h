@@ -39,4 +39,15 @@ struct ml_conv_geom {
  */
 int ml_conv_geom(struct ml_opctx *c, struct ml_conv_geom *g);
 
+/*
+ * ml_conv_nhwc_view: for a ConvNHWC node (X [N, H, W, C], W [kH, kW, C/group,
+ * M], or with INT packed_n = M and group 1 W packed [ceil(M / 32), kH kW C,
+ * 32] as FusedMatMul's B, rows in (kh, kw, c) order), nc is c seen as the Conv
+ * it computes: op Conv on the NCHW shapes of X and W (in ins and the caller's
+ * xv, wv; no data). ML_EINVAL when W does not fit the kernel_shape the packed
+ * form needs; *known is false when X's or W's rank is not known yet.
+ */
+int ml_conv_nhwc_view(const struct ml_opctx *c, struct ml_opctx *nc, struct ml_node *node,
+		      struct ml_tval **ins, struct ml_tval *xv, struct ml_tval *wv, bool *known);
+
 #endif

@@ -1,0 +1,430 @@
+/*
+ * nn_nhwc.c: the CPU kernel of ConvNHWC, the channels-last convolution
+ * that mlopt's layout pass makes (lib/opt/layout.c; the op in lib/ops/nn.c).
+ * X is [N, H, W, C], Y [N, OH, OW, M], and each output pixel's channels are
+ * contiguous, which is what the three paths use:
+ * - depthwise (one input channel per group, multiplier 1, W [kH, kW, 1, C]):
+ *   each tap is one multiply-add of a channel vector of the input pixel by
+ *   the tap's channel vector of W, so the loops vectorise over channels
+ *   whatever the plane size (NCHW's depthwise loops run along rows, which
+ *   are 2 to 16 wide in the late stages). AVX-512 and AVX2 kernels keep
+ *   2 vectors of channels by 4 output pixels in registers; a portable loop
+ *   serves other CPUs (ml_cpu_fma_level("ML_NHWC") picks, per call);
+ * - one group: Y [N OH OW, M] = im2col(X) [N OH OW, kH kW C] times W as
+ *   a [kH kW C, M] matrix (packed as FusedMatMul's B by the pass), through
+ *   FusedMatMul's kernel (the packed SGEMM of nn_gemm.c, with the bias,
+ *   the residual and the activation applied to each tile); the im2col
+ *   rows are runs of C contiguous floats, and a pointwise convolution's
+ *   im2col is X itself. Without the packed SGEMM: BLAS, then one pass;
+ * - anything else (other groups): direct loops, correct but not fast.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
+#include "cpu/nn.h"
+#include "ops/fused.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HAVE_SIMD 1
+#include <immintrin.h>
+#endif
+
+/* The largest im2col chunk, in floats (1 MB): rows beyond it go in several products. */
+#define COL_MAX ((int64_t)1 << 18)
+/* The rows FusedMatMul's kernel streams packed weights for (its SMALL_M). */
+#define SMALL_ROWS 8
+/* Multiply-adds a work item should have at least. */
+#define ITEM_WORK ((int64_t)1 << 15)
+
+struct nhwc {
+	const struct ml_conv3 *v;
+	const float *x, *w, *bias, *z;
+	float *y;
+	float *col;
+	int64_t r0;		/* im2col: the first output row of the chunk */
+	int act, level;
+	float lo, hi;
+};
+
+/* rowepi: the residual and the activation over one output row of n floats. */
+static void
+rowepi(const struct nhwc *j, float *y, const float *z, int64_t n)
+{
+	if (z != NULL || j->act != ML_ACT_NONE)
+		ml_fused_tile_epi(y, 1, n, n, NULL, z, j->act, j->lo, j->hi);
+}
+
+/*
+ * Depthwise. dw_rowN(j, n, oh, yr): output row oh of image n into yr
+ * (OW x C floats), bias included. The SIMD kernels take 4 output pixels
+ * at a time (fewer at the row's end) and 2 vectors of channels (masked
+ * past C); a tap outside the input is skipped, per pixel.
+ */
+#ifdef HAVE_SIMD
+__attribute__((target("avx512f")))
+static void
+dw_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, H = v->in[1], W = v->in[2], OW = v->out[2];
+	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+
+	/* pixels outside, channels inside: the taps of 4 pixels stay in L1 across the channels */
+	for (int64_t ow0 = 0; ow0 < OW; ow0 += 4) {
+		int r = (int)ML_MIN(4, OW - ow0);
+		/* all 4 pixels' taps inside the row: no checks in the tap loop */
+		bool inside = r == 4 && ow0 * sw - pw >= 0 && (ow0 + 3) * sw - pw + (KW - 1) * dw < W;
+		for (int64_t c0 = 0; c0 < C; c0 += 32) {
+			int64_t rem = C - c0;
+			__mmask16 m0 = (__mmask16)(rem >= 16 ? 0xffff : (1u << rem) - 1);
+			__mmask16 m1 = (__mmask16)(rem >= 32 ? 0xffff : rem <= 16 ? 0 :
+						   (1u << (rem - 16)) - 1);
+			__m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+			if (j->bias != NULL) {
+				b0 = _mm512_maskz_loadu_ps(m0, j->bias + c0);
+				b1 = _mm512_maskz_loadu_ps(m1, j->bias + c0 + 16);
+			}
+			__m512 a0[4], a1[4];
+			for (int q = 0; q < 4; q++) {
+				a0[q] = b0;
+				a1[q] = b1;
+			}
+			for (int64_t kh = 0; kh < KH; kh++) {
+				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+				if (ih < 0 || ih >= H)
+					continue;
+				const float *xr = j->x + (n * H + ih) * W * C + c0;
+				const float *wr = j->w + kh * KW * C + c0;
+				for (int64_t kw = 0; kw < KW; kw++) {
+					__m512 w0 = _mm512_maskz_loadu_ps(m0, wr + kw * C);
+					__m512 w1 = _mm512_maskz_loadu_ps(m1, wr + kw * C + 16);
+					int64_t iw0 = ow0 * sw - pw + kw * dw;
+					/* a constant trip count, so that a0 and a1 stay in registers */
+					_Pragma("GCC unroll 4")
+					for (int q = 0; q < 4; q++) {
+						int64_t iw = iw0 + q * sw;
+						if (!inside && (q >= r || iw < 0 || iw >= W))
+							continue;
+						const float *xp = xr + iw * C;
+						a0[q] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, xp), w0, a0[q]);
+						a1[q] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, xp + 16), w1,
+									a1[q]);
+					}
+				}
+			}
+			_Pragma("GCC unroll 4")
+			for (int q = 0; q < 4; q++) {
+				if (q >= r)
+					continue;
+				float *yp = yr + (ow0 + q) * C + c0;
+				_mm512_mask_storeu_ps(yp, m0, a0[q]);
+				_mm512_mask_storeu_ps(yp + 16, m1, a1[q]);
+			}
+		}
+	}
+}
+
+/* avx2_mask: the lane mask of the first n (clamped to 0..8) of 8 lanes. */
+__attribute__((target("avx2")))
+static __m256i
+avx2_mask(int64_t n)
+{
+	n = n < 0 ? 0 : n > 8 ? 8 : n;
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+__attribute__((target("avx2,fma")))
+static void
+dw_row256(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, H = v->in[1], W = v->in[2], OW = v->out[2];
+	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+
+	for (int64_t ow0 = 0; ow0 < OW; ow0 += 4) {
+		int r = (int)ML_MIN(4, OW - ow0);
+		/* all 4 pixels' taps inside the row: no checks in the tap loop */
+		bool inside = r == 4 && ow0 * sw - pw >= 0 && (ow0 + 3) * sw - pw + (KW - 1) * dw < W;
+		for (int64_t c0 = 0; c0 < C; c0 += 16) {
+			__m256i m0 = avx2_mask(C - c0), m1 = avx2_mask(C - c0 - 8);
+			__m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+			if (j->bias != NULL) {
+				b0 = _mm256_maskload_ps(j->bias + c0, m0);
+				b1 = _mm256_maskload_ps(j->bias + c0 + 8, m1);
+			}
+			__m256 a0[4], a1[4];
+			for (int q = 0; q < 4; q++) {
+				a0[q] = b0;
+				a1[q] = b1;
+			}
+			for (int64_t kh = 0; kh < KH; kh++) {
+				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+				if (ih < 0 || ih >= H)
+					continue;
+				const float *xr = j->x + (n * H + ih) * W * C + c0;
+				const float *wr = j->w + kh * KW * C + c0;
+				for (int64_t kw = 0; kw < KW; kw++) {
+					__m256 w0 = _mm256_maskload_ps(wr + kw * C, m0);
+					__m256 w1 = _mm256_maskload_ps(wr + kw * C + 8, m1);
+					int64_t iw0 = ow0 * sw - pw + kw * dw;
+					_Pragma("GCC unroll 4")
+					for (int q = 0; q < 4; q++) {
+						int64_t iw = iw0 + q * sw;
+						if (!inside && (q >= r || iw < 0 || iw >= W))
+							continue;
+						const float *xp = xr + iw * C;
+						a0[q] = _mm256_fmadd_ps(_mm256_maskload_ps(xp, m0), w0, a0[q]);
+						a1[q] = _mm256_fmadd_ps(_mm256_maskload_ps(xp + 8, m1), w1, a1[q]);
+					}
+				}
+			}
+			_Pragma("GCC unroll 4")
+			for (int q = 0; q < 4; q++) {
+				if (q >= r)
+					continue;
+				float *yp = yr + (ow0 + q) * C + c0;
+				_mm256_maskstore_ps(yp, m0, a0[q]);
+				_mm256_maskstore_ps(yp + 8, m1, a1[q]);
+			}
+		}
+	}
+}
+#endif
+
+/* dw_row: the portable row: per output pixel, a channel loop per tap. */
+static void
+dw_row(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, H = v->in[1], W = v->in[2], OW = v->out[2];
+	int64_t KH = v->k[1], KW = v->k[2];
+
+	for (int64_t ow = 0; ow < OW; ow++) {
+		float *restrict yp = yr + ow * C;
+		for (int64_t ch = 0; ch < C; ch++)
+			yp[ch] = j->bias != NULL ? j->bias[ch] : 0.0f;
+		for (int64_t kh = 0; kh < KH; kh++) {
+			int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+			if (ih < 0 || ih >= H)
+				continue;
+			for (int64_t kw = 0; kw < KW; kw++) {
+				int64_t iw = ow * v->s[2] - v->p[2] + kw * v->d[2];
+				if (iw < 0 || iw >= W)
+					continue;
+				const float *restrict xp = j->x + ((n * H + ih) * W + iw) * C;
+				const float *restrict wp = j->w + (kh * KW + kw) * C;
+				for (int64_t ch = 0; ch < C; ch++)
+					yp[ch] += wp[ch] * xp[ch];
+			}
+		}
+	}
+}
+
+static void
+dw_rows(void *ctx, int64_t b, int64_t e)
+{
+	const struct nhwc *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t OH = v->out[1], len = v->out[2] * v->cout;
+
+	for (int64_t row = b; row < e; row++) {
+		int64_t n = row / OH, oh = row % OH;
+		float *yr = j->y + row * len;
+#ifdef HAVE_SIMD
+		if (j->level == 2)
+			dw_row512(j, n, oh, yr);
+		else if (j->level == 1)
+			dw_row256(j, n, oh, yr);
+		else
+#endif
+			dw_row(j, n, oh, yr);
+		rowepi(j, yr, j->z != NULL ? j->z + row * len : NULL, len);
+	}
+}
+
+/*
+ * Group 1: im2col rows (output pixels) [b, e) of the chunk starting at
+ * j->r0, each kH kW runs of C floats (zeros where the tap is outside).
+ */
+static void
+im2col_rows(void *ctx, int64_t b, int64_t e)
+{
+	const struct nhwc *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, H = v->in[1], W = v->in[2], OH = v->out[1], OW = v->out[2];
+	int64_t KH = v->k[1], KW = v->k[2], K = KH * KW * C;
+
+	for (int64_t p = b; p < e; p++) {
+		int64_t q = j->r0 + p, ow = q % OW, oh = q / OW % OH, n = q / (OW * OH);
+		float *dst = j->col + p * K;
+		for (int64_t kh = 0; kh < KH; kh++) {
+			int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+			for (int64_t kw = 0; kw < KW; kw++, dst += C) {
+				int64_t iw = ow * v->s[2] - v->p[2] + kw * v->d[2];
+				if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+					memset(dst, 0, sizeof(float) * (size_t)C);
+				else
+					memcpy(dst, j->x + ((n * H + ih) * W + iw) * C,
+					       sizeof(float) * (size_t)C);
+			}
+		}
+	}
+}
+
+/*
+ * gemm_rows: Y rows [r0, r0 + m) = A [m, K] times W, through FusedMatMul's
+ * kernel on a view of the node (its activation, clip bounds and packed_n
+ * are the same attributes), else BLAS and one pass for the rest.
+ */
+static int
+gemm_rows(struct ml_opctx *c, const float *a, int64_t r0, int64_t m, int64_t K, int64_t M)
+{
+	const struct ml_tval *w = c->in[1], *bias = ML_IN(c, 2), *z = ML_IN(c, 3);
+	bool packed = ml_attr_int(c->node, "packed_n", 0) > 0;
+	/*
+	 * A few rows (the late stages' downsampling) in products of at most
+	 * SMALL_ROWS, which FusedMatMul's kernel runs by streaming W's panels
+	 * once each, where the tiled SGEMM would first copy W to align it.
+	 */
+	if (packed && m > SMALL_ROWS && m <= 4 * SMALL_ROWS) {
+		for (int64_t i = 0; i < m; i += SMALL_ROWS)
+			ML_TRY(gemm_rows(c, a + i * K, r0 + i, ML_MIN(SMALL_ROWS, m - i), K, M));
+		return 0;
+	}
+	struct ml_tval av = { .dtype = ML_F32, .rank = 2, .dims = { m, K }, .data = (void *)a };
+	struct ml_tval bv = { .dtype = ML_F32, .rank = 2, .dims = { K, M }, .data = w->data };
+	struct ml_tval zv = { .dtype = ML_F32, .rank = 2, .dims = { m, M } };
+	struct ml_tval yv = { .dtype = ML_F32, .rank = 2, .dims = { m, M } };
+	float *y = (float *)c->out[0]->data + r0 * M;
+	yv.data = y;
+	if (z != NULL)
+		zv.data = (float *)z->data + r0 * M;
+	struct ml_tval *ins[4] = { &av, packed ? (struct ml_tval *)w : &bv, (struct ml_tval *)bias,
+				   z != NULL ? &zv : NULL };
+	struct ml_tval *outs[1] = { &yv };
+	struct ml_opctx c2 = *c;
+	c2.in = ins;
+	c2.n_in = 4;
+	c2.out = outs;
+	c2.n_out = 1;
+	int rc = ml_cpu_fmatmul_fast(&c2);
+	if (rc <= 0)
+		return rc;
+	float *tmp = NULL;
+	const float *b = w->data;
+	if (packed) {
+		if ((tmp = ml_malloc(sizeof(float) * (size_t)(K * M) + 1)) == NULL)
+			return ml_opfail(c, ML_ENOMEM, "out of memory unpacking W");
+		ml_fused_unpack(w->data, K, M, tmp);
+		b = tmp;
+	}
+	bool done = ml_sgemm(false, false, m, M, K, 1.0f, a, K, b, M, 0.0f, y, M);
+	ml_free(tmp);
+	if (!done)
+		return ml_opfail(c, ML_ENOTSUP, "sizes exceed BLAS's range");
+	ml_fused_tile_epi(y, m, M, M, bias != NULL ? bias->data : NULL,
+			  z != NULL ? zv.data : NULL, ml_fused_act(c->node),
+			  (float)ml_attr_float(c->node, "clip_min", -INFINITY),
+			  (float)ml_attr_float(c->node, "clip_max", INFINITY));
+	return 0;
+}
+
+static int
+conv_dense(struct ml_opctx *c, const struct ml_conv3 *v, struct nhwc *j)
+{
+	int64_t K = v->ksz * v->cin, M = v->cout;
+	int64_t rows = v->n * v->outsz;
+	bool pointwise = v->ksz == 1;
+
+	for (int i = 1; i < 3; i++)
+		pointwise &= v->s[i] == 1 && v->p[i] == 0 && v->pe[i] == 0;
+	if (pointwise)
+		return gemm_rows(c, j->x, 0, rows, K, M);
+	int64_t chunk = ML_MAX(1, ML_MIN(rows, COL_MAX / ML_MAX(K, 1)));
+	j->col = ml_cpu_scratch(0, sizeof(float) * (size_t)(chunk * K));
+	if (j->col == NULL)
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate %lld bytes for im2col",
+				 (long long)(chunk * K * 4));
+	for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+		int64_t m = ML_MIN(chunk, rows - r0);
+		j->r0 = r0;
+		ml_parallel_for(m, ML_MAX(1, 4096 / K), im2col_rows, j);
+		ML_TRY(gemm_rows(c, j->col, r0, m, K, M));
+	}
+	return 0;
+}
+
+/* Direct loops for any group: W [kH, kW, C / group, M]. */
+static void
+direct_rows(void *ctx, int64_t b, int64_t e)
+{
+	const struct nhwc *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, M = v->cout, H = v->in[1], W = v->in[2];
+	int64_t OH = v->out[1], OW = v->out[2], KW = v->k[2];
+
+	for (int64_t row = b; row < e; row++) {
+		int64_t n = row / OH, oh = row % OH;
+		float *yr = j->y + row * OW * M;
+		for (int64_t ow = 0; ow < OW; ow++)
+			for (int64_t m = 0; m < M; m++) {
+				int64_t g = m / v->mg;
+				float s = j->bias != NULL ? j->bias[m] : 0.0f;
+				for (int64_t kh = 0; kh < v->k[1]; kh++) {
+					int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+					if (ih < 0 || ih >= H)
+						continue;
+					for (int64_t kw = 0; kw < KW; kw++) {
+						int64_t iw = ow * v->s[2] - v->p[2] + kw * v->d[2];
+						if (iw < 0 || iw >= W)
+							continue;
+						const float *xp = j->x + ((n * H + ih) * W + iw) * C +
+								  g * v->cg;
+						const float *wp = j->w + (kh * KW + kw) * v->cg * M + m;
+						for (int64_t ci = 0; ci < v->cg; ci++)
+							s += xp[ci] * wp[ci * M];
+					}
+				}
+				yr[ow * M + m] = s;
+			}
+		rowepi(j, yr, j->z != NULL ? j->z + row * OW * M : NULL, OW * M);
+	}
+}
+
+int
+ml_cpu_conv_nhwc(struct ml_opctx *c)
+{
+	struct ml_opctx nc;
+	struct ml_node node;
+	struct ml_tval *ins[3], xv, wv;
+	struct ml_conv3 v;
+	bool known;
+
+	for (int i = 0; i < c->n_in; i++)
+		if (c->in[i] != NULL && c->in[i]->dtype != ML_F32)
+			return ml_opfail(c, ML_ENOTSUP, "ConvNHWC takes f32");
+	ML_TRY(ml_conv_nhwc_view(c, &nc, &node, ins, &xv, &wv, &known));
+	ML_TRY(ml_cpu_conv3(&nc, &v));
+	const struct ml_tval *b = ML_IN(c, 2), *z = ML_IN(c, 3), *y = c->out[0];
+	if (v.in[0] != 1 || v.k[0] != 1 || y->rank != 4 ||
+	    (b != NULL && ml_tval_numel(b) != v.cout) ||
+	    (z != NULL && ml_tval_numel(z) != ml_tval_numel(y)))
+		return ml_opfail(c, ML_EINVAL, "ConvNHWC takes 2-D windows, a bias of M and Z of Y's shape");
+	struct nhwc j = { .v = &v, .x = c->in[0]->data, .w = c->in[1]->data,
+			  .bias = b != NULL ? b->data : NULL, .z = z != NULL ? z->data : NULL,
+			  .y = y->data, .act = ml_fused_act(c->node),
+			  .level = ml_cpu_fma_level("ML_NHWC") };
+	j.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+	j.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+	if (v.n * v.outsz == 0 || v.cout == 0)
+		return 0;
+	int64_t rows = v.n * v.out[1], per = v.out[2] * v.cout * v.ksz * v.cg;
+	if (v.group == 1)
+		return conv_dense(c, &v, &j);
+	if (v.cg == 1 && v.mg == 1) {
+		ml_parallel_for(rows, ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), dw_rows, &j);
+		return 0;
+	}
+	ml_parallel_for(rows, ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), direct_rows, &j);
+	return 0;
+}
