@@ -66,17 +66,6 @@ static const char help_text[] =
 	"  -h, --help              print this help and exit\n"
 	"  -V, --version           print the version and exit\n";
 
-static _Noreturn void
-usage(FILE *fp, int status)
-{
-	fprintf(fp, "usage: %s\n", synopsis);
-	if (status == 0) {
-		fprintf(fp, "\n%s", help_text);
-		exit(finish_stdout());
-	}
-	exit(status);
-}
-
 /* The options, as given or as the checkpoint saved them. */
 struct opts {
 	const char *loss, *optimizer, *schedule;
@@ -781,7 +770,7 @@ main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "d:ho:qvV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'd': r.data_path = optarg; break;
-		case 'h': usage(stdout, 0);
+		case 'h': show_help(synopsis, help_text);
 		case 'o': r.out = optarg; break;
 		case 'q': r.quiet = 1; break;
 		case 'v': r.verbose++; break;
@@ -961,6 +950,9 @@ main(int argc, char **argv)
 		fprintf(stderr, "%s: %s: %d parameter tensors, %lld values; step graph of %d nodes\n",
 			progname, from, np, (long long)ne, r.step->n_nodes);
 	}
+	/* one process on the CPU: the dense layers' fused kernels (not for MPI's all-reduce) */
+	if (strcmp(r.device, "cpu") == 0 && ml_dist_size() <= 1 && ml_train_fuse(r.step, &err) < 0)
+		die_run(&err, from);
 	if (dump != NULL) {
 		if (ml_model_save(r.step, dump, ML_FMT_MLG, &err) < 0)
 			die_err(&err);

@@ -129,6 +129,18 @@ int ml_train_step_graph(struct ml_graph **out, const struct ml_graph *model,
 			const struct ml_train_opts *o, struct ml_err *e);
 
 /*
+ * ml_train_fuse: rewrite a step graph of ml_train_step_graph for the CPU:
+ * each f32 Gemm becomes an ml.TrainGemm that also applies the Relu or
+ * ReluGrad that alone reads its output, and a weight gradient's Gemm that
+ * only an SGDUpdate reads (no clipping) merges into it as ml.GemmSGDUpdate
+ * (see lib/ops/grad.c), so the gradient is never stored. The result is
+ * the same step. Other devices run these ops on the CPU, and
+ * ml_train_distribute needs the gradients as tensors: call it only for a
+ * step that one process runs on the CPU.
+ */
+int ml_train_fuse(struct ml_graph *g, struct ml_err *e);
+
+/*
  * ml_train_export: copy the trained state of step (a graph of
  * ml_train_step_graph of this model, after some runs) back into model:
  * every parameter and running statistic by name (a trained ONNX initializer

@@ -208,6 +208,31 @@ PYEOF
 	[[ $output == *optimizer* ]]
 }
 
+@test "on the CPU the step fuses each dense layer's products; other devices and clipping keep plain ops" {
+	run -0 mltrain tiny.mlt --dump-step step.mlg
+	run -0 mlconvert step.mlg -o step.mlt
+	# the forward Gemm with its Relu, the weight gradients with their SGD updates
+	grep -q '= ml.TrainGemm <.*"act" = "relu"' step.mlt
+	[ "$(grep -c '= ml.GemmSGDUpdate ' step.mlt)" -eq 2 ]
+	[ "$(grep -c '= Gemm \|= Relu \|= ml.ReluGrad ' step.mlt)" -eq 0 ]
+	run -0 mltrain tiny.mlt --dump-step clip.mlg --clip-norm 1
+	run -0 mlconvert clip.mlg -o clip.mlt
+	[ "$(grep -c 'ml.GemmSGDUpdate' clip.mlt)" -eq 0 ]
+	[ "$(grep -c 'ml.SGDUpdate' clip.mlt)" -eq 4 ]
+	run -0 mltrain tiny.mlt --dump-step cl.mlg --device cl
+	run -0 mlconvert cl.mlg -o cl.mlt
+	[ "$(grep -c 'ml.TrainGemm\|ml.GemmSGDUpdate' cl.mlt)" -eq 0 ]
+	# ML_PGEMM=0 (BLAS and a second pass) trains to the same loss as the fused kernels
+	mltrain tiny.mlt --data d $TRAIN --epochs 2 --json -q -o f.mlg >f.json
+	ML_PGEMM=0 mltrain tiny.mlt --data d $TRAIN --epochs 2 --json -q -o b.mlg >b.json
+	"$PY" - <<'PYEOF'
+import json
+a, b = json.load(open("f.json")), json.load(open("b.json"))
+assert abs(a["loss"] - b["loss"]) <= 1e-4 * abs(a["loss"]), (a, b)
+assert abs(a["test_accuracy"] - b["test_accuracy"]) <= 0.005, (a, b)
+PYEOF
+}
+
 @test "labels out of range are refused with status 3 naming the label" {
 	mkdata bad 100 8 4 7
 	run -3 --separate-stderr mltrain tiny.mlt --data bad $TRAIN -o out.mlg

@@ -11,6 +11,9 @@
  * col = W_g^T dy_g and scatters it back (col2im) into dx. f32 stride-1
  * convolutions with few output channels (ml_train_conv_ok) go to
  * lib/cpu/train_conv.c instead, which needs no column matrix.
+ *
+ * TrainGemm and GemmSGDUpdate (the dense layers of a fused CPU step) go
+ * to ml_tgemm in nn_gemm.c, or to the Gemm kernel and a second pass.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 /* Vectorised element loops (see lib/cpu/reduce.c); short row copies stay loops, not memcpy calls. */
@@ -133,6 +136,138 @@ run_sgd(struct ml_opctx *c)
 		sgd_f64(F64(c->in[0]), F64(c->in[1]), m != NULL ? F64(m) : NULL, n, lr, mu, wd, s,
 			nest);
 	return 0;
+}
+
+/*
+ * The fused dense products of a CPU training step (lib/train's
+ * ml_train_fuse): TrainGemm is Gemm followed by act (Relu, or the Relu
+ * gradient's mask R), GemmSGDUpdate an SGDUpdate whose gradient is a
+ * product. Both go to ml_tgemm (nn_gemm.c), which applies the rest as
+ * each tile of the product leaves the registers; otherwise (no AVX-512,
+ * f64, alpha or beta not 1) the Gemm kernel computes the product and a
+ * second pass the rest, as the unfused nodes would.
+ */
+static int
+tg_act(struct ml_opctx *c, int *act)
+{
+	const char *s = ml_attr_str(c->node, "act", "none");
+	*act = strcmp(s, "none") == 0 ? ML_TG_NONE : strcmp(s, "relu") == 0 ? ML_TG_RELU :
+	       strcmp(s, "relu_grad") == 0 ? ML_TG_RELU_GRAD : -1;
+	if (*act < 0)
+		return ml_opfail(c, ML_EINVAL, "unknown act '%s'", s);
+	return 0;
+}
+
+/* tg_dims: m, n, k of op(a) op(b) for the node's transA and transB. */
+static int
+tg_dims(struct ml_opctx *c, const struct ml_tval *a, const struct ml_tval *b, bool ta, bool tb,
+	int64_t *m, int64_t *n, int64_t *k)
+{
+	if (a->rank != 2 || b->rank != 2)
+		return ml_opfail(c, ML_EINVAL, "A and B must be 2-D");
+	*m = a->dims[ta ? 1 : 0];
+	*k = a->dims[ta ? 0 : 1];
+	*n = b->dims[tb ? 0 : 1];
+	if (b->dims[tb ? 1 : 0] != *k)
+		return ml_opfail(c, ML_EINVAL, "inner dims differ");
+	return 0;
+}
+
+/* base_gemm: the Gemm kernel over inputs in[0..n_in) into y. */
+static int
+base_gemm(struct ml_opctx *c, struct ml_tval **in, int n_in, struct ml_tval *y)
+{
+	struct ml_opctx b = *c;
+	struct ml_node nb = *c->node;
+	nb.op = ML_OP_GEMM;
+	b.node = &nb;
+	b.in = in;
+	b.n_in = n_in;
+	b.out = &y;
+	b.n_out = 1;
+	return ml_cpu_kernel_get(ML_OP_GEMM)(&b);
+}
+
+static int
+run_train_gemm(struct ml_opctx *c)
+{
+	struct ml_tval *a = c->in[0], *b = c->in[1], *cc = ML_IN(c, 2), *r = ML_IN(c, 3);
+	struct ml_tval *y = c->out[0];
+	bool ta = ml_attr_int(c->node, "transA", 0) != 0, tb = ml_attr_int(c->node, "transB", 0) != 0;
+	double alpha = ml_attr_float(c->node, "alpha", 1), beta = ml_attr_float(c->node, "beta", 1);
+	int64_t m = 0, n = 0, k = 0;
+	int act;
+	ML_TRY(tg_act(c, &act));
+	ML_TRY(tg_dims(c, a, b, ta, tb, &m, &n, &k));
+	if (act == ML_TG_RELU_GRAD && (r == NULL || ml_tval_numel(r) != m * n || r->dtype != y->dtype))
+		return ml_opfail(c, ML_EINVAL, "the mask R must have Y's shape and dtype");
+	/* a bias along the columns goes to the epilogue; other C shapes to the Gemm kernel */
+	bool rowbias = cc == NULL || (beta == 1 && ml_tval_numel(cc) == n &&
+				     (cc->rank == 1 || (cc->rank == 2 && cc->dims[0] == 1)));
+	if (y->dtype == ML_F32 && a->dtype == ML_F32 && alpha == 1 && rowbias) {
+		struct ml_tgemm_epi e = { .act = act, .bias = cc != NULL ? F32(cc) : NULL,
+					  .mask = r != NULL ? F32(r) : NULL };
+		if (ml_tgemm(ta, tb, m, n, k, F32(a), ta ? m : k, F32(b), tb ? k : n, F32(y), n, &e))
+			return 0;
+	}
+	struct ml_tval *in[3] = { a, b, cc };
+	ML_TRY(base_gemm(c, in, cc != NULL ? 3 : 2, y));
+	int64_t len = m * n;
+	if (act == ML_TG_NONE)
+		return 0;
+	if (y->dtype == ML_F32) {
+		float *v = F32(y);
+		const float *rv = r != NULL ? F32(r) : NULL;
+		for (int64_t i = 0; i < len; i++)
+			v[i] = act == ML_TG_RELU ? (v[i] > 0 ? v[i] : 0.0f) : (rv[i] > 0 ? v[i] : 0.0f);
+	} else {
+		double *v = F64(y);
+		const double *rv = r != NULL ? F64(r) : NULL;
+		for (int64_t i = 0; i < len; i++)
+			v[i] = act == ML_TG_RELU ? (v[i] > 0 ? v[i] : 0.0) : (rv[i] > 0 ? v[i] : 0.0);
+	}
+	return 0;
+}
+
+/* GemmSGDUpdate(P, A, B, lr[, M]): SGDUpdate(P, alpha op(A) op(B), lr[, M]). */
+static int
+run_gemm_sgd(struct ml_opctx *c)
+{
+	struct ml_tval *p = c->in[0], *a = c->in[1], *b = c->in[2], *mt = ML_IN(c, 4);
+	bool ta = ml_attr_int(c->node, "transA", 0) != 0, tb = ml_attr_int(c->node, "transB", 0) != 0;
+	double alpha = ml_attr_float(c->node, "alpha", 1);
+	int64_t m = 0, n = 0, k = 0;
+	ML_TRY(stored(c));
+	ML_TRY(tg_dims(c, a, b, ta, tb, &m, &n, &k));
+	if (ml_tval_numel(p) != m * n || a->dtype != p->dtype || b->dtype != p->dtype)
+		return ml_opfail(c, ML_EINVAL, "P must have the product's shape and dtype");
+	if (mt != NULL) {
+		ML_TRY(same_numel(c, 0, 4));
+		int t = c->node->in[4];
+		if (c->g->tensors[t]->kind != ML_TK_PARAM && c->g->tensors[t]->kind != ML_TK_CONST)
+			return ml_opfail(c, ML_EINVAL, "the momentum must be a stored tensor");
+	}
+	double lr = scalar(c->in[3], 0), mu = ml_attr_float(c->node, "momentum", 0);
+	double wd = ml_attr_float(c->node, "weight_decay", 0);
+	bool nest = ml_attr_int(c->node, "nesterov", 0) != 0;
+	if (p->dtype == ML_F32 && alpha == 1) {
+		struct ml_tgemm_epi e = { .act = ML_TG_SGD, .p = F32(p), .mom = mt ? F32(mt) : NULL,
+					  .lr = (float)lr, .mu = (float)mu, .wd = (float)wd,
+					  .nesterov = nest };
+		if (ml_tgemm(ta, tb, m, n, k, F32(a), ta ? m : k, F32(b), tb ? k : n, NULL, n, &e))
+			return 0;
+	}
+	/* the gradient in scratch (slot 2, which the Gemm kernel does not use) */
+	struct ml_tval g = { .dtype = p->dtype, .rank = 2, .dims = { m, n } }, *in[2] = { a, b };
+	if ((g.data = ml_cpu_scratch(2, (size_t)(m * n) * ml_dtype_size(p->dtype) + 64)) == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	int rc = base_gemm(c, in, 2, &g);
+	if (rc == 0 && p->dtype == ML_F32)
+		sgd_f32(F32(p), F32(&g), mt ? F32(mt) : NULL, m * n, (float)lr, (float)mu, (float)wd,
+			1.0f, nest);
+	else if (rc == 0)
+		sgd_f64(F64(p), F64(&g), mt ? F64(mt) : NULL, m * n, lr, mu, wd, 1.0, nest);
+	return rc;
 }
 
 #define DEF_ADAM(SUF, T, SQRT)							\
@@ -1072,5 +1207,7 @@ const struct ml_cpu_kernel ml_cpu_grad[] = {
 	{ ML_OP_BCE_LOGITS, run_bce },
 	{ ML_OP_BCE_LOGITS_GRAD, run_bce },
 	{ ML_OP_DROPOUT_TRAINING, run_dropout },
+	{ ML_OP_TRAIN_GEMM, run_train_gemm },
+	{ ML_OP_GEMM_SGD_UPDATE, run_gemm_sgd },
 	{ .op = ML_OP_NONE },
 };

@@ -17,7 +17,9 @@
  * SGEMM would need B unpacked and copied again, and its threads fight the
  * pool's. Off x86-64, or on CPUs with neither, ml_pgemm_ok() is false and
  * callers use BLAS. The file also holds the GEMV that
- * ml_sgemm uses for a single row or column (see ml_sgemv_own).
+ * ml_sgemm uses for a single row or column (see ml_sgemv_own), and
+ * ml_tgemm, the same micro-kernel for a training step's dense layers with
+ * their epilogues (bias, Relu, the Relu gradient's mask, an SGD update).
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -429,4 +431,336 @@ ml_sgemv_own(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
 	}
 	ml_free(tmp);
 	return true;
+}
+
+/*
+ * ml_tgemm: the dense products of a training step (lib/cpu/grad.c's
+ * ml.TrainGemm and ml.GemmSGDUpdate) through the AVX-512 micro-kernel
+ * above. At batch 64 these are thin products (M = 64, or K = 64 for a
+ * weight gradient) that OpenBLAS's AVX2 kernels run at half this speed.
+ * A transposed A (dY^T of a weight gradient) is transposed into scratch;
+ * B is packed into 32-column panels, through 16 x 16 register transposes
+ * when it is transposed (a weight W of Y = X W^T). Each tile of C gets the
+ * epilogue as it leaves the registers: a bias along the columns, then
+ * Relu, the Relu gradient's mask, or the SGD update of the parameter that
+ * C is the gradient of (C itself is then never stored).
+ */
+#ifdef HAVE_PGEMM
+struct tg_job {
+	int64_t m, n, k, lda, ldc;
+	const float *a, *bp;		/* A [m, k] row-major, B packed */
+	float *c;			/* C [m, n], or the partial sums of an SGD epilogue */
+	const struct ml_tgemm_epi *e;
+	int64_t nblk, ngroups, npan, npchunks;
+};
+
+/* tr16: r[0..15] rows of a 16 x 16 block become its columns. */
+__attribute__((target("avx512f"), always_inline))
+static inline void
+tr16(__m512 r[16])
+{
+	__m512 t[16];
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 4; i++) {
+		__m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+		__m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+		r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+		r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+		r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+		r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+	}
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
+		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
+	}
+	for (int i = 0; i < 8; i++) {
+		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+	}
+}
+
+static inline __mmask16
+lanes(int64_t n)
+{
+	return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1);
+}
+
+/*
+ * tr_block: dst row q (q < nc, stride ld) = column q of the nr x nc block
+ * of src (row stride ls), nr, nc <= 16; with full, all 16 lanes are
+ * stored (zeros past nr), else only the first nr.
+ */
+__attribute__((target("avx512f")))
+static void
+tr_block(const float *src, int64_t ls, int nr, int nc, float *dst, int64_t ld, bool full)
+{
+	__m512 r[16];
+	__mmask16 mc = lanes(nc), mr = full ? 0xffff : lanes(nr);
+	for (int i = 0; i < 16; i++)
+		r[i] = i < nr ? _mm512_maskz_loadu_ps(mc, src + i * ls) : _mm512_setzero_ps();
+	tr16(r);
+	for (int q = 0; q < nc; q++)
+		_mm512_mask_storeu_ps(dst + q * ld, mr, r[q]);
+}
+
+/* tg_pack: B (k x n, or stored n x k when tb) into 32-column panels, zeros past n. */
+__attribute__((target("avx512f")))
+static void
+tg_pack(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb, float *bp)
+{
+	for (int64_t j0 = 0; j0 < n; j0 += ML_PG_NR) {
+		float *panel = bp + j0 * k;
+		int64_t w = ML_MIN(ML_PG_NR, n - j0);
+		if (!tb) {
+			__mmask16 m0 = lanes(w), m1 = lanes(w - 16);
+			for (int64_t p = 0; p < k; p++) {
+				const float *src = b + p * ldb + j0;
+				_mm512_store_ps(panel + p * ML_PG_NR, _mm512_maskz_loadu_ps(m0, src));
+				_mm512_store_ps(panel + p * ML_PG_NR + 16,
+						_mm512_maskz_loadu_ps(m1, src + 16));
+			}
+			continue;
+		}
+		for (int64_t p0 = 0; p0 < k; p0 += 16)
+			for (int h = 0; h < 2; h++) {
+				int nr = (int)ML_MAX(0, ML_MIN(16, w - 16 * h));
+				tr_block(nr > 0 ? b + (j0 + 16 * h) * ldb + p0 : b, ldb, nr,
+					 (int)ML_MIN(16, k - p0), panel + p0 * ML_PG_NR + 16 * h,
+					 ML_PG_NR, true);
+			}
+	}
+}
+
+/* tg_row: the epilogue of row i, columns n0.. (lanes m0, m1) of C's tile: v0, v1. */
+__attribute__((target("avx512f"), always_inline))
+static inline void
+tg_row(const struct tg_job *j, int64_t i, int64_t n0, __m512 v0, __m512 v1, __mmask16 m0,
+       __mmask16 m1, bool first, bool last)
+{
+	const struct ml_tgemm_epi *e = j->e;
+	int64_t off = i * j->ldc + n0;
+	float *cr = j->c != NULL ? j->c + off : NULL;
+	if (!first) {
+		v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, cr));
+		v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, cr + 16));
+	}
+	if (!last) {
+		_mm512_mask_storeu_ps(cr, m0, v0);
+		_mm512_mask_storeu_ps(cr + 16, m1, v1);
+		return;
+	}
+	if (e->bias != NULL) {
+		v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, e->bias + n0));
+		v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, e->bias + n0 + 16));
+	}
+	__m512 z = _mm512_setzero_ps();
+	switch (e->act) {
+	case ML_TG_RELU:
+		v0 = _mm512_max_ps(v0, z);
+		v1 = _mm512_max_ps(v1, z);
+		break;
+	case ML_TG_RELU_GRAD:
+		/* zero where R <= 0 (the lanes past n load 0 and are not stored) */
+		v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m0, e->mask + off), z,
+							    _CMP_GT_OQ), v0);
+		v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m1, e->mask + off + 16),
+							    z, _CMP_GT_OQ), v1);
+		break;
+	case ML_TG_SGD: {
+		/* g = G + wd P; M = mu M + g; P -= lr (nesterov ? g + mu M : M), as sgd_f32 */
+		__m512 lr = _mm512_set1_ps(e->lr), mu = _mm512_set1_ps(e->mu);
+		__m512 wd = _mm512_set1_ps(e->wd);
+		for (int h = 0; h < 2; h++) {
+			__mmask16 mk = h ? m1 : m0;
+			__m512 g = h ? v1 : v0;
+			float *pp = e->p + off + 16 * h;
+			__m512 p = _mm512_maskz_loadu_ps(mk, pp), d;
+			if (e->mom == NULL || e->nesterov) {
+				d = e->wd != 0 ? _mm512_add_ps(g, _mm512_mul_ps(wd, p)) : g;
+				if (e->mom != NULL) {
+					float *mp = e->mom + off + 16 * h;
+					__m512 v = _mm512_maskz_loadu_ps(mk, mp);
+					v = _mm512_add_ps(_mm512_mul_ps(mu, v), d);
+					_mm512_mask_storeu_ps(mp, mk, v);
+					d = _mm512_add_ps(d, _mm512_mul_ps(mu, v));
+				}
+			} else {
+				float *mp = e->mom + off + 16 * h;
+				d = _mm512_mul_ps(mu, _mm512_maskz_loadu_ps(mk, mp));
+				d = _mm512_add_ps(d, g);
+				if (e->wd != 0)
+					d = _mm512_add_ps(d, _mm512_mul_ps(wd, p));
+				_mm512_mask_storeu_ps(mp, mk, d);
+			}
+			_mm512_mask_storeu_ps(pp, mk, _mm512_sub_ps(p, _mm512_mul_ps(lr, d)));
+		}
+		return;
+	}
+	default:
+		break;
+	}
+	_mm512_mask_storeu_ps(cr, m0, v0);
+	_mm512_mask_storeu_ps(cr + 16, m1, v1);
+}
+
+/*
+ * tg_prefetch: the rows of the parameter and its momentum of the next tile
+ * (columns n0.. of rows i0.., or the next row block's first), which an SGD
+ * epilogue reads and writes: they come from L3 or memory (a layer's state
+ * does not stay in L2), and fetched while this tile's product runs, their
+ * latency hides.
+ */
+static inline void
+tg_prefetch(const struct tg_job *j, int64_t i0, int mr, int64_t n0)
+{
+	const struct ml_tgemm_epi *e = j->e;
+	if (n0 >= j->n) {
+		/* past the row's end: the next row block's first tile */
+		n0 = 0;
+		i0 += mr;
+		mr = (int)ML_MIN(mr, j->m - i0);
+	}
+	for (int i = 0; i < mr; i++) {
+		int64_t off = (i0 + i) * j->ldc + n0;
+		for (int h = 0; h < ML_PG_NR && n0 + h < j->n; h += 16) {
+			__builtin_prefetch(e->p + off + h, 1);
+			if (e->mom != NULL)
+				__builtin_prefetch(e->mom + off + h, 1);
+		}
+	}
+}
+
+/* TKERN(R): KERN(R)'s product for rows i0.. (mr valid) of one panel, then tg_row. */
+#define TKERN(R)								\
+__attribute__((target("avx512f")))						\
+static void									\
+tk##R(const struct tg_job *j, int64_t i0, int mr, int64_t kc, int64_t kk, const float *bpk, \
+      int64_t n0, __mmask16 m0, __mmask16 m1)					\
+{										\
+	__m512 c0[R], c1[R];							\
+	const float *ar[R];							\
+	for (int i = 0; i < R; i++) {						\
+		c0[i] = _mm512_setzero_ps();					\
+		c1[i] = _mm512_setzero_ps();					\
+		ar[i] = j->a + (i0 + (i < mr ? i : 0)) * j->lda + kc;		\
+	}									\
+	bool first = kc == 0, last = kc + kk == j->k;				\
+	if (last && j->e->act == ML_TG_SGD)					\
+		tg_prefetch(j, i0, mr, n0 + ML_PG_NR);				\
+	for (int64_t k = 0; k < kk; k++) {					\
+		__m512 b0 = _mm512_load_ps(bpk + k * ML_PG_NR);			\
+		__m512 b1 = _mm512_load_ps(bpk + k * ML_PG_NR + 16);		\
+		_Pragma("GCC unroll 12")					\
+		for (int i = 0; i < R; i++) {					\
+			__m512 av = _mm512_set1_ps(ar[i][k]);			\
+			c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);			\
+			c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);			\
+		}								\
+	}									\
+	for (int i = 0; i < mr; i++)						\
+		tg_row(j, i0 + i, n0, c0[i], c1[i], m0, m1, first, last);	\
+}
+TKERN(12)
+TKERN(8)
+TKERN(4)
+
+/* tg_tile: rows [i, i + mr) of panel jp, k block [kc, kc + kk), through the kernel that fits. */
+static void
+tg_tile(const struct tg_job *j, int64_t i, int64_t mr, int64_t jp, int64_t kc, int64_t kk)
+{
+	int64_t n0 = jp * ML_PG_NR, w = ML_MIN(ML_PG_NR, j->n - n0);
+	const float *bpk = j->bp + jp * ML_PG_NR * j->k + kc * ML_PG_NR;
+	__mmask16 m0 = lanes(w), m1 = lanes(w - 16);
+	if (mr > 8)
+		tk12(j, i, (int)mr, kc, kk, bpk, n0, m0, m1);
+	else if (mr > 4)
+		tk8(j, i, (int)mr, kc, kk, bpk, n0, m0, m1);
+	else
+		tk4(j, i, (int)mr, kc, kk, bpk, n0, m0, m1);
+}
+
+/* tg_items: work items as pg_items's (a group of row blocks by a run of panels). */
+static void
+tg_items(void *ctx, int64_t b, int64_t e)
+{
+	const struct tg_job *j = ctx;
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t g = it / j->npchunks, pc = it % j->npchunks;
+		int64_t i0 = g * j->nblk / j->ngroups * 12;
+		int64_t i1 = ML_MIN(j->m, (g + 1) * j->nblk / j->ngroups * 12);
+		int64_t p0 = pc * j->npan / j->npchunks, p1 = (pc + 1) * j->npan / j->npchunks;
+		if (j->k <= KC) {
+			/*
+			 * One k block: a row block passes along the panels (which stay
+			 * in L2), so C, or an SGD epilogue's parameter and momentum,
+			 * is read and written row by row, as the prefetchers like.
+			 */
+			for (int64_t i = i0; i < i1; i += 12)
+				for (int64_t jp = p0; jp < p1; jp++)
+					tg_tile(j, i, ML_MIN(i1 - i, 12), jp, 0, j->k);
+			continue;
+		}
+		/* k blocks of equal size, at most KC (784 is 4 x 196, not 3 x 256 + 16) */
+		int64_t kb = (j->k + (j->k + KC - 1) / KC - 1) / ((j->k + KC - 1) / KC);
+		for (int64_t kc = 0; kc < j->k; kc += kb)
+			for (int64_t jp = p0; jp < p1; jp++)
+				for (int64_t i = i0; i < i1; i += 12)
+					tg_tile(j, i, ML_MIN(i1 - i, 12), jp, kc, ML_MIN(kb, j->k - kc));
+	}
+}
+#endif
+
+bool
+ml_tgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+	 const float *b, int64_t ldb, float *c, int64_t ldc, const struct ml_tgemm_epi *e)
+{
+#ifdef HAVE_PGEMM
+	if (pgemm_level() < 2 || m <= 0 || n <= 0 || k <= 0)
+		return false;
+	/* scratch: slot 0 the packed B, slot 1 A transposed, slot 2 an SGD's partial sums */
+	float *bp = ml_cpu_scratch(0, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n));
+	if (bp == NULL)
+		return false;
+	const float *ar = a;
+	if (ta) {
+		float *at = ml_cpu_scratch(1, sizeof(float) * (size_t)(m * k));
+		if (at == NULL)
+			return false;
+		for (int64_t i0 = 0; i0 < m; i0 += 16)
+			for (int64_t p0 = 0; p0 < k; p0 += 16)
+				tr_block(a + p0 * lda + i0, lda, (int)ML_MIN(16, k - p0),
+					 (int)ML_MIN(16, m - i0), at + i0 * k + p0, k, false);
+		ar = at;
+		lda = k;
+	}
+	if (e->act == ML_TG_SGD) {
+		c = NULL;
+		ldc = n;
+		if (k > KC && (c = ml_cpu_scratch(2, sizeof(float) * (size_t)(m * n))) == NULL)
+			return false;
+	} else if (ldc != n) {
+		return false;
+	}
+	tg_pack(tb, k, n, b, ldb, bp);
+	struct tg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = ar, .bp = bp,
+			    .c = c, .e = e };
+	j.nblk = (m + 11) / 12;
+	j.ngroups = (j.nblk + MB / 12 - 1) / (MB / 12);
+	j.npan = (n + ML_PG_NR - 1) / ML_PG_NR;
+	int64_t nt = ml_get_threads();
+	j.npchunks = ML_MAX(1, ML_MIN(j.npan, (2 * nt + j.ngroups - 1) / j.ngroups));
+	int64_t work = ML_MAX(1, m / j.ngroups * ML_PG_NR * j.npan / j.npchunks * k);
+	ml_parallel_for(j.ngroups * j.npchunks, ML_MAX(1, (int64_t)(1 << 20) / work), tg_items, &j);
+	return true;
+#else
+	(void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
+	(void)c, (void)ldc, (void)e;
+	return false;
+#endif
 }

@@ -226,13 +226,24 @@ ml_session_set_input(struct ml_session *s, const char *name, const struct ml_tva
 		return ml_fail(e, ML_EINVAL, "input '%s': expected %s, got %s", name,
 			       declared_str(t, want, sizeof want),
 			       ml_tval_shape_str(v, got, sizeof got));
+	int64_t nb = ml_tval_nbytes(v);
+	struct ml_tval *cur = &s->vals[ti];
+	/* the same shape again (a training loop's next batch): into the same buffer */
+	bool same = s->bound[ti] && cur->owned && cur->data != NULL && cur->dtype == v->dtype &&
+		    cur->rank == v->rank && nb > 0;
+	for (int d = 0; same && d < v->rank; d++)
+		same = cur->dims[d] == v->dims[d];
+	if (same) {
+		if (cur->data != v->data)
+			memcpy(cur->data, v->data, (size_t)nb);
+		return 0;
+	}
 	struct ml_tval nv = { 0 };
 	ML_TRY(ml_tval_alloc(&nv, v->dtype, v->rank, v->dims, e));
-	int64_t nb = ml_tval_nbytes(v);
 	if (nb > 0)
 		memcpy(nv.data, v->data, (size_t)nb);
-	ml_tval_clear(&s->vals[ti]);
-	s->vals[ti] = nv;
+	ml_tval_clear(cur);
+	*cur = nv;
 	s->bound[ti] = true;
 	return 0;
 }

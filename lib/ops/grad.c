@@ -21,6 +21,9 @@
  *       decoupled: g = s G (+ wd P unless decoupled); M = b1 M + (1-b1) g;
  *       V = b2 V + (1-b2) g^2; P -= lr wd P when decoupled;
  *       P -= lr (M / (1-b1^t)) / (sqrt(V / (1-b2^t)) + eps), as torch.optim.Adam(W)
+ *   GemmSGDUpdate(P, A, B, lr[, M]) transA, transB, alpha and SGDUpdate's
+ *       attributes: SGDUpdate(P, Gemm(A, B), lr[, M]), the weight gradient's
+ *       product and the update in one pass (lib/train's ml_train_fuse)
  *
  * Gradient ops (dy is the incoming gradient, the result has x's shape):
  *   ReluGrad(dy, y)               dy where y > 0, else 0 (y: Relu's output)
@@ -36,6 +39,9 @@
  *   BCEWithLogitsLoss(x, t) -> mean loss; BCEWithLogitsGrad(dl, x, t) -> dx
  *   DropoutTraining(x, rng) ratio, stream -> y, mask: rng is int64 [2] (seed, counter); the
  *       mask (x's dtype) is 0 or 1/(1-ratio), a hash of (seed, counter, stream, index)
+ *   TrainGemm(A, B[, C[, R]]) Gemm's attributes, act -> Y: Gemm(A, B, C), then for act
+ *       "relu" max(0, Y), for "relu_grad" Y where R > 0, else 0 (R shaped as Y; a Gemm
+ *       and the Relu after it, or the ReluGrad after it, in one pass)
  */
 #include "ops/grad.h"
 
@@ -420,6 +426,82 @@ infer_dropout(struct ml_opctx *c)
 	return 0;
 }
 
+/* tg_shape: [m, n] of op(A) op(B) (inputs ia and ia + 1; -1 where unknown). */
+static int
+tg_shape(struct ml_opctx *c, int ia, int64_t *m, int64_t *n, int64_t *k)
+{
+	const struct ml_tval *a = c->in[ia], *b = c->in[ia + 1];
+	bool ta = ml_attr_int(c->node, "transA", 0) != 0, tb = ml_attr_int(c->node, "transB", 0) != 0;
+	*m = *n = *k = -1;
+	if ((a->rank >= 0 && a->rank != 2) || (b->rank >= 0 && b->rank != 2))
+		return ml_opfail(c, ML_EINVAL, "A and B must be 2-D");
+	int64_t kb = -1;
+	if (a->rank == 2) {
+		*m = a->dims[ta ? 1 : 0];
+		*k = a->dims[ta ? 0 : 1];
+	}
+	if (b->rank == 2) {
+		kb = b->dims[tb ? 1 : 0];
+		*n = b->dims[tb ? 0 : 1];
+	}
+	if (*k >= 0 && kb >= 0 && *k != kb)
+		return ml_opfail(c, ML_EINVAL, "inner dims differ (%lld vs %lld)", (long long)*k,
+				 (long long)kb);
+	return 0;
+}
+
+static int
+infer_train_gemm(struct ml_opctx *c)
+{
+	int64_t dims[2], k;
+	ML_TRY(need_in(c, 2));
+	ML_TRY(need_float(c, 0));
+	ML_TRY(same_dtype(c, 0, 1));
+	ML_TRY(same_dtype(c, 0, 2));
+	ML_TRY(same_dtype(c, 0, 3));
+	ML_TRY(tg_shape(c, 0, &dims[0], &dims[1], &k));
+	const char *act = ml_attr_str(c->node, "act", "none");
+	if (strcmp(act, "none") != 0 && strcmp(act, "relu") != 0 && strcmp(act, "relu_grad") != 0)
+		return ml_opfail(c, ML_EINVAL, "unknown act '%s'", act);
+	if (strcmp(act, "relu_grad") == 0 && ML_IN(c, 3) == NULL)
+		return ml_opfail(c, ML_EINVAL, "act relu_grad needs the mask R (input 3)");
+	const struct ml_tval *r = ML_IN(c, 3);
+	if (r != NULL && dims[0] >= 0 && dims[1] >= 0 && !numel_is(r, dims[0] * dims[1]))
+		return ml_opfail(c, ML_EINVAL, "R must have Y's shape");
+	ml_set_shape(c->out[0], c->in[0]->dtype, 2, dims);
+	return 0;
+}
+
+static int
+infer_gemm_sgd(struct ml_opctx *c)
+{
+	int64_t m, n, k;
+	ML_TRY(need_in(c, 4));
+	ML_TRY(need_float(c, 0));
+	ML_TRY(same_dtype(c, 0, 1));
+	ML_TRY(same_dtype(c, 0, 2));
+	ML_TRY(same_dtype(c, 0, 4));
+	ML_TRY(same_shape(c, 0, 4));
+	ML_TRY(need_scalar(c, 3, true));
+	ML_TRY(tg_shape(c, 1, &m, &n, &k));
+	if (m >= 0 && n >= 0 && !numel_is(c->in[0], m * n))
+		return ml_opfail(c, ML_EINVAL, "P must have the product's shape");
+	return 0;
+}
+
+/* 2 m n k for the product of inputs ia, ia + 1 */
+static int64_t
+flops_tg(const struct ml_opctx *c)
+{
+	int ia = c->node->op == ML_OP_GEMM_SGD_UPDATE;
+	int64_t m, n, k;
+	struct ml_opctx cc = *c;
+	if (c->n_in < ia + 2 || c->in[ia] == NULL || c->in[ia + 1] == NULL ||
+	    tg_shape(&cc, ia, &m, &n, &k) < 0 || m < 0 || n < 0 || k < 0)
+		return 0;
+	return 2 * m * n * k;
+}
+
 static int64_t
 flops_numel(const struct ml_opctx *c)
 {
@@ -465,5 +547,7 @@ const struct ml_opdef ml_opdefs_grad[] = {
 	{ ML_OP_BCE_LOGITS, 2, 2, 1, 1, infer_bce, flops_numel },
 	{ ML_OP_BCE_LOGITS_GRAD, 3, 3, 1, 1, infer_bce, flops_numel },
 	{ ML_OP_DROPOUT_TRAINING, 2, 2, 1, 2, infer_dropout, flops_numel },
+	{ ML_OP_TRAIN_GEMM, 2, 4, 1, 1, infer_train_gemm, flops_tg },
+	{ ML_OP_GEMM_SGD_UPDATE, 4, 5, 0, 0, infer_gemm_sgd, flops_tg },
 	{ .op = ML_OP_NONE },
 };

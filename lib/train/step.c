@@ -1,8 +1,9 @@
 /*
  * step.c: the training-step graph (ml_train_step_graph): a copy of the
  * model in training mode, a loss, its gradients and the optimizer's
- * in-place updates; and ml_train_export, which brings the trained state
- * back into the inference graph. See lib/ml_train.h for the contract.
+ * in-place updates; ml_train_fuse, which rewrites it for the CPU; and
+ * ml_train_export, which brings the trained state back into the inference
+ * graph. See lib/ml_train.h for the contracts.
  */
 #include <stdio.h>
 
@@ -785,6 +786,109 @@ fail:
 	ml_free(gx);
 	ml_free(b.slots);
 	ml_graph_free(g);
+	return rc;
+}
+
+/* plain_act: t is computed in the step (or fed), not a stored tensor that updates write. */
+static bool
+plain_act(const struct ml_graph *g, int t)
+{
+	return t >= 0 && (g->tensors[t]->kind == ML_TK_ACT || g->tensors[t]->kind == ML_TK_INPUT);
+}
+
+/*
+ * fuse_gemm: node i (an f32 Gemm) as TrainGemm, taking over the Relu or
+ * ReluGrad that is the only reader of its output, or folded into the
+ * SGDUpdate that is (as GemmSGDUpdate); *gone is the node it replaces.
+ */
+static int
+fuse_gemm(struct sb *b, int i, const int *cnt, const int *who, const int *where, int *gone)
+{
+	struct ml_graph *g = b->g;
+	const struct ml_node *n = &g->nodes[i];
+	int a = n->in[0], bb = n->in[1], cc = n->n_in > 2 ? n->in[2] : -1, y = n->out[0];
+	int u = cnt[y] == 1 ? who[y] : -1, uj = u >= 0 ? where[y] : -1;
+	const struct ml_node *un = u >= 0 ? &g->nodes[u] : NULL;
+	bool ta = ml_attr_int(n, "transA", 0) != 0, tb = ml_attr_int(n, "transB", 0) != 0;
+	double alpha = ml_attr_float(n, "alpha", 1);
+	*gone = -1;
+	if (un != NULL && un->op == ML_OP_SGD_UPDATE && uj == 1 && un->n_in <= 4 && cc < 0 &&
+	    plain_act(g, a) && plain_act(g, bb)) {
+		int in[5] = { un->in[0], a, bb, un->in[2], un->n_in > 3 ? un->in[3] : -1 };
+		if ((ta && ml_node_set_int(g, u, "transA", 1) < 0) ||
+		    (tb && ml_node_set_int(g, u, "transB", 1) < 0) ||
+		    (alpha != 1 && ml_node_set_float(g, u, "alpha", alpha) < 0))
+			return ml_fail(b->e, ML_ENOMEM, "out of memory");
+		*gone = i;
+		return set_node_op(b, u, ML_OP_GEMM_SGD_UPDATE, in[4] >= 0 ? 5 : 4, in, 0, NULL);
+	}
+	int in[4] = { a, bb, cc, -1 }, nin = n->n_in, out = y;
+	const char *act = "none";
+	if (un != NULL && un->op == ML_OP_RELU && uj == 0) {
+		act = "relu";
+		out = un->out[0];
+		*gone = u;
+	} else if (un != NULL && un->op == ML_OP_RELU_GRAD && uj == 0) {
+		act = "relu_grad";
+		out = un->out[0];
+		in[3] = un->in[1];
+		nin = 4;
+		*gone = u;
+	}
+	if (ml_node_set_string(g, i, "act", act) < 0)
+		return ml_fail(b->e, ML_ENOMEM, "out of memory");
+	return set_node_op(b, i, ML_OP_TRAIN_GEMM, nin, in, 1, &out);
+}
+
+int
+ml_train_fuse(struct ml_graph *g, struct ml_err *e)
+{
+	struct sb b = { .g = g, .e = e };
+	int nt = g->n_tensors, nn = g->n_nodes, rc = 0;
+	int *cnt = ml_calloc((size_t)nt + 1, sizeof(int));
+	int *who = ml_calloc((size_t)nt + 1, sizeof(int));
+	int *where = ml_calloc((size_t)nt + 1, sizeof(int));
+	bool *dead = ml_calloc((size_t)nn + 1, 1);
+	if (cnt == NULL || who == NULL || where == NULL || dead == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "out of memory");
+		goto out;
+	}
+	/* readers of each tensor (a graph output counts as two), and the last one */
+	for (int i = 0; i < g->n_outputs; i++)
+		cnt[g->outputs[i]] += 2;
+	for (int i = 0; i < nn; i++)
+		for (int j = 0; j < g->nodes[i].n_in; j++) {
+			int t = g->nodes[i].in[j];
+			if (t >= 0) {
+				cnt[t]++;
+				who[t] = i;
+				where[t] = j;
+			}
+		}
+	for (int i = 0; i < nn; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		int gone;
+		if (dead[i] || n->op != ML_OP_GEMM || n->n_in < 2 || n->n_out != 1 || n->in[0] < 0 ||
+		    n->in[1] < 0 || n->out[0] < 0 || g->tensors[n->in[0]]->dtype != ML_F32)
+			continue;
+		if ((rc = fuse_gemm(&b, i, cnt, who, where, &gone)) < 0)
+			goto out;
+		if (gone >= 0)
+			dead[gone] = true;
+	}
+	int k = 0;
+	for (int i = 0; i < nn; i++)
+		if (!dead[i])
+			g->nodes[k++] = g->nodes[i];
+	g->n_nodes = k;
+	if ((rc = ml_graph_toposort(g, e)) < 0 || (rc = ml_graph_validate(g, e)) < 0)
+		goto out;
+	rc = ml_graph_infer(g, e);
+out:
+	ml_free(cnt);
+	ml_free(who);
+	ml_free(where);
+	ml_free(dead);
 	return rc;
 }
 

@@ -4,8 +4,9 @@
  * low loss on synthetic separable data; SGD momentum and Adam match updates
  * computed here by hand; a step graph round-trips through the .mlg writer
  * and reader; an exported model runs in eval mode and resumes exactly;
- * side-effect nodes stay last in toposort; bad options fail cleanly.
- * Prints TAP.
+ * side-effect nodes stay last in toposort; the CPU's fused step
+ * (ml_train_fuse) trains as the plain one and its kernels compute what
+ * they stand for; bad options fail cleanly. Prints TAP.
  */
 #include <math.h>
 #include <stdio.h>
@@ -407,6 +408,266 @@ mlg_roundtrip(const struct ml_graph *g)
 	return r;
 }
 
+/* wide: n rows of 300 features, 3 classes, for products past one k block of the SGEMM */
+static void
+wide(struct batch *b, int n)
+{
+	struct ml_err e = { 0 };
+	int64_t xd[2] = { n, 300 }, yd[1] = { n };
+	ml_tval_clear(&b->x);
+	ml_tval_clear(&b->y);
+	ml_tval_alloc(&b->x, ML_F32, 2, xd, &e);
+	ml_tval_alloc(&b->y, ML_I64, 1, yd, &e);
+	for (int i = 0; i < n; i++) {
+		int k = (int)(urand() * 3) % 3;
+		((int64_t *)b->y.data)[i] = k;
+		for (int j = 0; j < 300; j++)
+			((float *)b->x.data)[i * 300 + j] = (j % 3 == k ? 0.5f : 0.0f) + (float)nrand();
+	}
+}
+
+static const char *wide_text =
+	"<ir_version: 8, opset_import: [\"\" : 17], seed: 4>\n"
+	"mlp (float[N,300] x) => (float[N,3] y)\n"
+	"{\n    dense(units=40, act=relu)\n    dense(units=19, act=relu)\n    dense(units=3)\n}\n";
+
+static int
+count_op(const struct ml_graph *g, enum ml_op op)
+{
+	int n = 0;
+	for (int i = 0; i < g->n_nodes; i++)
+		n += g->nodes[i].op == op;
+	return n;
+}
+
+/*
+ * ml_train_fuse: the fused step (TrainGemm with Relu and ReluGrad,
+ * GemmSGDUpdate) trains as the step it was made from, for SGD with and
+ * without momentum, Nesterov and weight decay, a batch whose weight
+ * gradients span two k blocks of the SGEMM, and leaves clipped updates alone.
+ */
+static void
+test_fuse(void)
+{
+	static const struct {
+		double mom, wd;
+		bool nest;
+		int batch;
+	} cfg[] = { { 0.9, 0, false, 37 }, { 0, 1e-3, false, 64 }, { 0.9, 1e-3, true, 270 } };
+	for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
+		struct ml_err e = { 0 };
+		struct ml_graph *m = from_text(wide_text), *g[2] = { NULL, NULL };
+		struct ml_session *s[2] = { NULL, NULL };
+		struct ml_train_opts o;
+		struct batch b = { 0 };
+		bool good = m != NULL, shape = false;
+		double l[2] = { 0, 0 };
+		ml_train_opts_init(&o);
+		o.momentum = cfg[ci].mom;
+		o.weight_decay = cfg[ci].wd;
+		o.nesterov = cfg[ci].nest;
+		for (int f = 0; f < 2 && good; f++)
+			good = ml_train_step_graph(&g[f], m, &o, &e) == 0 &&
+			       (f == 0 || ml_train_fuse(g[f], &e) == 0) &&
+			       ml_session_new(&s[f], g[f], NULL, &e) == 0;
+		if (good)
+			shape = count_op(g[1], ML_OP_GEMM) == 0 && count_op(g[1], ML_OP_RELU) == 0 &&
+				count_op(g[1], ML_OP_RELU_GRAD) == 0 &&
+				count_op(g[1], ML_OP_GEMM_SGD_UPDATE) == 3 &&
+				count_op(g[1], ML_OP_SGD_UPDATE) == 3 &&
+				count_op(g[1], ML_OP_TRAIN_GEMM) == 5 && side_effects_last(g[1]);
+		set_lr(&b, 0.05f);
+		double worst = 0;
+		for (int it = 0; it < 4 && good; it++) {
+			wide(&b, cfg[ci].batch);
+			for (int f = 0; f < 2 && good; f++)
+				good = step(s[f], &b, &l[f], &e) == 0;
+			worst = fmax(worst, fabs(l[0] - l[1]));
+		}
+		static const char *const names[] = { "dense1.weight", "dense2.weight", "dense3.bias",
+						     "dense1.weight.momentum" };
+		for (int k = 0; k < 4 && good; k++) {
+			int t0 = ml_graph_find(g[0], names[k]), t1 = ml_graph_find(g[1], names[k]);
+			if (t0 < 0 && cfg[ci].mom == 0)
+				continue;
+			good = t0 >= 0 && t1 >= 0;
+			const struct ml_tensor *a = good ? g[0]->tensors[t0] : NULL;
+			const struct ml_tensor *c = good ? g[1]->tensors[t1] : NULL;
+			for (size_t i = 0; good && i < a->nbytes / 4; i++)
+				worst = fmax(worst, fabs(((const float *)a->data)[i] -
+							 ((const float *)c->data)[i]));
+		}
+		if (!good)
+			printf("# fuse: %s\n", e.msg);
+		printf("# fused vs unfused: largest difference %g\n", worst);
+		char what[160];
+		snprintf(what, sizeof what, "a fused CPU step trains as the unfused one (momentum %g, "
+			 "weight decay %g%s, batch %d)", cfg[ci].mom, cfg[ci].wd,
+			 cfg[ci].nest ? ", Nesterov" : "", cfg[ci].batch);
+		ok(good && shape && worst < 1e-4, what);
+		for (int f = 0; f < 2; f++) {
+			ml_session_free(s[f]);
+			ml_graph_free(g[f]);
+		}
+		batch_free(&b);
+		ml_graph_free(m);
+	}
+	/* a clipped gradient is needed whole: its update keeps its own node */
+	struct ml_err e = { 0 };
+	struct ml_graph *m = from_text(wide_text), *g = NULL;
+	struct ml_train_opts o;
+	ml_train_opts_init(&o);
+	o.momentum = 0.9;
+	o.clip_norm = 1;
+	bool good = m != NULL && ml_train_step_graph(&g, m, &o, &e) == 0 &&
+		    ml_train_fuse(g, &e) == 0;
+	ok(good && count_op(g, ML_OP_GEMM_SGD_UPDATE) == 0 && count_op(g, ML_OP_SGD_UPDATE) == 6 &&
+	   count_op(g, ML_OP_TRAIN_GEMM) == 8, "ml_train_fuse leaves clipped updates unfused");
+	ml_graph_free(g);
+	ml_graph_free(m);
+}
+
+/* put: a stored tensor NAME of dtype dt and shape dims filled from v (as doubles). */
+static void
+put(struct ml_graph *g, const char *name, enum ml_tkind kind, enum ml_dtype dt, int rank,
+    const int64_t *dims, const double *v, int64_t n)
+{
+	struct ml_err e = { 0 };
+	void *buf = malloc((size_t)n * 8 + 8);
+	for (int64_t i = 0; i < n; i++)
+		ml_set_f64(buf, dt, i, v[i]);
+	ml_graph_set_data(g, ml_graph_tensor(g, name), kind, dt, rank, dims, buf,
+			  (size_t)n * (dt == ML_F64 ? 8 : 4), &e);
+	free(buf);
+}
+
+/* prod: alpha op(A) op(B), A stored [m, k] ([k, m] when ta), B [k, n] ([n, k] when tb). */
+static double
+prod(const double *a, const double *b, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+     int64_t i, int64_t j)
+{
+	double s = 0;
+	for (int64_t p = 0; p < k; p++)
+		s += a[ta ? p * m + i : i * k + p] * b[tb ? j * k + p : p * n + j];
+	return s;
+}
+
+/*
+ * The kernels of TrainGemm and GemmSGDUpdate against products computed
+ * here, over transposes, the shapes of C (a row bias goes to the SGEMM's
+ * epilogue, others to the Gemm kernel), alpha and beta, each act, SGD with
+ * and without momentum, Nesterov and weight decay, f32 and f64 (the
+ * fallback), and sizes past one k block and with partial tiles.
+ */
+static void
+test_fused_kernels(void)
+{
+	const int64_t M = 13, N = 37;
+	int bad = 0, cases = 0;
+	for (int dt = 0; dt < 2; dt++)
+	for (int kk = 0; kk < 2; kk++)
+	for (int t = 0; t < 4; t++)
+	for (int cm = 0; cm < 5; cm++)
+	for (int act = 0; act < 4; act++) {
+		struct ml_err e = { 0 };
+		struct ml_graph *g = NULL;
+		struct ml_session *s = NULL;
+		enum ml_dtype ty = dt ? ML_F64 : ML_F32;
+		bool ta = t & 1, tb = t & 2;
+		int64_t K = kk ? 300 : 20;
+		double alpha = cm == 3 ? 2 : 1, beta = cm == 2 ? 0.5 : 1, mu = act == 1 ? 0 : 0.9;
+		double wd = act == 2 ? 1e-2 : 0, lr = 0.1;
+		bool sgd = cm == 4, nest = act == 3;
+		static double a[300 * 37], b[300 * 37], c[37 * 13], r[13 * 37], p[13 * 37], mo[13 * 37];
+		for (int64_t i = 0; i < K * N || i < K * M; i++) {
+			a[i] = nrand();
+			b[i] = nrand();
+		}
+		for (int64_t i = 0; i < M * N; i++) {
+			c[i] = nrand();
+			r[i] = nrand();
+			p[i] = nrand();
+			mo[i] = nrand();
+		}
+		/* C: 0 none, 1 [N], 2 [M, N] beta 0.5, 3 [1, N] alpha 2; 4: GemmSGDUpdate */
+		int64_t ad[2] = { ta ? K : M, ta ? M : K }, bd[2] = { tb ? N : K, tb ? K : N };
+		int64_t cd[2] = { cm == 2 ? M : 1, N }, yd[2] = { M, N };
+		ml_graph_new(&g, &e);
+		ml_graph_set_opset(g, "", 17, &e);
+		ml_graph_set_opset(g, "ml", 1, &e);
+		put(g, "A", ML_TK_CONST, ty, 2, ad, a, M * K);
+		put(g, "B", ML_TK_CONST, ty, 2, bd, b, N * K);
+		put(g, "C", ML_TK_CONST, ty, cm == 1 ? 1 : 2, cm == 1 ? cd + 1 : cd, c,
+		    cm == 2 ? M * N : N);
+		put(g, "R", ML_TK_CONST, ty, 2, yd, r, M * N);
+		put(g, "P", ML_TK_PARAM, ty, 2, yd, p, M * N);
+		put(g, "Mo", ML_TK_PARAM, ty, 2, yd, mo, M * N);
+		put(g, "lr", ML_TK_CONST, ty, 0, NULL, &lr, 1);
+		static const char *const acts[4] = { "none", "relu", "relu_grad", "none" };
+		const char *in[5] = { "A", "B", cm == 0 || cm == 4 ? "" : "C", "R" }, *out = "Y";
+		int ni;
+		if (sgd) {
+			const char *si[5] = { "P", "A", "B", "lr", mu != 0 ? "Mo" : "" };
+			ni = ml_graph_add_node(g, "GemmSGDUpdate", "ml", "u", mu != 0 ? 5 : 4, si, 0,
+					       NULL, &e);
+			ml_node_set_float(g, ni, "momentum", mu);
+			ml_node_set_float(g, ni, "weight_decay", wd);
+			ml_node_set_int(g, ni, "nesterov", nest);
+			/* a graph needs an output: the lr scalar, through an Identity */
+			const char *li = "lr", *lo = "lro";
+			ml_graph_add_node(g, "Identity", "", "id", 1, &li, 1, &lo, &e);
+			ml_graph_add_output(g, ml_graph_find(g, "lro"), &e);
+		} else {
+			ni = ml_graph_add_node(g, "TrainGemm", "ml", "tg", act == 2 ? 4 : 3, in, 1, &out,
+					       &e);
+			ml_node_set_string(g, ni, "act", acts[act]);
+			ml_graph_add_output(g, ml_graph_find(g, "Y"), &e);
+		}
+		ml_node_set_int(g, ni, "transA", ta);
+		ml_node_set_int(g, ni, "transB", tb);
+		ml_node_set_float(g, ni, "alpha", alpha);
+		if (!sgd)
+			ml_node_set_float(g, ni, "beta", beta);
+		bool good = ml_graph_toposort(g, &e) == 0 && ml_graph_validate(g, &e) == 0 &&
+			    ml_graph_infer(g, &e) == 0 && ml_session_new(&s, g, NULL, &e) == 0 &&
+			    ml_session_run(s, &e) == 0 && ml_session_sync(s, &e) == 0;
+		double worst = 0;
+		const struct ml_tval *y = good && !sgd ? ml_session_output(s, 0) : NULL;
+		const struct ml_tensor *pt = good ? g->tensors[ml_graph_find(g, "P")] : NULL;
+		const struct ml_tensor *mt = good ? g->tensors[ml_graph_find(g, "Mo")] : NULL;
+		for (int64_t i = 0; good && i < M; i++)
+			for (int64_t j = 0; j < N; j++) {
+				double v = alpha * prod(a, b, ta, tb, M, N, K, i, j), got, want;
+				int64_t o = i * N + j;
+				if (sgd) {
+					double gr = v + wd * p[o], vel = mu * mo[o] + gr;
+					double d = mu == 0 ? gr : nest ? gr + mu * vel : vel;
+					want = p[o] - lr * d;
+					got = ml_get_f64(pt->data, ty, o);
+					if (mu != 0)
+						worst = fmax(worst, fabs(ml_get_f64(mt->data, ty, o) - vel));
+				} else {
+					if (cm != 0)
+						v += beta * c[cm == 2 ? o : j];
+					want = act == 1 ? fmax(v, 0) : act == 2 && r[o] <= 0 ? 0 : v;
+					got = ml_get_f64(y->data, ty, o);
+				}
+				worst = fmax(worst, fabs(got - want));
+			}
+		cases++;
+		if (!good || worst > (dt ? 1e-9 : 1e-4)) {
+			bad++;
+			printf("# %s f%d K %lld ta %d tb %d C %d act %d: %s worst %g\n",
+			       sgd ? "GemmSGDUpdate" : "TrainGemm", dt ? 64 : 32, (long long)K, ta, tb,
+			       cm, act, good ? "" : e.msg, worst);
+		}
+		ml_session_free(s);
+		ml_graph_free(g);
+	}
+	printf("# %d cases of the fused kernels, %d wrong\n", cases, bad);
+	ok(bad == 0, "TrainGemm and GemmSGDUpdate compute Gemm and its act, and the SGD update");
+}
+
 int
 main(void)
 {
@@ -590,6 +851,8 @@ main(void)
 
 	test_sgd_by_hand(false);
 	test_sgd_by_hand(true);
+	test_fuse();
+	test_fused_kernels();
 
 	/* toposort places nodes without outputs last */
 	{
