@@ -382,6 +382,8 @@ main(int argc, char **argv)
 				"(%d built, %d from the cache), session %.1f ms\n", progname,
 				ds.t_probe * 1e3, ds.t_setup * 1e3, ds.t_programs * 1e3, ds.n_built,
 				ds.n_cached, t_new * 1e3);
+			if (ds.gemm_tile[0] != '\0')
+				fprintf(stderr, "%s: opencl: GEMM tile %s\n", progname, ds.gemm_tile);
 		}
 	}
 	free(lat);

@@ -11,7 +11,8 @@
  *                     packing; bias and ReLU are fused.
  *
  * T is f32, or f16 storage with -DML_F16 (vload_half/vstore_half, f32
- * arithmetic, no cl_khr_fp16 needed). Offsets are in elements. Neither
+ * arithmetic and accumulation, no cl_khr_fp16 needed, so f16 runs on every
+ * device). Offsets are in elements. Neither
  * kernel uses local memory or barriers, so any work-group size is correct.
  */
 #ifndef NR
@@ -99,6 +100,28 @@ KN(ml_conv_dw)(global const T *restrict x, long xoff, global const T *restrict w
 	global const T *pw = w + woff + (long)oc * KH * KW;
 	global T *py = y + yoff + (nm * OH + oh) * OW;
 	float b0 = (flags & 1) ? LD(bias, boff + oc) : 0.0f;
+#ifdef ML_F16
+	/*
+	 * Accumulating in y would round to half after every tap; here each
+	 * output sums its taps in a float, in the same order, and is rounded
+	 * once, as the CPU's f16 (f32 arithmetic) kernels are.
+	 */
+	for (int ow = 0; ow < OW; ow++) {
+		float acc = b0;
+		for (int kh = 0; kh < KH; kh++) {
+			int ih = oh * sh - pt + kh * dh;
+			if (ih < 0 || ih >= H)
+				continue;
+			for (int kw = 0; kw < KW; kw++) {
+				int iw = ow * sw - pl + kw * dw;
+				if (iw >= 0 && iw < W)
+					acc = fma(LD(px, (long)ih * W + iw), LD(pw, kh * KW + kw), acc);
+			}
+		}
+		ST(py, ow, (flags & 2) ? fmax(acc, 0.0f) : acc);
+	}
+	return;
+#endif
 	for (int ow = 0; ow < OW; ow++)
 		ST(py, ow, b0);
 	for (int kh = 0; kh < KH; kh++) {

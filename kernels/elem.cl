@@ -1,19 +1,32 @@
 /*
  * elem.cl: pointwise ops: unary activations and math, binary arithmetic
- * with numpy broadcasting, Clip. Layout: row-major contiguous buffers;
- * sizes in elements. T is the element type (-DT=half with cl_khr_fp16,
- * float by default); arithmetic is in float.
+ * with numpy broadcasting, Clip, strided copies, Gather. Layout: row-major
+ * contiguous buffers; sizes in elements.
+ *
+ * T is the stored element type: float, or half with -DML_F16, where every
+ * element goes through LD (vload_half) and ST (vstore_half, round to
+ * nearest even) and the arithmetic stays in float. That is core OpenCL
+ * 1.2, so f16 tensors run on every device, cl_khr_fp16 or not, and round
+ * once per op as the CPU's f16 kernels (f32 arithmetic) do. The copies
+ * (ml_strided, ml_gather) move the 16-bit patterns as ushort: exact, NaN
+ * payloads included. The Casts between the two (ml_cast_*) name both
+ * types and are the same in either build.
  *
  * Variants: ml_binary_flat (both operands shaped like the output, or b a
  * scalar: no index arithmetic) and ml_binary_bcast (any broadcast: the
  * output index is split into up to 8 dims and each operand's offset built
  * from its strides, 0 where it broadcasts).
  */
-#ifndef T
-#define T float
-#endif
 #ifdef ML_F16
-#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#define T half
+#define TC ushort
+#define LD(p, i) vload_half((i), (p))
+#define ST(p, i, v) vstore_half((v), (i), (p))
+#else
+#define T float
+#define TC float
+#define LD(p, i) ((p)[i])
+#define ST(p, i, v) ((p)[i] = (v))
 #endif
 
 /* struct ml_shape in lib/cl/cl_ops.c: the same layout */
@@ -69,7 +82,7 @@ ml_unary(__global const T *x, __global T *y, ulong n, int op, float a, float b)
 {
 	size_t i = get_global_id(0);
 	if (i < n)
-		y[i] = (T)unary(op, (float)x[i], a, b);
+		ST(y, i, unary(op, LD(x, i), a, b));
 }
 
 /* binary op codes: lib/cl/cl_ops.c bop() */
@@ -98,7 +111,7 @@ ml_binary_flat(__global const T *a, __global const T *b, __global T *y, ulong n,
 {
 	size_t i = get_global_id(0);
 	if (i < n)
-		y[i] = (T)binary(op, (float)a[i], (float)b[b_scalar ? 0 : i]);
+		ST(y, i, binary(op, LD(a, i), LD(b, b_scalar ? 0 : i)));
 }
 
 __kernel void
@@ -114,7 +127,7 @@ ml_binary_bcast(__global const T *a, __global const T *b, __global T *y, ml_shap
 		oa += k * s.sa[d];
 		ob += k * s.sb[d];
 	}
-	y[i] = (T)binary(op, (float)a[oa], (float)b[ob]);
+	ST(y, i, binary(op, LD(a, oa), LD(b, ob)));
 }
 
 /*
@@ -123,7 +136,7 @@ ml_binary_bcast(__global const T *a, __global const T *b, __global T *y, ml_shap
  * Concat and Split (one call per operand), Expand (stride 0).
  */
 __kernel void
-ml_strided(__global const T *x, long xbase, __global T *y, long ybase, ml_shape s)
+ml_strided(__global const TC *x, long xbase, __global TC *y, long ybase, ml_shape s)
 {
 	size_t i = get_global_id(0);
 	if (i >= s.n)
@@ -144,7 +157,7 @@ ml_strided(__global const T *x, long xbase, __global T *y, long ybase, ml_shape 
  * out of range ones give 0 (the host checks them first).
  */
 __kernel void
-ml_gather(__global const T *x, __global const long *ind, __global T *y, long outer, long nidx,
+ml_gather(__global const TC *x, __global const long *ind, __global TC *y, long outer, long nidx,
 	  long inner, long len)
 {
 	size_t i = get_global_id(0);
@@ -154,5 +167,22 @@ ml_gather(__global const T *x, __global const long *ind, __global T *y, long out
 	long k = ind[j];
 	if (k < 0)
 		k += len;
-	y[i] = k >= 0 && k < len ? x[(o * len + k) * inner + in] : (T)0;
+	y[i] = k >= 0 && k < len ? x[(o * len + k) * inner + in] : (TC)0;
+}
+
+/* Cast: f16 to f32 is exact; f32 to f16 rounds to nearest even, as the CPU's Cast */
+__kernel void
+ml_cast_f16_f32(__global const half *x, __global float *y, ulong n)
+{
+	size_t i = get_global_id(0);
+	if (i < n)
+		y[i] = vload_half(i, x);
+}
+
+__kernel void
+ml_cast_f32_f16(__global const float *x, __global half *y, ulong n)
+{
+	size_t i = get_global_id(0);
+	if (i < n)
+		vstore_half(x[i], i, y);
 }

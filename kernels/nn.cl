@@ -4,13 +4,18 @@
  * contiguous buffers; one work-item per output element (pools, batch
  * norm) or per row (softmax, layer and instance norm: a row is short next
  * to the work a launch needs on a CPU device, and a serial loop keeps the
- * sums in the CPU kernels' order). T as in elem.cl.
+ * sums in the CPU kernels' order). T is the stored type, float or (with
+ * -DML_F16) half through vload_half/vstore_half, as in elem.cl: core
+ * OpenCL, no cl_khr_fp16; sums, means and exponentials are in float.
  */
-#ifndef T
-#define T float
-#endif
 #ifdef ML_F16
-#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#define T half
+#define LD(p, i) vload_half((i), (p))
+#define ST(p, i, v) vstore_half((v), (i), (p))
+#else
+#define T float
+#define LD(p, i) ((p)[i])
+#define ST(p, i, v) ((p)[i] = (v))
 #endif
 
 /* struct ml_pool in lib/cl/cl_ops.c: the same layout */
@@ -37,18 +42,18 @@ ml_pool2d(__global const T *x, __global T *y, ml_pool p)
 			bool in = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
 			if (p.is_max) {
 				if (in) {
-					float v = (float)xp[iy * p.w + ix];
+					float v = LD(xp, iy * p.w + ix);
 					acc = isnan(v) || v > acc ? v : acc;
 				}
 			} else if (in) {
-				acc += (float)xp[iy * p.w + ix];
+				acc += LD(xp, iy * p.w + ix);
 				cnt++;
 			} else if (p.count_pad && iy < p.h + p.peh && ix < p.w + p.pew) {
 				cnt++;
 			}
 		}
 	}
-	y[i] = (T)(p.is_max ? acc : cnt > 0 ? acc / (float)cnt : 0.0f);
+	ST(y, i, p.is_max ? acc : cnt > 0 ? acc / (float)cnt : 0.0f);
 }
 
 /* ml_global_pool: one work-item per (n, c) plane of hw elements */
@@ -61,8 +66,8 @@ ml_global_pool(__global const T *x, __global T *y, long planes, long hw, int is_
 	__global const T *xp = x + i * hw;
 	float acc = is_max ? -INFINITY : 0.0f;
 	for (long k = 0; k < hw; k++)
-		acc = is_max ? fmax(acc, (float)xp[k]) : acc + (float)xp[k];
-	y[i] = (T)(is_max ? acc : acc / (float)hw);
+		acc = is_max ? fmax(acc, LD(xp, k)) : acc + LD(xp, k);
+	ST(y, i, is_max ? acc : acc / (float)hw);
 }
 
 /* ml_batchnorm: y = (x - mean[c]) * scale[c] / sqrt(var[c] + eps) + bias[c] */
@@ -75,8 +80,8 @@ ml_batchnorm(__global const T *x, __global const T *scale, __global const T *bia
 	if (i >= n * c * inner)
 		return;
 	long ch = (i / inner) % c;
-	float s = (float)scale[ch] / sqrt((float)var[ch] + eps);
-	y[i] = (T)(((float)x[i] - (float)mean[ch]) * s + (float)bias[ch]);
+	float s = LD(scale, ch) / sqrt(LD(var, ch) + eps);
+	ST(y, i, (LD(x, i) - LD(mean, ch)) * s + LD(bias, ch));
 }
 
 /*
@@ -92,14 +97,14 @@ ml_softmax(__global const T *x, __global T *y, long rows, long len, long inner, 
 	long base = (r / inner) * len * inner + r % inner;
 	float m = -INFINITY;
 	for (long k = 0; k < len; k++)
-		m = fmax(m, (float)x[base + k * inner]);
+		m = fmax(m, LD(x, base + k * inner));
 	float sum = 0.0f;
 	for (long k = 0; k < len; k++)
-		sum += exp((float)x[base + k * inner] - m);
+		sum += exp(LD(x, base + k * inner) - m);
 	float ls = log(sum);
 	for (long k = 0; k < len; k++) {
-		float v = (float)x[base + k * inner] - m;
-		y[base + k * inner] = (T)(logsm ? v - ls : exp(v) / sum);
+		float v = LD(x, base + k * inner) - m;
+		ST(y, base + k * inner, logsm ? v - ls : exp(v) / sum);
 	}
 }
 
@@ -118,20 +123,20 @@ ml_layernorm(__global const T *x, __global const T *scale, __global const T *bia
 	__global const T *xp = x + r * len;
 	float mean = 0.0f;
 	for (long k = 0; k < len; k++)
-		mean += (float)xp[k];
+		mean += LD(xp, k);
 	mean /= (float)len;
 	float var = 0.0f;
 	for (long k = 0; k < len; k++) {
-		float d = (float)xp[k] - mean;
+		float d = LD(xp, k) - mean;
 		var += d * d;
 	}
 	var /= (float)len;
 	float is = 1.0f / sqrt(var + eps);
 	for (long k = 0; k < len; k++) {
-		float v = ((float)xp[k] - mean) * is * (float)scale[k];
+		float v = (LD(xp, k) - mean) * is * LD(scale, k);
 		if (has_bias)
-			v += (float)bias[k];
-		y[r * len + k] = (T)v;
+			v += LD(bias, k);
+		ST(y, r * len + k, v);
 	}
 }
 
@@ -146,15 +151,15 @@ ml_instnorm(__global const T *x, __global const T *scale, __global const T *bias
 	__global const T *xp = x + r * hw;
 	float mean = 0.0f;
 	for (long k = 0; k < hw; k++)
-		mean += (float)xp[k];
+		mean += LD(xp, k);
 	mean /= (float)hw;
 	float var = 0.0f;
 	for (long k = 0; k < hw; k++) {
-		float d = (float)xp[k] - mean;
+		float d = LD(xp, k) - mean;
 		var += d * d;
 	}
 	var /= (float)hw;
-	float s = (float)scale[r % c] / sqrt(var + eps), b = (float)bias[r % c];
+	float s = LD(scale, r % c) / sqrt(var + eps), b = LD(bias, r % c);
 	for (long k = 0; k < hw; k++)
-		y[r * hw + k] = (T)(((float)xp[k] - mean) * s + b);
+		ST(y, r * hw + k, (LD(xp, k) - mean) * s + b);
 }

@@ -3,13 +3,18 @@
  * Prod, L1, L2, SumSquare, LogSum, LogSumExp). One work-item per output
  * element walks the reduced elements serially, in the CPU kernel's order.
  * The output index is split over the kept dims (od, with strides os into
- * the input) and the reduced index over rd (strides rs). T as in elem.cl.
+ * the input) and the reduced index over rd (strides rs). T is the stored
+ * type, float or (with -DML_F16) half through vload_half/vstore_half, as
+ * in elem.cl; the accumulator is a float either way.
  */
-#ifndef T
-#define T float
-#endif
 #ifdef ML_F16
-#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#define T half
+#define LD(p, i) vload_half((i), (p))
+#define ST(p, i, v) vstore_half((v), (i), (p))
+#else
+#define T float
+#define LD(p, i) ((p)[i])
+#define ST(p, i, v) ((p)[i] = (v))
 #endif
 
 /* struct ml_red in lib/cl/cl_ops.c: the same layout */
@@ -41,7 +46,7 @@ ml_reduce(__global const T *x, __global T *y, ml_red p)
 				off += (q % p.rd[d]) * p.rs[d];
 				q /= p.rd[d];
 			}
-			m = fmax(m, (float)x[off]);
+			m = fmax(m, LD(x, off));
 		}
 	float acc = p.op == R_MAX ? -INFINITY : p.op == R_MIN ? INFINITY : p.op == R_PROD ? 1.0f :
 		    0.0f;
@@ -51,7 +56,7 @@ ml_reduce(__global const T *x, __global T *y, ml_red p)
 			off += (q % p.rd[d]) * p.rs[d];
 			q /= p.rd[d];
 		}
-		float v = (float)x[off];
+		float v = LD(x, off);
 		switch (p.op) {
 		case R_MAX: acc = fmax(acc, v); break;
 		case R_MIN: acc = fmin(acc, v); break;
@@ -69,5 +74,5 @@ ml_reduce(__global const T *x, __global T *y, ml_red p)
 	case R_LOGSUMEXP: acc = log(acc) + m; break;
 	default: break;
 	}
-	y[i] = (T)acc;
+	ST(y, i, acc);
 }

@@ -88,6 +88,7 @@ struct ml_session_devstats {
 	double t_setup;
 	double t_programs;
 	int n_built, n_cached;
+	char gemm_tile[96];	/* "6x32/16 (measured)" and the like; "" when no GEMM ran */
 };
 void ml_session_device_stats(const struct ml_session *s, struct ml_session_devstats *st);
 

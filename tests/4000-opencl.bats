@@ -1,8 +1,8 @@
 #!/usr/bin/env bats
 # 4000-opencl.bats: the OpenCL runtime through mlrun: --devices, --device
 # cl and auto on small models against numpy, --plan and --placement, the
-# program cache, and each injected failure (ML_CL_FAULT). Tests that need
-# an OpenCL device skip without one.
+# program cache, the GEMM's measured tile and its cache, and each injected
+# failure (ML_CL_FAULT). Tests that need an OpenCL device skip without one.
 bats_require_minimum_version 1.5.0
 load helpers
 
@@ -229,4 +229,114 @@ check_fault() {
 	mkmlg mlp
 	run -0 --separate-stderr mlrun mlp.mlg --device cl --random -v
 	[[ $stderr == *"opencl: probe "*" ms, set-up "*" ms, programs "*" ms"* ]]
+}
+
+# tune_line: the first line of the GEMM's tuning cache file in folder $1 (exactly one file)
+tune_line() {
+	local f
+	f=$(echo "$1"/gemm-tune-*.txt)
+	[ -f "$f" ] || { echo "no tuning file in $1" >&2; return 1; }
+	head -n 1 "$f"
+}
+
+@test "the GEMM's tile is measured at the first use, cached and reused by the next start" {
+	require_opencl
+	unset ML_GEMM_TILE
+	export ML_CL_CACHE=$PWD/tc
+	run -0 test_clgemm --tile
+	[[ $output == "tile "*": measured" ]]
+	choice=${output%%:*}
+	[ "$(ls tc/gemm-tune-*.txt | wc -l)" -eq 1 ]
+	f=$(echo tc/gemm-tune-*.txt)
+	[[ $(tune_line tc) =~ ^ml-gemm-tune\ 1\ [0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]]
+	[ "$(tune_line tc)" = "ml-gemm-tune 1 ${choice#tile }" ]
+	ino=$(stat -c %i "$f")
+	run -0 test_clgemm --tile
+	[ "$output" = "$choice: the tuning cache" ]
+	# mlrun's second start neither measures (the file is not rewritten) nor compiles
+	mkmlg conv
+	run -0 mlrun conv.mlg --device cl -i x=conv.in/x.npy -o out
+	npcmpdir out conv.ref
+	run -0 --separate-stderr mlrun conv.mlg --device cl --random -v
+	[[ $stderr == *"(0 built, "* ]]
+	set -- $(tune_line tc)
+	[[ $stderr == *"opencl: GEMM tile ${3}x$(($4 * $5))/$6 (the tuning cache)"* ]]
+	[ "$(stat -c %i "$f")" = "$ino" ]
+	[ "$(ls tc/gemm-tune-*.txt | wc -l)" -eq 1 ]
+}
+
+@test "a truncated or corrupt tuning cache is ignored, measured again and rewritten" {
+	require_opencl
+	unset ML_GEMM_TILE
+	export ML_CL_CACHE=$PWD/tc
+	run -0 test_clgemm --tile
+	[[ $output == *": measured" ]]
+	f=$(echo tc/gemm-tune-*.txt)
+	good=$(tune_line tc)
+	for bad in 'ml-gemm-tune 1 6 1' '' 'ml-gemm-tune 1 6 3 2 16\n' 'ml-gemm-tune 9 6 16 2 16\n' \
+		'ml-gemm-tune 1 6 16 2 99999\n' 'ml-gemm-tune 1 6 16 2 16 junk\n' '\377\0\1garbage\n'; do
+		printf "$bad" >"$f"
+		run -0 test_clgemm --tile
+		[[ $output == "tile "*": measured" ]]
+		[[ $(tune_line tc) =~ ^ml-gemm-tune\ 1\ [0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]]
+	done
+	# mlrun over a corrupt file: right results, and the file is good again
+	printf 'junk\n' >"$f"
+	mkmlg conv
+	run -0 mlrun conv.mlg --device cl -i x=conv.in/x.npy -o out
+	npcmpdir out conv.ref
+	[[ $(tune_line tc) =~ ^ml-gemm-tune\ 1\ [0-9]+\ [0-9]+\ [0-9]+\ [0-9]+$ ]]
+	# a folder where the file should be: measured, not cached, no crash
+	rm -f "$f"
+	mkdir "$f"
+	run -0 test_clgemm --tile
+	[[ $output == "tile "*": measured" ]]
+	[ -d "$f" ]
+}
+
+@test "ML_GEMM_TILE overrides the measured tile; with the disk cache off nothing is measured" {
+	require_opencl
+	ML_CL_CACHE=$PWD/tc ML_GEMM_TILE=4,4,2,8 run -0 test_clgemm --tile
+	[ "$output" = "tile 4 4 2 8: ML_GEMM_TILE" ]
+	[ -z "$(find tc -name 'gemm-tune-*')" ]
+	mkmlg conv
+	ML_CL_CACHE=$PWD/tc ML_GEMM_TILE=4,4,2,8 run -0 mlrun conv.mlg --device cl -i x=conv.in/x.npy -o out
+	npcmpdir out conv.ref
+	[ -z "$(find tc -name 'gemm-tune-*')" ]
+	# a malformed override is ignored
+	ML_CL_CACHE=$PWD/tc ML_GEMM_TILE=4,5,2,8 run -0 test_clgemm --tile
+	[[ $output == "tile "*": measured" ]]
+	ML_CL_CACHE=0 run -0 test_clgemm --tile
+	[[ $output == "tile "*": the first candidate (no disk cache)" ]]
+}
+
+@test "f16 nodes run on the OpenCL device, cl_khr_fp16 or not, and --devices says which" {
+	require_opencl
+	"$PY" - <<'PYEOF'
+import numpy as np, os
+from onnx import helper, TensorProto, save
+x = (np.arange(24, dtype=np.float32).reshape(4, 6) / 7 - 1.5).astype(np.float16)
+nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Mul", ["r", "x"], ["m"], name="mul"),
+         helper.make_node("Softmax", ["m"], ["y"], name="softmax", axis=1)]
+g = helper.make_graph(nodes, "half",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4, 6])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4, 6])])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), "half.onnx")
+np.save("x.npy", x)
+m = (np.maximum(x, 0) * x).astype(np.float16).astype(np.float32)
+e = np.exp(m - m.max(axis=1, keepdims=True))
+os.makedirs("ref", exist_ok=True)
+np.save("ref/y.npy", (e / e.sum(axis=1, keepdims=True)).astype(np.float16))
+PYEOF
+	mlconvert half.onnx -o half.mlg
+	run -0 mlrun half.mlg --device cl --plan
+	[[ ${lines[1]} == *" cl:0 "* && ${lines[2]} == *" cl:0 "* && ${lines[3]} == *" cl:0 "* ]]
+	run -0 mlrun half.mlg --device cl -i x=x.npy -o out
+	npcmp out/y.npy ref/y.npy --rtol 2e-3 --atol 1e-4
+	# --devices reports the extension as the driver does
+	command -v clinfo >/dev/null || skip "no clinfo to check fp16 against"
+	if clinfo 2>/dev/null | grep -q cl_khr_fp16; then want=true; else want=false; fi
+	[[ $(json_get devs.json devices.1.fp16) == [Tt]rue ]] && got=true || got=false
+	[ "$got" = "$want" ]
 }

@@ -51,6 +51,15 @@ struct mlcl_buf {
 struct mlcl_prog;
 
 /*
+ * struct mlcl_tile: the GEMM's register tile (kernels/gemm.cl): mr rows by
+ * vw * nv columns per work-item (vw the vector width: 4, 8 or 16), wg
+ * work-items per work-group.
+ */
+struct mlcl_tile {
+	int mr, vw, nv, wg;
+};
+
+/*
  * struct mlcl_dev: one OpenCL device, opened (context and queue made) by
  * mlcl_device. The queue is in-order with profiling enabled, so a buffer
  * may go back to the pool as soon as its last reader is enqueued.
@@ -71,7 +80,7 @@ struct mlcl_dev {
 	cl_ulong global_mem, local_mem, max_alloc;
 	size_t max_wg;		/* CL_DEVICE_MAX_WORK_GROUP_SIZE */
 	size_t wg_multiple;	/* preferred work-group size multiple (8 when unknown) */
-	bool has_fp16, has_fp64;
+	bool has_fp16, has_fp64;	/* cl_khr_fp16, cl_khr_fp64 (reported; f16 needs neither) */
 	bool lost;		/* a launch or copy failed: the device is not used again */
 	/* private */
 	struct mlcl_prog *progs;	/* built programs and their kernels */
@@ -84,6 +93,9 @@ struct mlcl_dev {
 	double t_setup;			/* seconds spent opening (context, queue) */
 	double t_programs;		/* seconds spent loading or building programs */
 	int n_built, n_cached;		/* programs compiled / loaded from the disk cache */
+	struct mlcl_tile tile;		/* the GEMM's tile, once chosen (mlcl_gemm_tile) */
+	const char *tile_how;		/* how it was chosen; NULL until then */
+	double t_tune;			/* seconds spent measuring tiles */
 };
 
 /*
@@ -105,9 +117,21 @@ const struct mlcl_dev *mlcl_info(int i);
 int mlcl_device(int i, struct mlcl_dev **out, struct ml_err *e);
 
 /*
+ * mlcl_cache_path: the path of a disk-cache entry for d and kernels/FILE.cl
+ * into buf: DIR/FILE-TAG-KEY.EXT in the program cache's folder, KEY hashing
+ * d's name, driver and version, FILE, TAG and FILE's source, as a program's
+ * key does, so the entry goes stale with them. False when the disk cache
+ * is off or the path does not fit. mlcl_cache_write writes n bytes there
+ * atomically (making the folder); false when it cannot.
+ */
+bool mlcl_cache_path(const struct mlcl_dev *d, const char *file, const char *tag, const char *ext,
+		     char *buf, size_t n);
+bool mlcl_cache_write(const char *path, const void *data, size_t n);
+
+/*
  * mlcl_kernel: kernel kname of the program built from the embedded source
  * kernels/FILE.cl (file without ".cl", e.g. "elem") with build options
- * (NULL = none; the layer adds -cl-std, -DML_WG and -DML_HAS_FP16 itself).
+ * (NULL = none; the layer adds -cl-std and -DML_WG itself).
  * Programs are built once per (device, file, options) and the kernel is
  * borrowed from that cache (do not release it; set its arguments and
  * launch it before asking for it again elsewhere). Binaries are cached on
@@ -119,6 +143,14 @@ int mlcl_device(int i, struct mlcl_dev **out, struct ml_err *e);
  */
 int mlcl_kernel(struct mlcl_dev *d, const char *file, const char *kname, const char *options,
 		cl_kernel *out, struct ml_err *e);
+/*
+ * mlcl_kernel_src: mlcl_kernel for a program generated at run time: src
+ * (len bytes) is its text, file its name in both caches (at most 63
+ * bytes, one per distinct source: the caller puts a hash of src in it).
+ * src NULL is mlcl_kernel's embedded kernels/FILE.cl.
+ */
+int mlcl_kernel_src(struct mlcl_dev *d, const char *file, const char *src, size_t len,
+		    const char *kname, const char *options, cl_kernel *out, struct ml_err *e);
 
 /*
  * Buffers. mlcl_buf_get hands out a buffer of at least n bytes (n 0 gives
@@ -206,18 +238,15 @@ extern const struct ml_kernel_src ml_kernel_srcs[];
  * With beta == 0, C is not read (it may hold NaNs). The work is enqueued on
  * d's in-order queue (through mlcl_launch, so it is profiled as the rest);
  * the call returns without waiting. A scratch buffer for the packed op(B)
- * ((N rounded up to 16) * K floats per batch on a CPU device; plus
- * (M rounded up to 6) * K for op(A) with f16 or ML_GEMM_PACK_A=1, which
+ * ((N rounded up to the tile's columns) * K floats per batch; plus
+ * (M rounded up to its rows) * K for op(A) with f16 or ML_GEMM_PACK_A=1, which
  * packs an f32 A too instead of reading it in place) comes from d's pool
  * and returns to it at once.
  * Returns 0, ML_EINVAL on a negative size or a leading dimension smaller
  * than a row, ML_ENOTSUP for a dimension over INT_MAX, ML_ENOMEM, ML_ECL.
  * mlcl_hgemm is the same on f16 buffers (A, B, C half; f32 arithmetic);
  * it needs no cl_khr_fp16 (vload_half/vstore_half are core OpenCL).
- * The tile is 6 x 16 (float8) on CPU devices with 8-wide native float
- * vectors (AVX2), 4 x 8 (float4) elsewhere; ML_GEMM_TILE=MR,VW,NV,WG
- * overrides it (MR 1..8 rows, VW 4 or 8, NV 1..4 vectors per row, WG
- * work-items per work-group). There is no event out-parameter: the
+ * The tile is mlcl_gemm_tile(d)'s. There is no event out-parameter: the
  * launches are recorded by mlcl_launch when d profiles, and the in-order
  * queue orders them before whatever is enqueued next.
  */
@@ -248,13 +277,39 @@ int mlcl_gemm_ex(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int6
 		 int64_t stride_a, int64_t stride_b, int64_t stride_c, const struct mlcl_epi *epi,
 		 struct ml_err *e);
 /*
+ * The tile. mlcl_gemm_tiles writes d's candidate tiles into out (at most
+ * max; best guess first: by device type and native vector width) and
+ * returns how many. mlcl_gemm_tile gives the tile d uses, chosen at the
+ * first call: ML_GEMM_TILE=MR,VW,NV,WG when valid (MR 1..16 rows, VW 4, 8
+ * or 16, NV 1..4 vectors per row, WG 1..1024 work-items); else the choice
+ * cached in DIR/gemm-tune-KEY.txt (mlcl_cache_path); else the candidates
+ * are timed on a 512^3 SGEMM (about 5 ms each once built; the third and
+ * later only while the measuring has taken under 1.5 s, as building is
+ * most of the cost) and the fastest is kept and cached; with the disk
+ * cache off, or when no candidate runs,
+ * the first candidate. It never fails: a tuning failure (a build, an
+ * allocation, a lost device) leaves the first candidate, and the real
+ * call then reports the failure. d->tile_how says which way it went.
+ * mlcl_gemm_use makes d use tile t from now on (tests, benchmarks).
+ */
+int mlcl_gemm_tiles(const struct mlcl_dev *d, struct mlcl_tile *out, int max);
+const struct mlcl_tile *mlcl_gemm_tile(struct mlcl_dev *d);
+void mlcl_gemm_use(struct mlcl_dev *d, const struct mlcl_tile *t);
+/*
+ * mlcl_gemm_prepare: choose d's tile and build (or load) the GEMM program
+ * for f32 or f16 now, so that the first call does not. ML_ECL on a build
+ * failure.
+ */
+int mlcl_gemm_prepare(struct mlcl_dev *d, bool f16, struct ml_err *e);
+
+/*
  * mlcl_gemm_pb: mlcl_gemm_ex with op(B) already packed by the caller (as
  * conv.cl's im2col does): PB holds, per batch (pb_stride floats apart; 0 =
  * one for all batches), ceil(N / nr) panels of K x nr f32 values, panel j
  * row k at PB[j*K*nr + k*nr], holding op(B)[k][j*nr .. j*nr+nr-1], zeros
  * past N; nr = mlcl_gemm_nr(d), the tile width the device's GEMM uses.
  */
-int mlcl_gemm_nr(const struct mlcl_dev *d);
+int mlcl_gemm_nr(struct mlcl_dev *d);
 int mlcl_gemm_pb(struct mlcl_dev *d, bool f16, bool ta, int64_t M, int64_t N, int64_t K,
 		 float alpha, cl_mem A, size_t a_off, int64_t lda, cl_mem PB, int64_t pb_stride,
 		 float beta, cl_mem C, size_t c_off, int64_t ldc, int64_t batch, int64_t stride_a,
@@ -295,5 +350,12 @@ int mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem 
  */
 bool mlcl_q8_supports(const struct ml_graph *g, const struct ml_node *n);
 int mlcl_q8_run(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout);
+
+/*
+ * ml.FusedElementwise (fused_elem.c): a kernel generated for the node's
+ * chain, built once per distinct chain; f32 only (ML_ENOTSUP otherwise, and
+ * for more than 32 operands). cl_ops.c's op table entry.
+ */
+int mlcl_fused_elem_run(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout);
 
 #endif

@@ -4,13 +4,18 @@
  * host-side launch code over kernels/elem.cl, nn.cl, reduce.cl and
  * clgemm's GEMM and convolution (gemm.c, conv.c), buffers and copies.
  *
- * Every kernel here takes f32 tensors, and f16 ones where the device has
- * cl_khr_fp16 (programs built with -DT=half). A case a kernel does not
- * cover at run time (a broadcast MatMul batch, a 3-D pool, ...) returns
- * ML_ENOTSUP and the executor runs that node on the CPU.
+ * Every kernel here takes f32 tensors and f16 ones, on every device: f16
+ * programs are built with -DML_F16, which stores half through the core
+ * vload_half/vstore_half and computes in f32 (no cl_khr_fp16 needed, and
+ * one rounding per op, as the CPU's f16 kernels). Native half arithmetic,
+ * where a device has cl_khr_fp16, is not used: it would be a second path
+ * to test and less accurate. A case a kernel does not cover at run time
+ * (a broadcast MatMul batch, a 3-D pool, ...) returns ML_ENOTSUP and the
+ * executor runs that node on the CPU.
  */
 #include "cl/cl.h"
 #include "exec/device.h"
+#include "ops/fused.h"
 #include "ops/nn.h"
 #include "ops/reduce.h"
 
@@ -45,7 +50,7 @@ f16(const struct ml_tval *t)
 static const char *
 opts(enum ml_dtype dt)
 {
-	return dt == ML_F16 ? "-DT=half -DML_F16=1" : NULL;
+	return dt == ML_F16 ? "-DML_F16=1" : NULL;
 }
 
 /* kern: kernel kname of kernels/FILE.cl for the dtype of t */
@@ -441,6 +446,28 @@ run_gather(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 }
 
 /*
+ * Cast between f32 and f16 (the Casts behind mlquant --dtype fp16's
+ * weights, so that they stay on the device in half); the same type is a
+ * copy. cl_supports admits no other types.
+ */
+static int
+run_cast(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
+{
+	const struct ml_tval *x = c->in[0], *y = c->out[0];
+	cl_ulong nel = (cl_ulong)ml_tval_numel(y);
+	if (x->dtype == y->dtype)
+		return mlcl_copy(d, MEM(bout[0]), 0, MEM(bin[0]), 0, (size_t)ml_tval_nbytes(y),
+				 c->err);
+	cl_kernel k;
+	ML_TRY(kern(d, "elem", x->dtype == ML_F16 ? "ml_cast_f16_f32" : "ml_cast_f32_f16", y, &k,
+		    c->err));
+	cl_int st = ARG(k, 0, MEM(bin[0])) | ARG(k, 1, MEM(bout[0])) | ARG(k, 2, nel);
+	if (st != CL_SUCCESS)
+		return mlcl_argfail(c, st);
+	return mlcl_launch1(d, k, nel, c->err);
+}
+
+/*
  * nn: Conv and GEMMs through clgemm's functions, pools, norms, softmax.
  */
 static int
@@ -468,7 +495,7 @@ run_conv(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	p.pad[1] = g.pb[1 - o];
 	p.pad[2] = o ? 0 : g.pe[0];
 	p.pad[3] = g.pe[1 - o];
-	p.relu = c->node->op == ML_OP_FUSED_CONV;
+	p.relu = c->node->op == ML_OP_FUSED_CONV && ml_fused_act(c->node) == 1;
 	const struct ml_tval *b = ML_IN(c, 2);
 	int64_t oh, ow;
 	ML_TRY(mlcl_conv_out(&p, &oh, &ow, c->err));
@@ -830,8 +857,10 @@ static const struct clop clops[] = {
 	{ ML_OP_SLICE, run_slice, "elem", ~1u, false },
 	{ ML_OP_EXPAND, run_expand, "elem", ~1u, false },
 	{ ML_OP_GATHER, run_gather, "elem", 0, false },
+	{ ML_OP_CAST, run_cast, "elem", 0, false },
 	{ ML_OP_CONV, run_conv, "conv", 0, false },
 	{ ML_OP_FUSED_CONV, run_conv, "conv", 0, false },
+	{ ML_OP_FUSED_ELEMWISE, mlcl_fused_elem_run, NULL, 0, false },
 	{ ML_OP_GEMM, run_gemm, "gemm", 0, false },
 	{ ML_OP_MATMUL, run_matmul, "gemm", 0, false },
 	{ ML_OP_MAX_POOL, run_pool, "nn", 0, false },
@@ -901,10 +930,11 @@ cl_describe(void *ctx)
 	return d->name;
 }
 
+/* float_ok: the element types of the float kernels: f32, and f16 storage on any device */
 static bool
-float_ok(const struct mlcl_dev *d, enum ml_dtype t)
+float_ok(enum ml_dtype t)
 {
-	return t == ML_F32 || (t == ML_F16 && d->has_fp16);
+	return t == ML_F32 || t == ML_F16;
 }
 
 static bool
@@ -916,9 +946,22 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 		return false;
 	if (o->run == mlcl_q8_run)
 		return mlcl_q8_supports(g, n);
+	/*
+	 * FusedConv: the convolution's store fuses a bias and a ReLU, no other
+	 * activation and no residual input; those nodes run on the CPU.
+	 */
+	if (n->op == ML_OP_FUSED_CONV &&
+	    ((ml_fused_act(n) != 0 && ml_fused_act(n) != 1) || (n->n_in > 3 && n->in[3] >= 0)))
+		return false;
 	/* a view copies nothing: any dtype (the uint8 tensors between int8 ops too) */
 	bool anydt = o->view && n->op != ML_OP_DROPOUT;
-	/* data operands (not the host ones) must be device floats; Gather's indices i64 */
+	/*
+	 * Data operands (not the host ones) must be device floats, all of one
+	 * type (the kernels read every operand as T) but for Cast's two;
+	 * Gather's indices i64.
+	 */
+	int fdt = 0;
+	bool one_type = n->op != ML_OP_CAST;
 	for (int j = 0; j < n->n_in; j++) {
 		int t = n->in[j];
 		if (t < 0 || (o->host >> j & 1))
@@ -929,15 +972,20 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 				return false;
 			continue;
 		}
-		if (!float_ok(d, dt) && !anydt)
+		if (anydt)
+			continue;
+		if (!float_ok(dt) || (one_type && fdt != 0 && (int)dt != fdt))
 			return false;
+		fdt = (int)dt;
 	}
 	for (int j = 0; j < n->n_out; j++) {
 		int t = n->out[j];
 		if (t < 0)
 			continue;
-		if ((!float_ok(d, g->tensors[t]->dtype) && !anydt) || g->tensors[t]->rank < 0 ||
-		    g->tensors[t]->rank > 8)
+		enum ml_dtype dt = g->tensors[t]->dtype;
+		if (!anydt && (!float_ok(dt) || (one_type && fdt != 0 && (int)dt != fdt)))
+			return false;
+		if (g->tensors[t]->rank < 0 || g->tensors[t]->rank > 8)
 			return false;
 		for (int k = 0; k < g->tensors[t]->rank; k++)
 			if (g->tensors[t]->dims[k] < 0 && g->tensors[t]->sym[k] == NULL)
@@ -978,7 +1026,10 @@ cl_prepare(void *ctx, const struct ml_graph *g, const struct ml_node *n, struct 
 			cl_kernel k;
 			return mlcl_kernel(d, o->file, first[i][1], opts(dt), &k, e);
 		}
-	return 0;	/* gemm and conv build their own programs at the first call */
+	/* the GEMM's tile is measured (once per device) and its program built now */
+	if (strcmp(o->file, "gemm") == 0 || strcmp(o->file, "conv") == 0)
+		return mlcl_gemm_prepare(d, dt == ML_F16, e);
+	return 0;
 }
 
 static unsigned
@@ -1130,9 +1181,13 @@ cl_stats(void *ctx, struct ml_devstats *st)
 {
 	struct mlcl_dev *d = ctx;
 	st->t_setup = d->t_setup;
-	st->t_programs = d->t_programs;
+	/* measuring the GEMM's tile is part of getting the programs ready */
+	st->t_programs = d->t_programs + d->t_tune;
 	st->n_built = d->n_built;
 	st->n_cached = d->n_cached;
+	if (d->tile_how != NULL)
+		snprintf(st->gemm_tile, sizeof st->gemm_tile, "%dx%d/%d (%s)", d->tile.mr,
+			 d->tile.vw * d->tile.nv, d->tile.wg, d->tile_how);
 	st->live_bytes = (int64_t)d->live_bytes;
 	st->pool_bytes = (int64_t)d->pool_bytes;
 }

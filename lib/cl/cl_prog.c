@@ -2,7 +2,8 @@
  * cl_prog.c: OpenCL programs from the embedded kernels/ sources: built
  * once per (device, file, options), their binaries cached on disk so that
  * a tool's second start loads instead of compiling, and their kernels kept
- * for reuse.
+ * for reuse. Other per-device results (gemm.c's measured tile) are kept in
+ * the same folder under the same kind of key (mlcl_cache_path).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -89,6 +90,22 @@ cache_dir(char *buf, size_t n)
 	return true;
 }
 
+/*
+ * key: the disk cache key of kernels/FILE.cl on d: device name, driver and
+ * device version, the file, the options (or another tag) and the source.
+ */
+static uint64_t
+key(const struct mlcl_dev *d, const char *file, const char *tag, const char *src, size_t len)
+{
+	uint64_t h = 1469598103934665603ull;
+	h = fnv(h, d->name, strlen(d->name) + 1);
+	h = fnv(h, d->driver, strlen(d->driver) + 1);
+	h = fnv(h, d->version, strlen(d->version) + 1);
+	h = fnv(h, file, strlen(file) + 1);
+	h = fnv(h, tag, strlen(tag) + 1);
+	return fnv(h, src, len);
+}
+
 static void
 mkdirs(const char *dir)
 {
@@ -148,9 +165,10 @@ save_binary(struct mlcl_dev *d, cl_program p, const char *dir, const char *path)
 	ml_free(bin);
 }
 
+/* build: program file from its source, gen (glen bytes) when not NULL */
 static int
-build(struct mlcl_dev *d, const char *file, const char *options, cl_program *out,
-      struct ml_err *e)
+build(struct mlcl_dev *d, const char *file, const char *gen, size_t glen, const char *options,
+      cl_program *out, struct ml_err *e)
 {
 	const char *src;
 	size_t len;
@@ -158,24 +176,22 @@ build(struct mlcl_dev *d, const char *file, const char *options, cl_program *out
 	char opts[1024];
 
 	*out = NULL;
-	snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DML_WG=%zu%s%s%s", mlcl_wg(d, 1 << 20),
-		 d->has_fp16 ? " -DML_HAS_FP16=1" : "", options != NULL ? " " : "",
-		 options != NULL ? options : "");
-	ML_TRY(source(file, &src, &len, &owned, e));
+	snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DML_WG=%zu%s%s", mlcl_wg(d, 1 << 20),
+		 options != NULL ? " " : "", options != NULL ? options : "");
+	if (gen != NULL) {
+		src = gen;
+		len = glen;
+		owned = false;
+	} else {
+		ML_TRY(source(file, &src, &len, &owned, e));
+	}
 	if (mlcl_fault("build")) {
 		if (owned)
 			ml_free((void *)src);
 		return ml_fail(e, ML_ECL, "cannot build kernels/%s.cl on '%s': "
 			       "CL_BUILD_PROGRAM_FAILURE (ML_CL_FAULT=build)", file, d->name);
 	}
-	/* the disk cache key: device, driver, source and options */
-	uint64_t h = 1469598103934665603ull;
-	h = fnv(h, d->name, strlen(d->name) + 1);
-	h = fnv(h, d->driver, strlen(d->driver) + 1);
-	h = fnv(h, d->version, strlen(d->version) + 1);
-	h = fnv(h, file, strlen(file) + 1);
-	h = fnv(h, opts, strlen(opts) + 1);
-	h = fnv(h, src, len);
+	uint64_t h = key(d, file, opts, src, len);
 	char dir[3500], path[4096];
 	bool cache = cache_dir(dir, sizeof dir);
 	if (cache) {
@@ -226,6 +242,13 @@ int
 mlcl_kernel(struct mlcl_dev *d, const char *file, const char *kname, const char *options,
 	    cl_kernel *out, struct ml_err *e)
 {
+	return mlcl_kernel_src(d, file, NULL, 0, kname, options, out, e);
+}
+
+int
+mlcl_kernel_src(struct mlcl_dev *d, const char *file, const char *src, size_t len,
+		const char *kname, const char *options, cl_kernel *out, struct ml_err *e)
+{
 	struct mlcl_prog *pr;
 	const char *o = options != NULL ? options : "";
 
@@ -236,7 +259,7 @@ mlcl_kernel(struct mlcl_dev *d, const char *file, const char *kname, const char 
 	if (pr == NULL) {
 		double t0 = ml_now();
 		cl_program p;
-		int rc = build(d, file, options, &p, e);
+		int rc = build(d, file, src, len, options, &p, e);
 		d->t_programs += ml_now() - t0;
 		if (rc < 0)
 			return rc;
@@ -274,4 +297,36 @@ mlcl_kernel(struct mlcl_dev *d, const char *file, const char *kname, const char 
 	pr->kernels = kk;
 	*out = k;
 	return 0;
+}
+
+bool
+mlcl_cache_path(const struct mlcl_dev *d, const char *file, const char *tag, const char *ext,
+		char *buf, size_t n)
+{
+	const char *src;
+	size_t len;
+	bool owned;
+	char dir[3500];
+	struct ml_err e = { 0 };
+	if (!cache_dir(dir, sizeof dir) || source(file, &src, &len, &owned, &e) < 0)
+		return false;
+	uint64_t h = key(d, file, tag, src, len);
+	if (owned)
+		ml_free((void *)src);
+	return snprintf(buf, n, "%s/%s-%s-%016llx.%s", dir, file, tag, (unsigned long long)h,
+			ext) < (int)n;
+}
+
+bool
+mlcl_cache_write(const char *path, const void *data, size_t n)
+{
+	char dir[4096];
+	struct ml_err e = { 0 };
+	snprintf(dir, sizeof dir, "%s", path);
+	char *sl = strrchr(dir, '/');
+	if (sl != NULL && sl != dir) {
+		*sl = '\0';
+		mkdirs(dir);
+	}
+	return ml_write_atomic(path, data, n, &e) == 0;
 }

@@ -4,59 +4,99 @@
  * an optional fused epilogue (bias, ReLU) for Gemm and Conv. Each call
  * packs op(B) (and op(A) for f16) into scratch buffers from the device's
  * pool and runs the register-blocked micro-kernel over the panels; the
- * tile shape is chosen per device and passed as build options.
+ * tile shape is measured per device at the first use (the fastest of a
+ * few candidates, cached on disk) and passed as build options.
  */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cl/cl.h"
 
 /*
- * The tile of one work-item: MR rows by VW * NV columns. On a CPU device
- * (POCL, Intel's CPU runtime) with 8-wide native vectors (AVX2) 6 x 16 is
- * the FMA micro-kernel: 12 accumulators, 2 B vectors and a broadcast fill
- * the 16 ymm registers; with 4-wide ones (SSE, NEON) 4 x 8 in float4s
- * fits the 16 registers the same way. Elsewhere (GPUs) a 4 x 8 tile in
- * float4s keeps the register count per work-item moderate, so occupancy
- * stays reasonable.
- * wg is the work-group size along the m panels: on a CPU device a
- * work-group is one thread's loop over its work-items, all of which share
- * one B panel, which then stays in the L1/L2 cache.
+ * The tile of one work-item: MR rows by VW * NV columns, and WG, the
+ * work-group size along the m panels (on a CPU device a work-group is one
+ * thread's loop over its work-items, all of which share one B panel, which
+ * then stays in the L1/L2 cache). No formula predicts the best one: it
+ * depends on the registers, the vector units, the caches and what the
+ * driver's compiler makes of the unrolled loop, so a few candidates per
+ * kind of device are timed at the first use and the fastest is kept, on
+ * disk next to the programs. The candidates, best guess first:
+ *   CPU, 16-wide native float vectors (AVX-512, 32 registers): 8 x 32 and
+ *     6 x 32 in float16s (16 and 12 accumulators), and the AVX2 6 x 16;
+ *   CPU, 8-wide (AVX2, 16 registers): 6 x 16 in float8s (12 accumulators,
+ *     2 B vectors and a broadcast fill the 16 ymm), 4 x 24, 8 x 8;
+ *   CPU, 4-wide (SSE, NEON): 4 x 8 in float4s, 6 x 8, 4 x 12;
+ *   GPUs and the rest: 4 x 8 in float4s (a moderate register count per
+ *     work-item keeps occupancy up) at WG 64, 128 and 256, and 8 x 8.
+ * On POCL over 2 Zen 5 cores the 16-wide tiles run the 1024^3 SGEMM at
+ * about 350 GFLOP/s, the 6 x 16 one at about 110.
  */
-struct tile {
-	int mr, vw, nv, wg;
-};
+#define TUNE_N 512		/* the measured SGEMM: TUNE_N^3 */
+#define TUNE_RUNS 3		/* timed runs per candidate, after one to build and warm up */
+#define TUNE_BUDGET 1.5		/* seconds: no third candidate is started after this */
+#define MAX_TILES 8
 
-static struct tile
-tile_for(const struct mlcl_dev *d)
+static bool
+tile_ok(const struct mlcl_dev *d, const struct mlcl_tile *t)
 {
-	struct tile t;
+	return t->mr >= 1 && t->mr <= 16 && (t->vw == 4 || t->vw == 8 || t->vw == 16) &&
+	       t->nv >= 1 && t->nv <= 4 && t->wg >= 1 && t->wg <= 1024 &&
+	       (size_t)t->wg <= d->max_wg;
+}
+
+int
+mlcl_gemm_tiles(const struct mlcl_dev *d, struct mlcl_tile *out, int max)
+{
+	static const struct mlcl_tile cpu16[] = { { 8, 16, 2, 16 }, { 6, 16, 2, 16 },
+						  { 6, 8, 2, 16 } };
+	static const struct mlcl_tile cpu8[] = { { 6, 8, 2, 16 }, { 4, 8, 3, 16 },
+						 { 8, 8, 1, 16 } };
+	static const struct mlcl_tile cpu4[] = { { 4, 4, 2, 16 }, { 6, 4, 2, 16 },
+						 { 4, 4, 3, 16 } };
+	static const struct mlcl_tile gpu[] = { { 4, 4, 2, 64 }, { 4, 4, 2, 128 },
+						{ 4, 4, 2, 256 }, { 8, 4, 2, 64 } };
+	const struct mlcl_tile *c = gpu;
+	int nc = (int)(sizeof gpu / sizeof gpu[0]);
 	cl_uint vw = 0;
 	if (clGetDeviceInfo(d->id, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof vw, &vw, NULL) !=
 	    CL_SUCCESS)
 		vw = 0;
-	if ((d->type & CL_DEVICE_TYPE_CPU) && vw >= 8)
-		t = (struct tile){ 6, 8, 2, 16 };
-	else if (d->type & CL_DEVICE_TYPE_CPU)
-		t = (struct tile){ 4, 4, 2, 16 };
-	else
-		t = (struct tile){ 4, 4, 2, 64 };
-	/* ML_GEMM_TILE=MR,VW,NV,WG overrides, for tuning and for testing other shapes */
-	const char *env = getenv("ML_GEMM_TILE");
-	struct tile o;
-	if (env != NULL && sscanf(env, "%d,%d,%d,%d", &o.mr, &o.vw, &o.nv, &o.wg) == 4 &&
-	    o.mr >= 1 && o.mr <= 8 && (o.vw == 4 || o.vw == 8) && o.nv >= 1 && o.nv <= 4 &&
-	    o.wg >= 1 && o.wg <= 1024)
-		t = o;
-	while (t.wg > 1 && (size_t)t.wg > d->max_wg)
-		t.wg /= 2;
-	return t;
+	if ((d->type & CL_DEVICE_TYPE_CPU) && vw >= 16) {
+		c = cpu16;
+		nc = (int)(sizeof cpu16 / sizeof cpu16[0]);
+	} else if ((d->type & CL_DEVICE_TYPE_CPU) && vw >= 8) {
+		c = cpu8;
+		nc = (int)(sizeof cpu8 / sizeof cpu8[0]);
+	} else if (d->type & CL_DEVICE_TYPE_CPU) {
+		c = cpu4;
+		nc = (int)(sizeof cpu4 / sizeof cpu4[0]);
+	}
+	int n = 0;
+	for (int i = 0; i < nc && n < max; i++) {
+		struct mlcl_tile t = c[i];
+		while (t.wg > 1 && (size_t)t.wg > d->max_wg)
+			t.wg /= 2;
+		bool dup = false;
+		for (int j = 0; j < n; j++)
+			dup |= memcmp(&out[j], &t, sizeof t) == 0;
+		if (!dup)
+			out[n++] = t;
+	}
+	return n;
+}
+
+void
+mlcl_gemm_use(struct mlcl_dev *d, const struct mlcl_tile *t)
+{
+	d->tile = *t;
+	d->tile_how = "set by the caller";
 }
 
 static void
-options(const struct tile *t, bool f16, char *buf, size_t n)
+options(const struct mlcl_tile *t, bool f16, char *buf, size_t n)
 {
 	snprintf(buf, n, "-DMR=%d -DVW=%d -DNV=%d -DWG=%d%s", t->mr, t->vw, t->nv, t->wg,
 		 f16 ? " -DML_F16=1" : "");
@@ -132,15 +172,14 @@ check(int64_t M, int64_t N, int64_t K, int64_t batch, int64_t stride_a, int64_t 
  * (pb, pb_n floats per batch, pb_stride 0 when shared by all batches).
  */
 static int
-core(struct mlcl_dev *d, bool f16, bool ta, int64_t M, int64_t N, int64_t K, float alpha,
-     cl_mem A, size_t a_off, int64_t lda, int64_t stride_a, cl_mem pb, int64_t pb_stride,
-     float beta, cl_mem C, size_t c_off, int64_t ldc, int64_t batch, int64_t stride_c,
-     const struct mlcl_epi *epi, struct ml_err *e)
+core(struct mlcl_dev *d, const struct mlcl_tile *t, bool f16, bool ta, int64_t M, int64_t N,
+     int64_t K, float alpha, cl_mem A, size_t a_off, int64_t lda, int64_t stride_a, cl_mem pb,
+     int64_t pb_stride, float beta, cl_mem C, size_t c_off, int64_t ldc, int64_t batch,
+     int64_t stride_c, const struct mlcl_epi *epi, struct ml_err *e)
 {
-	struct tile t = tile_for(d);
-	int64_t nmb = (M + t.mr - 1) / t.mr, nnb = (N + t.vw * t.nv - 1) / (t.vw * t.nv);
+	int64_t nmb = (M + t->mr - 1) / t->mr, nnb = (N + t->vw * t->nv - 1) / (t->vw * t->nv);
 	char opt[96];
-	options(&t, f16, opt, sizeof opt);
+	options(t, f16, opt, sizeof opt);
 	cl_kernel k;
 	/*
 	 * An f32 A is read in place unless ML_GEMM_PACK_A is set (A's rows are
@@ -149,14 +188,14 @@ core(struct mlcl_dev *d, bool f16, bool ta, int64_t M, int64_t N, int64_t K, flo
 	 * once when its batch stride is 0.
 	 */
 	bool direct = !f16 && a_direct();
-	int64_t nba = stride_a == 0 ? 1 : batch, pa_n = nmb * t.mr * K;
+	int64_t nba = stride_a == 0 ? 1 : batch, pa_n = nmb * t->mr * K;
 	struct mlcl_buf *pa = NULL;
 	cl_mem am = A;
 	cl_long g_aoff = direct ? (cl_long)a_off : 0, g_as = stride_a, g_aps, g_ars, g_aks;
 	int rc;
 	if (direct) {
 		g_as = stride_a;
-		g_aps = ta ? t.mr : t.mr * lda;
+		g_aps = ta ? t->mr : t->mr * lda;
 		g_ars = ta ? 1 : lda;
 		g_aks = ta ? lda : 1;
 	} else {
@@ -166,13 +205,13 @@ core(struct mlcl_dev *d, bool f16, bool ta, int64_t M, int64_t N, int64_t K, flo
 		if (K > 0 &&
 		    ((rc = mlcl_kernel(d, "gemm", f16 ? "ml_gemm_pack_a_f16" : "ml_gemm_pack_a_f32",
 				       opt, &k, e)) < 0 ||
-		     (rc = pack(d, k, A, a_off, lda, ta, M, K, stride_a, t.mr, pa->mem, pa_n, nba,
+		     (rc = pack(d, k, A, a_off, lda, ta, M, K, stride_a, t->mr, pa->mem, pa_n, nba,
 				e)) < 0))
 			goto out;
 		g_as = stride_a == 0 ? 0 : pa_n;
-		g_aps = K * t.mr;
+		g_aps = K * t->mr;
 		g_ars = 1;
-		g_aks = t.mr;
+		g_aks = t->mr;
 	}
 	if ((rc = mlcl_kernel(d, "gemm", f16 ? "ml_gemm_f16" : "ml_gemm_f32", opt, &k, e)) < 0)
 		goto out;
@@ -191,8 +230,8 @@ core(struct mlcl_dev *d, bool f16, bool ta, int64_t M, int64_t N, int64_t K, flo
 				    &g_boff, &g_bm, &g_bn, &g_flags };
 	if ((rc = set_args(k, 23, sz, val, e)) < 0)
 		goto out;
-	size_t gws[3] = { mlcl_round_up((size_t)nmb, (size_t)t.wg), (size_t)nnb, (size_t)batch };
-	size_t lws[3] = { (size_t)t.wg, 1, 1 };
+	size_t gws[3] = { mlcl_round_up((size_t)nmb, (size_t)t->wg), (size_t)nnb, (size_t)batch };
+	size_t lws[3] = { (size_t)t->wg, 1, 1 };
 	rc = mlcl_launch(d, k, 3, gws, lws, e);
 out:
 	/* the queue is in order: the scratch may be reused by whatever is enqueued next */
@@ -201,10 +240,10 @@ out:
 }
 
 int
-mlcl_gemm_nr(const struct mlcl_dev *d)
+mlcl_gemm_nr(struct mlcl_dev *d)
 {
-	struct tile t = tile_for(d);
-	return t.vw * t.nv;
+	const struct mlcl_tile *t = mlcl_gemm_tile(d);
+	return t->vw * t->nv;
 }
 
 int
@@ -218,8 +257,38 @@ mlcl_gemm_pb(struct mlcl_dev *d, bool f16, bool ta, int64_t M, int64_t N, int64_
 		return ml_fail(e, ML_EINVAL, "gemm: leading dimension smaller than a row");
 	if (M == 0 || N == 0 || batch == 0)
 		return 0;
-	return core(d, f16, ta, M, N, K, alpha, A, a_off, lda, stride_a, PB, pb_stride, beta, C,
-		    c_off, ldc, batch, stride_c, epi, e);
+	return core(d, mlcl_gemm_tile(d), f16, ta, M, N, K, alpha, A, a_off, lda, stride_a, PB,
+		    pb_stride, beta, C, c_off, ldc, batch, stride_c, epi, e);
+}
+
+/* packed_b: mlcl_gemm_ex's work with tile t, after the checks: pack op(B), then core */
+static int
+packed_b(struct mlcl_dev *d, const struct mlcl_tile *t, bool f16, bool ta, bool tb, int64_t M,
+	 int64_t N, int64_t K, float alpha, cl_mem A, size_t a_off, int64_t lda, cl_mem B,
+	 size_t b_off, int64_t ldb, float beta, cl_mem C, size_t c_off, int64_t ldc,
+	 int64_t batch, int64_t stride_a, int64_t stride_b, int64_t stride_c,
+	 const struct mlcl_epi *epi, struct ml_err *e)
+{
+	int nr = t->vw * t->nv;
+	char opt[96];
+	options(t, f16, opt, sizeof opt);
+	/* a B with batch stride 0 (broadcast weights) is packed once and shared */
+	int64_t nbb = stride_b == 0 ? 1 : batch, pb_n = (N + nr - 1) / nr * nr * K;
+	struct mlcl_buf *pb = NULL;
+	cl_kernel k;
+	int rc;
+	if ((rc = mlcl_buf_get(d, (size_t)(pb_n * nbb) * sizeof(float), &pb, e)) < 0)
+		return rc;
+	if (K > 0 &&
+	    ((rc = mlcl_kernel(d, "gemm", f16 ? "ml_gemm_pack_b_f16" : "ml_gemm_pack_b_f32", opt,
+			       &k, e)) < 0 ||
+	     (rc = pack(d, k, B, b_off, ldb, !tb, N, K, stride_b, nr, pb->mem, pb_n, nbb, e)) < 0))
+		goto out;
+	rc = core(d, t, f16, ta, M, N, K, alpha, A, a_off, lda, stride_a, pb->mem,
+		  stride_b == 0 ? 0 : pb_n, beta, C, c_off, ldc, batch, stride_c, epi, e);
+out:
+	mlcl_buf_put(d, pb);
+	return rc;
 }
 
 int
@@ -234,28 +303,167 @@ mlcl_gemm_ex(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t 
 		return ml_fail(e, ML_EINVAL, "gemm: leading dimension smaller than a row");
 	if (M == 0 || N == 0 || batch == 0)
 		return 0;
+	return packed_b(d, mlcl_gemm_tile(d), f16, ta, tb, M, N, K, alpha, A, a_off, lda, B,
+			b_off, ldb, beta, C, c_off, ldc, batch, stride_a, stride_b, stride_c, epi,
+			e);
+}
 
-	struct tile t = tile_for(d);
-	int nr = t.vw * t.nv;
-	char opt[96];
-	options(&t, f16, opt, sizeof opt);
-	/* a B with batch stride 0 (broadcast weights) is packed once and shared */
-	int64_t nbb = stride_b == 0 ? 1 : batch, pb_n = (N + nr - 1) / nr * nr * K;
-	struct mlcl_buf *pb = NULL;
-	cl_kernel k;
-	int rc;
-	if ((rc = mlcl_buf_get(d, (size_t)(pb_n * nbb) * sizeof(float), &pb, e)) < 0)
-		return rc;
-	if (K > 0 &&
-	    ((rc = mlcl_kernel(d, "gemm", f16 ? "ml_gemm_pack_b_f16" : "ml_gemm_pack_b_f32", opt,
-			       &k, e)) < 0 ||
-	     (rc = pack(d, k, B, b_off, ldb, !tb, N, K, stride_b, nr, pb->mem, pb_n, nbb, e)) < 0))
+/*
+ * The tuning cache: one line "ml-gemm-tune 1 MR VW NV WG", then comment
+ * lines with what each candidate measured. Anything else (a truncated or
+ * corrupt file, a tile this device cannot run) is ignored, measured again
+ * and rewritten.
+ */
+static bool
+read_choice(const struct mlcl_dev *d, const char *path, struct mlcl_tile *t)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	struct ml_err e = { 0 };
+	if (access(path, R_OK) != 0 || ml_read_file(path, &buf, &len, &e) < 0)
+		return false;
+	char line[64];
+	size_t n = 0;
+	while (n < len && n < sizeof line - 1 && buf[n] != '\n')
+		n++;
+	bool ok = n < len && buf[n] == '\n';
+	memcpy(line, buf, n);
+	line[n] = '\0';
+	ml_free(buf);
+	int used = 0;
+	return ok && sscanf(line, "ml-gemm-tune 1 %d %d %d %d%n", &t->mr, &t->vw, &t->nv, &t->wg,
+			    &used) == 4 && used == (int)n && tile_ok(d, t);
+}
+
+/* gemm_run: one TUNE_N^3 SGEMM with tile t, finished: its seconds, or -1 on a failure */
+static double
+gemm_run(struct mlcl_dev *d, const struct mlcl_tile *t, cl_mem a, cl_mem b, cl_mem c)
+{
+	struct ml_err e = { 0 };
+	double t0 = ml_now();
+	if (packed_b(d, t, false, false, false, TUNE_N, TUNE_N, TUNE_N, 1.0f, a, 0, TUNE_N, b, 0,
+		     TUNE_N, 0.0f, c, 0, TUNE_N, 1, 0, 0, 0, NULL, &e) < 0 ||
+	    mlcl_finish(d, &e) < 0)
+		return -1;
+	return ml_now() - t0;
+}
+
+/*
+ * measure: time every candidate (after a first run that builds it) and
+ * write the fastest to path (NULL: nowhere); false when none ran. The
+ * launches are not profiled: they belong to no node.
+ */
+static bool
+measure(struct mlcl_dev *d, const struct mlcl_tile *cand, int n, const char *path,
+	struct mlcl_tile *best)
+{
+	struct ml_err e = { 0 };
+	struct mlcl_buf *a = NULL, *b = NULL, *c = NULL;
+	size_t bytes = (size_t)TUNE_N * TUNE_N * sizeof(float);
+	bool prof = d->profiling;
+	double secs[MAX_TILES];
+	int ibest = -1;
+	d->profiling = false;
+	if (mlcl_buf_get(d, bytes, &a, &e) < 0 || mlcl_buf_get(d, bytes, &b, &e) < 0 ||
+	    mlcl_buf_get(d, bytes, &c, &e) < 0)
 		goto out;
-	rc = core(d, f16, ta, M, N, K, alpha, A, a_off, lda, stride_a, pb->mem,
-		  stride_b == 0 ? 0 : pb_n, beta, C, c_off, ldc, batch, stride_c, epi, e);
+	/* finite values: what uninitialised memory holds might be denormals or NaNs */
+	float one = 1.0f, half = 0.5f;
+	if (clEnqueueFillBuffer(d->q, a->mem, &one, sizeof one, 0, bytes, 0, NULL, NULL) !=
+		    CL_SUCCESS ||
+	    clEnqueueFillBuffer(d->q, b->mem, &half, sizeof half, 0, bytes, 0, NULL, NULL) !=
+		    CL_SUCCESS)
+		goto out;
+	double t0 = ml_now();
+	for (int i = 0; i < n; i++)
+		secs[i] = -1;
+	/*
+	 * Building a candidate is most of its cost (on POCL about a second
+	 * when nothing is cached, a few ms when POCL's own cache has it; the
+	 * winner's build is needed anyway), so once TUNE_BUDGET has passed no
+	 * candidate after the second is started.
+	 */
+	for (int i = 0; i < n && !d->lost && (i < 2 || ml_now() - t0 < TUNE_BUDGET); i++) {
+		/* the first run builds the program (and JIT-compiles the kernels) */
+		bool ran = gemm_run(d, &cand[i], a->mem, b->mem, c->mem) >= 0;
+		for (int r = 0; ran && r < TUNE_RUNS; r++) {
+			double s = gemm_run(d, &cand[i], a->mem, b->mem, c->mem);
+			ran = s >= 0;
+			if (ran && (secs[i] < 0 || s < secs[i]))
+				secs[i] = s;
+		}
+		if (!ran)
+			secs[i] = -1;
+		if (secs[i] > 0 && (ibest < 0 || secs[i] < secs[ibest]))
+			ibest = i;
+	}
+	if (ibest < 0 || d->lost)
+		goto out;
+	*best = cand[ibest];
+	if (path != NULL) {
+		char txt[1024];
+		int len = snprintf(txt, sizeof txt, "ml-gemm-tune 1 %d %d %d %d\n"
+				   "# MR VW NV WG: GFLOP/s of a %d^3 SGEMM on %s (%s)\n",
+				   best->mr, best->vw, best->nv, best->wg, TUNE_N, d->name,
+				   d->driver);
+		for (int i = 0; i < n && len < (int)sizeof txt; i++)
+			len += secs[i] > 0 ?
+			       snprintf(txt + len, sizeof txt - (size_t)len, "# %d %d %d %d: %.1f\n",
+					cand[i].mr, cand[i].vw, cand[i].nv, cand[i].wg,
+					2e-9 * TUNE_N * TUNE_N * TUNE_N / secs[i]) :
+			       snprintf(txt + len, sizeof txt - (size_t)len,
+					"# %d %d %d %d: not timed\n", cand[i].mr, cand[i].vw,
+					cand[i].nv, cand[i].wg);
+		if (len < (int)sizeof txt)
+			mlcl_cache_write(path, txt, (size_t)len);
+	}
 out:
-	mlcl_buf_put(d, pb);
-	return rc;
+	mlcl_buf_put(d, a);
+	mlcl_buf_put(d, b);
+	mlcl_buf_put(d, c);
+	d->profiling = prof;
+	return ibest >= 0 && !d->lost;
+}
+
+const struct mlcl_tile *
+mlcl_gemm_tile(struct mlcl_dev *d)
+{
+	if (d->tile_how != NULL)
+		return &d->tile;
+	struct mlcl_tile cand[MAX_TILES], t;
+	int n = mlcl_gemm_tiles(d, cand, MAX_TILES);
+	const char *env = getenv("ML_GEMM_TILE");
+	char path[4096];
+	double t0 = ml_now(), p0 = d->t_programs;
+	d->tile = cand[0];
+	d->tile_how = "the first candidate (no disk cache)";
+	if (env != NULL && sscanf(env, "%d,%d,%d,%d", &t.mr, &t.vw, &t.nv, &t.wg) == 4 &&
+	    tile_ok(d, &t)) {
+		d->tile = t;
+		d->tile_how = "ML_GEMM_TILE";
+	} else if (mlcl_cache_path(d, "gemm", "tune", "txt", path, sizeof path)) {
+		if (read_choice(d, path, &t)) {
+			d->tile = t;
+			d->tile_how = "the tuning cache";
+		} else if (measure(d, cand, n, path, &t)) {
+			d->tile = t;
+			d->tile_how = "measured";
+		} else {
+			d->tile_how = "the first candidate (measuring failed)";
+		}
+	}
+	/* the candidates' builds are counted in t_programs already */
+	d->t_tune += ml_now() - t0 - (d->t_programs - p0);
+	return &d->tile;
+}
+
+int
+mlcl_gemm_prepare(struct mlcl_dev *d, bool f16, struct ml_err *e)
+{
+	char opt[96];
+	cl_kernel k;
+	options(mlcl_gemm_tile(d), f16, opt, sizeof opt);
+	return mlcl_kernel(d, "gemm", f16 ? "ml_gemm_f16" : "ml_gemm_f32", opt, &k, e);
 }
 
 int

@@ -426,37 +426,6 @@ fall_back(struct ml_session *s, const char *why)
 	note(hx, "running on the CPU: %s", why);
 }
 
-/*
- * half_note: f16 nodes the device cannot run (no cl_khr_fp16) go to the
- * CPU; the session's note says so.
- */
-static void
-half_note(struct ml_session *s)
-{
-	const struct ml_graph *g = s->g;
-	struct ml_hx *hx = s->hx;
-	struct ml_device_info di;
-	if (ml_cl_info(hx->dev_index - 1, &di) < 0 || di.fp16)
-		return;
-	int nh = 0;
-	for (int i = 0; i < g->n_nodes; i++) {
-		const struct ml_node *n = &g->nodes[i];
-		bool half = false;
-		for (int j = 0; j < n->n_in; j++)
-			half |= n->in[j] >= 0 && g->tensors[n->in[j]]->dtype == ML_F16;
-		for (int j = 0; j < n->n_out; j++)
-			half |= n->out[j] >= 0 && g->tensors[n->out[j]]->dtype == ML_F16;
-		nh += half && !hx->node_ok[i] && ml_opdef_get(n->op) != NULL &&
-		      n->op != ML_OP_CAST;
-	}
-	if (nh > 0) {
-		char buf[sizeof hx->note];
-		snprintf(buf, sizeof buf, "%d f16 node%s on the CPU: cl:%d (%s) has no cl_khr_fp16",
-			 nh, nh == 1 ? " runs" : "s run", hx->dev_index - 1, di.name);
-		note(hx, "%s", buf);
-	}
-}
-
 int
 ml_hx_new(struct ml_session *s, struct ml_err *e)
 {
@@ -499,7 +468,6 @@ ml_hx_new(struct ml_session *s, struct ml_err *e)
 		hx->node_ok[i] = hx->ops->supports(hx->dev, g, n);
 		hx->node_dev[i] = hx->node_ok[i] ? hx->dev_index : 0;
 	}
-	half_note(s);
 	if (hx->is_auto) {
 		struct ml_costmodel cm = { 0 };
 		ml_cm_load(&cm);
@@ -1477,6 +1445,7 @@ ml_session_device_stats(const struct ml_session *s, struct ml_session_devstats *
 	st->t_programs = d.t_programs;
 	st->n_built = d.n_built;
 	st->n_cached = d.n_cached;
+	snprintf(st->gemm_tile, sizeof st->gemm_tile, "%s", d.gemm_tile);
 }
 
 int

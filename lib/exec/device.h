@@ -18,6 +18,7 @@ struct ml_devstats {
 	double t_programs;	/* seconds: programs loaded or built */
 	int n_built, n_cached;	/* programs compiled / loaded from the disk cache */
 	int64_t live_bytes, pool_bytes;
+	char gemm_tile[96];	/* the GEMM's tile and how it was chosen; "" when none yet */
 };
 
 /*

@@ -388,7 +388,7 @@ ml_conv_geom(struct ml_opctx *c, struct ml_conv_geom *g)
 	g->group = conv ? ml_attr_int(c->node, "group", 1) : 1;
 	if (g->group < 1 || g->group > ((int64_t)1 << 30))
 		return ml_opfail(c, ML_EINVAL, "group must be 1 or more");
-	if (op == ML_OP_CONV) {
+	if (op == ML_OP_CONV || op == ML_OP_FUSED_CONV) {
 		int64_t wc = w->rank >= 0 ? w->dims[1] : -1;
 		g->cout = w->rank >= 0 ? w->dims[0] : -1;
 		if (g->cin >= 0 && wc >= 0 && g->cin != wc * g->group)

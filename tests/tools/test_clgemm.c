@@ -5,8 +5,12 @@
  * dimensions above the row length, buffer offsets, alpha and beta (beta 0
  * over NaNs), strided and broadcast batches, the bias/ReLU epilogue, f16
  * storage, argument errors; Conv with pads, strides, dilations, groups,
- * depthwise and 1x1. Prints TAP; skips when there is no OpenCL device.
- * ML_CL_DEVICE=N picks device N (default 0).
+ * depthwise and 1x1. Every case runs with each of the device's candidate
+ * tiles (mlcl_gemm_tiles), the ones the tuner may pick, or with
+ * ML_GEMM_TILE's alone when it is set. Prints TAP; skips when there is no
+ * OpenCL device. ML_CL_DEVICE=N picks device N (default 0).
+ * test_clgemm --tile prints the tile the device uses and how it was chosen
+ * ("tile MR VW NV WG: HOW"), for tests of the tuning cache, and exits.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -27,6 +31,7 @@ main(void)
 
 static int ntest, nfail;
 static struct mlcl_dev *dev;
+static char tile_tag[48];	/* the tile under test, before each case's name */
 
 static void
 ok(bool cond, const char *fmt, ...)
@@ -39,7 +44,7 @@ ok(bool cond, const char *fmt, ...)
 	ntest++;
 	if (!cond)
 		nfail++;
-	printf("%sok %d - ", cond ? "" : "not ", ntest);
+	printf("%sok %d - %s", cond ? "" : "not ", ntest, tile_tag);
 	va_start(ap, fmt);
 	vprintf(fmt, ap);
 	va_end(ap);
@@ -415,18 +420,40 @@ conv_tests(void)
 }
 
 int
-main(void)
+main(int argc, char **argv)
 {
 	struct ml_err e = { 0 };
 	const char *s = getenv("ML_CL_DEVICE");
 	int idx = s != NULL ? atoi(s) : 0;
+	bool show = argc > 1 && strcmp(argv[1], "--tile") == 0;
 	if (mlcl_count(&e) <= idx || mlcl_device(idx, &dev, &e) < 0) {
+		if (show) {
+			fprintf(stderr, "test_clgemm: no OpenCL device\n");
+			return 4;
+		}
 		printf("1..1\nok 1 # SKIP no OpenCL device%s%s\n", e.msg[0] ? ": " : "", e.msg);
 		return 0;
 	}
-	printf("# device %s (%s)\n", dev->name, dev->driver);
-	gemm_tests();
-	conv_tests();
+	const struct mlcl_tile *t = mlcl_gemm_tile(dev);
+	if (show) {
+		printf("tile %d %d %d %d: %s\n", t->mr, t->vw, t->nv, t->wg, dev->tile_how);
+		return 0;
+	}
+	printf("# device %s (%s), tile %dx%d/%d from %s\n", dev->name, dev->driver, t->mr,
+	       t->vw * t->nv, t->wg, dev->tile_how);
+	struct mlcl_tile cand[8];
+	int n = mlcl_gemm_tiles(dev, cand, 8);
+	if (strcmp(dev->tile_how, "ML_GEMM_TILE") == 0) {
+		cand[0] = *t;
+		n = 1;
+	}
+	for (int i = 0; i < n; i++) {
+		mlcl_gemm_use(dev, &cand[i]);
+		snprintf(tile_tag, sizeof tile_tag, "tile %dx%d/%d: ", cand[i].mr,
+			 cand[i].vw * cand[i].nv, cand[i].wg);
+		gemm_tests();
+		conv_tests();
+	}
 	printf("1..%d\n", ntest);
 	return nfail > 0;
 }

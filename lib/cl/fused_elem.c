@@ -1,0 +1,368 @@
+/*
+ * fused_elem.c: ml.FusedElementwise on OpenCL (lib/ops/fused.c), one
+ * kernel generated for each distinct chain. The chain of a node (its ops,
+ * args and swap, and how each operand is read) becomes straight-line
+ * OpenCL C, here Sigmoid then Add(v, b) with b [C, 1, 1]:
+ *
+ *   __kernel void
+ *   ml_fused_elem(__global const float *x, __global float *y, uint n,
+ *                 __global const float *a1, uint in1)
+ *   {
+ *       uint i = get_global_id(0);
+ *       if (i >= n)
+ *           return;
+ *       uint e = i * 16;
+ *       T b1 = (T)a1[e / in1];          (T is float16)
+ *       T v = vload16(i, x);
+ *       v = fe_sigmoid(v);
+ *       v = fe_add(v, b1);
+ *       vstore16(v, i, y);
+ *   }
+ *
+ * so the running value stays in registers and the data is read and
+ * written once, as the CPU kernel's blocks do (lib/cpu/fused.c). A
+ * work-item computes vw consecutive elements in a floatN: the native float
+ * vector of a CPU device (POCL with AVX-512: 16, which runs a chain with
+ * exp about 5 times faster than one float per work-item, the explicit
+ * vectors reaching its vector exp), 4 elsewhere (a GPU's 128-bit loads),
+ * halved until vw divides the element count (1: plain float, odd sizes).
+ *
+ * Each other operand broadcasts to X's shape as one block of dims
+ * (ml_fused_block: cnt steps of inner elements): a scalar, X's shape,
+ * cnt * inner == n (a[e / inner]), inner == 1 (a row, a[e % cnt]) or the
+ * rest (a[(e / inner) % cnt]). It is read once per work-item (load()):
+ * a vector load where its vw values are consecutive, one value for all
+ * lanes where they share one, two values and a per-lane select where a
+ * block boundary falls among the lanes, one load per lane otherwise. The
+ * sizes are arguments, so the chain on tensors of other shapes reuses the
+ * kernel while vw and what divides what stay the same. Indices are 32-bit
+ * below 2^32 elements (a 64-bit division costs several 32-bit ones),
+ * 64-bit above. The ops are the fe_* functions of the preamble below,
+ * which compute what the CPU kernel does (NaN-propagating Max and Min,
+ * Gelu as 0.5 u erfc(-u / sqrt 2)); where OpenCL's built-ins (exp, tanh,
+ * erf) and the CPU's fastmath.h differ, it is by a few ulp.
+ *
+ * The source goes through the program cache (mlcl_kernel_src) under the
+ * name fused_elem-HASH, HASH the FNV-1a hash of the text: a model whose
+ * layers repeat one chain builds it once per process, and a tool's second
+ * start loads its binary from the disk cache. f32 only (the op's
+ * definition takes nothing else); more than ML_FE_CL_IN operands, which
+ * would pass the smallest parameter space a device may have, is
+ * ML_ENOTSUP and the node runs on the CPU.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "cl/cl.h"
+#include "ops/fused.h"
+
+#define ML_FE_CL_IN 32
+#define ML_FE_CL_OPS 64
+
+/* how operand j reads element i: see the comment at the top */
+enum { IX_SCALAR, IX_FULL, IX_DIV, IX_MOD, IX_BLOCK };
+
+struct chain {
+	int nops, nin;
+	int op[ML_FE_CL_OPS], arg[ML_FE_CL_OPS], swap[ML_FE_CL_OPS];
+	int ix[ML_FE_CL_IN];
+	int64_t inner[ML_FE_CL_IN], cnt[ML_FE_CL_IN];
+	int vw;			/* elements per work-item */
+	bool wide;		/* 64-bit indices */
+};
+
+/*
+ * The op semantics of lib/cpu/fused.c felem_chunk, in the order of ML_FE_*,
+ * on T (float, or floatN: a vector's relations are -1 where true, which
+ * ?: reads per lane).
+ */
+static const char preamble[] =
+	"static T fe_add(T u, T w) { return u + w; }\n"
+	"static T fe_sub(T u, T w) { return u - w; }\n"
+	"static T fe_mul(T u, T w) { return u * w; }\n"
+	"static T fe_div(T u, T w) { return u / w; }\n"
+	"static T fe_max(T u, T w) { return (u > w) | isnan(u) ? u : w; }\n"
+	"static T fe_min(T u, T w) { return (u < w) | isnan(u) ? u : w; }\n"
+	"static T fe_relu(T u) { return u > 0.0f ? u : (T)0.0f; }\n"
+	"static T fe_sigmoid(T u) { return 1.0f / (1.0f + exp(-u)); }\n"
+	"static T fe_tanh(T u) { return tanh(u); }\n"
+	"static T fe_exp(T u) { return exp(u); }\n"
+	"static T fe_neg(T u) { return -u; }\n"
+	"static T fe_abs(T u) { return fabs(u); }\n"
+	"static T fe_sqrt(T u) { return sqrt(u); }\n"
+	"static T fe_erf(T u) { return erf(u); }\n"
+	"static T fe_gelu(T u) { return 0.5f * u * erfc(-u * 0.70710678118654752f); }\n"
+	"static T fe_silu(T u) { return u / (1.0f + exp(-u)); }\n"
+	"static T fe_reciprocal(T u) { return 1.0f / u; }\n";
+
+static const char *const fname[] = {
+	"add", "sub", "mul", "div", "max", "min", "relu", "sigmoid", "tanh", "exp", "neg", "abs",
+	"sqrt", "erf", "gelu", "silu", "reciprocal",
+};
+
+_Static_assert(sizeof fname / sizeof fname[0] == ML_FE_RECIPROCAL + 1,
+	       "one fe_ function per FusedElementwise op");
+
+/* chain_of: node c's chain and operand geometry, or ML_ENOTSUP / ML_EINVAL. */
+static int
+chain_of(struct ml_opctx *c, struct chain *ch)
+{
+	const struct ml_attr *ops = ml_attr_find(c->node, "ops");
+	const struct ml_tval *y = c->out[0];
+	const int64_t *args, *swap;
+	int na = ml_attr_ints(c->node, "args", &args), ns = ml_attr_ints(c->node, "swap", &swap);
+	int64_t n = ml_tval_numel(y);
+
+	for (int j = 0; j < c->n_in; j++)
+		if (c->in[j] == NULL || c->in[j]->dtype != ML_F32)
+			return ml_opfail(c, ML_ENOTSUP, "operand %d is not f32 on OpenCL", j);
+	if (y->dtype != ML_F32)
+		return ml_opfail(c, ML_ENOTSUP, "a %s output on OpenCL", ml_dtype_name(y->dtype));
+	if (ops == NULL || ops->type != ML_ATTR_STRINGS || na != ops->n || ns != ops->n)
+		return ml_opfail(c, ML_EINVAL, "needs ops, args and swap of one length");
+	if (ops->n > ML_FE_CL_OPS || c->n_in > ML_FE_CL_IN)
+		return ml_opfail(c, ML_ENOTSUP, "more than %d ops or %d operands on OpenCL",
+				 ML_FE_CL_OPS, ML_FE_CL_IN);
+	ch->nops = ops->n;
+	ch->nin = c->n_in;
+	for (int k = 0; k < ops->n; k++) {
+		ch->op[k] = ml_fused_elem_op(ops->strings[k]);
+		bool binary = ch->op[k] >= 0 && ch->op[k] < ML_FE_UNARY;
+		if (ch->op[k] < 0 || binary != (args[k] >= 0) || args[k] == 0 || args[k] >= c->n_in)
+			return ml_opfail(c, ML_EINVAL, "op %d: bad op or operand", k);
+		ch->arg[k] = (int)args[k];
+		ch->swap[k] = swap[k] != 0;
+	}
+	ch->ix[0] = IX_FULL;
+	for (int j = 1; j < c->n_in; j++) {
+		int64_t in, cnt;
+		if (ml_fused_block(c->in[j], y, &in, &cnt) < 0 || ml_tval_numel(c->in[j]) == 0)
+			return ml_opfail(c, ML_EINVAL, "input %d does not broadcast as one block", j);
+		ch->inner[j] = in;
+		ch->cnt[j] = cnt;
+		ch->ix[j] = cnt == 1 ? IX_SCALAR : in * cnt == n ? (in == 1 ? IX_FULL : IX_DIV) :
+			    in == 1 ? IX_MOD : IX_BLOCK;
+	}
+	ch->wide = n > (int64_t)UINT32_MAX;
+	return 0;
+}
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+};
+
+static void __attribute__((format(printf, 2, 3)))
+put(struct sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int k = vsnprintf(b->p + b->len, b->len < b->cap ? b->cap - b->len : 0, fmt, ap);
+	va_end(ap);
+	b->len += k > 0 ? (size_t)k : 0;
+}
+
+/*
+ * load: the statements that read operand j's values at the vw elements
+ * from e into bj. One load for the scalar kernel and a scalar; a vector
+ * load where the elements are consecutive in the operand (X's shape, or a
+ * row whose length vw divides); one element for all where they share one
+ * (blocks of inner elements that vw divides). Else one load per lane: for
+ * a period (row length or inner) of at least vw the lanes cross at most
+ * one boundary, so one division gives every lane's index; a shorter
+ * period takes a division per lane.
+ */
+static void
+load(struct sbuf *b, const struct chain *ch, int j)
+{
+	static const char *const lane[] = { "a%d[0]", "a%d[e%s]", "a%d[(e%s) / in%d]",
+					    "a%d[(e%s) %% c%d]", "a%d[((e%s) / in%d) %% c%d]" };
+	static const char *const off[] = { "", " + 1", " + 2", " + 3", " + 4", " + 5", " + 6",
+					   " + 7", " + 8", " + 9", " + 10", " + 11", " + 12",
+					   " + 13", " + 14", " + 15" };
+	const char *idx = ch->wide ? "ulong" : "uint";
+	int vw = ch->vw, ix = ch->ix[j];
+	int64_t period = ix == IX_MOD ? ch->cnt[j] : ch->inner[j];
+	if (vw == 1 || ix == IX_SCALAR) {
+		put(b, "\tT b%d = ", j);
+		put(b, lane[ix], j, "", j, j);
+	} else if (ix == IX_FULL) {
+		put(b, "\tT b%d = vload%d(0, a%d + e)", j, vw, j);
+	} else if (period % vw == 0 && ix == IX_MOD) {
+		put(b, "\tT b%d = vload%d(0, a%d + e %% c%d)", j, vw, j, j);
+	} else if (period % vw == 0) {
+		put(b, "\tT b%d = (T)", j);
+		put(b, lane[ix], j, "", j, j);
+	} else if (period >= vw && ix == IX_MOD) {
+		put(b, "\t%s r%d = e %% c%d;\n\tT b%d = (T)(", idx, j, j, j);
+		for (int k = 0; k < vw; k++)
+			put(b, "%sa%d[r%d + %d < c%d ? r%d + %d : r%d + %d - c%d]", k ? ", " : "", j, j,
+			    k, j, j, k, j, k, j);
+		put(b, ")");
+	} else if (period >= vw && !ch->wide) {
+		/* the block p of e, and s of e + vw - 1: lanes from in - r on read s */
+		put(b, "\tuint q%d = e / in%d, r%d = e - q%d * in%d;\n", j, j, j, j, j);
+		if (ix == IX_DIV)
+			put(b, "\tuint p%d = q%d, s%d = r%d + %d > in%d ? q%d + 1 : q%d;\n", j, j, j, j,
+			    vw, j, j, j);
+		else
+			put(b, "\tuint p%d = q%d %% c%d, s%d = r%d + %d <= in%d ? p%d : "
+			    "p%d + 1 < c%d ? p%d + 1 : 0;\n", j, j, j, j, j, vw, j, j, j, j, j);
+		put(b, "\tT b%d = r%d + (uint%d)(", j, j, vw);
+		for (int k = 0; k < vw; k++)
+			put(b, "%s%d", k ? ", " : "", k);
+		put(b, ") < in%d ? (T)a%d[p%d] : (T)a%d[s%d]", j, j, j, j, j);
+	} else {
+		put(b, "\tT b%d = (T)(", j);
+		for (int k = 0; k < vw; k++) {
+			put(b, "%s", k ? ", " : "");
+			put(b, lane[ix], j, off[k], j, j);
+		}
+		put(b, ")");
+	}
+	put(b, ";\n");
+}
+
+/*
+ * gen: the kernel's source for ch into a buffer of *len bytes that the
+ * caller frees; NULL when out of memory. Operand j is read once, into bj.
+ */
+static char *
+gen(const struct chain *ch, size_t *len)
+{
+	const char *idx = ch->wide ? "ulong" : "uint";
+	bool used[ML_FE_CL_IN] = { false };
+	struct sbuf b = { .cap = sizeof preamble + 640 + 64 * (size_t)ch->nops +
+				 (192 + 64 * (size_t)ch->vw) * (size_t)ch->nin };
+	if ((b.p = ml_malloc(b.cap)) == NULL)
+		return NULL;
+	put(&b, "/* ml.FusedElementwise, generated by lib/cl/fused_elem.c */\n");
+	if (ch->vw > 1)
+		put(&b, "#define T float%d\n%s", ch->vw, preamble);
+	else
+		put(&b, "#define T float\n%s", preamble);
+	/* n: work-items, vw elements each */
+	put(&b, "__kernel void\nml_fused_elem(__global const float *x, __global float *y, %s n",
+	    idx);
+	for (int j = 1; j < ch->nin; j++) {
+		put(&b, ",\n\t__global const float *a%d", j);
+		if (ch->ix[j] == IX_DIV || ch->ix[j] == IX_BLOCK)
+			put(&b, ", %s in%d", idx, j);
+		if (ch->ix[j] == IX_MOD || ch->ix[j] == IX_BLOCK)
+			put(&b, ", %s c%d", idx, j);
+	}
+	put(&b, ")\n{\n\t%s i = get_global_id(0);\n\tif (i >= n)\n\t\treturn;\n"
+		"\t%s e = i * %d;\n", idx, idx, ch->vw);
+	for (int k = 0; k < ch->nops; k++)
+		if (ch->arg[k] > 0 && !used[ch->arg[k]]) {
+			used[ch->arg[k]] = true;
+			load(&b, ch, ch->arg[k]);
+		}
+	if (ch->vw > 1)
+		put(&b, "\tT v = vload%d(i, x);\n", ch->vw);
+	else
+		put(&b, "\tT v = x[i];\n");
+	for (int k = 0; k < ch->nops; k++) {
+		if (ch->op[k] >= ML_FE_UNARY)
+			put(&b, "\tv = fe_%s(v);\n", fname[ch->op[k]]);
+		else if (ch->swap[k])
+			put(&b, "\tv = fe_%s(b%d, v);\n", fname[ch->op[k]], ch->arg[k]);
+		else
+			put(&b, "\tv = fe_%s(v, b%d);\n", fname[ch->op[k]], ch->arg[k]);
+	}
+	if (ch->vw > 1)
+		put(&b, "\tvstore%d(v, i, y);\n}\n", ch->vw);
+	else
+		put(&b, "\ty[i] = v;\n}\n");
+	ML_ASSERT(b.len < b.cap);
+	*len = b.len;
+	return b.p;
+}
+
+static uint64_t
+fnv1a(const char *s, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++) {
+		h ^= (unsigned char)s[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/*
+ * vec_width: elements per work-item on d for n elements: a CPU device's
+ * native float vector width (POCL: 16 with AVX-512), else 4 (a GPU's
+ * 128-bit loads), halved until it divides n (1: the scalar kernel).
+ */
+static int
+vec_width(const struct mlcl_dev *d, int64_t n)
+{
+	cl_uint nw = 0;
+	int vw = 4;
+	if ((d->type & CL_DEVICE_TYPE_CPU) &&
+	    clGetDeviceInfo(d->id, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof nw, &nw, NULL) ==
+		    CL_SUCCESS && nw >= 4)
+		vw = nw >= 16 ? 16 : nw >= 8 ? 8 : 4;
+	while (vw > 1 && n % vw != 0)
+		vw /= 2;
+	return vw;
+}
+
+/* struct args: the kernel's arguments, set in order; st ORs their statuses */
+struct args {
+	cl_kernel k;
+	cl_uint i;
+	cl_int st;
+	bool wide;
+};
+
+static void
+arg_buf(struct args *a, void *buf)
+{
+	cl_mem m = ((struct mlcl_buf *)buf)->mem;
+	a->st |= clSetKernelArg(a->k, a->i++, sizeof m, &m);
+}
+
+/* arg_size: a size, as the kernel's index type */
+static void
+arg_size(struct args *a, int64_t v)
+{
+	cl_ulong l = (cl_ulong)v;
+	cl_uint u = (cl_uint)v;
+	a->st |= a->wide ? clSetKernelArg(a->k, a->i++, sizeof l, &l) :
+			   clSetKernelArg(a->k, a->i++, sizeof u, &u);
+}
+
+int
+mlcl_fused_elem_run(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
+{
+	struct chain ch = { 0 };
+	ML_TRY(chain_of(c, &ch));
+	int64_t n = ml_tval_numel(c->out[0]);
+	if (n <= 0)
+		return 0;
+	ch.vw = vec_width(d, n);
+	size_t len;
+	char *src = gen(&ch, &len), name[48];
+	if (src == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	snprintf(name, sizeof name, "fused_elem-%016llx", (unsigned long long)fnv1a(src, len));
+	struct args a = { .wide = ch.wide };
+	int rc = mlcl_kernel_src(d, name, src, len, "ml_fused_elem", NULL, &a.k, c->err);
+	ml_free(src);
+	ML_TRY(rc);
+	arg_buf(&a, bin[0]);
+	arg_buf(&a, bout[0]);
+	arg_size(&a, n / ch.vw);
+	for (int j = 1; j < ch.nin; j++) {
+		arg_buf(&a, bin[j]);
+		if (ch.ix[j] == IX_DIV || ch.ix[j] == IX_BLOCK)
+			arg_size(&a, ch.inner[j]);
+		if (ch.ix[j] == IX_MOD || ch.ix[j] == IX_BLOCK)
+			arg_size(&a, ch.cnt[j]);
+	}
+	if (a.st != CL_SUCCESS)
+		return mlcl_argfail(c, a.st);
+	return mlcl_launch1(d, a.k, (size_t)(n / ch.vw), c->err);
+}
