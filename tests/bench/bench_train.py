@@ -15,6 +15,8 @@
 # (the least disturbed by other load). Both run on --threads threads (PyTorch's
 # intra-op threads, mltrain's kernels and BLAS); mltrain's loader prepares
 # the next batch on a thread of its own, PyTorch indexes the batch inline.
+# Where an OpenCL device exists, seed 0 is trained again with --device cl and
+# its accuracy compared with the CPU's (target: within 0.5 points).
 # Usage: bench_train.py --bin DIR --work DIR [--models DIR] [--ort-python PY]
 #        [--data DIR] [--epochs-mlp N] [--epochs-cnn N] [--threads N] [--seeds N]
 #        [--only mlp|lenet]
@@ -140,6 +142,17 @@ def torch_train(model, xtr, ytr, xte, yte, epochs, batch, lr, momentum, seed):
     return float((pred == yte).mean()), seen / secs
 
 
+def has_cl(bindir):
+    """Whether mlrun --devices lists an OpenCL device."""
+    p = subprocess.run([os.path.join(bindir, "mlrun"), "--devices", "--json"],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        return p.returncode == 0 and any(d.get("id", "").startswith("cl")
+                                         for d in json.loads(p.stdout).get("devices", []))
+    except (ValueError, AttributeError):
+        return False
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -211,6 +224,35 @@ def main():
         ok_speed = ratio >= speed
         print("%-6s targets: accuracy >= torch - %.1f points: %s; speed >= %.1fx: %s" %
               (name, tol, "met" if ok_acc else "MISSED", speed, "met" if ok_speed else "MISSED"))
+        # the issue: training with --device cl reaches the CPU's accuracy within 0.5
+        # points; each seed again on the first OpenCL device, where there is one, and
+        # the means compared (one seed's accuracy moves by a point with rounding alone)
+        if has_cl(a.bin):
+            cl_acc = []
+            for seed in range(a.seeds):
+                out = os.path.join(a.work, "train-%s-%d-cl.mlg" % (name, seed))
+                cmd = [mltrain, os.path.join(a.work, "train-%s-%d.onnx" % (name, seed)),
+                       "--data", a.data, "--loss", "softmax-cross-entropy", "--optimizer", "sgd",
+                       "--lr", "0.05", "--momentum", "0.9", "--batch", "64", "--epochs",
+                       str(epochs), "--seed", str(seed), "--threads", str(a.threads),
+                       "--device", "cl", "-q", "--json", "-o", out]
+                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                if p.returncode != 0:
+                    print("%-6s mltrain --device cl failed (status %d): %s" %
+                          (name, p.returncode, p.stderr.strip()))
+                    fails += 1
+                    break
+                cl_acc.append(json.loads(p.stdout)["test_accuracy"])
+            if len(cl_acc) == len(rows):
+                c_acc = sum(cl_acc) / len(cl_acc)
+                cdiff = 100 * (c_acc - m_acc)
+                print("%-6s --device cl: %.2f%% vs cpu %.2f%% (%+.2f points, %d seeds: %s); "
+                      "target |diff| <= 0.5: %s" %
+                      (name, 100 * c_acc, 100 * m_acc, cdiff, len(cl_acc),
+                       " ".join("%.2f" % (100 * x) for x in cl_acc),
+                       "met" if abs(cdiff) <= 0.5 else "MISSED"))
+        else:
+            print("%-6s --device cl: no OpenCL device, not measured" % name)
     return 1 if fails else 0
 
 
