@@ -173,8 +173,25 @@ load(const struct operand *a, int64_t i0, int64_t n, float *buf)
 	} else if (a->inner == 1 && a->cnt >= i0 + n) {
 		memcpy(buf, a->p + i0, sizeof(float) * (size_t)n);
 	} else {
-		for (int64_t j = 0; j < n; j++)
-			buf[j] = a->p[((i0 + j) / a->inner) % a->cnt];
+		/* element i is p[(i / inner) % cnt]: runs of one value (or of p, inner 1) */
+		int64_t q = i0 / a->inner % a->cnt, r = i0 % a->inner;
+		for (int64_t j = 0; j < n;) {
+			if (a->inner == 1) {
+				int64_t run = ML_MIN(a->cnt - q, n - j);
+				memcpy(buf + j, a->p + q, sizeof(float) * (size_t)run);
+				j += run;
+				q = 0;
+				continue;
+			}
+			int64_t run = ML_MIN(a->inner - r, n - j);
+			float v = a->p[q];
+			for (int64_t k = 0; k < run; k++)
+				buf[j + k] = v;
+			j += run;
+			r = 0;
+			if (++q == a->cnt)
+				q = 0;
+		}
 	}
 }
 

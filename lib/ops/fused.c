@@ -159,7 +159,8 @@ ml_fused_block(const struct ml_tval *x, const struct ml_tval *y, int64_t *inner,
 	if (off < 0)
 		return -1;
 	for (int d = 0; d < x->rank; d++) {
-		if (x->dims[d] == 1)
+		/* a broadcast dim; one of size 1 in both belongs to any block around it */
+		if (x->dims[d] == 1 && y->dims[d + off] != 1)
 			continue;
 		if (x->dims[d] != y->dims[d + off])
 			return -1;

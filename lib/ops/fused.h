@@ -21,8 +21,8 @@ enum { ML_FE_ADD, ML_FE_SUB, ML_FE_MUL, ML_FE_DIV, ML_FE_MAX, ML_FE_MIN, ML_FE_U
 /* ml_fused_elem_op: the code of op type s, -1 when a FusedElementwise cannot hold it. */
 int ml_fused_elem_op(const char *s);
 /*
- * ml_fused_block: when x broadcasts to y with its non-1 dims one block of
- * y's dims, element i of y reads element (i / *inner) % *cnt of x; 0, or
+ * ml_fused_block: when x broadcasts to y with its non-1 dims (and any dim
+ * of size 1 in both) one block of y's dims, element i of y reads element (i / *inner) % *cnt of x; 0, or
  * -1 when x is not such an operand. Shapes must be known.
  */
 int ml_fused_block(const struct ml_tval *x, const struct ml_tval *y, int64_t *inner, int64_t *cnt);

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "ml.h"
+#include "ml_impl.h"
+#include "ops/fused.h"
 
 static int ntest, nfail;
 
@@ -120,6 +122,18 @@ main(void)
 	   "known pass lists are accepted");
 	ok(ml_opt_check_names("dce,nope", &e) == ML_EINVAL && strstr(e.msg, "'nope'") != NULL,
 	   "an unknown pass is refused naming it");
+
+	/* ml_fused_block: which operands a FusedElementwise reads as one block */
+	struct ml_tval bx = { .rank = 3, .dims = { 2, 1, 5 } }, by = { .rank = 3, .dims = { 2, 1, 5 } };
+	int64_t inner = 0, cnt = 0;
+	ok(ml_fused_block(&bx, &by, &inner, &cnt) == 0 && inner == 1 && cnt == 10,
+	   "an operand of Y's own shape with a dim of 1 is one block");
+	by.dims[1] = 3;
+	ok(ml_fused_block(&bx, &by, &inner, &cnt) < 0, "[2, 1, 5] against [2, 3, 5] is not");
+	struct ml_tval cx = { .rank = 4, .dims = { 1, 3, 1, 1 } };
+	struct ml_tval cy = { .rank = 4, .dims = { 2, 3, 4, 4 } };
+	ok(ml_fused_block(&cx, &cy, &inner, &cnt) == 0 && inner == 16 && cnt == 3,
+	   "a per-channel operand steps every plane");
 
 	struct ml_graph *g = load();
 	float want[8], got[8];
