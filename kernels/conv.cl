@@ -8,7 +8,7 @@
  *   ml_conv_dw_T      depthwise convolution (group == C, one input channel
  *                     per output channel, channel multiplier M / C) done
  *                     directly: a GEMM with K = KH*KW would waste the
- *                     packing; bias and ReLU are fused.
+ *                     packing; bias, residual and activation are fused.
  *
  * T is f32, or f16 storage with -DML_F16 (vload_half/vstore_half, f32
  * arithmetic and accumulation, no cl_khr_fp16 needed, so f16 runs on every
@@ -29,6 +29,30 @@
 #define ST(p, i, v) ((p)[i] = (v))
 #define KN(name) name##_f32
 #endif
+
+/*
+ * The activations, as in gemm.cl (codes ML_ACT_* of lib/ops/fused.h, the
+ * CPU's formulas: Clip lets NaN through, Gelu in the erf form).
+ */
+#define ACT_RELU 1
+#define ACT_CLIP 2
+#define ACT_SIGMOID 3
+#define ACT_TANH 4
+#define ACT_SILU 5
+#define ACT_GELU 6
+inline float
+act(float v, int a, float lo, float hi)
+{
+	switch (a) {
+	case ACT_RELU: return fmax(v, 0.0f);
+	case ACT_CLIP: return v < lo ? lo : v > hi ? hi : v;
+	case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v));
+	case ACT_TANH: return tanh(v);
+	case ACT_SILU: return v / (1.0f + exp(-v));
+	case ACT_GELU: return 0.5f * v * erfc(-v * 0.70710678118654752f);
+	default: return v;
+	}
+}
 
 /*
  * im2col straight into the packed B layout of kernels/gemm.cl (f32 panels
@@ -78,17 +102,20 @@ KN(ml_conv_im2col)(global const T *x, long xoff, long ximg, int c0, int CG, glob
 /*
  * Depthwise: output channel oc of image n reads input channel oc / mult
  * (mult = M / C) with the KH x KW filter w[woff + oc*KH*KW ...]. flags & 1:
- * add bias[boff + oc]; flags & 2: ReLU. One work-item computes one output
- * row, accumulating in place one filter tap at a time over the range of
- * ow whose input is inside the image, so the inner loop has no branches
- * (and vectorises when the stride is 1; x and y must not overlap, hence
- * restrict). NDRange: (OH rounded up, N*M).
+ * add bias[boff + oc]; flags & 2: add the residual z at y's own index
+ * (z + zoff for y + yoff); then activation a (act() above; 0 none, Clip
+ * within [clo, chi]), the CPU's FusedConv order: act(conv + bias + z).
+ * One work-item computes one output row, accumulating in place one filter
+ * tap at a time over the range of ow whose input is inside the image, so
+ * the inner loop has no branches (and vectorises when the stride is 1; x,
+ * z and y must not overlap, hence restrict). NDRange: (OH rounded up, N*M).
  */
 kernel void
 KN(ml_conv_dw)(global const T *restrict x, long xoff, global const T *restrict w, long woff,
 	       global const T *restrict bias, long boff, global T *restrict y, long yoff, int C,
 	       int M, int H, int W, int KH, int KW, int sh, int sw, int dh, int dw, int pt, int pl,
-	       int OH, int OW, int flags)
+	       int OH, int OW, int flags, global const T *restrict z, long zoff, int a, float clo,
+	       float chi)
 {
 	int oh = get_global_id(0);
 	if (oh >= OH)
@@ -99,6 +126,7 @@ KN(ml_conv_dw)(global const T *restrict x, long xoff, global const T *restrict w
 	global const T *px = x + xoff + (n * C + ic) * H * W;
 	global const T *pw = w + woff + (long)oc * KH * KW;
 	global T *py = y + yoff + (nm * OH + oh) * OW;
+	global const T *pz = z + zoff + (nm * OH + oh) * OW;
 	float b0 = (flags & 1) ? LD(bias, boff + oc) : 0.0f;
 #ifdef ML_F16
 	/*
@@ -118,7 +146,9 @@ KN(ml_conv_dw)(global const T *restrict x, long xoff, global const T *restrict w
 					acc = fma(LD(px, (long)ih * W + iw), LD(pw, kh * KW + kw), acc);
 			}
 		}
-		ST(py, ow, (flags & 2) ? fmax(acc, 0.0f) : acc);
+		if (flags & 2)
+			acc += LD(pz, ow);
+		ST(py, ow, act(acc, a, clo, chi));
 	}
 	return;
 #endif
@@ -141,7 +171,11 @@ KN(ml_conv_dw)(global const T *restrict x, long xoff, global const T *restrict w
 				ST(py, ow, fma(LD(row, ow * sw + off), wv, LD(py, ow)));
 		}
 	}
-	if (flags & 2)
-		for (int ow = 0; ow < OW; ow++)
-			ST(py, ow, fmax(LD(py, ow), 0.0f));
+	if ((flags & 2) || a != 0)
+		for (int ow = 0; ow < OW; ow++) {
+			float v = LD(py, ow);
+			if (flags & 2)
+				v += LD(pz, ow);
+			ST(py, ow, act(v, a, clo, chi));
+		}
 }

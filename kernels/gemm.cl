@@ -20,7 +20,9 @@
  *                   MR * NV vector registers over the whole K loop, each k
  *                   step loads NV vectors of B and broadcasts MR scalars of A
  *                   (MR * NV fused multiply-adds per MR + NV loads), then
- *                   the tile is scaled and stored with bounds checks.
+ *                   the tile is scaled and stored with bounds checks, the
+ *                   epilogue (bias, residual, activation) fused into the
+ *                   store.
  *
  * T is f32, or f16 when built with -DML_F16 (stored as half through the
  * core vload_half/vstore_half, so it needs no cl_khr_fp16; arithmetic and
@@ -88,6 +90,34 @@ typedef float4 floatv;
 #endif
 
 /*
+ * The epilogue's activations (codes as ML_ACT_* of lib/ops/fused.h), the
+ * formulas of the CPU's fused kernels (lib/cpu/fused_mm.c): Clip lets NaN
+ * through and Gelu is the erf form, 0.5 v erfc(-v / sqrt 2). act_s works
+ * on one float, act_v on a floatv.
+ */
+#define ACT_RELU 1
+#define ACT_CLIP 2
+#define ACT_SIGMOID 3
+#define ACT_TANH 4
+#define ACT_SILU 5
+#define ACT_GELU 6
+#define ACT_FN(NAME, TY) \
+	inline TY NAME(TY v, int act, float lo, float hi) \
+	{ \
+		switch (act) { \
+		case ACT_RELU: return fmax(v, (TY)(0.0f)); \
+		case ACT_CLIP: return select(select(v, (TY)(hi), v > hi), (TY)(lo), v < lo); \
+		case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v)); \
+		case ACT_TANH: return tanh(v); \
+		case ACT_SILU: return v / (1.0f + exp(-v)); \
+		case ACT_GELU: return 0.5f * v * erfc(-v * 0.70710678118654752f); \
+		default: return v; \
+		} \
+	}
+ACT_FN(act_s, float)
+ACT_FN(act_v, floatv)
+
+/*
  * Pack a rows x cols matrix X (element (r, c) at x[off + r*ld + c], or at
  * x[off + c*ld + r] when trans) into panels of P rows: panel p holds rows
  * p*P .. p*P+P-1 as dst[p*cols*P + c*P + r'], zero beyond the last row.
@@ -151,7 +181,10 @@ KN(ml_gemm_pack_b)(global const T *x, long off, long ld, int trans, long rows, l
  * c[coff + b*cstride + m*ldc + n]; with beta == 0 C is not read, so it may
  * hold NaNs. The epilogue then adds bias[boff + m*bsm + n*bsn] when flags & 1
  * (bsm = 1, bsn = 0: a bias per row, as Conv's per output channel; 0, 1: per
- * column, as Gemm's) and applies ReLU when flags & 2.
+ * column, as Gemm's) and the residual z[zoff + b*cstride + m*ldc + n] (C's
+ * own index) when flags & 2, then applies activation act (0 none; Clip
+ * within [lo, hi]): C = act(alpha * A * B + beta * C + bias + z), the CPU's
+ * FusedConv order. z must not overlap C but at C's own elements.
  * NDRange: (nmb rounded up to WG, nnb, batches), local (WG, 1, 1).
  */
 kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
@@ -159,7 +192,7 @@ KN(ml_gemm)(global const float *ap, long aoff, long astride, long apstride, long
 	    global const float *bp, long bstride,
 	    global T *c, long coff, long ldc, long cstride, long M, long N, int K,
 	    float alpha, float beta, int nmb, global const T *bias, long boff, long bsm, long bsn,
-	    int flags)
+	    int flags, global const T *z, long zoff, int act, float lo, float hi)
 {
 	int pm = get_global_id(0);
 	if (pm >= nmb)
@@ -196,6 +229,7 @@ KN(ml_gemm)(global const float *ap, long aoff, long astride, long apstride, long
 	}
 
 	global T *pc = c + coff + b * cstride + m0 * ldc + n0;
+	global const T *pz = z + zoff + b * cstride + m0 * ldc + n0;
 	bool full = m0 + MR <= M && n0 + NR <= N;
 #pragma unroll
 	for (int i = 0; i < MR; i++) {
@@ -205,11 +239,16 @@ KN(ml_gemm)(global const float *ap, long aoff, long astride, long apstride, long
 		for (int j = 0; j < NV; j++) {
 			floatv v = alpha * acc[i][j];
 #ifndef ML_F16
-			if (full && (flags & 1) == 0) {
+			/* a whole vector: no bounds, and a bias per row is one value */
+			if (full && ((flags & 1) == 0 || bsn == 0)) {
 				if (beta != 0.0f)
 					v = fma((floatv)(beta), VLOAD(j, pc + i * ldc), v);
+				if (flags & 1)
+					v += (floatv)(bias[boff + (m0 + i) * bsm]);
 				if (flags & 2)
-					v = fmax(v, (floatv)(0.0f));
+					v += VLOAD(j, pz + i * ldc);
+				if (act != 0)
+					v = act_v(v, act, lo, hi);
 				VSTORE(v, j, pc + i * ldc);
 				continue;
 			}
@@ -226,7 +265,9 @@ KN(ml_gemm)(global const float *ap, long aoff, long astride, long apstride, long
 				if (flags & 1)
 					o += LD(bias, boff + (m0 + i) * bsm + n * bsn);
 				if (flags & 2)
-					o = fmax(o, 0.0f);
+					o += LD(pz, i * ldc + j * VW + q);
+				if (act != 0)
+					o = act_s(o, act, lo, hi);
 				ST(pc, i * ldc + j * VW + q, o);
 			}
 		}

@@ -74,7 +74,8 @@ check_model_cl() {
 }
 
 # check_model_cl_O2 NAME: the -O2 graph (FusedConv with Relu, Clip, residuals) on cl matches
-# PyTorch; FusedConvs whose store the device cannot fuse run on the CPU.
+# PyTorch, and --plan puts every FusedConv on the device (the convolution's store applies
+# the bias, the residual and the activation).
 check_model_cl_O2() {
 	require_opencl
 	local d=$ML_MODELS/$1
@@ -83,6 +84,11 @@ check_model_cl_O2() {
 	run -0 mlopt -O2 "$1.mlg" -o "$1.O2.mlg"
 	run -0 mlrun "$1.O2.mlg" --device cl --input "input=$d/input.npy" --output-dir out
 	npcmp out/output.npy "$d/output.npy" --rtol 1e-3 --atol 1e-4
+	run -0 mlrun "$1.O2.mlg" --device cl --plan
+	[[ $output == *" FusedConv "*" cl:0 "* ]]
+	local bad
+	bad=$(echo "$output" | awk '$3 == "FusedConv" && $4 != "cl:0"')
+	[ -z "$bad" ] || { echo "FusedConv off the device: $bad" >&2; return 1; }
 }
 
 @test "resnet18 at -O2 (FusedConv with Relu and residual) with --device cl matches PyTorch" {

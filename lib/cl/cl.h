@@ -262,13 +262,22 @@ int mlcl_hgemm(struct mlcl_dev *d, bool ta, bool tb, int64_t M, int64_t N, int64
  * struct mlcl_epi: an epilogue fused into the GEMM's store, after alpha and
  * beta: C[m][n] += bias[bias_off + m * bias_sm + n * bias_sn] when bias is
  * not NULL (same dtype as C; bias_sm 1, bias_sn 0 for a bias per row as
- * Conv's; 0, 1 per column as Gemm's), then max(C, 0) when relu.
+ * Conv's; 0, 1 per column as Gemm's), then C[b][m][n] += z[z_off +
+ * b * stride_c + m * ldc + n] (C's own index) when z is not NULL (C's
+ * dtype; it may be C's buffer only at C's own elements), then the
+ * activation act, an ML_ACT_* code of ops/fused.h (Clip within [lo, hi]):
+ * FusedConv's act(conv + bias + z). relu is act ML_ACT_RELU, for callers
+ * that fuse nothing else; ML_EINVAL for an unknown act.
  */
 struct mlcl_epi {
 	cl_mem bias;
 	size_t bias_off;
 	int64_t bias_sm, bias_sn;
 	bool relu;
+	int act;
+	float lo, hi;
+	cl_mem z;
+	size_t z_off;
 };
 /* mlcl_gemm_ex: mlcl_sgemm (f16 false) or mlcl_hgemm (true) with an epilogue (NULL = none). */
 int mlcl_gemm_ex(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
@@ -321,7 +330,10 @@ int mlcl_gemm_pb(struct mlcl_dev *d, bool f16, bool ta, int64_t M, int64_t N, in
  * (m), Y n x m x oh x ow, with oh = (h + pad[0] + pad[2] - dil[0]*(kh-1) - 1)
  * / stride[0] + 1 and ow likewise (mlcl_conv_out computes them; ML_EINVAL
  * when either is < 1 or c, m are not multiples of group). pad is ONNX's
- * order: top, left, bottom, right. relu fuses a ReLU after the bias.
+ * order: top, left, bottom, right. act (ML_ACT_* of ops/fused.h, Clip
+ * within [lo, hi]; relu is act ML_ACT_RELU) is applied after the bias, and
+ * with mlcl_conv2d_ex after the residual z too (Y's shape and dtype, at
+ * element z_off; not overlapping Y): FusedConv's act(conv + bias + z).
  * Depthwise (group == c > 1, m any multiple of c) runs a direct kernel;
  * 1x1 with stride 1 and no padding is a GEMM on X itself; the rest is
  * im2col, written in the
@@ -336,11 +348,16 @@ struct mlcl_conv {
 	int64_t group;
 	int64_t stride[2], dil[2], pad[4];
 	bool relu;
+	int act;
+	float lo, hi;
 };
 int mlcl_conv_out(const struct mlcl_conv *p, int64_t *oh, int64_t *ow, struct ml_err *e);
 int mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x, size_t x_off,
 		cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem y, size_t y_off,
 		struct ml_err *e);
+int mlcl_conv2d_ex(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x,
+		   size_t x_off, cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem z,
+		   size_t z_off, cl_mem y, size_t y_off, struct ml_err *e);
 
 /*
  * int8 (quant.c, kernels/quant.cl): the internal Q8* ops of mlquant's

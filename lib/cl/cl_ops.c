@@ -495,14 +495,26 @@ run_conv(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	p.pad[1] = g.pb[1 - o];
 	p.pad[2] = o ? 0 : g.pe[0];
 	p.pad[3] = g.pe[1 - o];
-	p.relu = c->node->op == ML_OP_FUSED_CONV && ml_fused_act(c->node) == 1;
-	const struct ml_tval *b = ML_IN(c, 2);
+	/* FusedConv: act(conv + B + Z), all of it in the convolution's store */
+	const struct ml_tval *b = ML_IN(c, 2), *z = NULL;
+	if (c->node->op == ML_OP_FUSED_CONV) {
+		p.act = ml_fused_act(c->node);
+		if (p.act < 0)
+			return ml_opfail(c, ML_EINVAL, "unknown activation '%s'",
+					 ml_attr_str(c->node, "activation", ""));
+		p.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+		p.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+		z = ML_IN(c, 3);
+		if (z != NULL && ml_tval_numel(z) != ml_tval_numel(c->out[0]))
+			return ml_opfail(c, ML_EINVAL, "Z does not have the output's shape");
+	}
 	int64_t oh, ow;
 	ML_TRY(mlcl_conv_out(&p, &oh, &ow, c->err));
 	if (oh * ow != g.out[0] * (g.nsp == 2 ? g.out[1] : 1))
 		return ml_opfail(c, ML_ENOTSUP, "convolution geometry");
-	return mlcl_conv2d(d, &p, f16(c->out[0]), MEM(bin[0]), 0, MEM(bin[1]), 0,
-			   b != NULL ? MEM(bin[2]) : NULL, 0, MEM(bout[0]), 0, c->err);
+	return mlcl_conv2d_ex(d, &p, f16(c->out[0]), MEM(bin[0]), 0, MEM(bin[1]), 0,
+			      b != NULL ? MEM(bin[2]) : NULL, 0, z != NULL ? MEM(bin[3]) : NULL, 0,
+			      MEM(bout[0]), 0, c->err);
 }
 
 static int
@@ -947,11 +959,12 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 	if (o->run == mlcl_q8_run)
 		return mlcl_q8_supports(g, n);
 	/*
-	 * FusedConv: the convolution's store fuses a bias and a ReLU, no other
-	 * activation and no residual input; those nodes run on the CPU.
+	 * FusedConv: the convolution's store fuses the bias, the residual Z and
+	 * every activation; not an unknown one, nor weights packed for the CPU
+	 * (packed_n, as FusedMatMul's, should a pass ever set it here).
 	 */
 	if (n->op == ML_OP_FUSED_CONV &&
-	    ((ml_fused_act(n) != 0 && ml_fused_act(n) != 1) || (n->n_in > 3 && n->in[3] >= 0)))
+	    (ml_fused_act(n) < 0 || ml_attr_find(n, "packed_n") != NULL))
 		return false;
 	/* a view copies nothing: any dtype (the uint8 tensors between int8 ops too) */
 	bool anydt = o->view && n->op != ML_OP_DROPOUT;
@@ -964,7 +977,7 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 	bool one_type = n->op != ML_OP_CAST;
 	for (int j = 0; j < n->n_in; j++) {
 		int t = n->in[j];
-		if (t < 0 || (o->host >> j & 1))
+		if (t < 0 || (j < 32 && (o->host >> j & 1)))
 			continue;
 		enum ml_dtype dt = g->tensors[t]->dtype;
 		if (n->op == ML_OP_GATHER && j == 1) {

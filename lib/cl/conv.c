@@ -3,12 +3,13 @@
  * by a direct kernel, 1x1 stride-1 unpadded as one GEMM on the input
  * itself, everything else as im2col (kernels/conv.cl) into a pool scratch
  * buffer, already in the GEMM's packed layout, and the GEMM of gemm.c, with
- * bias and ReLU fused into the GEMM's store.
+ * bias, residual and activation fused into the GEMM's store.
  */
 #include <limits.h>
 #include <stdio.h>
 
 #include "cl/cl.h"
+#include "ops/fused.h"
 
 /* the im2col scratch of one chunk of images stays under this many bytes */
 #define COL_MAX ((size_t)64 << 20)
@@ -40,9 +41,9 @@ set_args(cl_kernel k, int n, const size_t *sz, const void *const *val, struct ml
 }
 
 static int
-depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, int64_t oh, int64_t ow,
-	  cl_mem x, size_t x_off, cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem y,
-	  size_t y_off, struct ml_err *e)
+depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, int act, bool f16, int64_t oh,
+	  int64_t ow, cl_mem x, size_t x_off, cl_mem w, size_t w_off, cl_mem bias, size_t b_off,
+	  cl_mem z, size_t z_off, cl_mem y, size_t y_off, struct ml_err *e)
 {
 	cl_kernel k;
 	ML_TRY(mlcl_kernel(d, "conv", f16 ? "ml_conv_dw_f16" : "ml_conv_dw_f32",
@@ -52,15 +53,21 @@ depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, int64_t oh, i
 			   (cl_int)p->kw, (cl_int)p->stride[0], (cl_int)p->stride[1],
 			   (cl_int)p->dil[0], (cl_int)p->dil[1], (cl_int)p->pad[0],
 			   (cl_int)p->pad[1], (cl_int)oh, (cl_int)ow };
-	cl_int flags = (bias != NULL ? 1 : 0) | (p->relu ? 2 : 0);
-	cl_mem bm = bias != NULL ? bias : w;
+	cl_int flags = (bias != NULL ? 1 : 0) | (z != NULL ? 2 : 0), a = act;
+	/* an absent bias or z is bound to w: flags tell the kernel not to read it */
+	cl_mem bm = bias != NULL ? bias : w, zm = z != NULL ? z : w;
+	cl_long zo = (cl_long)z_off;
 	const size_t sz[] = { sizeof(cl_mem), 8, sizeof(cl_mem), 8, sizeof(cl_mem), 8,
 			      sizeof(cl_mem), 8 };
 	const void *const val[] = { &x, &xo, &w, &wo, &bm, &bo, &y, &yo };
 	ML_TRY(set_args(k, 8, sz, val, e));
 	for (int i = 0; i < 14; i++)
 		ML_CL(e, clSetKernelArg(k, (cl_uint)(8 + i), sizeof(cl_int), &geo[i]));
-	ML_CL(e, clSetKernelArg(k, 22, sizeof(cl_int), &flags));
+	const size_t sz2[] = { sizeof(cl_int), sizeof(cl_mem), 8, sizeof(cl_int), sizeof(float),
+			       sizeof(float) };
+	const void *const val2[] = { &flags, &zm, &zo, &a, &p->lo, &p->hi };
+	for (int i = 0; i < 6; i++)
+		ML_CL(e, clSetKernelArg(k, (cl_uint)(22 + i), sz2[i], val2[i]));
 	size_t lx = mlcl_wg(d, (size_t)oh);
 	size_t gws[2] = { mlcl_round_up((size_t)oh, lx), (size_t)(p->n * p->m) };
 	size_t lws[2] = { lx, 1 };
@@ -98,8 +105,19 @@ mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x, s
 	    cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem y, size_t y_off,
 	    struct ml_err *e)
 {
+	return mlcl_conv2d_ex(d, p, f16, x, x_off, w, w_off, bias, b_off, NULL, 0, y, y_off, e);
+}
+
+int
+mlcl_conv2d_ex(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x, size_t x_off,
+	       cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem z, size_t z_off,
+	       cl_mem y, size_t y_off, struct ml_err *e)
+{
 	int64_t oh, ow;
 	ML_TRY(mlcl_conv_out(p, &oh, &ow, e));
+	if (p->act < ML_ACT_NONE || p->act > ML_ACT_GELU)
+		return ml_fail(e, ML_EINVAL, "conv: unknown activation code %d", p->act);
+	int act = p->act == ML_ACT_NONE && p->relu ? ML_ACT_RELU : p->act;
 	if (p->n == 0)
 		return 0;
 	if (p->c * p->h * p->w > INT_MAX || p->m * oh * ow > INT_MAX || p->kh * p->kw > INT_MAX ||
@@ -108,15 +126,18 @@ mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x, s
 	int64_t cg = p->c / p->group, mg = p->m / p->group;
 	int64_t kk = cg * p->kh * p->kw, P = oh * ow;
 	if (p->group == p->c && cg == 1 && p->group > 1)
-		return depthwise(d, p, f16, oh, ow, x, x_off, w, w_off, bias, b_off, y, y_off, e);
+		return depthwise(d, p, act, f16, oh, ow, x, x_off, w, w_off, bias, b_off, z, z_off,
+				 y, y_off, e);
 
-	struct mlcl_epi epi = { .bias = bias, .bias_sm = 1, .bias_sn = 0, .relu = p->relu };
+	struct mlcl_epi epi = { .bias = bias, .bias_sm = 1, .bias_sn = 0, .act = act,
+				.lo = p->lo, .hi = p->hi, .z = z };
 	bool direct = p->kh == 1 && p->kw == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
 		      p->pad[0] == 0 && p->pad[1] == 0 && p->pad[2] == 0 && p->pad[3] == 0;
 	if (direct) {
 		/* Y_g[img] (mg x HW) = W_g (mg x cg) * X_g[img] (cg x HW) */
 		for (int64_t g = 0; g < p->group; g++) {
 			epi.bias_off = b_off + (size_t)(g * mg);
+			epi.z_off = z_off + (size_t)(g * mg * P);
 			ML_TRY(mlcl_gemm_ex(d, f16, false, false, mg, P, cg, 1.0f, w,
 					    w_off + (size_t)(g * mg * cg), cg, x,
 					    x_off + (size_t)(g * cg * P), P, 0.0f, y,
@@ -145,12 +166,13 @@ mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x, s
 	for (int64_t i0 = 0; i0 < p->n && rc == 0; i0 += chunk) {
 		int64_t nimg = p->n - i0 < chunk ? p->n - i0 : chunk;
 		size_t xo = x_off + (size_t)(i0 * p->c * p->h * p->w);
-		size_t yo = y_off + (size_t)(i0 * p->m * P);
+		size_t yo = y_off + (size_t)(i0 * p->m * P), zo = z_off + (size_t)(i0 * p->m * P);
 		for (int64_t g = 0; g < p->group && rc == 0; g++) {
 			/* the GEMM sets its own arguments, so im2col's are set again each time */
 			if ((rc = im2col(d, k, p, oh, ow, x, xo, g, nimg, col->mem, cstride, e)) < 0)
 				break;
 			epi.bias_off = b_off + (size_t)(g * mg);
+			epi.z_off = zo + (size_t)(g * mg * P);
 			rc = mlcl_gemm_pb(d, f16, false, mg, P, kk, 1.0f, w,
 					  w_off + (size_t)(g * mg * kk), kk, col->mem, cstride,
 					  0.0f, y, yo + (size_t)(g * mg * P), P, nimg, 0, p->m * P,

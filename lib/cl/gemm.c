@@ -1,7 +1,7 @@
 /*
  * gemm.c: the OpenCL GEMM of kernels/gemm.cl: strided-batched
  * C = alpha * op(A) * op(B) + beta * C, row-major, f32 and f16 storage, with
- * an optional fused epilogue (bias, ReLU) for Gemm and Conv. Each call
+ * an optional fused epilogue (bias, residual, activation) for Gemm and Conv. Each call
  * packs op(B) (and op(A) for f16) into scratch buffers from the device's
  * pool and runs the register-blocked micro-kernel over the panels; the
  * tile shape is measured per device at the first use (the fastest of a
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cl/cl.h"
+#include "ops/fused.h"
 
 /*
  * The tile of one work-item: MR rows by VW * NV columns, and WG, the
@@ -154,10 +155,19 @@ okld(int64_t rows, int64_t cols, int64_t ld)
 	return rows == 0 || cols == 0 || ld >= cols;
 }
 
+/* epi_act: the epilogue's activation code, relu being ML_ACT_RELU */
+static int
+epi_act(const struct mlcl_epi *ep)
+{
+	return ep->act == ML_ACT_NONE && ep->relu ? ML_ACT_RELU : ep->act;
+}
+
 static int
 check(int64_t M, int64_t N, int64_t K, int64_t batch, int64_t stride_a, int64_t stride_b,
-      int64_t stride_c, struct ml_err *e)
+      int64_t stride_c, const struct mlcl_epi *epi, struct ml_err *e)
 {
+	if (epi != NULL && (epi->act < ML_ACT_NONE || epi->act > ML_ACT_GELU))
+		return ml_fail(e, ML_EINVAL, "gemm: unknown activation code %d", epi->act);
 	if (M < 0 || N < 0 || K < 0 || batch < 0 || stride_a < 0 || stride_b < 0 ||
 	    stride_c < 0)
 		return ml_fail(e, ML_EINVAL, "gemm: negative size or stride");
@@ -218,17 +228,22 @@ core(struct mlcl_dev *d, const struct mlcl_tile *t, bool f16, bool ta, int64_t M
 	cl_long g_bs = pb_stride;
 	cl_long g_coff = (cl_long)c_off, g_ldc = ldc, g_cs = stride_c, g_m = M, g_n = N;
 	cl_int g_k = (cl_int)K, g_nmb = (cl_int)nmb;
-	cl_mem bias = epi != NULL && epi->bias != NULL ? epi->bias : C;
-	cl_long g_boff = epi != NULL ? (cl_long)epi->bias_off : 0;
-	cl_long g_bm = epi != NULL ? epi->bias_sm : 0, g_bn = epi != NULL ? epi->bias_sn : 0;
-	cl_int g_flags = (epi != NULL && epi->bias != NULL ? 1 : 0) |
-			 (epi != NULL && epi->relu ? 2 : 0);
+	/* absent operands are bound to C, which the kernel then does not read */
+	static const struct mlcl_epi none = { 0 };
+	const struct mlcl_epi *ep = epi != NULL ? epi : &none;
+	cl_mem bias = ep->bias != NULL ? ep->bias : C, z = ep->z != NULL ? ep->z : C;
+	cl_long g_boff = (cl_long)ep->bias_off, g_bm = ep->bias_sm, g_bn = ep->bias_sn;
+	cl_long g_zoff = (cl_long)ep->z_off;
+	cl_int g_flags = (ep->bias != NULL ? 1 : 0) | (ep->z != NULL ? 2 : 0);
+	cl_int g_act = epi_act(ep);
 	const size_t sz[] = { sizeof(cl_mem), 8, 8, 8, 8, 8, sizeof(cl_mem), 8, sizeof(cl_mem), 8,
-			      8, 8, 8, 8, 4, 4, 4, 4, sizeof(cl_mem), 8, 8, 8, 4 };
+			      8, 8, 8, 8, 4, 4, 4, 4, sizeof(cl_mem), 8, 8, 8, 4,
+			      sizeof(cl_mem), 8, 4, 4, 4 };
 	const void *const val[] = { &am, &g_aoff, &g_as, &g_aps, &g_ars, &g_aks, &pb, &g_bs, &C, &g_coff,
 				    &g_ldc, &g_cs, &g_m, &g_n, &g_k, &alpha, &beta, &g_nmb, &bias,
-				    &g_boff, &g_bm, &g_bn, &g_flags };
-	if ((rc = set_args(k, 23, sz, val, e)) < 0)
+				    &g_boff, &g_bm, &g_bn, &g_flags, &z, &g_zoff, &g_act, &ep->lo,
+				    &ep->hi };
+	if ((rc = set_args(k, 28, sz, val, e)) < 0)
 		goto out;
 	size_t gws[3] = { mlcl_round_up((size_t)nmb, (size_t)t->wg), (size_t)nnb, (size_t)batch };
 	size_t lws[3] = { (size_t)t->wg, 1, 1 };
@@ -252,7 +267,7 @@ mlcl_gemm_pb(struct mlcl_dev *d, bool f16, bool ta, int64_t M, int64_t N, int64_
 	     cl_mem C, size_t c_off, int64_t ldc, int64_t batch, int64_t stride_a,
 	     int64_t stride_c, const struct mlcl_epi *epi, struct ml_err *e)
 {
-	ML_TRY(check(M, N, K, batch, stride_a, pb_stride, stride_c, e));
+	ML_TRY(check(M, N, K, batch, stride_a, pb_stride, stride_c, epi, e));
 	if (!okld(ta ? K : M, ta ? M : K, lda) || !okld(M, N, ldc))
 		return ml_fail(e, ML_EINVAL, "gemm: leading dimension smaller than a row");
 	if (M == 0 || N == 0 || batch == 0)
@@ -297,7 +312,7 @@ mlcl_gemm_ex(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t 
 	     float beta, cl_mem C, size_t c_off, int64_t ldc, int64_t batch, int64_t stride_a,
 	     int64_t stride_b, int64_t stride_c, const struct mlcl_epi *epi, struct ml_err *e)
 {
-	ML_TRY(check(M, N, K, batch, stride_a, stride_b, stride_c, e));
+	ML_TRY(check(M, N, K, batch, stride_a, stride_b, stride_c, epi, e));
 	if (!okld(ta ? K : M, ta ? M : K, lda) || !okld(tb ? N : K, tb ? K : N, ldb) ||
 	    !okld(M, N, ldc))
 		return ml_fail(e, ML_EINVAL, "gemm: leading dimension smaller than a row");

@@ -263,8 +263,10 @@ set_node_op(struct sb *b, int ni, enum ml_op op, int n_in, const int *in, int n_
 	char *ot = ml_graph_strdup(g, ml_op_name(op)), *dom = ml_graph_strdup(g, ml_op_domain(op));
 	if (ni_in == NULL || ni_out == NULL || ot == NULL || dom == NULL)
 		return ml_fail(b->e, ML_ENOMEM, "out of memory");
-	memcpy(ni_in, in, sizeof(int) * (size_t)n_in);
-	memcpy(ni_out, out, sizeof(int) * (size_t)n_out);
+	if (n_in > 0)
+		memcpy(ni_in, in, sizeof(int) * (size_t)n_in);
+	if (n_out > 0)
+		memcpy(ni_out, out, sizeof(int) * (size_t)n_out);
 	struct ml_node *n = &g->nodes[ni];
 	n->op = op;
 	n->op_type = ot;

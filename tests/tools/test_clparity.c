@@ -20,6 +20,9 @@
 #include <string.h>
 
 #include "ml.h"
+#ifndef ML_NO_OPENCL
+#include "cl/cl.h"
+#endif
 
 static int ntest, nfail;
 static enum ml_dtype fdt = ML_F32;	/* the dtype of inputs and weights */
@@ -130,9 +133,9 @@ pc_f32c(struct pc *p, const char *name, float v)
 			  ml_dtype_size(fdt), &p->e);
 }
 
-/* pc_node: the node, inputs and outputs comma-separated ("" omits one) */
+/* pc_node_d: the node of domain dom, inputs and outputs comma-separated ("" omits one) */
 static int
-pc_node(struct pc *p, const char *op, const char *ins, const char *outs)
+pc_node_d(struct pc *p, const char *dom, const char *op, const char *ins, const char *outs)
 {
 	char ib[256], ob[256];
 	const char *in[16], *out[8];
@@ -153,11 +156,18 @@ pc_node(struct pc *p, const char *op, const char *ins, const char *outs)
 			break;
 		*q = '\0';
 	}
-	p->node = ml_graph_add_node(p->g, op, "", op, ni, in, no, out, &p->e);
+	p->node = ml_graph_add_node(p->g, op, dom, op, ni, in, no, out, &p->e);
 	for (int i = 0; i < no; i++)
 		if (out[i][0] != '\0')
 			ml_graph_add_output(p->g, ml_graph_find(p->g, out[i]), &p->e);
 	return p->node;
+}
+
+/* pc_node: an ONNX node (pc_node_d) */
+static int
+pc_node(struct pc *p, const char *op, const char *ins, const char *outs)
+{
+	return pc_node_d(p, "", op, ins, outs);
 }
 
 static bool have_cl;
@@ -185,6 +195,40 @@ run_on(struct pc *p, const char *dev, struct ml_tval *outs, int *n_out, int *ran
 	}
 	ml_session_free(s);
 	return rc;
+}
+
+/*
+ * compare: output i, a (the CPU's) against b, within tol (relative to
+ * 1 + max |a|); the worst error so far in *worst, what failed in msg.
+ */
+static bool
+compare(const struct ml_tval *a, const struct ml_tval *b, int i, double tol, double *worst,
+	char *msg, size_t n)
+{
+	bool ok = a->dtype == b->dtype && a->rank == b->rank;
+	for (int d = 0; ok && d < a->rank; d++)
+		ok = a->dims[d] == b->dims[d];
+	if (!ok) {
+		snprintf(msg, n, "output %d: shapes differ", i);
+		return false;
+	}
+	double ref = 0, diff = 0;
+	for (int64_t k = 0; k < ml_tval_numel(a); k++) {
+		double x = ml_get_f64(a->data, a->dtype, k);
+		double y = ml_get_f64(b->data, b->dtype, k);
+		ref = fmax(ref, fabs(x));
+		if (isnan(x) != isnan(y))
+			diff = INFINITY;
+		else if (!isnan(x))
+			diff = fmax(diff, fabs(x - y));
+	}
+	double err = diff / (1 + ref);
+	*worst = fmax(*worst, err);
+	if (err > tol) {
+		snprintf(msg, n, "output %d: error %.3g over the bound %.3g", i, err, tol);
+		return false;
+	}
+	return true;
 }
 
 /* pc_check: run on both devices and compare; frees the case */
@@ -239,32 +283,8 @@ pc_check(struct pc *p, const char *what)
 	} else {
 		ok = na == nb;
 		double worst = 0;
-		for (int i = 0; ok && i < na; i++) {
-			ok = a[i].dtype == b[i].dtype && a[i].rank == b[i].rank;
-			for (int d = 0; ok && d < a[i].rank; d++)
-				ok = a[i].dims[d] == b[i].dims[d];
-			if (!ok) {
-				snprintf(msg, sizeof msg, "output %d: shapes differ", i);
-				break;
-			}
-			double ref = 0, diff = 0;
-			for (int64_t k = 0; k < ml_tval_numel(&a[i]); k++) {
-				double x = ml_get_f64(a[i].data, a[i].dtype, k);
-				double y = ml_get_f64(b[i].data, b[i].dtype, k);
-				ref = fmax(ref, fabs(x));
-				if (isnan(x) != isnan(y))
-					diff = INFINITY;
-				else if (!isnan(x))
-					diff = fmax(diff, fabs(x - y));
-			}
-			double err = diff / (1 + ref);
-			worst = fmax(worst, err);
-			if (err > tol) {
-				ok = false;
-				snprintf(msg, sizeof msg, "output %d: error %.3g over the bound %.3g", i,
-					 err, tol);
-			}
-		}
+		for (int i = 0; ok && i < na; i++)
+			ok = compare(&a[i], &b[i], i, tol, &worst, msg, sizeof msg);
 		if (ok)
 			snprintf(msg, sizeof msg, "error %.2g, bound %.2g", worst, tol);
 	}
@@ -459,6 +479,283 @@ conv_case(const char *what, int64_t n, int64_t c, int64_t h, int64_t w, int64_t 
 	ml_node_set_ints(p.g, p.node, "pads", 4, D(pad, pad, pad, pad));
 	ml_node_set_int(p.g, p.node, "group", group);
 	pc_check(&p, what);
+}
+
+/*
+ * FusedConv, mlopt's act(Conv + B + Z), on each of the device's
+ * convolution paths (im2col strided, padded and grouped; the direct 1x1
+ * GEMM; depthwise), every activation with B and Z, and B, Z or neither
+ * alone. The op is f32 only (lib/ops/fused.c), so there is no f16
+ * FusedConv graph: in the f16 pass the inputs are rounded to half, the
+ * CPU runs the f32 node on them and cl:0 the same convolution through
+ * mlcl_conv2d_ex on half buffers (the -DML_F16 kernels), within the f16
+ * bound.
+ */
+static const char *const acts[] = { "", "Relu", "Clip", "Sigmoid", "Tanh", "Silu", "Gelu" };
+
+struct fcv {
+	const char *what;
+	int64_t n, c, h, w, m, k, stride, pad, group;
+};
+
+#ifndef ML_NO_OPENCL
+static void
+fcv_geom(const struct fcv *f, int act, struct mlcl_conv *cv)
+{
+	*cv = (struct mlcl_conv){ .n = f->n, .c = f->c, .h = f->h, .w = f->w, .m = f->m,
+				  .kh = f->k, .kw = f->k, .group = f->group,
+				  .stride = { f->stride, f->stride }, .dil = { 1, 1 },
+				  .pad = { f->pad, f->pad, f->pad, f->pad }, .act = act,
+				  .lo = -0.5f, .hi = 0.75f };
+}
+
+/* half_values: round n floats to the nearest half */
+static void
+half_values(float *v, int64_t n)
+{
+	unsigned char h[2];
+	for (int64_t i = 0; i < n; i++) {
+		ml_set_f64(h, ML_F16, 0, v[i]);
+		v[i] = (float)ml_get_f64(h, ML_F16, 0);
+	}
+}
+
+/*
+ * cl_fconv16: the convolution cv on cl:0 in f16 storage, from the f32
+ * operands src (x, w, b, z; b and z may be NULL) of cnt elements, into
+ * y (ny floats, widened from the device's halves).
+ */
+static int
+cl_fconv16(const struct mlcl_conv *cv, const float *const *src, const int64_t *cnt, int64_t ny,
+	   float *y, struct ml_err *e)
+{
+	struct mlcl_dev *d = NULL;
+	struct mlcl_buf *buf[5] = { 0 };
+	int64_t most = ny;
+	for (int i = 0; i < 4; i++)
+		most = cnt[i] > most ? cnt[i] : most;
+	unsigned char *h = malloc((size_t)most * 2);
+	int rc = h != NULL ? mlcl_device(0, &d, e) : ML_ENOMEM;
+	for (int i = 0; rc == 0 && i < 5; i++) {
+		if (i < 4 && src[i] == NULL)
+			continue;
+		rc = mlcl_buf_get(d, (size_t)(i < 4 ? cnt[i] : ny) * 2, &buf[i], e);
+		for (int64_t k = 0; rc == 0 && i < 4 && k < cnt[i]; k++)
+			ml_set_f64(h, ML_F16, k, src[i][k]);
+		if (rc == 0 && i < 4)
+			rc = mlcl_write(d, buf[i]->mem, 0, h, (size_t)cnt[i] * 2, e);
+	}
+	if (rc == 0)
+		rc = mlcl_conv2d_ex(d, cv, true, buf[0]->mem, 0, buf[1]->mem, 0,
+				    buf[2] != NULL ? buf[2]->mem : NULL, 0,
+				    buf[3] != NULL ? buf[3]->mem : NULL, 0, buf[4]->mem, 0, e);
+	if (rc == 0)
+		rc = mlcl_read(d, buf[4]->mem, 0, h, (size_t)ny * 2, e);
+	for (int64_t k = 0; rc == 0 && k < ny; k++)
+		y[k] = (float)ml_get_f64(h, ML_F16, k);
+	for (int i = 0; i < 5; i++)
+		if (buf[i] != NULL)
+			mlcl_buf_put(d, buf[i]);
+	free(h);
+	return rc;
+}
+
+/* fconv16_check: pc_check for the f16 pass of a FusedConv case (see above); frees the case */
+static void
+fconv16_check(struct pc *p, const struct fcv *f, bool bias, bool z, int act, const char *what)
+{
+	char msg[600] = "";
+	const char *only = getenv("CLPARITY_ONLY");
+	bool ok = false;
+	ntest++;
+	if (only != NULL && strstr(what, only) == NULL) {
+		printf("ok %d - f16 %s # SKIP not in CLPARITY_ONLY\n", ntest, what);
+		goto out;
+	}
+	if (!have_cl) {
+		printf("ok %d - f16 %s # SKIP no OpenCL device\n", ntest, what);
+		goto out;
+	}
+	struct ml_tval a[4] = { 0 }, b = { 0 };
+	struct ml_err e = { 0 };
+	struct mlcl_conv cv;
+	const float *src[4] = { NULL };
+	int64_t cnt[4] = { 0 };
+	int na = 0, dummy;
+	const char *names[4] = { "x", "w", bias ? "b" : NULL, z ? "z" : NULL };
+	for (int i = 0; i < 4; i++) {
+		if (names[i] == NULL)
+			continue;
+		struct ml_tensor *t = p->g->tensors[ml_graph_find(p->g, names[i])];
+		float *v = t->data;
+		cnt[i] = (int64_t)(t->nbytes / sizeof(float));
+		if (v == NULL) {	/* an input: x is p->in[0], z p->in[1] */
+			struct ml_tval *in = &p->in[i == 0 ? 0 : 1];
+			v = in->data;
+			cnt[i] = ml_tval_numel(in);
+		}
+		half_values(v, cnt[i]);
+		src[i] = v;
+	}
+	fcv_geom(f, act, &cv);
+	if (p->e.code != 0) {
+		snprintf(msg, sizeof msg, "building: %s", p->e.msg);
+	} else if (ml_graph_toposort(p->g, &e) < 0 || ml_graph_validate(p->g, &e) < 0 ||
+		   ml_graph_infer(p->g, &e) < 0) {
+		snprintf(msg, sizeof msg, "graph: %s", e.msg);
+	} else if (run_on(p, "cpu", a, &na, &dummy, &e) < 0) {
+		snprintf(msg, sizeof msg, "cpu: %s", e.msg);
+	} else if (ml_tval_alloc(&b, ML_F32, a[0].rank, a[0].dims, &e) < 0 ||
+		   cl_fconv16(&cv, src, cnt, ml_tval_numel(&b), b.data, &e) < 0) {
+		snprintf(msg, sizeof msg, "cl: %s", e.msg);
+	} else {
+		double worst = 0;
+		ok = compare(&a[0], &b, 0, p->tol16, &worst, msg, sizeof msg);
+		if (ok)
+			snprintf(msg, sizeof msg, "error %.2g, bound %.2g", worst, p->tol16);
+	}
+	if (!ok)
+		nfail++;
+	printf("%sok %d - f16 %s (%s)\n", ok ? "" : "not ", ntest, what, msg);
+	for (int i = 0; i < 4; i++)
+		ml_tval_clear(&a[i]);
+	ml_tval_clear(&b);
+out:
+	for (int i = 0; i < p->n_in; i++)
+		ml_tval_clear(&p->in[i]);
+	ml_graph_free(p->g);
+	p->g = NULL;
+}
+
+#endif
+
+/* fconv_build: the FusedConv case of f (an f32 graph in either pass) */
+static void
+fconv_build(struct pc *p, const struct fcv *f, bool bias, bool z, int act)
+{
+	int64_t oh = (f->h + 2 * f->pad - f->k) / f->stride + 1;
+	int64_t ow = (f->w + 2 * f->pad - f->k) / f->stride + 1;
+	enum ml_dtype dt = fdt;
+	fdt = ML_F32;
+	pc_init(p, 14);
+	p->tol = 1e-4;
+	X(p, "x", f->n, f->c, f->h, f->w);
+	W(p, "w", f->m, f->c / f->group, f->k, f->k);
+	if (bias)
+		W(p, "b", f->m);
+	if (z)
+		X(p, "z", f->n, f->m, oh, ow);
+	pc_node_d(p, "ml", "FusedConv", bias ? (z ? "x,w,b,z" : "x,w,b") : (z ? "x,w,,z" : "x,w"),
+		  "y");
+	ml_node_set_ints(p->g, p->node, "kernel_shape", 2, D(f->k, f->k));
+	ml_node_set_ints(p->g, p->node, "strides", 2, D(f->stride, f->stride));
+	ml_node_set_ints(p->g, p->node, "pads", 4, D(f->pad, f->pad, f->pad, f->pad));
+	ml_node_set_int(p->g, p->node, "group", f->group);
+	ml_node_set_string(p->g, p->node, "activation", acts[act]);
+	if (strcmp(acts[act], "Clip") == 0) {
+		ml_node_set_float(p->g, p->node, "clip_min", -0.5);
+		ml_node_set_float(p->g, p->node, "clip_max", 0.75);
+	}
+	fdt = dt;
+}
+
+static void
+fconv_case(const struct fcv *f, bool bias, bool z, int act)
+{
+	struct pc p;
+	char what[200];
+	snprintf(what, sizeof what, "FusedConv %s%s%s, %s", f->what, bias ? " +B" : "",
+		 z ? " +Z" : "", act ? acts[act] : "no activation");
+	fconv_build(&p, f, bias, z, act);
+#ifndef ML_NO_OPENCL
+	if (fdt == ML_F16) {
+		fconv16_check(&p, f, bias, z, act, what);
+		return;
+	}
+#endif
+	pc_check(&p, what);	/* f32; without OpenCL f16 too, which it skips */
+}
+
+/*
+ * fconv_refusals: what the device must not take: a FusedConv carrying
+ * packed_n (weights packed for the CPU) stays on the CPU, right; an
+ * unknown activation code is ML_EINVAL from mlcl_conv2d_ex.
+ */
+static void
+fconv_refusals(void)
+{
+	static const struct fcv f = { "1x1", 1, 8, 4, 4, 8, 1, 1, 0, 1 };
+	struct pc p;
+	ntest++;
+	if (!have_cl) {
+		printf("ok %d - FusedConv with packed_n stays on the CPU # SKIP no OpenCL device\n",
+		       ntest);
+	} else {
+		struct ml_tval a[4] = { 0 };
+		struct ml_err e = { 0 };
+		int na = 0, dev = -1;
+		fconv_build(&p, &f, true, true, 1);
+		ml_node_set_int(p.g, p.node, "packed_n", 8);
+		int rc = ml_graph_toposort(p.g, &e);
+		if (rc == 0)
+			rc = ml_graph_infer(p.g, &e);
+		if (rc == 0)
+			rc = run_on(&p, "cl", a, &na, &dev, &e);
+		bool ok = rc == 0 && dev == 0;
+		if (!ok)
+			nfail++;
+		printf("%sok %d - FusedConv with packed_n stays on the CPU (rc %d, device %d%s%s)\n",
+		       ok ? "" : "not ", ntest, rc, dev, rc ? ": " : "", rc ? e.msg : "");
+		for (int i = 0; i < 4; i++)
+			ml_tval_clear(&a[i]);
+		for (int i = 0; i < p.n_in; i++)
+			ml_tval_clear(&p.in[i]);
+		ml_graph_free(p.g);
+	}
+	ntest++;
+	if (!have_cl) {
+		printf("ok %d - mlcl_conv2d_ex refuses activation code 7 # SKIP no OpenCL device\n",
+		       ntest);
+		return;
+	}
+#ifndef ML_NO_OPENCL
+	struct mlcl_dev *d = NULL;
+	struct mlcl_conv cv;
+	struct ml_err e = { 0 };
+	struct mlcl_buf *b = NULL;
+	fcv_geom(&f, 7, &cv);
+	int rc = mlcl_device(0, &d, &e);
+	if (rc == 0)
+		rc = mlcl_buf_get(d, 1024, &b, &e);
+	if (rc == 0)
+		rc = mlcl_conv2d_ex(d, &cv, false, b->mem, 0, b->mem, 0, NULL, 0, NULL, 0, b->mem, 0,
+				    &e);
+	mlcl_buf_put(d, b);
+	if (rc != ML_EINVAL)
+		nfail++;
+	printf("%sok %d - mlcl_conv2d_ex refuses activation code 7 (%d: %s)\n",
+	       rc == ML_EINVAL ? "" : "not ", ntest, rc, e.msg);
+#endif
+}
+
+static void
+fconv_cases(void)
+{
+	static const struct fcv fs[] = {
+		{ "3x3 stride 2 pad 1 (im2col)", 1, 8, 16, 16, 16, 3, 2, 1, 1 },
+		{ "3x3 pad 1 grouped, 2 images (im2col)", 2, 8, 9, 9, 12, 3, 1, 1, 2 },
+		{ "1x1 (direct GEMM)", 1, 16, 7, 7, 24, 1, 1, 0, 1 },
+		{ "1x1 grouped, 2 images (direct GEMM)", 2, 8, 6, 6, 12, 1, 1, 0, 2 },
+		{ "depthwise 3x3 pad 1", 1, 8, 10, 10, 8, 3, 1, 1, 8 },
+		{ "depthwise x2 3x3 stride 2, 2 images", 2, 8, 11, 11, 16, 3, 2, 1, 8 },
+	};
+	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) {
+		for (int act = 0; act < 7; act++)
+			fconv_case(&fs[i], true, true, act);
+		fconv_case(&fs[i], true, false, 2);
+		fconv_case(&fs[i], false, true, 1);
+		fconv_case(&fs[i], false, false, 1 + (int)(i % 6));
+	}
 }
 
 static void
@@ -714,6 +1011,8 @@ main(void)
 	binary_cases();
 	shape_cases();
 	nn_cases();
+	fconv_cases();
+	fconv_refusals();
 	reduce_cases();
 	assign_case();
 	/* the same cases on f16 tensors */
@@ -722,6 +1021,7 @@ main(void)
 	binary_cases();
 	shape_cases();
 	nn_cases();
+	fconv_cases();
 	reduce_cases();
 	printf("1..%d\n", ntest);
 	return nfail != 0;
