@@ -977,7 +977,7 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 	bool one_type = n->op != ML_OP_CAST;
 	for (int j = 0; j < n->n_in; j++) {
 		int t = n->in[j];
-		if (t < 0 || (j < 32 && (o->host >> j & 1)))
+		if (t < 0 || ml_host_input(o->host, j))
 			continue;
 		enum ml_dtype dt = g->tensors[t]->dtype;
 		if (n->op == ML_OP_GATHER && j == 1) {

@@ -96,29 +96,38 @@ ml_pgemm_packed_len(int64_t k, int64_t n)
  * sum over kc of A[., k] B[k, .], plus, by mode: 0 the bias (NULL: 0),
  * 1 the current C. Rows past mr read row 0 of A and are not stored.
  */
-#define KERN(R)									\
-__attribute__((target("avx512f")))						\
-static void									\
-kern##R(int64_t kc, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc, \
-	int mr, __mmask16 m0, __mmask16 m1, const float *bias, int mode)		\
-{										\
+/*
+ * PG_PRODUCT(R, kc, bp): the register tile every kernel here computes:
+ * c0, c1[i] (columns 0-15, 16-31 of row i) = sum over k < kc of ar[i][k]
+ * times row k of the panel bp, for the R rows ar[] (declared by the caller).
+ */
+#define PG_PRODUCT(R, kc, bp)							\
 	__m512 c0[R], c1[R];							\
-	const float *ar[R];							\
 	for (int i = 0; i < R; i++) {						\
 		c0[i] = _mm512_setzero_ps();					\
 		c1[i] = _mm512_setzero_ps();					\
-		ar[i] = a + (i < mr ? i : 0) * lda;				\
 	}									\
-	for (int64_t k = 0; k < kc; k++) {					\
-		__m512 b0 = _mm512_load_ps(bp + k * ML_PG_NR);			\
-		__m512 b1 = _mm512_load_ps(bp + k * ML_PG_NR + 16);		\
+	for (int64_t k = 0; k < (kc); k++) {					\
+		__m512 b0 = _mm512_load_ps((bp) + k * ML_PG_NR);		\
+		__m512 b1 = _mm512_load_ps((bp) + k * ML_PG_NR + 16);		\
 		_Pragma("GCC unroll 12")					\
 		for (int i = 0; i < R; i++) {					\
 			__m512 av = _mm512_set1_ps(ar[i][k]);			\
 			c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);			\
 			c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);			\
 		}								\
-	}									\
+	}
+
+#define KERN(R)									\
+__attribute__((target("avx512f")))						\
+static void									\
+kern##R(int64_t kc, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc, \
+	int mr, __mmask16 m0, __mmask16 m1, const float *bias, int mode)		\
+{										\
+	const float *ar[R];							\
+	for (int i = 0; i < R; i++)						\
+		ar[i] = a + (i < mr ? i : 0) * lda;				\
+	PG_PRODUCT(R, kc, bp)							\
 	for (int i = 0; i < mr; i++) {						\
 		float *cr = c + i * ldc;					\
 		__m512 x0, x1;							\
@@ -635,33 +644,20 @@ tg_prefetch(const struct tg_job *j, int64_t i0, int mr, int64_t n0)
 	}
 }
 
-/* TKERN(R): KERN(R)'s product for rows i0.. (mr valid) of one panel, then tg_row. */
+/* TKERN(R): PG_PRODUCT for rows i0.. (mr valid) of one panel, then tg_row. */
 #define TKERN(R)								\
 __attribute__((target("avx512f")))						\
 static void									\
 tk##R(const struct tg_job *j, int64_t i0, int mr, int64_t kc, int64_t kk, const float *bpk, \
       int64_t n0, __mmask16 m0, __mmask16 m1)					\
 {										\
-	__m512 c0[R], c1[R];							\
 	const float *ar[R];							\
-	for (int i = 0; i < R; i++) {						\
-		c0[i] = _mm512_setzero_ps();					\
-		c1[i] = _mm512_setzero_ps();					\
+	for (int i = 0; i < R; i++)						\
 		ar[i] = j->a + (i0 + (i < mr ? i : 0)) * j->lda + kc;		\
-	}									\
 	bool first = kc == 0, last = kc + kk == j->k;				\
 	if (last && j->e->act == ML_TG_SGD)					\
 		tg_prefetch(j, i0, mr, n0 + ML_PG_NR);				\
-	for (int64_t k = 0; k < kk; k++) {					\
-		__m512 b0 = _mm512_load_ps(bpk + k * ML_PG_NR);			\
-		__m512 b1 = _mm512_load_ps(bpk + k * ML_PG_NR + 16);		\
-		_Pragma("GCC unroll 12")					\
-		for (int i = 0; i < R; i++) {					\
-			__m512 av = _mm512_set1_ps(ar[i][k]);			\
-			c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);			\
-			c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);			\
-		}								\
-	}									\
+	PG_PRODUCT(R, kk, bpk)							\
 	for (int i = 0; i < mr; i++)						\
 		tg_row(j, i0 + i, n0, c0[i], c1[i], m0, m1, first, last);	\
 }

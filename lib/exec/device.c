@@ -302,7 +302,7 @@ predicted(const struct ml_session *s, const int *nd, double *xfer_bytes)
 			int where = p >= 0 ? nd[p] : 0;
 			if (ten->kind == ML_TK_CONST || ten->kind == ML_TK_PARAM)
 				continue;
-			if (where != nd[i] && !(nd[i] && (j < 32 && (hx->ops->host_inputs(n) >> j & 1)))) {
+			if (where != nd[i] && !(nd[i] && ml_host_input(hx->ops->host_inputs(n), j))) {
 				xb += (double)tensor_bytes(g, t);
 				copies++;
 			}
@@ -549,7 +549,7 @@ ml_hx_new(struct ml_session *s, struct ml_err *e)
 					   hx->xfer_us;
 				if (cand[g->tensors[t]->producer])
 					in_cpu += x;
-				else if (!(j < 32 && (hx->ops->host_inputs(n) >> j & 1)))
+				else if (!ml_host_input(hx->ops->host_inputs(n), j))
 					in_dev += x;
 			}
 			cand[i] = hx->node_ok[i] && hx->cost_dev[i] + in_dev <
@@ -708,7 +708,7 @@ dev_kern(void *arg, struct ml_opctx *c)
 		int t = n->in[j];
 		if (t < 0)
 			continue;
-		if (j < 32 && (host >> j & 1))
+		if (ml_host_input(host, j))
 			ML_TRY(to_host(s, t, c->err));
 		else {
 			ML_TRY(to_dev(s, t, c->err));
@@ -886,7 +886,7 @@ hoistable(const struct ml_session *s, const bool *done, int cur, int k)
 		int p = g->tensors[t]->producer;
 		if (p >= 0 && !done[p])
 			return false;
-		if (j < 32 && (host >> j & 1) && !(hx->loc[t] & ON_HOST))
+		if (ml_host_input(host, j) && !(hx->loc[t] & ON_HOST))
 			return false;
 	}
 	for (int i = cur; i < k; i++) {
@@ -1284,7 +1284,7 @@ ml_session_plan_write(const struct ml_session *s, FILE *fp, bool json, struct ml
 				continue;
 			int p = g->tensors[t]->producer;
 			int where = p >= 0 ? nd[p] : 0;
-			bool host = nd[i] && (j < 32 && (hx->ops->host_inputs(n) >> j & 1));
+			bool host = nd[i] && ml_host_input(hx->ops->host_inputs(n), j);
 			if (is_stored(g, t) || host ? (host && where) : where != nd[i])
 				in_bytes += tensor_bytes(g, t);
 		}

@@ -22,6 +22,16 @@ struct ml_devstats {
 };
 
 /*
+ * ml_host_input: whether bit j of a host_inputs mask is set; inputs past
+ * the mask's 32 bits (a FusedElementwise may have 64) are never host ones.
+ */
+static inline bool
+ml_host_input(unsigned mask, int j)
+{
+	return j < 32 && (mask >> j & 1);
+}
+
+/*
  * struct ml_devops: one kind of device. ctx is what open made. Buffers are
  * opaque (void *) handles owned by the device. Members never NULL unless
  * said so.

@@ -142,6 +142,15 @@ def torch_train(model, xtr, ytr, xte, yte, epochs, batch, lr, momentum, seed):
     return float((pred == yte).mean()), seen / secs
 
 
+def run_mltrain(mltrain, onnx_path, a, epochs, seed, out, extra=()):
+    """mltrain on onnx_path with the bench's hyperparameters; the finished process."""
+    cmd = [mltrain, onnx_path, "--data", a.data, "--loss", "softmax-cross-entropy",
+           "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--batch", "64",
+           "--epochs", str(epochs), "--seed", str(seed), "--threads", str(a.threads),
+           "-q", "--json", "-o", out] + list(extra)
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def has_cl(bindir):
     """Whether mlrun --devices lists an OpenCL device."""
     p = subprocess.run([os.path.join(bindir, "mlrun"), "--devices", "--json"],
@@ -192,11 +201,7 @@ def main():
                               opset_version=13)
             t_acc, t_sps = torch_train(model, xtr, ytr, xte, yte, epochs, 64, 0.05, 0.9, seed)
             out = os.path.join(a.work, "train-%s-%d.mlg" % (name, seed))
-            cmd = [mltrain, onnx_path, "--data", a.data, "--loss", "softmax-cross-entropy",
-                   "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--batch", "64",
-                   "--epochs", str(epochs), "--seed", str(seed), "--threads", str(a.threads),
-                   "-q", "--json", "-o", out]
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            p = run_mltrain(mltrain, onnx_path, a, epochs, seed, out)
             if p.returncode != 0:
                 print("%-6s mltrain failed (status %d): %s" % (name, p.returncode,
                                                               p.stderr.strip()))
@@ -231,12 +236,8 @@ def main():
             cl_acc = []
             for seed in range(a.seeds):
                 out = os.path.join(a.work, "train-%s-%d-cl.mlg" % (name, seed))
-                cmd = [mltrain, os.path.join(a.work, "train-%s-%d.onnx" % (name, seed)),
-                       "--data", a.data, "--loss", "softmax-cross-entropy", "--optimizer", "sgd",
-                       "--lr", "0.05", "--momentum", "0.9", "--batch", "64", "--epochs",
-                       str(epochs), "--seed", str(seed), "--threads", str(a.threads),
-                       "--device", "cl", "-q", "--json", "-o", out]
-                p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                p = run_mltrain(mltrain, os.path.join(a.work, "train-%s-%d.onnx" % (name, seed)),
+                                a, epochs, seed, out, ["--device", "cl"])
                 if p.returncode != 0:
                     print("%-6s mltrain --device cl failed (status %d): %s" %
                           (name, p.returncode, p.stderr.strip()))
