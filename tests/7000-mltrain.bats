@@ -114,8 +114,9 @@ setup() {
 @test "SIGINT writes a checkpoint, exits 130, and the run resumes exactly" {
 	mkdata big 2000 28 10
 	cp "$ML_ROOT/examples/fashion-mlp.mlt" m.mlt
-	mltrain m.mlt --data big $TRAIN --epochs 6 -q --checkpoint-every 20 -o ref.mlg
-	mltrain m.mlt --data big $TRAIN --epochs 6 -q --checkpoint-every 20 -o out.mlg &
+	# 20 epochs, so the signal lands mid-run now that the CPU step is fused and fast
+	mltrain m.mlt --data big $TRAIN --epochs 20 -q --checkpoint-every 20 -o ref.mlg
+	mltrain m.mlt --data big $TRAIN --epochs 20 -q --checkpoint-every 20 -o out.mlg &
 	pid=$!
 	for i in $(seq 200); do [ -f out.mlg ] && break; sleep 0.05; done
 	kill -INT $pid
@@ -130,20 +131,21 @@ setup() {
 @test "SIGUSR1 writes a checkpoint and the run goes on" {
 	mkdata big 2000 28 10
 	cp "$ML_ROOT/examples/fashion-mlp.mlt" m.mlt
-	mltrain m.mlt --data big $TRAIN --epochs 6 -v -o out.mlg --checkpoint ck.mlg 2>err &
+	mltrain m.mlt --data big $TRAIN --epochs 20 -v -o out.mlg --checkpoint ck.mlg 2>err &
 	pid=$!
 	for i in $(seq 200); do grep -q "^epoch 1/" err && break; sleep 0.05; done
 	kill -USR1 $pid
 	wait $pid
 	grep -q "(SIGUSR1)" err
-	grep -q "^epoch 6/6" err
+	grep -q "^epoch 20/20" err
 }
 
 @test "a run killed with SIGKILL resumes from its last checkpoint to the same bytes" {
 	mkdata big 2000 28 10
 	cp "$ML_ROOT/examples/fashion-mlp.mlt" m.mlt
-	mltrain m.mlt --data big $TRAIN --epochs 6 -q --checkpoint-every 30 -o ref.mlg
-	mltrain m.mlt --data big $TRAIN --epochs 6 -q --checkpoint-every 30 -o out.mlg &
+	# 40 epochs: long enough (about 2.5 s here) that the kill lands mid-run, after a checkpoint
+	mltrain m.mlt --data big $TRAIN --epochs 40 -q --checkpoint-every 30 -o ref.mlg
+	mltrain m.mlt --data big $TRAIN --epochs 40 -q --checkpoint-every 30 -o out.mlg &
 	pid=$!
 	for i in $(seq 200); do [ -f out.mlg ] && break; sleep 0.05; done
 	sleep 0.3
