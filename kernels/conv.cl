@@ -18,41 +18,8 @@
 #ifndef NR
 #define NR 16
 #endif
-#ifdef ML_F16
-#define T half
-#define LD(p, i) vload_half((i), (p))
-#define ST(p, i, v) vstore_half((v), (i), (p))
-#define KN(name) name##_f16
-#else
-#define T float
-#define LD(p, i) ((p)[i])
-#define ST(p, i, v) ((p)[i] = (v))
-#define KN(name) name##_f32
-#endif
-
-/*
- * The activations, as in gemm.cl (codes ML_ACT_* of lib/ops/fused.h, the
- * CPU's formulas: Clip lets NaN through, Gelu in the erf form).
- */
-#define ACT_RELU 1
-#define ACT_CLIP 2
-#define ACT_SIGMOID 3
-#define ACT_TANH 4
-#define ACT_SILU 5
-#define ACT_GELU 6
-inline float
-act(float v, int a, float lo, float hi)
-{
-	switch (a) {
-	case ACT_RELU: return fmax(v, 0.0f);
-	case ACT_CLIP: return v < lo ? lo : v > hi ? hi : v;
-	case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v));
-	case ACT_TANH: return tanh(v);
-	case ACT_SILU: return v / (1.0f + exp(-v));
-	case ACT_GELU: return 0.5f * v * erfc(-v * 0.70710678118654752f);
-	default: return v;
-	}
-}
+/* T, LD, ST, KN and the activations (ACT_FN): kernels/prelude.cl */
+ACT_FN(act_s, float)
 
 /*
  * im2col straight into the packed B layout of kernels/gemm.cl (f32 panels
@@ -103,8 +70,8 @@ KN(ml_conv_im2col)(global const T *x, long xoff, long ximg, int c0, int CG, glob
  * Depthwise: output channel oc of image n reads input channel oc / mult
  * (mult = M / C) with the KH x KW filter w[woff + oc*KH*KW ...]. flags & 1:
  * add bias[boff + oc]; flags & 2: add the residual z at y's own index
- * (z + zoff for y + yoff); then activation a (act() above; 0 none, Clip
- * within [clo, chi]), the CPU's FusedConv order: act(conv + bias + z).
+ * (z + zoff for y + yoff); then activation a (act_s; 0 none, Clip within
+ * [clo, chi]), the CPU's FusedConv order: act(conv + bias + z).
  * One work-item computes one output row, accumulating in place one filter
  * tap at a time over the range of ow whose input is inside the image, so
  * the inner loop has no branches (and vectorises when the stride is 1; x,
@@ -148,7 +115,7 @@ KN(ml_conv_dw)(global const T *restrict x, long xoff, global const T *restrict w
 		}
 		if (flags & 2)
 			acc += LD(pz, ow);
-		ST(py, ow, act(acc, a, clo, chi));
+		ST(py, ow, act_s(acc, a, clo, chi));
 	}
 	return;
 #endif
@@ -176,6 +143,6 @@ KN(ml_conv_dw)(global const T *restrict x, long xoff, global const T *restrict w
 			float v = LD(py, ow);
 			if (flags & 2)
 				v += LD(pz, ow);
-			ST(py, ow, act(v, a, clo, chi));
+			ST(py, ow, act_s(v, a, clo, chi));
 		}
 }

@@ -17,16 +17,11 @@
  * output index is split into up to 8 dims and each operand's offset built
  * from its strides, 0 where it broadcasts).
  */
+/* T, LD, ST: kernels/prelude.cl; TC: the type the copies move */
 #ifdef ML_F16
-#define T half
 #define TC ushort
-#define LD(p, i) vload_half((i), (p))
-#define ST(p, i, v) vstore_half((v), (i), (p))
 #else
-#define T float
 #define TC float
-#define LD(p, i) ((p)[i])
-#define ST(p, i, v) ((p)[i] = (v))
 #endif
 
 /* struct ml_shape in lib/cl/cl_ops.c: the same layout */

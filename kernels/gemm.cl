@@ -75,45 +75,7 @@ typedef float4 floatv;
 #error "VW must be 4, 8 or 16"
 #endif
 
-#ifdef ML_F16
-#define T half
-#define LD(p, i) vload_half((i), (p))
-#define LD8(p, i) vload_half8(0, (p) + (i))
-#define ST(p, i, v) vstore_half((v), (i), (p))
-#define KN(name) name##_f16
-#else
-#define T float
-#define LD(p, i) ((p)[i])
-#define LD8(p, i) vload8(0, (p) + (i))
-#define ST(p, i, v) ((p)[i] = (v))
-#define KN(name) name##_f32
-#endif
-
-/*
- * The epilogue's activations (codes as ML_ACT_* of lib/ops/fused.h), the
- * formulas of the CPU's fused kernels (lib/cpu/fused_mm.c): Clip lets NaN
- * through and Gelu is the erf form, 0.5 v erfc(-v / sqrt 2). act_s works
- * on one float, act_v on a floatv.
- */
-#define ACT_RELU 1
-#define ACT_CLIP 2
-#define ACT_SIGMOID 3
-#define ACT_TANH 4
-#define ACT_SILU 5
-#define ACT_GELU 6
-#define ACT_FN(NAME, TY) \
-	inline TY NAME(TY v, int act, float lo, float hi) \
-	{ \
-		switch (act) { \
-		case ACT_RELU: return fmax(v, (TY)(0.0f)); \
-		case ACT_CLIP: return select(select(v, (TY)(hi), v > hi), (TY)(lo), v < lo); \
-		case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v)); \
-		case ACT_TANH: return tanh(v); \
-		case ACT_SILU: return v / (1.0f + exp(-v)); \
-		case ACT_GELU: return 0.5f * v * erfc(-v * 0.70710678118654752f); \
-		default: return v; \
-		} \
-	}
+/* the epilogue's activations (ACT_FN: kernels/prelude.cl); act_s on one float, act_v on a floatv */
 ACT_FN(act_s, float)
 ACT_FN(act_v, floatv)
 

@@ -8,15 +8,7 @@
  * -DML_F16) half through vload_half/vstore_half, as in elem.cl: core
  * OpenCL, no cl_khr_fp16; sums, means and exponentials are in float.
  */
-#ifdef ML_F16
-#define T half
-#define LD(p, i) vload_half((i), (p))
-#define ST(p, i, v) vstore_half((v), (i), (p))
-#else
-#define T float
-#define LD(p, i) ((p)[i])
-#define ST(p, i, v) ((p)[i] = (v))
-#endif
+/* T, LD, ST: kernels/prelude.cl */
 
 /* struct ml_pool in lib/cl/cl_ops.c: the same layout */
 typedef struct {

@@ -7,15 +7,7 @@
  * type, float or (with -DML_F16) half through vload_half/vstore_half, as
  * in elem.cl; the accumulator is a float either way.
  */
-#ifdef ML_F16
-#define T half
-#define LD(p, i) vload_half((i), (p))
-#define ST(p, i, v) vstore_half((v), (i), (p))
-#else
-#define T float
-#define LD(p, i) ((p)[i])
-#define ST(p, i, v) ((p)[i] = (v))
-#endif
+/* T, LD, ST: kernels/prelude.cl */
 
 /* struct ml_red in lib/cl/cl_ops.c: the same layout */
 typedef struct {

@@ -166,9 +166,25 @@ require_opencl() {
 	cp "$ML_ROOT"/kernels/*.cl k/
 	ML_CL_CACHE=0 ML_KERNEL_DIR=$PWD/k run -0 mlrun add.mlg --device cl -i x=add.in/x.npy -i y=add.in/y.npy -o out
 	npcmp out/z.npy add.ref/z.npy
+	# the shared prelude is part of every program and of its cache key
+	ML_CL_CACHE=$PWD/cache ML_KERNEL_DIR=$PWD/k run -0 --separate-stderr mlrun add.mlg --device cl --random -v
+	[[ $stderr == *"(1 built, 0 from the cache)"* ]]
+	ML_CL_CACHE=$PWD/cache ML_KERNEL_DIR=$PWD/k run -0 --separate-stderr mlrun add.mlg --device cl --random -v
+	[[ $stderr == *"(0 built, 1 from the cache)"* ]]
+	printf '/* changed */\n' >>k/prelude.cl
+	ML_CL_CACHE=$PWD/cache ML_KERNEL_DIR=$PWD/k run -0 --separate-stderr mlrun add.mlg --device cl --random -v
+	[[ $stderr == *"(1 built, 0 from the cache)"* ]]
+	printf '#define T float4\n' >>k/prelude.cl
+	ML_CL_CACHE=0 ML_KERNEL_DIR=$PWD/k run -4 --separate-stderr mlrun add.mlg --device cl --random
+	[[ $stderr == *"cannot build kernels/elem.cl"* ]]
+	cp "$ML_ROOT"/kernels/prelude.cl k/
 	printf 'this is not OpenCL C\n' >k/elem.cl
 	ML_CL_CACHE=0 ML_KERNEL_DIR=$PWD/k run -4 --separate-stderr mlrun add.mlg --device cl --random
 	[[ $stderr == *"cannot build kernels/elem.cl"* ]]
+	rm k/prelude.cl
+	ML_CL_CACHE=0 ML_KERNEL_DIR=$PWD/k run -3 --separate-stderr mlrun add.mlg --device cl --random
+	[[ $stderr == *"prelude.cl"* ]]
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
 }
 
 # favour_device: a cost model (ML_COSTMODEL) in which the OpenCL device wins every op of conv

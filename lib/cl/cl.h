@@ -138,7 +138,9 @@ bool mlcl_cache_write(const char *path, const void *data, size_t n);
  * disk, keyed by device name, driver version, source hash and options,
  * under $ML_CL_CACHE, else $XDG_CACHE_HOME/ml, else ~/.cache/ml
  * (ML_CL_CACHE=0 disables the disk cache). ML_KERNEL_DIR=DIR reads
- * DIR/FILE.cl instead of the embedded copy. A build failure returns ML_ECL
+ * DIR/FILE.cl instead of the embedded copy, and DIR/prelude.cl, the text
+ * every program of kernels/ starts with (a generated source is built
+ * alone). A build failure returns ML_ECL
  * with the first line of the build log in e.
  */
 int mlcl_kernel(struct mlcl_dev *d, const char *file, const char *kname, const char *options,

@@ -40,7 +40,10 @@ fnv(uint64_t h, const void *p, size_t n)
 
 /*
  * source: the text of kernels/FILE.cl, from ML_KERNEL_DIR when set, else
- * the embedded copy. *owned says whether the caller frees it.
+ * the embedded copy. *owned says whether the caller frees it. Every
+ * program of kernels/ is built from two strings, kernels/prelude.cl (the
+ * storage macros and activations they share) and its own file; both come
+ * from the same place.
  */
 static int
 source(const char *file, const char **src, size_t *len, bool *owned, struct ml_err *e)
@@ -65,6 +68,42 @@ source(const char *file, const char **src, size_t *len, bool *owned, struct ml_e
 			return 0;
 		}
 	return ml_fail(e, ML_ENOTSUP, "no OpenCL kernel source '%s' in this build", name);
+}
+
+/* the strings of one program: kernels/prelude.cl and FILE.cl, or a generated source alone */
+struct progsrc {
+	int n;
+	const char *s[2];
+	size_t len[2];
+	bool owned[2];
+};
+
+static void
+progsrc_free(struct progsrc *ps)
+{
+	for (int i = 0; i < ps->n; i++)
+		if (ps->owned[i])
+			ml_free((void *)ps->s[i]);
+	ps->n = 0;
+}
+
+/* progsrc_load: file's strings, or gen (glen bytes) alone when not NULL */
+static int
+progsrc_load(struct progsrc *ps, const char *file, const char *gen, size_t glen, struct ml_err *e)
+{
+	*ps = (struct progsrc){ 0 };
+	if (gen != NULL) {
+		*ps = (struct progsrc){ .n = 1, .s = { gen }, .len = { glen } };
+		return 0;
+	}
+	ML_TRY(source("prelude", &ps->s[0], &ps->len[0], &ps->owned[0], e));
+	ps->n = 1;
+	if (source(file, &ps->s[1], &ps->len[1], &ps->owned[1], e) < 0) {
+		progsrc_free(ps);
+		return -1;
+	}
+	ps->n = 2;
+	return 0;
 }
 
 /* cache_dir: the binary cache folder into buf, or false when disabled. */
@@ -92,10 +131,11 @@ cache_dir(char *buf, size_t n)
 
 /*
  * key: the disk cache key of kernels/FILE.cl on d: device name, driver and
- * device version, the file, the options (or another tag) and the source.
+ * device version, the file, the options (or another tag) and the sources
+ * (the prelude and the file, or the generated text).
  */
 static uint64_t
-key(const struct mlcl_dev *d, const char *file, const char *tag, const char *src, size_t len)
+key(const struct mlcl_dev *d, const char *file, const char *tag, const struct progsrc *ps)
 {
 	uint64_t h = 1469598103934665603ull;
 	h = fnv(h, d->name, strlen(d->name) + 1);
@@ -103,7 +143,9 @@ key(const struct mlcl_dev *d, const char *file, const char *tag, const char *src
 	h = fnv(h, d->version, strlen(d->version) + 1);
 	h = fnv(h, file, strlen(file) + 1);
 	h = fnv(h, tag, strlen(tag) + 1);
-	return fnv(h, src, len);
+	for (int i = 0; i < ps->n; i++)
+		h = fnv(h, ps->s[i], ps->len[i]);
+	return h;
 }
 
 static void
@@ -170,43 +212,32 @@ static int
 build(struct mlcl_dev *d, const char *file, const char *gen, size_t glen, const char *options,
       cl_program *out, struct ml_err *e)
 {
-	const char *src;
-	size_t len;
-	bool owned;
+	struct progsrc ps;
 	char opts[1024];
 
 	*out = NULL;
 	snprintf(opts, sizeof opts, "-cl-std=CL1.2 -DML_WG=%zu%s%s", mlcl_wg(d, 1 << 20),
 		 options != NULL ? " " : "", options != NULL ? options : "");
-	if (gen != NULL) {
-		src = gen;
-		len = glen;
-		owned = false;
-	} else {
-		ML_TRY(source(file, &src, &len, &owned, e));
-	}
+	ML_TRY(progsrc_load(&ps, file, gen, glen, e));
 	if (mlcl_fault("build")) {
-		if (owned)
-			ml_free((void *)src);
+		progsrc_free(&ps);
 		return ml_fail(e, ML_ECL, "cannot build kernels/%s.cl on '%s': "
 			       "CL_BUILD_PROGRAM_FAILURE (ML_CL_FAULT=build)", file, d->name);
 	}
-	uint64_t h = key(d, file, opts, src, len);
+	uint64_t h = key(d, file, opts, &ps);
 	char dir[3500], path[4096];
 	bool cache = cache_dir(dir, sizeof dir);
 	if (cache) {
 		snprintf(path, sizeof path, "%s/%s-%016llx.bin", dir, file, (unsigned long long)h);
 		if ((*out = load_binary(d, path, opts)) != NULL) {
 			d->n_cached++;
-			if (owned)
-				ml_free((void *)src);
+			progsrc_free(&ps);
 			return 0;
 		}
 	}
 	cl_int st;
-	cl_program p = clCreateProgramWithSource(d->ctx, 1, &src, &len, &st);
-	if (owned)
-		ml_free((void *)src);
+	cl_program p = clCreateProgramWithSource(d->ctx, (cl_uint)ps.n, ps.s, ps.len, &st);
+	progsrc_free(&ps);
 	if (p == NULL || st != CL_SUCCESS) {
 		if (e != NULL)
 			e->cl_status = st;
@@ -303,16 +334,13 @@ bool
 mlcl_cache_path(const struct mlcl_dev *d, const char *file, const char *tag, const char *ext,
 		char *buf, size_t n)
 {
-	const char *src;
-	size_t len;
-	bool owned;
+	struct progsrc ps;
 	char dir[3500];
 	struct ml_err e = { 0 };
-	if (!cache_dir(dir, sizeof dir) || source(file, &src, &len, &owned, &e) < 0)
+	if (!cache_dir(dir, sizeof dir) || progsrc_load(&ps, file, NULL, 0, &e) < 0)
 		return false;
-	uint64_t h = key(d, file, tag, src, len);
-	if (owned)
-		ml_free((void *)src);
+	uint64_t h = key(d, file, tag, &ps);
+	progsrc_free(&ps);
 	return snprintf(buf, n, "%s/%s-%s-%016llx.%s", dir, file, tag, (unsigned long long)h,
 			ext) < (int)n;
 }

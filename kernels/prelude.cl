@@ -1,0 +1,54 @@
+/*
+ * prelude.cl: what every program of kernels/ shares. lib/cl/cl_prog.c
+ * passes it as the first of two source strings to each build (and hashes
+ * it into the binary cache key; ML_KERNEL_DIR supplies it with the rest),
+ * so the files below do not repeat it. Generated programs (the fused
+ * elementwise chains of lib/cl/fused_elem.c) bring their own definitions.
+ *
+ * T is the stored element type: float, or half with -DML_F16, where every
+ * element goes through LD (vload_half) and ST (vstore_half, round to
+ * nearest even) and the arithmetic stays in float. That is core OpenCL
+ * 1.2, so f16 tensors run on every device, cl_khr_fp16 or not. LD8 reads
+ * eight consecutive elements as a float8. KN(name) is a kernel's name with
+ * its type suffix (name_f32 or name_f16).
+ */
+#ifdef ML_F16
+#define T half
+#define LD(p, i) vload_half((i), (p))
+#define LD8(p, i) vload_half8(0, (p) + (i))
+#define ST(p, i, v) vstore_half((v), (i), (p))
+#define KN(name) name##_f16
+#else
+#define T float
+#define LD(p, i) ((p)[i])
+#define LD8(p, i) vload8(0, (p) + (i))
+#define ST(p, i, v) ((p)[i] = (v))
+#define KN(name) name##_f32
+#endif
+
+/*
+ * The fused activations (codes as ML_ACT_* of lib/ops/fused.h), with the
+ * formulas of the CPU's fused kernels (lib/cpu/fused_mm.c): Clip lets NaN
+ * through (both comparisons are false) and Gelu is the erf form,
+ * 0.5 v erfc(-v / sqrt 2). ACT_FN(NAME, TY) defines NAME(v, act, lo, hi)
+ * on TY, a float or a float vector; a file instantiates the ones it uses.
+ */
+#define ACT_RELU 1
+#define ACT_CLIP 2
+#define ACT_SIGMOID 3
+#define ACT_TANH 4
+#define ACT_SILU 5
+#define ACT_GELU 6
+#define ACT_FN(NAME, TY) \
+	inline TY NAME(TY v, int act, float lo, float hi) \
+	{ \
+		switch (act) { \
+		case ACT_RELU: return fmax(v, (TY)(0.0f)); \
+		case ACT_CLIP: return select(select(v, (TY)(hi), v > hi), (TY)(lo), v < lo); \
+		case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v)); \
+		case ACT_TANH: return tanh(v); \
+		case ACT_SILU: return v / (1.0f + exp(-v)); \
+		case ACT_GELU: return 0.5f * v * erfc(-v * 0.70710678118654752f); \
+		default: return v; \
+		} \
+	}
