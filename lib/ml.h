@@ -498,6 +498,15 @@ int ml_npy_save(const struct ml_tval *t, const char *path, struct ml_err *e);
  */
 void ml_set_threads(int n);	/* 0: all cores */
 int ml_get_threads(void);
+/*
+ * ml_set_flush_denormals: whether the calling thread and the pool's
+ * workers flush subnormal floats to zero (x86 FTZ and DAZ, the FZ bit on
+ * AArch64; a no-op elsewhere). Off by default, as IEEE 754 has it;
+ * mltrain turns it on (each operation on a subnormal costs a microcode
+ * assist of about 100 cycles on x86, and gradients underflow late in
+ * training). OpenBLAS's own threads keep their mode.
+ */
+void ml_set_flush_denormals(bool on);
 /* ml_parallel_for: call fn(ctx, begin, end) over [0, n) in chunks of at least grain. */
 void ml_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64_t e),
 		     void *ctx);

@@ -101,6 +101,20 @@ setup() {
 	cmp a.mlg b.mlg
 }
 
+@test "--keep-denormals is saved in the checkpoint and kept by --resume; the default flushes" {
+	mltrain tiny.mlt --data d $TRAIN --epochs 1 -q -o f.mlg
+	mltrain tiny.mlt --data d $TRAIN --epochs 1 --keep-denormals -q -o k.mlg
+	mlconvert f.mlg -o f.mlt
+	mlconvert k.mlg -o k.mlt
+	grep -q 'keep_denormals\\": 0' f.mlt
+	grep -q 'keep_denormals\\": 1' k.mlt
+	mltrain --resume k.mlg --data d --epochs 2 --threads 1 -q -o k2.mlg
+	mlconvert k2.mlg -o k2.mlt
+	grep -q 'keep_denormals\\": 1' k2.mlt
+	mltrain tiny.mlt --data d $TRAIN --epochs 2 --keep-denormals -q -o k3.mlg
+	cmp k2.mlg k3.mlg
+}
+
 @test "--resume from a checkpoint in mid-epoch is bit-exact too" {
 	mltrain tiny.mlt --data d $TRAIN --epochs 2 --checkpoint-every 5 -q -o a.mlg
 	mltrain tiny.mlt --data d $TRAIN --epochs 2 --checkpoint-every 5 -q -o b.mlg \

@@ -70,7 +70,17 @@ ml_shuffle(int64_t *perm, int64_t n, uint64_t seed, uint64_t epoch)
 	}
 }
 
-#define NSLOT 3
+/*
+ * The ring: NSLOT slots at most, fewer for big batches (SLOT_BYTES in
+ * all, 3 at least: the one the caller holds and two ahead). The thread
+ * sleeps when the ring is full and the caller wakes it only when half the
+ * ring is free (or before it waits itself), so the two threads hand over
+ * once every few batches: waking a sleeping thread costs tens of
+ * microseconds on a virtual machine, several percent of a small model's
+ * step.
+ */
+#define NSLOT 8
+#define SLOT_BYTES ((int64_t)4 << 20)
 
 struct slot {
 	struct ml_tval x, y;
@@ -86,13 +96,15 @@ struct ml_loader {
 	int64_t *perm;
 	int64_t next;		/* the batch ml_loader_next returns next */
 	int held;		/* the slot the caller holds, -1 none */
+	int nslot;		/* slots in use (3 .. NSLOT) */
 	struct slot slots[NSLOT];
 	/* the prefetch thread and what it shares, under mu */
 	pthread_t th;
 	bool running, stop;
+	bool prod_waits, cons_waits;	/* who sleeps on free, on ready */
 	int64_t produce;	/* the batch the thread builds next */
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	pthread_cond_t free, ready;
 };
 
 static int64_t
@@ -109,9 +121,17 @@ build(struct ml_loader *l, struct slot *sl, int64_t b, struct ml_err *e)
 				&sl->x, &sl->y, e);
 }
 
+/* full: whether the thread has no slot for its next batch (under mu) */
+static bool
+full(const struct ml_loader *l)
+{
+	int s = (int)(l->produce % l->nslot);
+	return l->slots[s].batch >= 0 || l->held == s;
+}
+
 /*
  * The thread fills free slots with the batches after the caller's, in
- * order: batch b always goes to slot b % NSLOT, so the caller knows where
+ * order: batch b always goes to slot b % nslot, so the caller knows where
  * to wait for it, and the slot it holds (next - 1) is never touched.
  */
 static void *
@@ -120,24 +140,34 @@ prefetch_main(void *arg)
 	struct ml_loader *l = arg;
 	pthread_mutex_lock(&l->mu);
 	for (;;) {
-		while (!l->stop && (l->produce >= l->nbatch ||
-				    l->slots[l->produce % NSLOT].batch >= 0 ||
-				    (l->held >= 0 && l->held == (int)(l->produce % NSLOT))))
-			pthread_cond_wait(&l->cv, &l->mu);
+		while (!l->stop && (l->produce >= l->nbatch || full(l))) {
+			l->prod_waits = true;
+			pthread_cond_wait(&l->free, &l->mu);
+		}
+		l->prod_waits = false;
 		if (l->stop)
 			break;
 		int64_t b = l->produce++;
-		struct slot *sl = &l->slots[b % NSLOT];
+		struct slot *sl = &l->slots[b % l->nslot];
 		pthread_mutex_unlock(&l->mu);
 		memset(&sl->err, 0, sizeof sl->err);
 		int rc = build(l, sl, b, &sl->err);
 		pthread_mutex_lock(&l->mu);
 		sl->rc = rc;
 		sl->batch = b;
-		pthread_cond_broadcast(&l->cv);
+		if (l->cons_waits)
+			pthread_cond_signal(&l->ready);
 	}
 	pthread_mutex_unlock(&l->mu);
 	return NULL;
+}
+
+/* wake_producer: wake the thread if it sleeps with work to do (under mu) */
+static void
+wake_producer(struct ml_loader *l)
+{
+	if (l->prod_waits && l->produce < l->nbatch && !full(l))
+		pthread_cond_signal(&l->free);
 }
 
 static void
@@ -147,7 +177,7 @@ stop_thread(struct ml_loader *l)
 		return;
 	pthread_mutex_lock(&l->mu);
 	l->stop = true;
-	pthread_cond_broadcast(&l->cv);
+	pthread_cond_signal(&l->free);
 	pthread_mutex_unlock(&l->mu);
 	pthread_join(l->th, NULL);
 	l->running = false;
@@ -168,6 +198,9 @@ ml_loader_new(struct ml_loader **out, const struct ml_dataset *d, const struct m
 	l->o = *o;
 	l->nbatch = o->drop_last ? d->n / o->batch : (d->n + o->batch - 1) / o->batch;
 	l->held = -1;
+	int64_t per = (d->feat > 0 ? d->feat : 1) * 4 + (d->ylen > 0 ? d->ylen : 1) * 8;
+	int64_t fit = SLOT_BYTES / (o->batch * per > 0 ? o->batch * per : 1);
+	l->nslot = fit < 3 ? 3 : fit > NSLOT ? NSLOT : (int)fit;
 	if ((l->perm = ml_malloc((size_t)d->n * sizeof *l->perm)) == NULL) {
 		ml_free(l);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
@@ -175,7 +208,8 @@ ml_loader_new(struct ml_loader **out, const struct ml_dataset *d, const struct m
 	for (int i = 0; i < NSLOT; i++)
 		l->slots[i].batch = -1;
 	pthread_mutex_init(&l->mu, NULL);
-	pthread_cond_init(&l->cv, NULL);
+	pthread_cond_init(&l->free, NULL);
+	pthread_cond_init(&l->ready, NULL);
 	*out = l;
 	return 0;
 }
@@ -191,7 +225,8 @@ ml_loader_free(struct ml_loader *l)
 		ml_tval_clear(&l->slots[i].y);
 	}
 	pthread_mutex_destroy(&l->mu);
-	pthread_cond_destroy(&l->cv);
+	pthread_cond_destroy(&l->free);
+	pthread_cond_destroy(&l->ready);
 	ml_free(l->perm);
 	ml_free(l);
 }
@@ -244,21 +279,27 @@ ml_loader_next(struct ml_loader *l, const struct ml_tval **x, const struct ml_tv
 		return 1;
 	}
 	pthread_mutex_lock(&l->mu);
-	/* give back the slot held since the last call */
+	/* give back the slot held since the last call; wake the thread when half the ring is free */
 	if (l->held >= 0) {
 		l->slots[l->held].batch = -1;
 		l->held = -1;
-		pthread_cond_broadcast(&l->cv);
+		int64_t ahead = l->produce - l->next;	/* built or being built */
+		if (ahead <= l->nslot / 2)
+			wake_producer(l);
 	}
 	if (l->next >= l->nbatch) {
 		pthread_mutex_unlock(&l->mu);
 		return 0;
 	}
 	int64_t b = l->next;
-	struct slot *sl = &l->slots[b % NSLOT];
-	while (sl->batch != b)
-		pthread_cond_wait(&l->cv, &l->mu);
-	l->held = (int)(b % NSLOT);
+	struct slot *sl = &l->slots[b % l->nslot];
+	while (sl->batch != b) {
+		wake_producer(l);
+		l->cons_waits = true;
+		pthread_cond_wait(&l->ready, &l->mu);
+		l->cons_waits = false;
+	}
+	l->held = (int)(b % l->nslot);
 	l->next++;
 	int rc = sl->rc;
 	if (rc < 0 && e != NULL)

@@ -21,6 +21,9 @@
  */
 #include <pthread.h>
 #include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,6 +58,44 @@ static struct {
 	.go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
 
 static _Thread_local bool in_pool;
+
+/* the denormal mode every pool thread runs in, and the one this thread has set */
+static atomic_int flush_dn;
+static _Thread_local int flush_set;
+
+static void
+set_fp_flush(bool on)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned m = _mm_getcsr() & ~0x8040u;	/* FTZ (bit 15), DAZ (bit 6) */
+	_mm_setcsr(on ? m | 0x8040u : m);
+#elif defined(__aarch64__)
+	uint64_t r;
+	__asm__ volatile("mrs %0, fpcr" : "=r"(r));
+	r = on ? r | (1ull << 24) : r & ~(1ull << 24);
+	__asm__ volatile("msr fpcr, %0" : : "r"(r));
+#else
+	(void)on;
+#endif
+}
+
+/* sync_fp_mode: this thread into the pool's denormal mode, when it differs */
+static inline void
+sync_fp_mode(void)
+{
+	int want = atomic_load_explicit(&flush_dn, memory_order_relaxed);
+	if (flush_set != want) {
+		set_fp_flush(want != 0);
+		flush_set = want;
+	}
+}
+
+void
+ml_set_flush_denormals(bool on)
+{
+	atomic_store(&flush_dn, on ? 1 : 0);
+	sync_fp_mode();
+}
 
 static inline void
 cpu_relax(void)
@@ -163,6 +204,7 @@ worker(void *arg)
 			pthread_mutex_unlock(&P.mu);
 		}
 		seen = (uint32_t)(atomic_load(&P.ticket) >> 32);
+		sync_fp_mode();
 		run_chunks(seen);
 	}
 	return NULL;
@@ -203,6 +245,7 @@ ml_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t b, int64
 		return;
 	if (grain < 1)
 		grain = 1;
+	sync_fp_mode();
 	int nt = ml_get_threads();
 	int64_t want = (n + grain - 1) / grain;
 	if (nt <= 1 || want <= 1 || in_pool || pthread_mutex_trylock(&P.job) != 0) {

@@ -110,6 +110,61 @@ test_pool(void)
 	ml_set_threads(2);
 }
 
+/* each index: a subnormal product of normal operands, or zero where they are flushed */
+struct dnjob {
+	volatile float a, b;
+	float out[4096];
+};
+
+static void
+dn_fn(void *ctx, int64_t b, int64_t e)
+{
+	struct dnjob *j = ctx;
+	for (int64_t i = b; i < e; i++)
+		j->out[i] = j->a * j->b * (float)(1 + i % 2);
+	/* slow enough that the workers take chunks too */
+	struct timespec ts = { 0, 20 * 1000 };
+	nanosleep(&ts, NULL);
+}
+
+/* how many of the job's results are subnormal (not flushed) */
+static int
+dn_count(void)
+{
+	static struct dnjob j;
+	int sub = 0;
+	j.a = 1e-20f;
+	j.b = 1e-20f;
+	ml_parallel_for(4096, 64, dn_fn, &j);
+	for (int i = 0; i < 4096; i++)
+		sub += j.out[i] != 0;
+	return sub;
+}
+
+static void
+test_denormals(void)
+{
+	ml_set_threads(3);
+	int keep = dn_count();
+	ml_set_flush_denormals(true);
+	int flush = dn_count();
+	volatile float tiny = 1e-40f, one = 1;
+	volatile float daz = tiny * one;	/* a subnormal operand reads as zero */
+	ml_set_flush_denormals(false);
+	int back = dn_count();
+	char what[200];
+	snprintf(what, sizeof what,
+		 "ml_set_flush_denormals: the caller and the workers flush subnormals and stop again "
+		 "(subnormal products: %d before, %d flushing, %d after; 1e-40 * 1 = %g)", keep, flush, back, (double)daz);
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+	ok(keep == 4096 && flush == 0 && back == 4096 && daz == 0, what);
+#else
+	ok(keep == 4096 && back == 4096, what);	/* no mode to set here */
+	(void)daz;
+#endif
+	ml_set_threads(2);
+}
+
 /* ml_pgemm against a double-precision reference. */
 static int
 gemm_case(int64_t nb, int64_t m, int64_t n, int64_t k, bool bias, bool acc)
@@ -470,6 +525,7 @@ main(void)
 	ok(waited && WEXITSTATUS(st) == 0,
 	   "scratch from the arena's free room: blocks, heap fallback, Winograd in less room");
 	test_pool();
+	test_denormals();
 	test_maxpool();
 	test_conv();
 	printf("1..%d\n", ntest);
