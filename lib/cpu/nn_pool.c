@@ -221,6 +221,40 @@ maxpool2d_f32(void *ctx, int64_t b, int64_t e)
 	ml_free(hm);
 }
 
+/*
+ * 2 x 2 windows at stride 2, no padding, none past the input's edge (the
+ * LeNet and VGG pools): two input rows per output row, no window tables
+ * and no buffer. The comparisons are maxpool2d_f32's, in its order (each
+ * row's pair, then the two rows), so the results are the same bits,
+ * NaN and signed zeros included.
+ */
+POOL_CLONES static void
+maxpool2x2_f32(void *ctx, int64_t b, int64_t e)
+{
+	const struct pool_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], OH = v->out[1], OW = v->out[2];
+
+	for (int64_t pl = b; pl < e; pl++) {
+		const float *x = (const float *)j->x + pl * v->insz;
+		float *y = (float *)j->y + pl * v->outsz;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			const float *restrict r0 = x + 2 * oh * W, *restrict r1 = r0 + W;
+			float *restrict yr = y + oh * OW;
+			for (int64_t ow = 0; ow < OW; ow++) {
+				float a = -INFINITY, c = -INFINITY, m = -INFINITY;
+				a = r0[2 * ow] > a ? r0[2 * ow] : a;
+				a = r0[2 * ow + 1] > a ? r0[2 * ow + 1] : a;
+				c = r1[2 * ow] > c ? r1[2 * ow] : c;
+				c = r1[2 * ow + 1] > c ? r1[2 * ow + 1] : c;
+				m = a > m ? a : m;
+				m = c > m ? c : m;
+				yr[ow] = m;
+			}
+		}
+	}
+}
+
 int
 ml_cpu_max_pool(struct ml_opctx *c)
 {
@@ -246,6 +280,10 @@ ml_cpu_max_pool(struct ml_opctx *c)
 	if (fn == maxpool_f32 && j.idx == NULL && v.in[0] == 1 && v.k[0] == 1 && v.out[0] == 1 &&
 	    v.p[0] == 0)
 		fn = maxpool2d_f32;
+	if (fn == maxpool2d_f32 && v.k[1] == 2 && v.k[2] == 2 && v.s[1] == 2 && v.s[2] == 2 &&
+	    v.d[1] == 1 && v.d[2] == 1 && v.p[1] == 0 && v.p[2] == 0 && 2 * v.out[1] <= v.in[1] &&
+	    2 * v.out[2] <= v.in[2])
+		fn = maxpool2x2_f32;
 	ml_parallel_for(v.n * v.cin, plane_grain(&v), fn, &j);
 	ml_free((void *)j.w[0]);
 	return 0;

@@ -276,7 +276,7 @@ maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_t pad, int64_t di
 	ml_node_set_ints(g, nd, "strides", 2, (int64_t[]){ s, s });
 	ml_node_set_ints(g, nd, "pads", 4, (int64_t[]){ pad, pad, pad, pad });
 	ml_node_set_ints(g, nd, "dilations", 2, (int64_t[]){ dil, dil });
-	ml_node_set_ints(g, nd, "ceil_mode", 1, (int64_t[]){ ceil });
+	ml_node_set_int(g, nd, "ceil_mode", ceil);
 	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
 	if (ml_graph_toposort(g, &e) < 0 || ml_graph_validate(g, &e) < 0 ||
 	    ml_graph_infer(g, &e) < 0 || ml_session_new(&ss, g, NULL, &e) < 0 ||
@@ -475,6 +475,11 @@ test_maxpool(void)
 	ok(maxpool_case(17, 19, 3, 3, 1, 1, 1), "MaxPool 3x3 s3 p1 ceil_mode on 17x19");
 	ok(maxpool_case(15, 16, 3, 1, 2, 2, 0), "MaxPool 3x3 s1 p2 dilation 2 on 15x16");
 	ok(maxpool_case(3, 2, 3, 2, 1, 1, 0), "MaxPool 3x3 s2 p1 on 3x2 (no interior window)");
+	ok(maxpool_case(28, 28, 2, 2, 0, 1, 0), "MaxPool 2x2 s2 on 28x28 (LeNet's, the 2x2 kernel)");
+	ok(maxpool_case(10, 10, 2, 2, 0, 1, 0), "MaxPool 2x2 s2 on 10x10");
+	ok(maxpool_case(11, 37, 2, 2, 0, 1, 0), "MaxPool 2x2 s2 on 11x37 (odd: the last row and column unread)");
+	ok(maxpool_case(11, 37, 2, 2, 0, 1, 1), "MaxPool 2x2 s2 ceil_mode on 11x37 (edge windows: not the 2x2 kernel)");
+	ok(maxpool_case(12, 12, 2, 2, 1, 1, 0), "MaxPool 2x2 s2 p1 on 12x12 (padded: not the 2x2 kernel)");
 }
 
 int
