@@ -964,8 +964,11 @@ main(int argc, char **argv)
 		fprintf(stderr, "%s: %s: %d parameter tensors, %lld values; step graph of %d nodes\n",
 			progname, from, np, (long long)ne, r.step->n_nodes);
 	}
-	/* one process on the CPU: the dense layers' fused kernels (not for MPI's all-reduce) */
-	if (strcmp(r.device, "cpu") == 0 && ml_dist_size() <= 1 && ml_train_fuse(r.step, &err) < 0)
+	/*
+	 * On the CPU, the dense layers' fused kernels; under MPI the updates
+	 * keep their nodes, since the gradients must be all-reduced first.
+	 */
+	if (strcmp(r.device, "cpu") == 0 && ml_train_fuse(r.step, ml_dist_size() <= 1, &err) < 0)
 		die_run(&err, from);
 	if (dump != NULL) {
 		if (ml_model_save(r.step, dump, ML_FMT_MLG, &err) < 0)

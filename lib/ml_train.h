@@ -134,11 +134,12 @@ int ml_train_step_graph(struct ml_graph **out, const struct ml_graph *model,
  * ReluGrad that alone reads its output, and a weight gradient's Gemm that
  * only an SGDUpdate reads (no clipping) merges into it as ml.GemmSGDUpdate
  * (see lib/ops/grad.c), so the gradient is never stored. The result is
- * the same step. Other devices run these ops on the CPU, and
- * ml_train_distribute needs the gradients as tensors: call it only for a
- * step that one process runs on the CPU.
+ * the same step. Other devices run these ops on the CPU: call it only for
+ * a step that runs on the CPU. With fold_updates false the updates keep
+ * their nodes and the gradients stay tensors, as ml_train_distribute
+ * (which all-reduces them) needs: call it before that.
  */
-int ml_train_fuse(struct ml_graph *g, struct ml_err *e);
+int ml_train_fuse(struct ml_graph *g, bool fold_updates, struct ml_err *e);
 
 /*
  * ml_train_export: copy the trained state of step (a graph of

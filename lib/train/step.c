@@ -801,10 +801,12 @@ plain_act(const struct ml_graph *g, int t)
 /*
  * fuse_gemm: node i (an f32 Gemm) as TrainGemm, taking over the Relu or
  * ReluGrad that is the only reader of its output, or folded into the
- * SGDUpdate that is (as GemmSGDUpdate); *gone is the node it replaces.
+ * SGDUpdate that is (as GemmSGDUpdate, when fold); *gone is the node it
+ * replaces.
  */
 static int
-fuse_gemm(struct sb *b, int i, const int *cnt, const int *who, const int *where, int *gone)
+fuse_gemm(struct sb *b, int i, const int *cnt, const int *who, const int *where, bool fold,
+	  int *gone)
 {
 	struct ml_graph *g = b->g;
 	const struct ml_node *n = &g->nodes[i];
@@ -814,7 +816,7 @@ fuse_gemm(struct sb *b, int i, const int *cnt, const int *who, const int *where,
 	bool ta = ml_attr_int(n, "transA", 0) != 0, tb = ml_attr_int(n, "transB", 0) != 0;
 	double alpha = ml_attr_float(n, "alpha", 1);
 	*gone = -1;
-	if (un != NULL && un->op == ML_OP_SGD_UPDATE && uj == 1 && un->n_in <= 4 && cc < 0 &&
+	if (fold && un != NULL && un->op == ML_OP_SGD_UPDATE && uj == 1 && un->n_in <= 4 && cc < 0 &&
 	    plain_act(g, a) && plain_act(g, bb)) {
 		int in[5] = { un->in[0], a, bb, un->in[2], un->n_in > 3 ? un->in[3] : -1 };
 		if ((ta && ml_node_set_int(g, u, "transA", 1) < 0) ||
@@ -843,7 +845,7 @@ fuse_gemm(struct sb *b, int i, const int *cnt, const int *who, const int *where,
 }
 
 int
-ml_train_fuse(struct ml_graph *g, struct ml_err *e)
+ml_train_fuse(struct ml_graph *g, bool fold_updates, struct ml_err *e)
 {
 	struct sb b = { .g = g, .e = e };
 	int nt = g->n_tensors, nn = g->n_nodes, rc = 0;
@@ -873,7 +875,7 @@ ml_train_fuse(struct ml_graph *g, struct ml_err *e)
 		if (dead[i] || n->op != ML_OP_GEMM || n->n_in < 2 || n->n_out != 1 || n->in[0] < 0 ||
 		    n->in[1] < 0 || n->out[0] < 0 || g->tensors[n->in[0]]->dtype != ML_F32)
 			continue;
-		if ((rc = fuse_gemm(&b, i, cnt, who, where, &gone)) < 0)
+		if ((rc = fuse_gemm(&b, i, cnt, who, where, fold_updates, &gone)) < 0)
 			goto out;
 		if (gone >= 0)
 			dead[gone] = true;

@@ -468,7 +468,7 @@ test_fuse(void)
 		o.nesterov = cfg[ci].nest;
 		for (int f = 0; f < 2 && good; f++)
 			good = ml_train_step_graph(&g[f], m, &o, &e) == 0 &&
-			       (f == 0 || ml_train_fuse(g[f], &e) == 0) &&
+			       (f == 0 || ml_train_fuse(g[f], true, &e) == 0) &&
 			       ml_session_new(&s[f], g[f], NULL, &e) == 0;
 		if (good)
 			shape = count_op(g[1], ML_OP_GEMM) == 0 && count_op(g[1], ML_OP_RELU) == 0 &&
@@ -520,9 +520,51 @@ test_fuse(void)
 	o.momentum = 0.9;
 	o.clip_norm = 1;
 	bool good = m != NULL && ml_train_step_graph(&g, m, &o, &e) == 0 &&
-		    ml_train_fuse(g, &e) == 0;
+		    ml_train_fuse(g, true, &e) == 0;
 	ok(good && count_op(g, ML_OP_GEMM_SGD_UPDATE) == 0 && count_op(g, ML_OP_SGD_UPDATE) == 6 &&
 	   count_op(g, ML_OP_TRAIN_GEMM) == 8, "ml_train_fuse leaves clipped updates unfused");
+	ml_graph_free(g);
+	g = NULL;
+	/*
+	 * fold_updates false (MPI): the products fused, the updates left for
+	 * ml_train_distribute, which then all-reduces every gradient; the step
+	 * trains as the unfused one
+	 */
+	o.clip_norm = 0;
+	struct ml_graph *p = NULL;
+	struct ml_session *s[2] = { NULL, NULL };
+	struct ml_dist_opts dopt;
+	ml_dist_opts_init(&dopt);
+	dopt.force = true;
+	dopt.bucket_mb = 0;
+	good = ml_train_step_graph(&g, m, &o, &e) == 0 && ml_train_step_graph(&p, m, &o, &e) == 0 &&
+	       ml_train_fuse(g, false, &e) == 0;
+	bool shape = good && count_op(g, ML_OP_GEMM_SGD_UPDATE) == 0 &&
+		     count_op(g, ML_OP_SGD_UPDATE) == 6 && count_op(g, ML_OP_TRAIN_GEMM) == 8 &&
+		     count_op(g, ML_OP_RELU) == 0 && count_op(g, ML_OP_RELU_GRAD) == 0;
+	good = good && ml_train_distribute(g, &dopt, &e) >= 0 &&
+	       ml_train_distribute(p, &dopt, &e) >= 0;
+	shape = shape && good && count_op(g, ML_OP_ALLREDUCE_START) == 6 &&
+		count_op(p, ML_OP_ALLREDUCE_START) == 6;
+	good = good && ml_session_new(&s[0], p, NULL, &e) == 0 &&
+	       ml_session_new(&s[1], g, NULL, &e) == 0;
+	struct batch b = { 0 };
+	double l[2] = { 0, 0 }, worst = 0;
+	set_lr(&b, 0.05f);
+	for (int it = 0; it < 4 && good; it++) {
+		wide(&b, 64);
+		for (int f = 0; f < 2 && good; f++)
+			good = step(s[f], &b, &l[f], &e) == 0;
+		worst = fmax(worst, fabs(l[0] - l[1]));
+	}
+	if (!good)
+		printf("# fuse for MPI: %s\n", e.msg);
+	ok(good && shape && worst < 1e-4,
+	   "ml_train_fuse without folding the updates leaves every gradient to all-reduce, and trains the same");
+	for (int f = 0; f < 2; f++)
+		ml_session_free(s[f]);
+	batch_free(&b);
+	ml_graph_free(p);
 	ml_graph_free(g);
 	ml_graph_free(m);
 }
