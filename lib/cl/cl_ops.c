@@ -517,6 +517,23 @@ run_conv(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 			      MEM(bout[0]), 0, c->err);
 }
 
+/*
+ * fused_epi: a FusedGemm's or FusedMatMul's activation into the GEMM's
+ * epilogue (which applies it last: act(alpha A B + beta C + bias + Z)).
+ */
+static int
+fused_epi(struct ml_opctx *c, struct mlcl_epi *epi, struct mlcl_epi **ep)
+{
+	epi->act = ml_fused_act(c->node);
+	if (epi->act < 0)
+		return ml_opfail(c, ML_EINVAL, "unknown activation '%s'",
+				 ml_attr_str(c->node, "activation", ""));
+	epi->lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+	epi->hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+	*ep = epi;
+	return 0;
+}
+
 static int
 run_gemm(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 {
@@ -550,10 +567,8 @@ run_gemm(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 			return ml_opfail(c, ML_ENOTSUP, "this Gemm bias on OpenCL");
 		}
 	}
-	if (c->node->op == ML_OP_FUSED_GEMM) {
-		epi.relu = true;
-		ep = &epi;
-	}
+	if (c->node->op == ML_OP_FUSED_GEMM)
+		ML_TRY(fused_epi(c, &epi, &ep));
 	return mlcl_gemm_ex(d, f16(y), ta, tb, M, N, K, alpha, MEM(bin[0]), 0, a->dims[1],
 			    MEM(bin[1]), 0, b->dims[1], bt, MEM(bout[0]), 0, N, 1, 0, 0, 0, ep,
 			    c->err);
@@ -587,8 +602,26 @@ run_matmul(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 		return ml_opfail(c, ML_ENOTSUP, "a broadcast MatMul batch on OpenCL");
 	if (K == 0)
 		return ml_opfail(c, ML_ENOTSUP, "an empty MatMul on OpenCL");
+	/* FusedMatMul: act(A B + bias[N] + Z), Z of Y's shape, in the GEMM's store */
+	struct mlcl_epi epi = { 0 }, *ep = NULL;
+	if (c->node->op == ML_OP_FUSED_MATMUL) {
+		const struct ml_tval *bias = ML_IN(c, 2), *z = ML_IN(c, 3);
+		ML_TRY(fused_epi(c, &epi, &ep));
+		if (bias != NULL && ml_tval_numel(bias) > 0) {
+			if (ml_tval_numel(bias) != N)
+				return ml_opfail(c, ML_EINVAL, "the bias has %lld values, not N = %lld",
+						 (long long)ml_tval_numel(bias), (long long)N);
+			epi.bias = MEM(bin[2]);
+			epi.bias_sn = 1;
+		}
+		if (z != NULL) {
+			if (ml_tval_numel(z) != ml_tval_numel(y))
+				return ml_opfail(c, ML_EINVAL, "Z does not have the output's shape");
+			epi.z = MEM(bin[3]);
+		}
+	}
 	return mlcl_gemm_ex(d, f16(y), false, false, M, N, K, 1.0f, MEM(bin[0]), 0, K,
-			    MEM(bin[1]), 0, N, 0.0f, MEM(bout[0]), 0, N, by, sa, sb, M * N, NULL,
+			    MEM(bin[1]), 0, N, 0.0f, MEM(bout[0]), 0, N, by, sa, sb, M * N, ep,
 			    c->err);
 }
 
@@ -875,6 +908,8 @@ static const struct clop clops[] = {
 	{ ML_OP_FUSED_ELEMWISE, mlcl_fused_elem_run, NULL, 0, false },
 	{ ML_OP_GEMM, run_gemm, "gemm", 0, false },
 	{ ML_OP_MATMUL, run_matmul, "gemm", 0, false },
+	{ ML_OP_FUSED_GEMM, run_gemm, "gemm", 0, false },
+	{ ML_OP_FUSED_MATMUL, run_matmul, "gemm", 0, false },
 	{ ML_OP_MAX_POOL, run_pool, "nn", 0, false },
 	{ ML_OP_AVERAGE_POOL, run_pool, "nn", 0, false },
 	{ ML_OP_GLOBAL_AVERAGE_POOL, run_pool, "nn", 0, false },
@@ -959,11 +994,12 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 	if (o->run == mlcl_q8_run)
 		return mlcl_q8_supports(g, n);
 	/*
-	 * FusedConv: the convolution's store fuses the bias, the residual Z and
-	 * every activation; not an unknown one, nor weights packed for the CPU
-	 * (packed_n, as FusedMatMul's, should a pass ever set it here).
+	 * FusedConv, FusedGemm, FusedMatMul: the GEMM or convolution store fuses
+	 * the bias, the residual Z and every activation; not an unknown one, nor
+	 * weights packed for the CPU (packed_n: mlopt's pack-weights pass).
 	 */
-	if (n->op == ML_OP_FUSED_CONV &&
+	if ((n->op == ML_OP_FUSED_CONV || n->op == ML_OP_FUSED_GEMM ||
+	     n->op == ML_OP_FUSED_MATMUL) &&
 	    (ml_fused_act(n) < 0 || ml_attr_find(n, "packed_n") != NULL))
 		return false;
 	/* a view copies nothing: any dtype (the uint8 tensors between int8 ops too) */

@@ -738,6 +738,111 @@ fconv_refusals(void)
 #endif
 }
 
+/* fmm_act: activation act (an index of acts) on the fused node p->node */
+static void
+fmm_act(struct pc *p, int act)
+{
+	ml_node_set_string(p->g, p->node, "activation", acts[act]);
+	if (strcmp(acts[act], "Clip") == 0) {
+		ml_node_set_float(p->g, p->node, "clip_min", -0.5);
+		ml_node_set_float(p->g, p->node, "clip_max", 0.75);
+	}
+}
+
+/*
+ * FusedGemm (Gemm, then the activation) and FusedMatMul (MatMul + bias[N]
+ * + Z, then the activation) on cl:0, every activation, in the GEMM's
+ * epilogue; f32 only, as the ops are. A FusedMatMul whose B mlopt packed
+ * for the CPU (packed_n) must stay there.
+ */
+static void
+fmm_cases(void)
+{
+	char what[200];
+	struct pc p;
+	for (int act = 0; act < 7; act++) {
+		const char *an = act ? acts[act] : "no activation";
+		pc_init(&p, 14);
+		p.tol = 1e-4;
+		X(&p, "a", 7, 33);
+		W(&p, "b", 20, 33);
+		W(&p, "c", 20);
+		pc_node_d(&p, "ml", "FusedGemm", "a,b,c", "y");
+		ml_node_set_int(p.g, p.node, "transB", 1);
+		fmm_act(&p, act);
+		snprintf(what, sizeof what, "FusedGemm transB, a row bias, %s", an);
+		pc_check(&p, what);
+		pc_init(&p, 14);
+		p.tol = 1e-4;
+		X(&p, "a", 2, 5, 24);
+		W(&p, "b", 24, 18);
+		W(&p, "bias", 18);
+		X(&p, "z", 2, 5, 18);
+		pc_node_d(&p, "ml", "FusedMatMul", "a,b,bias,z", "y");
+		fmm_act(&p, act);
+		snprintf(what, sizeof what, "FusedMatMul batched, +bias +Z, %s", an);
+		pc_check(&p, what);
+	}
+	pc_init(&p, 14);
+	p.tol = 1e-4;
+	X(&p, "a", 33, 7);
+	W(&p, "b", 33, 20);
+	W(&p, "c", 7, 20);
+	pc_node_d(&p, "ml", "FusedGemm", "a,b,c", "y");
+	ml_node_set_int(p.g, p.node, "transA", 1);
+	ml_node_set_float(p.g, p.node, "alpha", 0.5);
+	ml_node_set_float(p.g, p.node, "beta", 2);
+	fmm_act(&p, 2);
+	pc_check(&p, "FusedGemm transA, alpha, beta, a full C, Clip after all of it");
+	pc_init(&p, 14);
+	p.tol = 1e-4;
+	X(&p, "a", 9, 16);
+	W(&p, "b", 16, 12);
+	W(&p, "bias", 12);
+	pc_node_d(&p, "ml", "FusedMatMul", "a,b,bias", "y");
+	fmm_act(&p, 6);
+	pc_check(&p, "FusedMatMul +bias, Gelu");
+	pc_init(&p, 14);
+	p.tol = 1e-4;
+	X(&p, "a", 9, 16);
+	W(&p, "b", 16, 12);
+	X(&p, "z", 9, 12);
+	pc_node_d(&p, "ml", "FusedMatMul", "a,b,,z", "y");
+	fmm_act(&p, 1);
+	pc_check(&p, "FusedMatMul +Z, Relu");
+
+	/* packed_n: the CPU's panels, which the device does not read */
+	ntest++;
+	if (!have_cl) {
+		printf("ok %d - FusedMatMul with packed_n stays on the CPU # SKIP no OpenCL device\n",
+		       ntest);
+		return;
+	}
+	struct ml_tval a[4] = { 0 };
+	struct ml_err e = { 0 };
+	int na = 0, dev = -1;
+	pc_init(&p, 14);
+	X(&p, "a", 4, 8);
+	W(&p, "b", 1, 8, 32);	/* [ceil(N / 32), K, 32] for N = 8 */
+	pc_node_d(&p, "ml", "FusedMatMul", "a,b", "y");
+	ml_node_set_int(p.g, p.node, "packed_n", 8);
+	int rc = ml_graph_toposort(p.g, &e);
+	if (rc == 0)
+		rc = ml_graph_infer(p.g, &e);
+	if (rc == 0)
+		rc = run_on(&p, "cl", a, &na, &dev, &e);
+	bool ok = rc == 0 && dev == 0;
+	if (!ok)
+		nfail++;
+	printf("%sok %d - FusedMatMul with packed_n stays on the CPU (rc %d, device %d%s%s)\n",
+	       ok ? "" : "not ", ntest, rc, dev, rc ? ": " : "", rc ? e.msg : "");
+	for (int i = 0; i < 4; i++)
+		ml_tval_clear(&a[i]);
+	for (int i = 0; i < p.n_in; i++)
+		ml_tval_clear(&p.in[i]);
+	ml_graph_free(p.g);
+}
+
 static void
 fconv_cases(void)
 {
@@ -1013,6 +1118,7 @@ main(void)
 	nn_cases();
 	fconv_cases();
 	fconv_refusals();
+	fmm_cases();
 	reduce_cases();
 	assign_case();
 	/* the same cases on f16 tensors */
