@@ -676,6 +676,36 @@ fconv_case(const struct fcv *f, bool bias, bool z, int act)
 	pc_check(&p, what);	/* f32; without OpenCL f16 too, which it skips */
 }
 
+/* cpu_check: case p runs, and its node on the CPU, not on cl:0 (a device refusal); frees the case */
+static void
+cpu_check(struct pc *p, const char *what)
+{
+	ntest++;
+	if (!have_cl) {
+		printf("ok %d - %s # SKIP no OpenCL device\n", ntest, what);
+	} else {
+		struct ml_tval a[4] = { 0 };
+		struct ml_err e = { 0 };
+		int na = 0, dev = -1;
+		int rc = ml_graph_toposort(p->g, &e);
+		if (rc == 0)
+			rc = ml_graph_infer(p->g, &e);
+		if (rc == 0)
+			rc = run_on(p, "cl", a, &na, &dev, &e);
+		bool ok = rc == 0 && dev == 0;
+		if (!ok)
+			nfail++;
+		printf("%sok %d - %s (rc %d, device %d%s%s)\n", ok ? "" : "not ", ntest, what, rc,
+		       dev, rc ? ": " : "", rc ? e.msg : "");
+		for (int i = 0; i < 4; i++)
+			ml_tval_clear(&a[i]);
+	}
+	for (int i = 0; i < p->n_in; i++)
+		ml_tval_clear(&p->in[i]);
+	ml_graph_free(p->g);
+	p->g = NULL;
+}
+
 /*
  * fconv_refusals: what the device must not take: a FusedConv carrying
  * packed_n (weights packed for the CPU) stays on the CPU, right; an
@@ -686,32 +716,9 @@ fconv_refusals(void)
 {
 	static const struct fcv f = { "1x1", 1, 8, 4, 4, 8, 1, 1, 0, 1 };
 	struct pc p;
-	ntest++;
-	if (!have_cl) {
-		printf("ok %d - FusedConv with packed_n stays on the CPU # SKIP no OpenCL device\n",
-		       ntest);
-	} else {
-		struct ml_tval a[4] = { 0 };
-		struct ml_err e = { 0 };
-		int na = 0, dev = -1;
-		fconv_build(&p, &f, true, true, 1);
-		ml_node_set_int(p.g, p.node, "packed_n", 8);
-		int rc = ml_graph_toposort(p.g, &e);
-		if (rc == 0)
-			rc = ml_graph_infer(p.g, &e);
-		if (rc == 0)
-			rc = run_on(&p, "cl", a, &na, &dev, &e);
-		bool ok = rc == 0 && dev == 0;
-		if (!ok)
-			nfail++;
-		printf("%sok %d - FusedConv with packed_n stays on the CPU (rc %d, device %d%s%s)\n",
-		       ok ? "" : "not ", ntest, rc, dev, rc ? ": " : "", rc ? e.msg : "");
-		for (int i = 0; i < 4; i++)
-			ml_tval_clear(&a[i]);
-		for (int i = 0; i < p.n_in; i++)
-			ml_tval_clear(&p.in[i]);
-		ml_graph_free(p.g);
-	}
+	fconv_build(&p, &f, true, true, 1);
+	ml_node_set_int(p.g, p.node, "packed_n", 8);
+	cpu_check(&p, "FusedConv with packed_n stays on the CPU");
 	ntest++;
 	if (!have_cl) {
 		printf("ok %d - mlcl_conv2d_ex refuses activation code 7 # SKIP no OpenCL device\n",
@@ -812,35 +819,12 @@ fmm_cases(void)
 	pc_check(&p, "FusedMatMul +Z, Relu");
 
 	/* packed_n: the CPU's panels, which the device does not read */
-	ntest++;
-	if (!have_cl) {
-		printf("ok %d - FusedMatMul with packed_n stays on the CPU # SKIP no OpenCL device\n",
-		       ntest);
-		return;
-	}
-	struct ml_tval a[4] = { 0 };
-	struct ml_err e = { 0 };
-	int na = 0, dev = -1;
 	pc_init(&p, 14);
 	X(&p, "a", 4, 8);
 	W(&p, "b", 1, 8, 32);	/* [ceil(N / 32), K, 32] for N = 8 */
 	pc_node_d(&p, "ml", "FusedMatMul", "a,b", "y");
 	ml_node_set_int(p.g, p.node, "packed_n", 8);
-	int rc = ml_graph_toposort(p.g, &e);
-	if (rc == 0)
-		rc = ml_graph_infer(p.g, &e);
-	if (rc == 0)
-		rc = run_on(&p, "cl", a, &na, &dev, &e);
-	bool ok = rc == 0 && dev == 0;
-	if (!ok)
-		nfail++;
-	printf("%sok %d - FusedMatMul with packed_n stays on the CPU (rc %d, device %d%s%s)\n",
-	       ok ? "" : "not ", ntest, rc, dev, rc ? ": " : "", rc ? e.msg : "");
-	for (int i = 0; i < 4; i++)
-		ml_tval_clear(&a[i]);
-	for (int i = 0; i < p.n_in; i++)
-		ml_tval_clear(&p.in[i]);
-	ml_graph_free(p.g);
+	cpu_check(&p, "FusedMatMul with packed_n stays on the CPU");
 }
 
 static void
