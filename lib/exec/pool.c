@@ -61,7 +61,7 @@ static _Thread_local bool in_pool;
 
 /* the denormal mode every pool thread runs in, and the one this thread has set */
 static atomic_int flush_dn;
-static _Thread_local int flush_set;
+static _Thread_local int flush_set = -1;	/* -1: not set yet (a thread inherits its creator's) */
 
 static void
 set_fp_flush(bool on)
