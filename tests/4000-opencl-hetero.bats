@@ -15,7 +15,8 @@ require_opencl() {
 }
 
 # cost_model RATIO: an ML_COSTMODEL where the device takes RATIO times the
-# CPU's time for every op of conv, launches and copies cost nothing
+# CPU's time for every op of conv, launches and copies cost nothing; auto
+# decides from it alone (ML_AUTO=predict: no measured plans)
 cost_model() {
 	local dev
 	dev=$(json_get devs.json devices.1.name | tr ' \t' '__')
@@ -24,7 +25,7 @@ cost_model() {
 			"$(awk -v r="$1" 'BEGIN { printf "%g", 1e9 * r }')"
 	done >cm.txt
 	printf '%s __launch__ 0 0 0 1\n%s __copy__ 1 0 1e9 1 0\n' "$dev" "$dev" >>cm.txt
-	export ML_COSTMODEL=$PWD/cm.txt
+	export ML_COSTMODEL=$PWD/cm.txt ML_AUTO=predict
 }
 
 @test "mlrun --device auto keeps everything on the CPU when the device gains too little" {
@@ -62,6 +63,34 @@ cost_model() {
 	cp cache/costmodel.txt before.txt
 	run -0 mlrun conv.mlg --device auto -i x=conv.in/x.npy -o out2
 	cmp before.txt cache/costmodel.txt
+}
+
+@test "auto measures its candidate plans once and takes the fastest measured one" {
+	require_opencl
+	mkmlg conv
+	export ML_CL_CACHE=$PWD/cache
+	run -0 mlrun conv.mlg --device auto --plan
+	[[ $output == *"auto: measured: cpu "* ]]
+	dev=$(json_get devs.json devices.1.name | tr ' \t' '__')
+	grep -q "^$dev __plan__:[0-9a-f]*:cpu " cache/costmodel.txt
+	grep -q "^$dev __plan__:[0-9a-f]*:dev " cache/costmodel.txt
+	# the measured times decide, whatever the per-op rates say: make the
+	# device's plan ten times faster than the CPU's, then ten times slower
+	awk -v d="$dev" '$1 == d && $2 ~ /^__plan__:.*:dev$/ { $3 = 1e5; $6 = 1; $7 = 1e5 }
+		$1 == d && $2 ~ /^__plan__:.*:cpu$/ { $3 = 1e6; $6 = 1; $7 = 1e6 } { print }' \
+		cache/costmodel.txt >cm2 && mv cm2 cache/costmodel.txt
+	run -0 mlrun conv.mlg --device auto --plan
+	[[ ${lines[1]} == *" cl:0 "* ]]
+	[[ $output == *"auto: measured: cpu 1000.0 us, device 100.0 us"* ]]
+	run -0 mlrun conv.mlg --device auto -i x=conv.in/x.npy -o out
+	npcmpdir out conv.ref
+	awk -v d="$dev" '$1 == d && $2 ~ /^__plan__:.*:dev$/ { $3 = 1e7; $7 = 1e7 } { print }' \
+		cache/costmodel.txt >cm2 && mv cm2 cache/costmodel.txt
+	run -0 mlrun conv.mlg --device auto --plan
+	[[ $output != *" cl:0 "* ]]
+	# ML_AUTO=predict decides from the per-op model alone
+	ML_AUTO=predict run -0 mlrun conv.mlg --device auto --plan --json
+	[[ $output == *'"auto": "predicted by the cost model"'* ]]
 }
 
 # branches: x -> 4 x Einsum (no OpenCL kernel: the CPU) and x -> 8 x

@@ -187,7 +187,8 @@ require_opencl() {
 	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
 }
 
-# favour_device: a cost model (ML_COSTMODEL) in which the OpenCL device wins every op of conv
+# favour_device: a cost model (ML_COSTMODEL) in which the OpenCL device wins
+# every op of conv, and auto decides from it alone (ML_AUTO=predict)
 favour_device() {
 	mlrun --devices --json >d.json
 	local dev
@@ -195,7 +196,7 @@ favour_device() {
 	for op in Conv Relu GlobalAveragePool Flatten; do
 		printf 'cpu %s 1e12 1e6 1e6 1\n%s %s 1 1e6 1e6 1\n' "$op" "$dev" "$op"
 	done >cm.txt
-	export ML_COSTMODEL=$PWD/cm.txt
+	export ML_COSTMODEL=$PWD/cm.txt ML_AUTO=predict
 }
 
 # each fault: --device cl exits 4 with the reason; auto falls back and says so under -v

@@ -1,8 +1,10 @@
 /*
  * device.h: the device interface of the executor (DESIGN.md "Runtime"):
  * a small vtable, allocate, free, copy to and from the host, run a node,
- * synchronize, that the CPU (lib/exec/device.c) and OpenCL (lib/cl/cl_run.c;
- * lib/cl/cl_stub.c when built with OPENCL=0) fill. Internal to lib/.
+ * synchronize, that the CPU (lib/cpu/device.c) and OpenCL (lib/cl/cl_ops.c;
+ * lib/cl/cl_stub.c when built with OPENCL=0) fill. The executor
+ * (lib/exec/run.c) runs every node through it, CPU nodes included.
+ * Internal to lib/.
  */
 #ifndef ML_EXEC_DEVICE_H
 #define ML_EXEC_DEVICE_H
@@ -64,6 +66,8 @@ struct ml_devops {
 	 * run: node c->node over c->in/c->out (shapes; host data only for
 	 * host_inputs) and the device buffers bin[j]/bout[j] (NULL for an
 	 * omitted input; for a view, run sets bout[0]). Errors in c->err.
+	 * The CPU's run also takes bin and bout NULL: the operands are then
+	 * c's host values themselves.
 	 */
 	int (*run)(void *ctx, struct ml_opctx *c, void **bin, void **bout);
 	int (*sync)(void *ctx, struct ml_err *e);

@@ -1,7 +1,7 @@
 /*
- * session.c: the executor. A session binds a graph to a device and its
- * inputs, plans activation memory by liveness into one arena for the
- * bound input shapes, and runs the nodes in topological order.
+ * session.c: sessions. A session binds a graph to its devices and its
+ * inputs; a run checks the inputs, plans activation memory for the bound
+ * input shapes (plan.c) and hands the graph to the executor (run.c).
  */
 #include "ml_impl.h"
 
@@ -249,215 +249,6 @@ ml_session_set_input(struct ml_session *s, const char *name, const struct ml_tva
 }
 
 /*
- * Liveness planning: walk the nodes in order, place each output in the
- * best-fitting gap between the blocks still live, and release a block
- * after its last reader. Tensors whose size cannot be known before the
- * run (data-dependent shapes) are left to the heap.
- */
-struct blk {
-	int64_t off, len;
-	int t;
-};
-
-/*
- * inplace_block: the live block of node n's first input when n may write
- * its output over it: n is pointwise (each output element depends only on
- * the input elements at the same index), the input has exactly the
- * output's type and padded size, and node i is its last reader. -1 if not.
- */
-static bool
-pointwise(enum ml_op op)
-{
-	switch (op) {
-	case ML_OP_RELU: case ML_OP_SIGMOID: case ML_OP_TANH: case ML_OP_LEAKY_RELU:
-	case ML_OP_ELU: case ML_OP_SELU: case ML_OP_HARD_SIGMOID: case ML_OP_HARD_SWISH:
-	case ML_OP_SILU: case ML_OP_GELU: case ML_OP_ERF: case ML_OP_EXP: case ML_OP_NEG:
-	case ML_OP_ABS: case ML_OP_SQRT: case ML_OP_RECIPROCAL: case ML_OP_SOFTPLUS:
-	case ML_OP_ADD: case ML_OP_SUB: case ML_OP_MUL: case ML_OP_DIV:
-		return true;
-	default:
-		return false;
-	}
-}
-
-static int
-inplace_block(const struct ml_session *s, const struct ml_node *n, int i, const struct ml_tval *sv,
-	      const struct blk *live, int nlive, int64_t len)
-{
-	const struct ml_graph *g = s->g;
-	if (!pointwise(n->op) || n->n_in < 1 || n->in[0] < 0 || n->out[0] < 0)
-		return -1;
-	int a = n->in[0], t = n->out[0];
-	if (s->last_use[a] != i || s->slot_off[a] < 0 || s->slot_len[a] != len ||
-	    g->tensors[a]->kind != ML_TK_ACT || sv[a].dtype != sv[t].dtype ||
-	    sv[a].rank != sv[t].rank)
-		return -1;
-	for (int d = 0; d < sv[a].rank; d++)
-		if (sv[a].dims[d] != sv[t].dims[d])
-			return -1;
-	for (int k = 1; k < n->n_in; k++)
-		if (n->in[k] == a)
-			return -1;
-	for (int k = 0; k < nlive; k++)
-		if (live[k].t == a)
-			return k;
-	return -1;
-}
-
-/*
- * note_room: the largest stretch of the arena free while node i runs (its
- * inputs and outputs are in live), which its kernels may borrow for
- * scratch (ml_cpu_scratch_lend): the widest gap between live blocks, or
- * the stretch above the last one when that is wider once the arena's final
- * top is known (room_len -1 until then, room_off the end of the blocks).
- */
-static void
-note_room(struct ml_session *s, int i, const struct blk *live, int nlive, int64_t *gap_off,
-	  int64_t *gap_len)
-{
-	int64_t end = 0;
-	gap_off[i] = gap_len[i] = 0;
-	for (int k = 0; k < nlive; k++) {
-		if (live[k].off - end > gap_len[i]) {
-			gap_off[i] = end;
-			gap_len[i] = live[k].off - end;
-		}
-		end = ML_MAX(end, live[k].off + live[k].len);
-	}
-	s->room_off[i] = end;
-	s->room_len[i] = -1;
-}
-
-static int
-plan(struct ml_session *s, struct ml_err *e)
-{
-	const struct ml_graph *g = s->g;
-	struct ml_tval *sv = ml_calloc((size_t)g->n_tensors + 1, sizeof *sv);
-	struct blk *live = ml_calloc((size_t)g->n_tensors + 1, sizeof *live);
-	int64_t *gap_off = ml_calloc((size_t)g->n_nodes + 1, sizeof *gap_off);
-	int64_t *gap_len = ml_calloc((size_t)g->n_nodes + 1, sizeof *gap_len);
-	int nlive = 0, rc = 0;
-	int64_t top = 0;
-
-	if (sv == NULL || live == NULL || gap_off == NULL || gap_len == NULL) {
-		rc = ml_fail(e, ML_ENOMEM, "out of memory");
-		goto done;
-	}
-	for (int t = 0; t < g->n_tensors; t++) {
-		s->slot_off[t] = -1;
-		s->slot_len[t] = 0;
-		if (s->bound[t]) {
-			sv[t] = s->vals[t];
-			sv[t].owned = false;
-		} else {
-			ml_graph_tval(g, t, &sv[t]);
-			if (g->tensors[t]->kind != ML_TK_CONST && g->tensors[t]->kind != ML_TK_PARAM)
-				sv[t].data = NULL;
-		}
-	}
-	if ((rc = ml_infer_values(g, sv, e)) < 0)
-		goto done;
-	for (int i = 0; i < g->n_nodes; i++) {
-		const struct ml_node *n = &g->nodes[i];
-		for (int j = 0; j < n->n_out; j++) {
-			int t = n->out[j];
-			if (t < 0)
-				continue;
-			int64_t len = ml_tval_nbytes(&sv[t]);
-			if (len < 0)
-				continue;
-			len = (len + ALIGN - 1) / ALIGN * ALIGN;
-			if (len == 0)
-				len = ALIGN;
-			/* an elementwise op may write over its dying first input */
-			int inplace = j == 0 ? inplace_block(s, n, i, sv, live, nlive, len) : -1;
-			if (inplace >= 0) {
-				live[inplace].t = t;
-				s->slot_off[t] = live[inplace].off;
-				s->slot_len[t] = len;
-				continue;
-			}
-			/* best fit among gaps of the offset-sorted live list */
-			int64_t best = -1, best_gap = INT64_MAX, prev_end = 0;
-			int best_pos = nlive;
-			for (int k = 0; k <= nlive; k++) {
-				int64_t next = k < nlive ? live[k].off : INT64_MAX;
-				int64_t gap = next - prev_end;
-				if (gap >= len && (best < 0 || gap < best_gap)) {
-					best = prev_end;
-					best_gap = gap;
-					best_pos = k;
-				}
-				if (k < nlive)
-					prev_end = live[k].off + live[k].len;
-			}
-			memmove(&live[best_pos + 1], &live[best_pos],
-				sizeof *live * (size_t)(nlive - best_pos));
-			live[best_pos] = (struct blk){ best, len, t };
-			nlive++;
-			s->slot_off[t] = best;
-			s->slot_len[t] = len;
-			top = ML_MAX(top, best + len);
-		}
-		note_room(s, i, live, nlive, gap_off, gap_len);
-		/* release what this node was the last to read, and unread outputs */
-		for (int k = 0; k < nlive;) {
-			int t = live[k].t;
-			int lu = s->last_use[t];
-			if (lu == i || (lu < 0 && g->tensors[t]->producer == i)) {
-				memmove(&live[k], &live[k + 1], sizeof *live * (size_t)(nlive - k - 1));
-				nlive--;
-			} else {
-				k++;
-			}
-		}
-	}
-	for (int i = 0; i < g->n_nodes; i++) {
-		s->room_len[i] = top - s->room_off[i];
-		if (gap_len[i] > s->room_len[i]) {
-			s->room_off[i] = gap_off[i];
-			s->room_len[i] = gap_len[i];
-		}
-	}
-	ml_free(s->arena);
-	s->arena = NULL;
-	if (top > 0 && (s->arena = ml_malloc((size_t)top)) == NULL) {
-		rc = ml_fail(e, ML_ENOMEM, "cannot allocate an arena of %lld bytes", (long long)top);
-		goto done;
-	}
-	s->arena_bytes = top;
-done:
-	if (sv != NULL)
-		for (int t = 0; t < g->n_tensors; t++)
-			if (!s->bound[t])
-				ml_tval_clear(&sv[t]);
-	ml_free(sv);
-	ml_free(live);
-	ml_free(gap_off);
-	ml_free(gap_len);
-	return rc;
-}
-
-static bool
-plan_valid(struct ml_session *s)
-{
-	const struct ml_graph *g = s->g;
-	int k = 0;
-	int64_t key[64];
-	for (int i = 0; i < g->n_inputs; i++) {
-		const struct ml_tval *v = &s->vals[g->inputs[i]];
-		for (int d = 0; d < v->rank && k < 64; d++)
-			key[k++] = v->dims[d];
-		if (k < 64)
-			key[k++] = -2 - v->rank;
-	}
-	bool same = s->planned && k == s->plan_key_n && memcmp(key, s->plan_key, sizeof(int64_t) * (size_t)k) == 0;
-	memcpy(s->plan_key, key, sizeof(int64_t) * (size_t)k);
-	s->plan_key_n = k;
-	return same;
-}
-
-/*
  * check_static: with ML_CHECK_SHAPES=1, every kernel result must agree
  * with what static inference said of it at load: the dtype, the rank and
  * every dim it knew. Tests run the whole ONNX suite this way.
@@ -555,160 +346,33 @@ ml_session_graph(const struct ml_session *s)
 	return s->g;
 }
 
+void
+ml_session_reset_values(struct ml_session *s)
+{
+	const struct ml_graph *g = s->g;
+	clear_acts(s);
+	for (int t = 0; t < g->n_tensors; t++)
+		if (!s->bound[t] && ml_is_stored(g, t))
+			ml_graph_tval(g, t, &s->vals[t]);
+}
+
 int
 ml_session_run(struct ml_session *s, struct ml_err *e)
 {
 	const struct ml_graph *g = s->g;
-	int rc = 0;
 
 	s->err_sink = e;
 	if (s->parent != NULL)
 		resolve_outer(s);
 	for (int i = 0; i < g->n_inputs; i++) {
 		int t = g->inputs[i];
-		if (s->bound[t])
-			continue;
-		if (g->tensors[t]->kind == ML_TK_CONST || g->tensors[t]->kind == ML_TK_PARAM)
+		if (s->bound[t] || ml_is_stored(g, t))
 			continue;
 		return ml_fail(e, ML_EINVAL, "input '%s' is not given", g->tensors[t]->name);
 	}
-	clear_acts(s);
-	for (int t = 0; t < g->n_tensors; t++) {
-		if (s->bound[t])
-			continue;
-		if (g->tensors[t]->kind == ML_TK_CONST || g->tensors[t]->kind == ML_TK_PARAM)
-			ml_graph_tval(g, t, &s->vals[t]);
-	}
-	if (!plan_valid(s)) {
-		s->planned = false;
-		if ((rc = plan(s, e)) < 0)
-			return rc;
-		s->planned = true;
-	}
-	if (s->hx != NULL && ml_hx_active(s)) {
-		/* 1: the devices failed and the session fell back to the CPU */
-		if ((rc = ml_hx_run(s, e)) != 1)
-			return rc;
-		clear_acts(s);
-		for (int t = 0; t < g->n_tensors; t++)
-			if (!s->bound[t] && (g->tensors[t]->kind == ML_TK_CONST ||
-					     g->tensors[t]->kind == ML_TK_PARAM))
-				ml_graph_tval(g, t, &s->vals[t]);
-	}
-	/* no device runs ahead here, so what the plan leaves free at a node is free */
-	for (int i = 0; i < g->n_nodes; i++) {
-		if (s->room_len[i] >= 4096)
-			ml_cpu_scratch_lend(s->arena + s->room_off[i], (size_t)s->room_len[i]);
-		rc = ml_session_run_node(s, i, NULL, NULL, e);
-		ml_cpu_scratch_lend(NULL, 0);
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
-}
-
-/*
- * ml_session_run_node: run node i: check its inputs, infer and place its
- * outputs (arena slot or heap), run kern (NULL: the CPU kernel), record
- * the profile, release heap values after their last reader.
- */
-int
-ml_session_run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c),
-		    void *arg, struct ml_err *e)
-{
-	const struct ml_graph *g = s->g;
-	int rc = 0;
-	{
-		const struct ml_node *n = &g->nodes[i];
-		double t0 = s->o.profile ? ml_now() : 0;
-		for (int j = 0; j < n->n_in; j++) {
-			int t = n->in[j];
-			s->in[j] = t >= 0 ? &s->vals[t] : NULL;
-			if (s->in[j] != NULL && s->in[j]->data == NULL && ml_tval_numel(s->in[j]) != 0)
-				return ml_fail(e, ML_EINVAL, "node '%s': input '%s' has no value",
-					       n->name, g->tensors[t]->name);
-		}
-		/* outputs nobody names still need somewhere to go */
-		struct ml_tval scratch[16];
-		if (n->n_out > 16)
-			return ml_fail(e, ML_ENOTSUP, "node '%s': too many outputs", n->name);
-		for (int j = 0; j < n->n_out; j++) {
-			int t = n->out[j];
-			if (t >= 0) {
-				ml_tval_clear(&s->vals[t]);
-				s->out[j] = &s->vals[t];
-			} else {
-				memset(&scratch[j], 0, sizeof scratch[j]);
-				s->out[j] = &scratch[j];
-			}
-		}
-		if ((rc = ml_node_infer(g, n, s->in, s->out, e)) < 0)
-			goto fail;
-		for (int j = 0; j < n->n_out; j++) {
-			struct ml_tval *o = s->out[j];
-			int t = n->out[j];
-			int64_t nb = ml_tval_nbytes(o);
-			if (nb < 0)
-				continue;	/* data-dependent: the kernel allocates */
-			if (t >= 0 && s->slot_off[t] >= 0 && nb <= s->slot_len[t]) {
-				o->data = s->arena + s->slot_off[t];
-				o->owned = false;
-			} else {
-				int64_t dims[ML_MAX_RANK];
-				memcpy(dims, o->dims, sizeof dims);
-				if ((rc = ml_tval_alloc(o, o->dtype, o->rank, dims, e)) < 0)
-					goto fail;
-			}
-		}
-		struct ml_opctx c;
-		ml_node_ctx(&c, g, n, s->in, s->out, e);
-		c.sess = s;
-		if ((rc = kern != NULL ? kern(arg, &c) : ml_cpu_kernel_get(n->op)(&c)) < 0)
-			goto fail;
-		if (s->o.profile) {
-			s->node_time[i] = ml_now() - t0;
-			s->node_start[i] = t0;
-			for (int j = 0; j < n->n_out; j++)
-				if (n->out[j] >= 0) {
-					s->prof_val[n->out[j]] = *s->out[j];
-					s->prof_val[n->out[j]].data = NULL;
-					s->prof_val[n->out[j]].owned = false;
-				}
-			const struct ml_opdef *d = ml_opdef_get(n->op);
-			int64_t bytes = 0, fl = 0;
-			for (int j = 0; j < n->n_in; j++)
-				if (s->in[j] != NULL && ml_tval_nbytes(s->in[j]) > 0)
-					bytes += ml_tval_nbytes(s->in[j]);
-			for (int j = 0; j < n->n_out; j++)
-				if (ml_tval_nbytes(s->out[j]) > 0) {
-					bytes += ml_tval_nbytes(s->out[j]);
-					fl += ml_tval_numel(s->out[j]);
-				}
-			if (d->flops != NULL)
-				fl = d->flops(&c);
-			s->node_flops[i] = fl;
-			s->node_bytes[i] = bytes;
-		}
-		for (int j = 0; j < n->n_out; j++)
-			if (n->out[j] < 0)
-				ml_tval_clear(&scratch[j]);
-		if (s->check_shapes && (rc = check_static(s, n)) < 0)
-			goto fail;
-		/* release heap values after their last reader */
-		for (int j = 0; j < n->n_in; j++) {
-			int t = n->in[j];
-			if (t >= 0 && s->last_use[t] == i && !s->bound[t] &&
-			    g->tensors[t]->kind == ML_TK_ACT)
-				ml_tval_clear(&s->vals[t]);
-		}
-		return 0;
-fail:
-		for (int j = 0; j < n->n_out; j++)
-			if (n->out[j] < 0)
-				ml_tval_clear(&scratch[j]);
-		return rc;
-	}
-	return 0;
+	ml_session_reset_values(s);
+	ML_TRY(ml_session_plan(s, e));
+	return ml_exec_run(s, e);
 }
 
 const struct ml_tval *

@@ -1,7 +1,7 @@
 /*
- * session.h: the executor's session, shared by session.c (planning, the
- * CPU run) and device.c (placement and the run over several devices).
- * Internal to lib/exec.
+ * session.h: the executor's session and its devices, shared by the files
+ * of lib/exec (session.c, plan.c, run.c, devices.c, place.c, calib.c,
+ * plan_io.c). Internal to lib/exec.
  */
 #ifndef ML_EXEC_SESSION_H
 #define ML_EXEC_SESSION_H
@@ -10,7 +10,6 @@
 
 struct ml_hx;
 
-#define ALIGN 64
 
 struct ml_session {
 	struct ml_graph *g;
@@ -39,22 +38,133 @@ struct ml_session {
 	struct ml_hx *hx;	/* devices other than the CPU (device.c); NULL: all on the CPU */
 };
 
-/* device.c: the session's devices. */
+/*
+ * The session's devices (DESIGN.md "Runtime and heterogeneous execution").
+ * Device 0 is the CPU, whose buffers are the session's own host values;
+ * device dev_index (N + 1 for cl:N) is the one other device a session may
+ * open. Each tensor is valid on the host, on the device or both (loc);
+ * copies are made where a reader on the other side needs one. PARAM and
+ * CONST tensors stay resident in device memory across runs.
+ *
+ * The jobs are split by file: devices.c (discovery, opening), place.c
+ * (placement: the cost model's prediction, auto, an edited plan),
+ * calib.c (measuring the cost model), run.c (the one executor),
+ * plan_io.c (the placement as text and JSON), plan.c (memory).
+ */
+#define ON_HOST 1
+#define ON_DEV 2
+
+struct ml_hx {
+	const struct ml_devops *ops;
+	void *dev;		/* the opened OpenCL device, NULL when none */
+	int dev_index;		/* its device index (N + 1) */
+	bool is_auto;
+	bool active;		/* some node runs on the device */
+	bool failed;		/* the device failed: the session is on the CPU now */
+	int *node_dev;		/* per node: 0 cpu, dev_index */
+	bool *node_ok;		/* per node: the device has a kernel for it */
+	double *cost_cpu, *cost_dev;	/* per node: predicted microseconds */
+	void **buf;		/* per tensor: device buffer or NULL */
+	uint8_t *loc;		/* per tensor: ON_HOST | ON_DEV */
+	bool *dirty;		/* per PARAM/CONST tensor: the device copy is newer */
+	bool *done;		/* per node: has run in the run in progress */
+	void **evset;		/* per node, profiling: its device commands (ops->take) */
+	struct ml_transfer *xfers;
+	int n_xfers, cap_xfers;
+	char note[512];
+	char how[160];		/* how auto chose its plan (measured, predicted) */
+	double t_probe;
+	double bw_ns_per_byte, xfer_us;	/* transfer cost model */
+};
+
+/* is_stored: whether tensor t of g is a PARAM or CONST (resident on a device) */
+static inline bool
+ml_is_stored(const struct ml_graph *g, int t)
+{
+	return g->tensors[t]->kind == ML_TK_CONST || g->tensors[t]->kind == ML_TK_PARAM;
+}
+
+/* ml_tensor_bytes: the static size of tensor t of g; 0 when not known */
+static inline int64_t
+ml_tensor_bytes(const struct ml_graph *g, int t)
+{
+	struct ml_tval v;
+	ml_graph_tval(g, t, &v);
+	int64_t nb = ml_tval_nbytes(&v);
+	return nb > 0 ? nb : 0;
+}
+
+/* devices.c */
+/*
+ * ml_hx_open: open the OpenCL device named by dev ("cl", "cl:N", "auto":
+ * cl:0) into s->hx (ops, dev, dev_index, t_probe). ML_EINVAL for a name
+ * that is none of these, ML_ENODEV (or the probe's code) when absent.
+ */
+int ml_hx_open(struct ml_session *s, const char *dev, struct ml_err *e);
+
+/* place.c */
+/* ml_hx_new: the session's devices and placement (s->o.device not "cpu"). */
 int ml_hx_new(struct ml_session *s, struct ml_err *e);
 void ml_hx_free(struct ml_session *s);
-/* ml_hx_active: whether a run goes through ml_hx_run (some node is off the CPU). */
+/* ml_hx_active: whether some node of s runs off the CPU. */
 bool ml_hx_active(const struct ml_session *s);
-/* ml_hx_run: run the planned graph over the session's devices. */
-int ml_hx_run(struct ml_session *s, struct ml_err *e);
+/* ml_hx_prepare: build what the device's nodes need (programs). */
+int ml_hx_prepare(struct ml_session *s, struct ml_err *e);
+/* ml_hx_release: drop every device buffer of s's nt tensors. */
+void ml_hx_release(struct ml_hx *hx, int nt);
+/* ml_hx_fall_back: every node on the CPU from now on, and the note says why. */
+void ml_hx_fall_back(struct ml_session *s, const char *why);
 /*
- * ml_session_run_node: run node i of the planned graph: check inputs, infer
- * and place outputs (arena or heap), then kern(arg, c), or the CPU kernel
- * when kern is NULL; record the profile; release heap values after their
- * last reader.
+ * ml_hx_predicted: the predicted microseconds of placement nd[] (nodes and
+ * copies); the bytes copied in *xfer_bytes when not NULL.
  */
-int ml_session_run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c),
-			void *arg, struct ml_err *e);
-/* ml_session_check_static: session.c's check_static, for device.c. */
+double ml_hx_predicted(const struct ml_session *s, const int *nd, double *xfer_bytes);
+
+/* calib.c */
+struct ml_costmodel;
+/*
+ * ml_hx_calibrate: measure the per-op costs s's graph needs and cm lacks
+ * by running it on the CPU and on the device (devname, the model's key)
+ * with profiling; adds rows to cm. 0 also when nothing could be measured.
+ */
+int ml_hx_calibrate(struct ml_session *s, struct ml_costmodel *cm, const char *devname,
+		    struct ml_err *e);
+
+/*
+ * ml_hx_measure: the wall time (seconds, the best of 2 runs after a first)
+ * of s's graph under each of n placements cand[k] (per node: 0 the CPU,
+ * else s's device), on random inputs of the graph's static shapes, in a
+ * session of its own; wall[k] -1 where the placement fails or the inputs
+ * have no static shape. ML_ENOMEM.
+ */
+int ml_hx_measure(struct ml_session *s, int *const *cand, int n, double *wall, struct ml_err *e);
+
+/* run.c: the executor */
+/*
+ * ml_exec_run: run the planned graph of s: every node on its device (the
+ * CPU's kernels over the arena, the device's over its buffers), the copies
+ * between them, device nodes enqueued ahead of CPU ones where they depend
+ * on nothing pending; waits for the device once, at the end.
+ */
+int ml_exec_run(struct ml_session *s, struct ml_err *e);
+/* ml_hx_settle: wait for the profiled device commands of the last run; record their times. */
+void ml_hx_settle(struct ml_session *s, bool record);
+
+/* plan.c: memory */
+/*
+ * ml_session_plan: when the bound input shapes differ from the last plan's,
+ * plan the arena again (liveness, best fit, in place where an elementwise
+ * node may write over its dying first input).
+ */
+int ml_session_plan(struct ml_session *s, struct ml_err *e);
+
+/* session.c */
+/* ml_session_check_static: with ML_CHECK_SHAPES=1, node n's results against static inference. */
 int ml_session_check_static(struct ml_session *s, const struct ml_node *n);
+/*
+ * ml_session_reset_values: drop every value a run made and give each
+ * unbound PARAM/CONST tensor its graph value, as a run starts.
+ */
+void ml_session_reset_values(struct ml_session *s);
 
 #endif

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 
+#include "exec/plan.h"
 #include "opt/opt.h"
 #include "ops/fused.h"
 
@@ -269,89 +270,52 @@ ml_pass_fuse_attention(struct opt *o)
  * stored in Tensor.arena_off and Graph.arena_bytes. Activations of unknown
  * size keep -1 (the heap). Not a change: the graph is the same.
  */
-#define ALIGN 64
-
-struct blk {
-	int64_t off, len;
-	int t;
-};
-
 int
 ml_pass_plan_memory(struct opt *o)
 {
 	struct ml_graph *g = o->g;
 	int nt = g->n_tensors;
 	int *last = ml_malloc(sizeof(int) * (size_t)(nt + 1));
-	struct blk *live = ml_calloc((size_t)nt + 1, sizeof *live);
-	int nlive = 0;
-	int64_t top = 0;
+	int64_t *bytes = ml_malloc(sizeof(int64_t) * (size_t)(nt + 1));
+	int64_t *off = ml_malloc(sizeof(int64_t) * (size_t)(nt + 1));
+	int64_t *len = ml_malloc(sizeof(int64_t) * (size_t)(nt + 1));
+	int rc = 0;
 
-	if (last == NULL || live == NULL) {
-		ml_free(last);
-		ml_free(live);
-		return ml_fail(o->e, ML_ENOMEM, "out of memory");
+	if (last == NULL || bytes == NULL || off == NULL || len == NULL) {
+		rc = ml_fail(o->e, ML_ENOMEM, "out of memory");
+		goto out;
 	}
 	for (int t = 0; t < nt; t++) {
-		last[t] = -1;
-		g->tensors[t]->arena_off = -1;
+		struct ml_tval v;
+		last[t] = o->pinned[t] ? g->n_nodes : -1;
+		bytes[t] = -1;
+		if (g->tensors[t]->kind == ML_TK_ACT) {
+			ml_graph_tval(g, t, &v);
+			bytes[t] = ml_tval_nbytes(&v);
+		}
 	}
 	for (int i = 0; i < g->n_nodes; i++)
-		for (int j = 0; j < g->nodes[i].n_in; j++)
-			if (g->nodes[i].in[j] >= 0)
-				last[g->nodes[i].in[j]] = i;
+		for (int j = 0; j < g->nodes[i].n_in; j++) {
+			int t = g->nodes[i].in[j];
+			if (t >= 0 && !o->pinned[t])
+				last[t] = i;
+		}
+	/* the executor's own planner, without its in-place reuse */
+	struct ml_arena a = { .bytes = bytes, .last = last, .off = off, .len = len };
+	if ((rc = ml_arena_plan(g, &a, o->e)) < 0)
+		goto out;
 	for (int t = 0; t < nt; t++)
-		if (o->pinned[t])
-			last[t] = g->n_nodes;
-	for (int i = 0; i < g->n_nodes; i++) {
-		const struct ml_node *n = &g->nodes[i];
-		for (int j = 0; j < n->n_out; j++) {
-			int t = n->out[j];
-			struct ml_tval v;
-			if (t < 0 || g->tensors[t]->kind != ML_TK_ACT)
-				continue;
-			ml_graph_tval(g, t, &v);
-			int64_t len = ml_tval_nbytes(&v);
-			if (len < 0)
-				continue;
-			len = (len + ALIGN - 1) / ALIGN * ALIGN;
-			if (len == 0)
-				len = ALIGN;
-			int64_t best = -1, best_gap = INT64_MAX, prev_end = 0;
-			int best_pos = nlive;
-			for (int k = 0; k <= nlive; k++) {
-				int64_t next = k < nlive ? live[k].off : INT64_MAX;
-				int64_t gap = next - prev_end;
-				if (gap >= len && (best < 0 || gap < best_gap)) {
-					best = prev_end;
-					best_gap = gap;
-					best_pos = k;
-				}
-				if (k < nlive)
-					prev_end = live[k].off + live[k].len;
-			}
-			memmove(&live[best_pos + 1], &live[best_pos],
-				sizeof *live * (size_t)(nlive - best_pos));
-			live[best_pos] = (struct blk){ best, len, t };
-			nlive++;
-			g->tensors[t]->arena_off = best;
-			top = ML_MAX(top, best + len);
-		}
-		for (int k = 0; k < nlive;) {
-			int t = live[k].t;
-			if (last[t] == i || (last[t] < 0 && g->tensors[t]->producer == i)) {
-				memmove(&live[k], &live[k + 1], sizeof *live * (size_t)(nlive - k - 1));
-				nlive--;
-			} else {
-				k++;
-			}
-		}
-	}
-	g->arena_bytes = top;
-	ml_free(last);
-	ml_free(live);
+		g->tensors[t]->arena_off = off[t];
+	g->arena_bytes = a.top;
+	int64_t top = a.top;
 	/* a note, but no change: nothing needs committing */
 	snprintf(o->notes[0].what, sizeof o->notes[0].what, "arena of %lld bytes", (long long)top);
 	o->notes[0].n = 0;
 	o->nnotes = 1;
-	return 0;
+out:
+	ml_free(last);
+	ml_free(bytes);
+	ml_free(off);
+	ml_free(len);
+	return rc;
 }

@@ -1,0 +1,268 @@
+/*
+ * plan.c: memory. The one liveness planner of the library (ml_arena_plan:
+ * best fit over the blocks live at each node, a block released after its
+ * last reader), the executor's plan of a session's arena for the bound
+ * input shapes (ml_session_plan), and mlopt's plan-memory pass builds on
+ * the same planner (lib/opt/chain.c).
+ */
+#include "exec/plan.h"
+#include "exec/session.h"
+
+struct blk {
+	int64_t off, len;
+	int t;
+};
+
+/*
+ * note_room: the largest stretch of the arena free while node i runs (its
+ * inputs and outputs are in live): the widest gap between live blocks in
+ * gap_*, the end of the blocks in room_off (room_len -1 until the arena's
+ * final top is known).
+ */
+static void
+note_room(struct ml_arena *a, int i, const struct blk *live, int nlive, int64_t *gap_off,
+	  int64_t *gap_len)
+{
+	int64_t end = 0;
+	gap_off[i] = gap_len[i] = 0;
+	for (int k = 0; k < nlive; k++) {
+		if (live[k].off - end > gap_len[i]) {
+			gap_off[i] = end;
+			gap_len[i] = live[k].off - end;
+		}
+		end = ML_MAX(end, live[k].off + live[k].len);
+	}
+	a->room_off[i] = end;
+	a->room_len[i] = -1;
+}
+
+int
+ml_arena_plan(const struct ml_graph *g, struct ml_arena *a, struct ml_err *e)
+{
+	bool room = a->room_off != NULL && a->room_len != NULL;
+	struct blk *live = ml_calloc((size_t)g->n_tensors + 1, sizeof *live);
+	int64_t *gap_off = room ? ml_calloc((size_t)g->n_nodes + 1, sizeof *gap_off) : NULL;
+	int64_t *gap_len = room ? ml_calloc((size_t)g->n_nodes + 1, sizeof *gap_len) : NULL;
+	int nlive = 0;
+	int64_t top = 0;
+
+	if (live == NULL || (room && (gap_off == NULL || gap_len == NULL))) {
+		ml_free(live);
+		ml_free(gap_off);
+		ml_free(gap_len);
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	}
+	for (int t = 0; t < g->n_tensors; t++) {
+		a->off[t] = -1;
+		a->len[t] = 0;
+	}
+	for (int i = 0; i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		for (int j = 0; j < n->n_out; j++) {
+			int t = n->out[j];
+			if (t < 0 || a->bytes[t] < 0)
+				continue;
+			int64_t len = (a->bytes[t] + ML_ARENA_ALIGN - 1) / ML_ARENA_ALIGN *
+				      ML_ARENA_ALIGN;
+			if (len == 0)
+				len = ML_ARENA_ALIGN;
+			/* an elementwise op may write over its dying first input */
+			int src = j == 0 && a->inplace != NULL ? a->inplace(a->arg, i, len) : -1;
+			int k = 0;
+			while (src >= 0 && k < nlive && live[k].t != src)
+				k++;
+			if (src >= 0 && k < nlive && a->len[src] == len) {
+				live[k].t = t;
+				a->off[t] = live[k].off;
+				a->len[t] = len;
+				continue;
+			}
+			/* best fit among gaps of the offset-sorted live list */
+			int64_t best = -1, best_gap = INT64_MAX, prev_end = 0;
+			int best_pos = nlive;
+			for (k = 0; k <= nlive; k++) {
+				int64_t next = k < nlive ? live[k].off : INT64_MAX;
+				int64_t gap = next - prev_end;
+				if (gap >= len && (best < 0 || gap < best_gap)) {
+					best = prev_end;
+					best_gap = gap;
+					best_pos = k;
+				}
+				if (k < nlive)
+					prev_end = live[k].off + live[k].len;
+			}
+			memmove(&live[best_pos + 1], &live[best_pos],
+				sizeof *live * (size_t)(nlive - best_pos));
+			live[best_pos] = (struct blk){ best, len, t };
+			nlive++;
+			a->off[t] = best;
+			a->len[t] = len;
+			top = ML_MAX(top, best + len);
+		}
+		if (room)
+			note_room(a, i, live, nlive, gap_off, gap_len);
+		/* release what this node was the last to read, and unread outputs */
+		for (int k = 0; k < nlive;) {
+			int t = live[k].t;
+			int lu = a->last[t];
+			if (lu == i || (lu < 0 && g->tensors[t]->producer == i)) {
+				memmove(&live[k], &live[k + 1], sizeof *live * (size_t)(nlive - k - 1));
+				nlive--;
+			} else {
+				k++;
+			}
+		}
+	}
+	for (int i = 0; room && i < g->n_nodes; i++) {
+		a->room_len[i] = top - a->room_off[i];
+		if (gap_len[i] > a->room_len[i]) {
+			a->room_off[i] = gap_off[i];
+			a->room_len[i] = gap_len[i];
+		}
+	}
+	a->top = top;
+	ml_free(live);
+	ml_free(gap_off);
+	ml_free(gap_len);
+	return 0;
+}
+
+/*
+ * The session's plan.
+ */
+
+/* pointwise: each output element depends only on the input elements at the same index */
+static bool
+pointwise(enum ml_op op)
+{
+	switch (op) {
+	case ML_OP_RELU: case ML_OP_SIGMOID: case ML_OP_TANH: case ML_OP_LEAKY_RELU:
+	case ML_OP_ELU: case ML_OP_SELU: case ML_OP_HARD_SIGMOID: case ML_OP_HARD_SWISH:
+	case ML_OP_SILU: case ML_OP_GELU: case ML_OP_ERF: case ML_OP_EXP: case ML_OP_NEG:
+	case ML_OP_ABS: case ML_OP_SQRT: case ML_OP_RECIPROCAL: case ML_OP_SOFTPLUS:
+	case ML_OP_ADD: case ML_OP_SUB: case ML_OP_MUL: case ML_OP_DIV:
+		return true;
+	default:
+		return false;
+	}
+}
+
+struct inplace_arg {
+	const struct ml_session *s;
+	const struct ml_tval *sv;	/* the planned shapes */
+};
+
+/*
+ * inplace_input: the input node i's output 0 may be written over: n is
+ * pointwise, its first input is an activation of exactly the output's
+ * type and shape that node i reads last and reads once. -1 if none.
+ */
+static int
+inplace_input(void *arg, int i, int64_t len)
+{
+	const struct inplace_arg *ia = arg;
+	const struct ml_session *s = ia->s;
+	const struct ml_graph *g = s->g;
+	const struct ml_node *n = &g->nodes[i];
+	const struct ml_tval *sv = ia->sv;
+	(void)len;
+	if (!pointwise(n->op) || n->n_in < 1 || n->in[0] < 0 || n->out[0] < 0)
+		return -1;
+	int a = n->in[0], t = n->out[0];
+	if (s->last_use[a] != i || g->tensors[a]->kind != ML_TK_ACT || sv[a].dtype != sv[t].dtype ||
+	    sv[a].rank != sv[t].rank)
+		return -1;
+	for (int d = 0; d < sv[a].rank; d++)
+		if (sv[a].dims[d] != sv[t].dims[d])
+			return -1;
+	for (int k = 1; k < n->n_in; k++)
+		if (n->in[k] == a)
+			return -1;
+	return a;
+}
+
+/* plan: the arena for the bound inputs' shapes */
+static int
+plan(struct ml_session *s, struct ml_err *e)
+{
+	const struct ml_graph *g = s->g;
+	struct ml_tval *sv = ml_calloc((size_t)g->n_tensors + 1, sizeof *sv);
+	int64_t *bytes = ml_calloc((size_t)g->n_tensors + 1, sizeof *bytes);
+	int rc = 0;
+
+	if (sv == NULL || bytes == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (int t = 0; t < g->n_tensors; t++) {
+		s->slot_off[t] = -1;
+		s->slot_len[t] = 0;
+		if (s->bound[t]) {
+			sv[t] = s->vals[t];
+			sv[t].owned = false;
+		} else {
+			ml_graph_tval(g, t, &sv[t]);
+			if (!ml_is_stored(g, t))
+				sv[t].data = NULL;
+		}
+	}
+	if ((rc = ml_infer_values(g, sv, e)) < 0)
+		goto done;
+	for (int t = 0; t < g->n_tensors; t++)
+		bytes[t] = ml_tval_nbytes(&sv[t]);
+	struct inplace_arg ia = { s, sv };
+	struct ml_arena a = {
+		.bytes = bytes, .last = s->last_use, .inplace = inplace_input, .arg = &ia,
+		.off = s->slot_off, .len = s->slot_len,
+		.room_off = s->room_off, .room_len = s->room_len,
+	};
+	if ((rc = ml_arena_plan(g, &a, e)) < 0)
+		goto done;
+	ml_free(s->arena);
+	s->arena = NULL;
+	if (a.top > 0 && (s->arena = ml_malloc((size_t)a.top)) == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "cannot allocate an arena of %lld bytes", (long long)a.top);
+		goto done;
+	}
+	s->arena_bytes = a.top;
+done:
+	if (sv != NULL)
+		for (int t = 0; t < g->n_tensors; t++)
+			if (!s->bound[t])
+				ml_tval_clear(&sv[t]);
+	ml_free(sv);
+	ml_free(bytes);
+	return rc;
+}
+
+/* plan_valid: whether the last plan was made for the bound inputs' dims (remembers them) */
+static bool
+plan_valid(struct ml_session *s)
+{
+	const struct ml_graph *g = s->g;
+	int k = 0;
+	int64_t key[64];
+	for (int i = 0; i < g->n_inputs; i++) {
+		const struct ml_tval *v = &s->vals[g->inputs[i]];
+		for (int d = 0; d < v->rank && k < 64; d++)
+			key[k++] = v->dims[d];
+		if (k < 64)
+			key[k++] = -2 - v->rank;
+	}
+	bool same = s->planned && k == s->plan_key_n &&
+		    memcmp(key, s->plan_key, sizeof(int64_t) * (size_t)k) == 0;
+	memcpy(s->plan_key, key, sizeof(int64_t) * (size_t)k);
+	s->plan_key_n = k;
+	return same;
+}
+
+int
+ml_session_plan(struct ml_session *s, struct ml_err *e)
+{
+	if (plan_valid(s))
+		return 0;
+	s->planned = false;
+	ML_TRY(plan(s, e));
+	s->planned = true;
+	return 0;
+}
