@@ -7,6 +7,7 @@
 # a model whose files exist and were made by this same script.
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import sys
@@ -125,8 +126,11 @@ def export(name, out, stamp, force):
     tmp = os.path.join(d, "model.onnx.tmp")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # the TorchScript exporter: newer PyTorch (a GPU machine's 2.x) defaults to dynamo
+        kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters \
+            else {}
         torch.onnx.export(model, (x,), tmp, opset_version=opset, input_names=["input"],
-                          output_names=["output"], do_constant_folding=True)
+                          output_names=["output"], do_constant_folding=True, **kw)
     os.replace(tmp, os.path.join(d, "model.onnx"))
     np.save(os.path.join(d, "input.npy"), x.numpy())
     np.save(os.path.join(d, "output.npy"), y.numpy())
