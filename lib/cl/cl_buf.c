@@ -128,6 +128,8 @@ mlcl_pool_trim(struct mlcl_dev *d)
 static void
 record(struct mlcl_dev *d, cl_event ev)
 {
+	if (ev == NULL)
+		return;
 	if (!d->profiling) {
 		clReleaseEvent(ev);
 		return;
@@ -192,8 +194,9 @@ mlcl_copy(struct mlcl_dev *d, cl_mem dst, size_t doff, cl_mem src, size_t soff, 
 {
 	if (n == 0)
 		return 0;
-	cl_event ev;
-	cl_int st = clEnqueueCopyBuffer(d->q, src, dst, soff, doff, n, 0, NULL, &ev);
+	cl_event ev = NULL;
+	cl_int st = clEnqueueCopyBuffer(d->q, src, dst, soff, doff, n, 0, NULL,
+					d->profiling ? &ev : NULL);
 	if (st != CL_SUCCESS)
 		return lost(d, st, "clEnqueueCopyBuffer", e);
 	record(d, ev);
@@ -209,8 +212,10 @@ mlcl_launch(struct mlcl_dev *d, cl_kernel k, cl_uint dims, const size_t *gws, co
 	for (cl_uint i = 0; i < dims; i++)
 		if (gws[i] == 0)
 			return 0;
-	cl_event ev;
-	cl_int st = clEnqueueNDRangeKernel(d->q, k, dims, NULL, gws, lws, 0, NULL, &ev);
+	/* an event only when profiling: creating and releasing one per launch is not free */
+	cl_event ev = NULL;
+	cl_int st = clEnqueueNDRangeKernel(d->q, k, dims, NULL, gws, lws, 0, NULL,
+					   d->profiling ? &ev : NULL);
 	if (st != CL_SUCCESS) {
 		if (st == CL_INVALID_WORK_GROUP_SIZE || st == CL_INVALID_KERNEL_ARGS ||
 		    st == CL_INVALID_ARG_SIZE || st == CL_INVALID_WORK_ITEM_SIZE) {

@@ -53,6 +53,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include <pthread.h>
+
 #include "cl/cl.h"
 #include "ops/fused.h"
 
@@ -296,17 +298,95 @@ fnv1a(const char *s, size_t n)
  * 128-bit loads), halved until it divides n (1: the scalar kernel).
  */
 static int
-vec_width(const struct mlcl_dev *d, int64_t n)
+vec_width(const struct mlcl_dev *d, cl_uint nw, int64_t n)
 {
-	cl_uint nw = 0;
 	int vw = 4;
-	if ((d->type & CL_DEVICE_TYPE_CPU) &&
-	    clGetDeviceInfo(d->id, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof nw, &nw, NULL) ==
-		    CL_SUCCESS && nw >= 4)
+	if ((d->type & CL_DEVICE_TYPE_CPU) && nw >= 4)
 		vw = nw >= 16 ? 16 : nw >= 8 ? 8 : 4;
 	while (vw > 1 && n % vw != 0)
 		vw /= 2;
 	return vw;
+}
+
+/*
+ * The kernels made so far, per device: a chain's source depends on its
+ * ops, operand indexing, vector width and index type, not on the sizes
+ * it is given as arguments, so a node run again (every run of a session)
+ * finds its kernel here without generating and hashing its source again.
+ * The kernels are borrowed from the device's program cache, which lives
+ * as long as the process. Devices may be driven from different threads:
+ * the list has a lock.
+ */
+struct fe_ent {
+	const struct mlcl_dev *d;
+	struct chain key;	/* inner and cnt zero */
+	cl_kernel k;
+	struct fe_ent *next;
+};
+
+static pthread_mutex_t fe_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fe_ent *fe_cache;
+
+/* native_width: d's native float vector width (0 unknown), asked once per device */
+static cl_uint
+native_width(const struct mlcl_dev *d)
+{
+	static struct dev_nw {
+		const struct mlcl_dev *d;
+		cl_uint nw;
+	} seen[16];
+	static int nseen;
+	cl_uint nw = 0;
+	pthread_mutex_lock(&fe_lock);
+	for (int i = 0; i < nseen; i++)
+		if (seen[i].d == d) {
+			nw = seen[i].nw;
+			pthread_mutex_unlock(&fe_lock);
+			return nw;
+		}
+	if (clGetDeviceInfo(d->id, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof nw, &nw, NULL) !=
+	    CL_SUCCESS)
+		nw = 0;
+	if (nseen < 16)
+		seen[nseen++] = (struct dev_nw){ d, nw };
+	pthread_mutex_unlock(&fe_lock);
+	return nw;
+}
+
+/* cache_key: ch without its run-time sizes */
+static void
+cache_key(const struct chain *ch, struct chain *key)
+{
+	memcpy(key, ch, sizeof *key);
+	memset(key->inner, 0, sizeof key->inner);
+	memset(key->cnt, 0, sizeof key->cnt);
+}
+
+static cl_kernel
+cache_find(const struct mlcl_dev *d, const struct chain *key)
+{
+	cl_kernel k = NULL;
+	pthread_mutex_lock(&fe_lock);
+	for (struct fe_ent *e = fe_cache; e != NULL && k == NULL; e = e->next)
+		if (e->d == d && memcmp(&e->key, key, sizeof *key) == 0)
+			k = e->k;
+	pthread_mutex_unlock(&fe_lock);
+	return k;
+}
+
+static void
+cache_add(const struct mlcl_dev *d, const struct chain *key, cl_kernel k)
+{
+	struct fe_ent *e = malloc(sizeof *e);
+	if (e == NULL)
+		return;		/* not kept: made again next time */
+	e->d = d;
+	e->key = *key;
+	e->k = k;
+	pthread_mutex_lock(&fe_lock);
+	e->next = fe_cache;
+	fe_cache = e;
+	pthread_mutex_unlock(&fe_lock);
 }
 
 /* struct args: the kernel's arguments, set in order; st ORs their statuses */
@@ -337,21 +417,27 @@ arg_size(struct args *a, int64_t v)
 int
 mlcl_fused_elem_run(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 {
-	struct chain ch = { 0 };
+	struct chain ch, key;
+	memset(&ch, 0, sizeof ch);	/* padding too: the cache compares the bytes */
 	ML_TRY(chain_of(c, &ch));
 	int64_t n = ml_tval_numel(c->out[0]);
 	if (n <= 0)
 		return 0;
-	ch.vw = vec_width(d, n);
-	size_t len;
-	char *src = gen(&ch, &len), name[48];
-	if (src == NULL)
-		return ml_opfail(c, ML_ENOMEM, "out of memory");
-	snprintf(name, sizeof name, "fused_elem-%016llx", (unsigned long long)fnv1a(src, len));
+	ch.vw = vec_width(d, native_width(d), n);
 	struct args a = { .wide = ch.wide };
-	int rc = mlcl_kernel_src(d, name, src, len, "ml_fused_elem", NULL, &a.k, c->err);
-	ml_free(src);
-	ML_TRY(rc);
+	cache_key(&ch, &key);
+	if ((a.k = cache_find(d, &key)) == NULL) {
+		size_t len;
+		char *src = gen(&ch, &len), name[48];
+		if (src == NULL)
+			return ml_opfail(c, ML_ENOMEM, "out of memory");
+		snprintf(name, sizeof name, "fused_elem-%016llx",
+			 (unsigned long long)fnv1a(src, len));
+		int rc = mlcl_kernel_src(d, name, src, len, "ml_fused_elem", NULL, &a.k, c->err);
+		ml_free(src);
+		ML_TRY(rc);
+		cache_add(d, &key, a.k);
+	}
 	arg_buf(&a, bin[0]);
 	arg_buf(&a, bout[0]);
 	arg_size(&a, n / ch.vw);
