@@ -173,6 +173,13 @@ void mlcl_pool_trim(struct mlcl_dev *d);
  */
 int mlcl_write(struct mlcl_dev *d, cl_mem m, size_t off, const void *src, size_t n,
 	       struct ml_err *e);
+/*
+ * mlcl_write_async: mlcl_write that returns at once: src must stay valid
+ * and unchanged until the copy is done (until mlcl_finish, or a blocking
+ * copy, on d's in-order queue).
+ */
+int mlcl_write_async(struct mlcl_dev *d, cl_mem m, size_t off, const void *src, size_t n,
+		     struct ml_err *e);
 int mlcl_read(struct mlcl_dev *d, cl_mem m, size_t off, void *dst, size_t n, struct ml_err *e);
 int mlcl_copy(struct mlcl_dev *d, cl_mem dst, size_t doff, cl_mem src, size_t soff, size_t n,
 	      struct ml_err *e);

@@ -176,6 +176,18 @@ mlcl_write(struct mlcl_dev *d, cl_mem m, size_t off, const void *src, size_t n, 
 }
 
 int
+mlcl_write_async(struct mlcl_dev *d, cl_mem m, size_t off, const void *src, size_t n,
+		 struct ml_err *e)
+{
+	if (n == 0)
+		return 0;
+	cl_int st = clEnqueueWriteBuffer(d->q, m, CL_FALSE, off, n, src, 0, NULL, NULL);
+	if (st != CL_SUCCESS)
+		return lost(d, st, "clEnqueueWriteBuffer", e);
+	return 0;
+}
+
+int
 mlcl_read(struct mlcl_dev *d, cl_mem m, size_t off, void *dst, size_t n, struct ml_err *e)
 {
 	if (n == 0)

@@ -1124,6 +1124,12 @@ cl_upload(void *ctx, void *buf, const void *src, size_t n, struct ml_err *e)
 }
 
 static int
+cl_upload_keep(void *ctx, void *buf, const void *src, size_t n, struct ml_err *e)
+{
+	return mlcl_write_async(ctx, MEM(buf), 0, src, n, e);
+}
+
+static int
 cl_download(void *ctx, void *buf, void *dst, size_t n, struct ml_err *e)
 {
 	return mlcl_read(ctx, MEM(buf), 0, dst, n, e);
@@ -1253,6 +1259,7 @@ const struct ml_devops ml_cl_devops = {
 	.retain = cl_retain,
 	.free = cl_free,
 	.upload = cl_upload,
+	.upload_keep = cl_upload_keep,
 	.download = cl_download,
 	.run = cl_run,
 	.sync = cl_sync,

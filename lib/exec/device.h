@@ -61,6 +61,12 @@ struct ml_devops {
 	void (*retain)(void *ctx, void *buf);
 	void (*free)(void *ctx, void *buf);	/* drops a reference; NULL buf is a no-op */
 	int (*upload)(void *ctx, void *buf, const void *src, size_t n, struct ml_err *e);
+	/*
+	 * upload_keep: upload from a source that stays valid and unchanged
+	 * until the next sync (a constant, a bound input): it may return
+	 * before the copy is done. May be NULL (upload is used).
+	 */
+	int (*upload_keep)(void *ctx, void *buf, const void *src, size_t n, struct ml_err *e);
 	int (*download)(void *ctx, void *buf, void *dst, size_t n, struct ml_err *e);
 	/*
 	 * run: node c->node over c->in/c->out (shapes; host data only for

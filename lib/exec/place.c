@@ -421,6 +421,11 @@ ml_hx_free(struct ml_session *s)
 	struct ml_hx *hx = s->hx;
 	if (hx == NULL)
 		return;
+	if (hx->dev != NULL && hx->ops != NULL) {
+		/* nothing in flight may still read what the session frees next */
+		struct ml_err se = { 0 };
+		hx->ops->sync(hx->dev, &se);
+	}
 	ml_hx_settle(s, false);
 	ml_hx_release(hx, s->g->n_tensors);
 	ml_free(hx->done);

@@ -202,7 +202,14 @@ to_dev(struct ml_session *s, int t, struct ml_err *e)
 		ML_TRY(hx->ops->alloc(hx->dev, (size_t)nb, &hx->buf[t], e));
 	if (nb > 0) {
 		double t0 = ml_now();
-		ML_TRY(hx->ops->upload(hx->dev, hx->buf[t], v->data, (size_t)nb, e));
+		/*
+		 * a constant or a bound input stays as it is until the run's end,
+		 * which waits for the device: the copy need not be waited for
+		 */
+		bool keep = hx->ops->upload_keep != NULL &&
+			    (s->g->tensors[t]->kind == ML_TK_CONST || (s->bound[t] && !s->outer[t]));
+		ML_TRY((keep ? hx->ops->upload_keep : hx->ops->upload)(hx->dev, hx->buf[t], v->data,
+									 (size_t)nb, e));
 		xfer(s, t, nb, true, t0);
 	}
 	hx->loc[t] |= ON_DEV;
@@ -547,6 +554,9 @@ ml_exec_run(struct ml_session *s, struct ml_err *e)
 	int rc = run_nodes(s, &de);
 	if (rc >= 0)
 		return 0;
+	/* copies still in flight read the session's inputs: let them end first */
+	struct ml_err se = { 0 };
+	hx->ops->sync(hx->dev, &se);
 	/* the device failed (or the CPU part did: then it fails again there) */
 	bool dev_fault = rc == ML_ECL || rc == ML_ENODEV ||
 			 (rc == ML_ENOMEM && strstr(de.msg, "device memory") != NULL);
