@@ -44,6 +44,7 @@ struct ml_opctx {
 	int64_t opset;		/* the graph's ONNX opset, for version-dependent semantics */
 	struct ml_err *err;
 	struct ml_session *sess;	/* the running session; NULL in static inference */
+	const struct ml_body_ops *body;	/* how to run a subgraph; NULL with sess */
 };
 
 /* IN(c, i): input i or NULL when omitted or beyond n_in. */
@@ -146,17 +147,28 @@ int ml_mlg_read_fd(struct ml_graph **out, int fd, const uint8_t *head, size_t he
 		   struct ml_err *e);
 
 /*
- * Subgraphs (control flow). ml_subsession_new opens a session on sub (a
- * GRAPH attribute of a node) whose names not defined inside resolve to
- * values of parent (and its parents) at each run. ml_session_bind binds
- * input i of the session's graph to v, borrowing v's data until the next
- * run, with no check against the declared type (ONNX bodies often declare
- * loose shapes). ml_session_graph borrows the session's graph.
+ * Subgraphs (control flow). The kernels of If, Loop and Scan run their
+ * bodies through c->body, which the executor sets beside c->sess, so
+ * lib/cpu does not link the session (the layers of lib/ point one way).
+ * open makes a run of body (a GRAPH attribute of the node) whose names not
+ * defined inside resolve to values of the running session parent (and
+ * its parents) at each run. bind binds input i of the body to v,
+ * borrowing v's data until the next run, with no check against the
+ * declared type (ONNX bodies often declare loose shapes). run runs it;
+ * output borrows output i until the next run; graph borrows the body;
+ * close frees the run (NULL is a no-op). Errors as the session's.
  */
-int ml_subsession_new(struct ml_session **out, struct ml_graph *sub, struct ml_session *parent,
-		      struct ml_err *e);
-int ml_session_bind(struct ml_session *s, int i, const struct ml_tval *v, struct ml_err *e);
-const struct ml_graph *ml_session_graph(const struct ml_session *s);
+struct ml_body_ops {
+	int (*open)(struct ml_session *parent, struct ml_graph *body, void **run,
+		    struct ml_err *e);
+	int (*bind)(void *run, int i, const struct ml_tval *v, struct ml_err *e);
+	int (*run)(void *run, struct ml_err *e);
+	const struct ml_tval *(*output)(void *run, int i);
+	const struct ml_graph *(*graph)(void *run);
+	void (*close)(void *run);
+};
+/* ml_exec_body_ops: the executor's (lib/exec/session.c) */
+extern const struct ml_body_ops ml_exec_body_ops;
 
 /* ml_cblas_threads: set OpenBLAS's thread count (lib/cpu/blas.c). */
 void ml_cblas_set_threads(int n);

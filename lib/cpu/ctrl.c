@@ -136,32 +136,32 @@ stack_out(struct ml_opctx *c, struct ml_tval *out, const struct stack *s, int ax
 static int
 run_if(struct ml_opctx *c)
 {
-	if (c->sess == NULL)
+	if (c->sess == NULL || c->body == NULL)
 		return ml_opfail(c, ML_ENOTSUP, "needs a session");
 	const struct ml_tval *cv = c->in[0];
 	if (ml_tval_numel(cv) != 1)
 		return ml_opfail(c, ML_EINVAL, "cond must hold one value");
 	struct ml_graph *b = body(c, ml_get_f64(cv->data, cv->dtype, 0) != 0 ? "then_branch" :
 						  "else_branch");
-	struct ml_session *s = NULL;
+	void *s = NULL;
 	int rc;
 	if (b == NULL)
 		return ml_opfail(c, ML_EINVAL, "missing branch graph");
-	if ((rc = ml_subsession_new(&s, b, c->sess, c->err)) < 0 ||
-	    (rc = ml_session_run(s, c->err)) < 0)
+	if ((rc = c->body->open(c->sess, b, &s, c->err)) < 0 ||
+	    (rc = c->body->run(s, c->err)) < 0)
 		goto out;
 	for (int i = 0; i < c->n_out && i < b->n_outputs; i++)
-		if ((rc = copy_val(c->out[i], ml_session_output(s, i), c->err)) < 0)
+		if ((rc = copy_val(c->out[i], c->body->output(s, i), c->err)) < 0)
 			goto out;
 out:
-	ml_session_free(s);
+	c->body->close(s);
 	return rc;
 }
 
 static int
 run_loop(struct ml_opctx *c)
 {
-	if (c->sess == NULL)
+	if (c->sess == NULL || c->body == NULL)
 		return ml_opfail(c, ML_ENOTSUP, "needs a session");
 	struct ml_graph *b = body(c, "body");
 	int n = c->n_in - 2, k = c->n_out - n, rc = 0;
@@ -180,7 +180,7 @@ run_loop(struct ml_opctx *c)
 	}
 	struct ml_tval *cur = ml_calloc((size_t)n + 1, sizeof *cur);
 	struct stack *scans = ml_calloc((size_t)k + 1, sizeof *scans);
-	struct ml_session *s = NULL;
+	void *s = NULL;
 	if (cur == NULL || scans == NULL) {
 		rc = ml_fail(c->err, ML_ENOMEM, "out of memory");
 		goto out;
@@ -193,32 +193,32 @@ run_loop(struct ml_opctx *c)
 		if ((rc = copy_val(&cur[j], c->in[j + 2], c->err)) < 0)
 			goto out;
 	}
-	if ((rc = ml_subsession_new(&s, b, c->sess, c->err)) < 0)
+	if ((rc = c->body->open(c->sess, b, &s, c->err)) < 0)
 		goto out;
 	for (int64_t it = 0; it < max && cond; it++) {
 		int64_t itv = it;
 		uint8_t cin = cond;
 		struct ml_tval tv = { .dtype = ML_I64, .rank = 0, .data = &itv };
 		struct ml_tval cb = { .dtype = ML_BOOL, .rank = 0, .data = &cin };
-		if ((rc = ml_session_bind(s, 0, &tv, c->err)) < 0 ||
-		    (rc = ml_session_bind(s, 1, &cb, c->err)) < 0)
+		if ((rc = c->body->bind(s, 0, &tv, c->err)) < 0 ||
+		    (rc = c->body->bind(s, 1, &cb, c->err)) < 0)
 			goto out;
 		for (int j = 0; j < n; j++)
-			if ((rc = ml_session_bind(s, j + 2, &cur[j], c->err)) < 0)
+			if ((rc = c->body->bind(s, j + 2, &cur[j], c->err)) < 0)
 				goto out;
-		if ((rc = ml_session_run(s, c->err)) < 0)
+		if ((rc = c->body->run(s, c->err)) < 0)
 			goto out;
-		const struct ml_tval *co = ml_session_output(s, 0);
+		const struct ml_tval *co = c->body->output(s, 0);
 		if (ml_tval_numel(co) != 1) {
 			rc = ml_opfail(c, ML_EINVAL, "body cond output must hold one value");
 			goto out;
 		}
 		cond = ml_get_f64(co->data, co->dtype, 0) != 0;
 		for (int j = 0; j < n; j++)
-			if ((rc = copy_val(&cur[j], ml_session_output(s, j + 1), c->err)) < 0)
+			if ((rc = copy_val(&cur[j], c->body->output(s, j + 1), c->err)) < 0)
 				goto out;
 		for (int j = 0; j < k; j++)
-			if ((rc = stack_push(&scans[j], ml_session_output(s, n + 1 + j), c->err)) < 0)
+			if ((rc = stack_push(&scans[j], c->body->output(s, n + 1 + j), c->err)) < 0)
 				goto out;
 	}
 	for (int j = 0; j < n; j++) {
@@ -232,7 +232,7 @@ run_loop(struct ml_opctx *c)
 			goto out;
 	}
 out:
-	ml_session_free(s);
+	c->body->close(s);
 	for (int j = 0; cur != NULL && j < n; j++)
 		ml_tval_clear(&cur[j]);
 	for (int j = 0; scans != NULL && j < k; j++)
@@ -256,10 +256,10 @@ attr_at(const struct ml_node *nd, const char *name, int i, int64_t def)
  * batch entry at a time, with the sequence length given.
  */
 static int
-scan_one(struct ml_opctx *c, struct ml_session *s, int n, int m, struct ml_tval *const *ins,
+scan_one(struct ml_opctx *c, void *s, int n, int m, struct ml_tval *const *ins,
 	 struct ml_tval *const *outs, int64_t seq_limit)
 {
-	const struct ml_graph *b = ml_session_graph(s);
+	const struct ml_graph *b = c->body->graph(s);
 	int k = b->n_outputs - n, rc = 0;
 	int64_t len = -1;
 	struct ml_tval *cur = ml_calloc((size_t)n + 1, sizeof *cur);
@@ -291,22 +291,22 @@ scan_one(struct ml_opctx *c, struct ml_session *s, int n, int m, struct ml_tval 
 			goto out;
 	for (int64_t t = 0; t < len; t++) {
 		for (int j = 0; j < n; j++)
-			if ((rc = ml_session_bind(s, j, &cur[j], c->err)) < 0)
+			if ((rc = c->body->bind(s, j, &cur[j], c->err)) < 0)
 				goto out;
 		for (int j = 0; j < m; j++) {
 			bool rev = (c->opset < 9 ? attr_at(c->node, "directions", j, 0) :
 				    attr_at(c->node, "scan_input_directions", j, 0)) != 0;
 			if ((rc = take(&sl[j], ins[n + j], axes[j], rev ? len - 1 - t : t, c->err)) < 0 ||
-			    (rc = ml_session_bind(s, n + j, &sl[j], c->err)) < 0)
+			    (rc = c->body->bind(s, n + j, &sl[j], c->err)) < 0)
 				goto out;
 		}
-		if ((rc = ml_session_run(s, c->err)) < 0)
+		if ((rc = c->body->run(s, c->err)) < 0)
 			goto out;
 		for (int j = 0; j < n; j++)
-			if ((rc = copy_val(&cur[j], ml_session_output(s, j), c->err)) < 0)
+			if ((rc = copy_val(&cur[j], c->body->output(s, j), c->err)) < 0)
 				goto out;
 		for (int j = 0; j < k; j++)
-			if ((rc = stack_push(&scans[j], ml_session_output(s, n + j), c->err)) < 0)
+			if ((rc = stack_push(&scans[j], c->body->output(s, n + j), c->err)) < 0)
 				goto out;
 	}
 	for (int j = 0; j < n; j++) {
@@ -338,17 +338,17 @@ out:
 static int
 run_scan(struct ml_opctx *c)
 {
-	if (c->sess == NULL)
+	if (c->sess == NULL || c->body == NULL)
 		return ml_opfail(c, ML_ENOTSUP, "needs a session");
 	struct ml_graph *b = body(c, "body");
 	int m = (int)ml_attr_int(c->node, "num_scan_inputs", 1);
-	struct ml_session *s = NULL;
+	void *s = NULL;
 	int rc;
-	if ((rc = ml_subsession_new(&s, b, c->sess, c->err)) < 0)
+	if ((rc = c->body->open(c->sess, b, &s, c->err)) < 0)
 		return rc;
 	if (c->opset >= 9) {
 		rc = scan_one(c, s, c->n_in - m, m, c->in, c->out, -1);
-		ml_session_free(s);
+		c->body->close(s);
 		return rc;
 	}
 	/* opset 8: a leading batch axis on everything, optional sequence_lens first */
@@ -396,7 +396,7 @@ out:
 	ml_free(outs);
 	ml_free(per);
 	ml_free(ov);
-	ml_session_free(s);
+	c->body->close(s);
 	return rc;
 }
 

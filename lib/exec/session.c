@@ -314,22 +314,24 @@ resolve_outer(struct ml_session *s)
 	}
 }
 
-int
-ml_subsession_new(struct ml_session **out, struct ml_graph *sub, struct ml_session *parent,
-		  struct ml_err *e)
+static int
+sub_open(struct ml_session *parent, struct ml_graph *sub, void **run, struct ml_err *e)
 {
+	struct ml_session *s;
 	ML_TRY(ml_graph_toposort(sub, e));
 	struct ml_session_opts o = parent->o;
 	o.device = "cpu";
 	o.profile = false;
-	ML_TRY(ml_session_new(out, sub, &o, e));
-	(*out)->parent = parent;
+	ML_TRY(ml_session_new(&s, sub, &o, e));
+	s->parent = parent;
+	*run = s;
 	return 0;
 }
 
-int
-ml_session_bind(struct ml_session *s, int i, const struct ml_tval *v, struct ml_err *e)
+static int
+sub_bind(void *run, int i, const struct ml_tval *v, struct ml_err *e)
 {
+	struct ml_session *s = run;
 	if (i < 0 || i >= s->g->n_inputs)
 		return ml_fail(e, ML_EINVAL, "subgraph has %d inputs, not %d", s->g->n_inputs, i + 1);
 	int t = s->g->inputs[i];
@@ -340,11 +342,39 @@ ml_session_bind(struct ml_session *s, int i, const struct ml_tval *v, struct ml_
 	return 0;
 }
 
-const struct ml_graph *
-ml_session_graph(const struct ml_session *s)
+static const struct ml_graph *
+sub_graph(void *run)
 {
-	return s->g;
+	return ((struct ml_session *)run)->g;
 }
+
+static int
+sub_run(void *run, struct ml_err *e)
+{
+	return ml_session_run(run, e);
+}
+
+static const struct ml_tval *
+sub_output(void *run, int i)
+{
+	return ml_session_output(run, i);
+}
+
+static void
+sub_close(void *run)
+{
+	ml_session_free(run);
+}
+
+/* subgraphs run as sessions of their own on the CPU, names resolved from the parent */
+const struct ml_body_ops ml_exec_body_ops = {
+	.open = sub_open,
+	.bind = sub_bind,
+	.run = sub_run,
+	.output = sub_output,
+	.graph = sub_graph,
+	.close = sub_close,
+};
 
 void
 ml_session_reset_values(struct ml_session *s)
