@@ -42,16 +42,23 @@ LIB_OBJS = $(LIB_SRCS:%.c=$(B)/obj/%.o) $(GEN_PB:$(B)/gen/%.c=$(B)/obj/gen/%.o) 
 CLI_OBJS = $(B)/obj/cmd/cli.o
 TEST_TOOLS = $(patsubst tests/tools/%.c,$(B)/bin/%,$(wildcard tests/tools/*.c))
 ONNX_PROTO ?= /usr/include/onnx/onnx.proto
-HDRS = $(wildcard lib/*.h lib/*.def lib/*/*.h) $(B)/gen/mlg.pb-c.h $(B)/gen/onnx.pb-c.h
+# Each compile writes a .d file (-MMD -MP) beside its object: an object
+# depends on the headers it includes, not on every header. The generated
+# protobuf headers are order-only prerequisites, so they exist before the
+# first compile of a clean build; after it the .d files name them where used.
+DEPFLAGS = -MMD -MP
+GEN_H = $(B)/gen/mlg.pb-c.h $(B)/gen/onnx.pb-c.h
 
 all: $(BINS) $(TEST_TOOLS) $(B)/bin/fuzz_replay $(B)/ml.pc
 
-$(B)/gen/mlg.pb-c.c $(B)/gen/mlg.pb-c.h: formats/mlg.proto
+# grouped targets (&:): one protoc-c run makes both files, so make -j never
+# runs it twice
+$(B)/gen/mlg.pb-c.c $(B)/gen/mlg.pb-c.h &: formats/mlg.proto
 	@mkdir -p $(B)/gen
 	protoc-c --proto_path=formats --c_out=$(B)/gen formats/mlg.proto
 
 # ONNX's own schema as the system installs it (libonnx-dev).
-$(B)/gen/onnx.pb-c.c $(B)/gen/onnx.pb-c.h: $(ONNX_PROTO)
+$(B)/gen/onnx.pb-c.c $(B)/gen/onnx.pb-c.h &: $(ONNX_PROTO)
 	@mkdir -p $(B)/gen
 	cp $(ONNX_PROTO) $(B)/gen/onnx.proto
 	protoc-c --proto_path=$(B)/gen --c_out=$(B)/gen $(B)/gen/onnx.proto
@@ -62,26 +69,29 @@ $(B)/gen/kernels.c: tools/cl2c.sh $(KERNELS)
 	@mkdir -p $(@D)
 	sh tools/cl2c.sh $(KERNELS) > $@.tmp && mv $@.tmp $@
 
-$(B)/obj/gen/%.o: $(B)/gen/%.c $(B)/gen/mlg.pb-c.h $(B)/gen/onnx.pb-c.h
+$(B)/obj/gen/%.o: $(B)/gen/%.c | $(GEN_H)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -Wno-unused-parameter -c -o $@ $<
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(DEPFLAGS) -Wno-unused-parameter -c -o $@ $<
 
-$(B)/obj/%.o: %.c $(HDRS)
+$(B)/obj/%.o: %.c | $(GEN_H)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(DEPFLAGS) -c -o $@ $<
 
 $(B)/lib/libml.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@
 	ar rcs $@ $(LIB_OBJS)
 
+# the tools' objects are kept (not intermediate files), so their .d files hold
+.SECONDARY: $(TOOL_SRCS:%.c=$(B)/obj/%.o)
 $(B)/bin/%: $(B)/obj/cmd/%.o $(CLI_OBJS) $(B)/lib/libml.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(CLI_OBJS) $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
 
-$(B)/bin/%: tests/tools/%.c $(B)/lib/libml.a $(HDRS)
-	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL) $(TOOL_LIBS)
+# the drivers compile and link in one step; their .d files go to obj/tools
+$(B)/bin/%: tests/tools/%.c $(B)/lib/libml.a | $(GEN_H)
+	@mkdir -p $(@D) $(B)/obj/tools
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(DEPFLAGS) -MF $(B)/obj/tools/$*.d -o $@ $< $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL) $(TOOL_LIBS)
 
 # libml loads OpenBLAS at run time (lib/cpu/blas.c); a driver that calls
 # cblas itself, to compare against it, links it.
@@ -92,12 +102,14 @@ $(B)/bin/clgemm_bench: TOOL_LIBS = -lopenblas
 FUZZ_TARGETS = mlg onnx text npy idx
 FUZZ_SRCS = $(FUZZ_TARGETS:%=tests/fuzz/fuzz_%.c) tests/fuzz/common.c
 
-$(B)/bin/fuzz_replay: tests/fuzz/replay.c $(FUZZ_SRCS) tests/fuzz/fuzz.h $(B)/lib/libml.a $(HDRS)
+# several sources in one compile: the public headers stand for what they include
+FUZZ_HDRS = tests/fuzz/fuzz.h $(wildcard lib/ml*.h lib/*.def)
+$(B)/bin/fuzz_replay: tests/fuzz/replay.c $(FUZZ_SRCS) $(FUZZ_HDRS) $(B)/lib/libml.a | $(GEN_H)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -Itests/fuzz -DFUZZ_REPLAY -o $@ tests/fuzz/replay.c \
 		$(FUZZ_SRCS) $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
 
-$(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/common.c tests/fuzz/fuzz.h $(B)/lib/libml.a $(HDRS)
+$(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/common.c $(FUZZ_HDRS) $(B)/lib/libml.a | $(GEN_H)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -Itests/fuzz -fsanitize=fuzzer -o $@ $< tests/fuzz/common.c \
 		$(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
@@ -163,5 +175,8 @@ clean:
 	rm -rf build
 
 FORCE:
+
+# the dependency files of the last build (none before the first)
+-include $(wildcard $(B)/obj/*/*.d $(B)/obj/*/*/*.d)
 
 .PHONY: FORCE all deps test demo bench install clean asan fuzz
