@@ -672,5 +672,6 @@ int ml_prof_diff(const char *a, const char *b, const struct ml_prof_diff_opts *o
 #include "ml_opt.h"
 #include "ml_quant.h"
 #include "ml_dist.h"
+#include "ml_util.h"
 
 #endif
