@@ -232,15 +232,7 @@ out:
 int
 mlq_copy_graph(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e)
 {
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	int rc;
-
-	*out = NULL;
-	if ((rc = ml_mlg_encode(g, &buf, &len, e)) < 0)
-		return rc;
-	rc = ml_mlg_decode(out, buf, len, e);
-	ml_free(buf);
+	int rc = ml_graph_clone(out, g, e);
 	if (rc == 0 && (rc = ml_graph_toposort(*out, e)) == 0)
 		rc = ml_graph_infer(*out, e);
 	if (rc < 0) {

@@ -18,7 +18,7 @@ struct mq_stat {
 	double hist[MQ_BINS];
 };
 
-/* mlq_copy_graph: a deep copy of g (through the graph file), toposorted and inferred. */
+/* mlq_copy_graph: a deep copy of g (ml_graph_clone), toposorted and inferred. */
 int mlq_copy_graph(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e);
 /*
  * mlq_run_all: run a copy of g over every calibration batch (with every f32
