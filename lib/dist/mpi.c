@@ -202,7 +202,7 @@ mpi_fail(struct req *r, int rc, const char *what)
 	if (D.m.Error_string(rc, s, &len) != MPI_SUCCESS_ || len <= 0)
 		snprintf(s, sizeof s, "error %d", rc);
 	s[sizeof s - 1] = '\0';
-	snprintf(r->msg, sizeof r->msg, "%s failed on rank %d: %s", what, D.info.rank, s);
+	snprintf(r->msg, sizeof r->msg, "%s failed on rank %d: %.200s", what, D.info.rank, s);
 	r->rc = ML_EIO;
 	return ML_EIO;
 }
@@ -384,7 +384,7 @@ dist_init(int mode, struct ml_dist_info *info, struct ml_err *e)
 	if (D.m.Get_library_version(ver, &len) == MPI_SUCCESS_) {
 		ver[sizeof ver - 1] = '\0';
 		ver[strcspn(ver, "\n,")] = '\0';
-		snprintf(D.info.library, sizeof D.info.library, "%s", ver);
+		snprintf(D.info.library, sizeof D.info.library, "%.159s", ver);
 	}
 	D.info.active = true;
 	D.info.rank = rank;
