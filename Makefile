@@ -84,7 +84,7 @@ $(B)/lib/libml.a: $(LIB_OBJS)
 	ar rcs $@ $(LIB_OBJS)
 
 # the tools' objects are kept (not intermediate files), so their .d files hold
-.SECONDARY: $(TOOL_SRCS:%.c=$(B)/obj/%.o)
+.SECONDARY: $(TOOL_SRCS:%.c=$(B)/obj/%.o) $(CLI_OBJS)
 $(B)/bin/%: $(B)/obj/cmd/%.o $(CLI_OBJS) $(B)/lib/libml.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(CLI_OBJS) $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
