@@ -257,27 +257,6 @@ finish_stdout(void)
 }
 
 void
-json_str(FILE *fp, const char *s)
-{
-	fputc('"', fp);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		switch (*p) {
-		case '"': fputs("\\\"", fp); break;
-		case '\\': fputs("\\\\", fp); break;
-		case '\n': fputs("\\n", fp); break;
-		case '\t': fputs("\\t", fp); break;
-		case '\r': fputs("\\r", fp); break;
-		default:
-			if (*p < 0x20)
-				fprintf(fp, "\\u%04x", *p);
-			else
-				fputc(*p, fp);
-		}
-	}
-	fputc('"', fp);
-}
-
-void
 cli_add_input(struct cli_inputs *in, char *arg, const char *synopsis)
 {
 	char *eq = strchr(arg, '=');
@@ -321,14 +300,11 @@ cli_inputs_free(struct cli_inputs *in)
 
 static uint64_t rng_state;
 
+/* rng_next: splitmix64, small, seedable, the same on every machine */
 static uint64_t
 rng_next(void)
 {
-	/* splitmix64: small, seedable, the same on every machine */
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
+	return ml_splitmix64(&rng_state);
 }
 
 static double

@@ -54,8 +54,6 @@ uint64_t parse_size(const char *opt, const char *s, const char *synopsis);
 void refuse_tty_stdout(const char *path, bool force);
 /* finish_stdout: flush and close stdout; on a write error print "write error" and exit 1. */
 int finish_stdout(void);
-/* json_str: write s as a JSON string literal to fp. */
-void json_str(FILE *fp, const char *s);
 
 /*
  * Inputs for a run, shared by mlrun and mlprof: -i NAME=FILE bindings

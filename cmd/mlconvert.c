@@ -181,7 +181,7 @@ json_shape(const struct ml_tensor *t)
 		if (t->dims[d] >= 0)
 			printf("%lld", (long long)t->dims[d]);
 		else if (t->sym[d] != NULL)
-			json_str(stdout, t->sym[d]);
+			ml_json_str(stdout, t->sym[d]);
 		else
 			fputs("null", stdout);
 	}
@@ -195,7 +195,7 @@ json_values(const char *key, const struct ml_graph *g, int n, const int *idx)
 	for (int i = 0; i < n; i++) {
 		const struct ml_tensor *t = g->tensors[idx[i]];
 		printf("%s\n    {\"name\": ", i ? "," : "");
-		json_str(stdout, t->name);
+		ml_json_str(stdout, t->name);
 		printf(", \"dtype\": \"%s\", \"shape\": ", ml_dtype_name(t->dtype));
 		json_shape(t);
 		putchar('}');
@@ -264,15 +264,15 @@ print_info(struct ml_graph *g, const char *path, bool json)
 	const char *name = g->name != NULL ? g->name : "";
 	if (json) {
 		printf("{\n  \"model\": ");
-		json_str(stdout, path);
+		ml_json_str(stdout, path);
 		printf(",\n  \"graph\": ");
-		json_str(stdout, name);
+		ml_json_str(stdout, name);
 		printf(",\n  \"producer\": ");
-		json_str(stdout, g->producer != NULL ? g->producer : "");
+		ml_json_str(stdout, g->producer != NULL ? g->producer : "");
 		printf(",\n  \"ir_version\": %lld,\n  \"opset\": {", (long long)g->ir_version);
 		for (int i = 0; i < g->n_opsets; i++) {
 			printf("%s", i ? ", " : "");
-			json_str(stdout, g->opset_domain[i][0] ? g->opset_domain[i] : "ai.onnx");
+			ml_json_str(stdout, g->opset_domain[i][0] ? g->opset_domain[i] : "ai.onnx");
 			printf(": %lld", (long long)g->opset_version[i]);
 		}
 		printf("}");
@@ -281,14 +281,14 @@ print_info(struct ml_graph *g, const char *path, bool json)
 		printf(",\n  \"nodes\": %d,\n  \"ops\": {", g->n_nodes);
 		for (int i = 0; i < c.n; i++) {
 			printf("%s", i ? ", " : "");
-			json_str(stdout, c.ops[i].name);
+			ml_json_str(stdout, c.ops[i].name);
 			printf(": %lld", (long long)c.ops[i].n);
 		}
 		flops = estimate_flops(g, assumed, sizeof assumed);
 		printf("},\n  \"params\": %lld,\n  \"param_bytes\": %lld,\n  \"flops\": %lld",
 		       (long long)params, (long long)pbytes, (long long)flops);
 		printf(",\n  \"flops_assume\": ");
-		json_str(stdout, assumed);
+		ml_json_str(stdout, assumed);
 		printf("\n}\n");
 		free(c.ops);
 		return;

@@ -156,9 +156,9 @@ list_passes(bool json)
 	for (int i = 0; i < n; i++) {
 		if (json) {
 			printf("%s\n  {\"name\": ", i ? "," : "");
-			json_str(stdout, p[i].name);
+			ml_json_str(stdout, p[i].name);
 			printf(", \"level\": %d, \"doc\": ", p[i].level);
-			json_str(stdout, p[i].doc);
+			ml_json_str(stdout, p[i].doc);
 			printf("}");
 		} else {
 			printf("%-18s -O%d  %s\n", p[i].name, p[i].level, p[i].doc);
@@ -174,7 +174,7 @@ print_report(FILE *fp, const struct ml_opt_report *r, bool json, int level, cons
 	if (json) {
 		fprintf(fp, "{\n  \"level\": %d,\n  \"passes\": ", level);
 		if (passes != NULL)
-			json_str(fp, passes);
+			ml_json_str(fp, passes);
 		else
 			fputs("null", fp);
 		fprintf(fp, ",\n  \"nodes_before\": %d,\n  \"nodes_after\": %d,\n  \"rounds\": %d,\n"
@@ -183,11 +183,11 @@ print_report(FILE *fp, const struct ml_opt_report *r, bool json, int level, cons
 		for (int i = 0; i < r->n; i++) {
 			const struct ml_opt_row *w = &r->rows[i];
 			fprintf(fp, "%s\n    {\"pass\": ", i ? "," : "");
-			json_str(fp, w->pass);
+			ml_json_str(fp, w->pass);
 			fprintf(fp, ", \"round\": %d, \"nodes_before\": %d, \"nodes_after\": %d, "
 				"\"changes\": %d, \"what\": ", w->round, w->nodes_before,
 				w->nodes_after, w->changes);
-			json_str(fp, w->what);
+			ml_json_str(fp, w->what);
 			fprintf(fp, "}");
 		}
 		fprintf(fp, "%s]\n}\n", r->n ? "\n  " : "");

@@ -63,11 +63,11 @@ print_report(const struct ml_quant_report *r, bool json)
 		for (int i = 0; i < r->n; i++) {
 			const struct ml_quant_layer *L = &r->layers[i];
 			fprintf(fp, "%s{\"name\": ", i ? ", " : "");
-			json_str(fp, L->name);
+			ml_json_str(fp, L->name);
 			fprintf(fp, ", \"op\": ");
-			json_str(fp, L->op);
+			ml_json_str(fp, L->op);
 			fprintf(fp, ", \"quantized\": %s, \"why\": ", L->quantized ? "true" : "false");
-			json_str(fp, L->why);
+			ml_json_str(fp, L->why);
 			fprintf(fp, ", \"weight_sqnr_db\": %.2f, \"bytes_f32\": %lld, \"bytes_q\": %lld, "
 				"\"us_f32\": %.1f, \"us_q\": %.1f}", L->sqnr_db, (long long)L->bytes_f32,
 				(long long)L->bytes_q, L->us_f32, L->us_q);

@@ -91,19 +91,19 @@ print_devices(int json, int verbose)
 		printf("{\"devices\": [");
 		for (int i = 0; i < n; i++) {
 			printf("%s\n  {\"id\": ", i ? "," : "");
-			json_str(stdout, v[i].id);
+			ml_json_str(stdout, v[i].id);
 			printf(", \"index\": %d, \"name\": ", v[i].index);
-			json_str(stdout, v[i].name);
+			ml_json_str(stdout, v[i].name);
 			printf(", \"type\": ");
-			json_str(stdout, v[i].type);
+			ml_json_str(stdout, v[i].type);
 			printf(", \"platform\": ");
-			json_str(stdout, v[i].platform);
+			ml_json_str(stdout, v[i].platform);
 			printf(", \"vendor\": ");
-			json_str(stdout, v[i].vendor);
+			ml_json_str(stdout, v[i].vendor);
 			printf(", \"version\": ");
-			json_str(stdout, v[i].version);
+			ml_json_str(stdout, v[i].version);
 			printf(", \"driver\": ");
-			json_str(stdout, v[i].driver);
+			ml_json_str(stdout, v[i].driver);
 			printf(", \"compute_units\": %d, \"global_mem\": %lld, \"local_mem\": %lld, "
 			       "\"max_alloc\": %lld, \"max_work_group\": %lld, \"fp16\": %s, "
 			       "\"fp64\": %s}", v[i].compute_units, (long long)v[i].global_mem,
@@ -114,7 +114,7 @@ print_devices(int json, int verbose)
 		printf("\n]");
 		if (n == 1) {
 			printf(", \"opencl\": ");
-			json_str(stdout, why.msg);
+			ml_json_str(stdout, why.msg);
 		}
 		printf("}\n");
 	} else {
@@ -335,9 +335,9 @@ main(int argc, char **argv)
 
 	if (json) {
 		printf("{\"model\": ");
-		json_str(stdout, path);
+		ml_json_str(stdout, path);
 		printf(", \"device\": ");
-		json_str(stdout, device);
+		ml_json_str(stdout, device);
 		printf(", \"threads\": %d, \"runs\": %lld, \"warmup\": %lld", ml_get_threads(),
 		       (long long)nrun, (long long)warmup);
 		printf(", \"latency_ms\": {\"min\": %.4f, \"median\": %.4f, \"p90\": %.4f, \"max\": %.4f, \"mean\": %.4f}",
@@ -347,7 +347,7 @@ main(int argc, char **argv)
 		for (int i = 0; i < g->n_outputs; i++) {
 			const struct ml_tval *v = ml_session_output(s, i);
 			printf("%s{\"name\": ", i ? ", " : "");
-			json_str(stdout, g->tensors[g->outputs[i]]->name);
+			ml_json_str(stdout, g->tensors[g->outputs[i]]->name);
 			printf(", \"dtype\": \"%s\", \"shape\": [", ml_dtype_name(v->dtype));
 			for (int d = 0; d < v->rank; d++)
 				printf("%s%lld", d ? ", " : "", (long long)v->dims[d]);

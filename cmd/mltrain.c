@@ -92,7 +92,7 @@ static void
 dist_exit(int status)
 {
 	if (!dist_clean && ml_dist_size() > 1)
-		ml_dist_abort(status);
+		(void)ml_dist_abort(status);	/* returns only if MPI_Abort does: the caller exits */
 }
 
 static void
@@ -1036,9 +1036,9 @@ main(int argc, char **argv)
 		die(EXIT_FAIL, "write error on '%s'", logpath);
 	if (json) {
 		printf("{\"model\": ");
-		json_str(stdout, from);
+		ml_json_str(stdout, from);
 		printf(", \"output\": ");
-		json_str(stdout, r.out);
+		ml_json_str(stdout, r.out);
 		printf(", \"epochs\": %llu, \"steps\": %llu, \"steps_run\": %llu, \"seconds\": %.3f",
 		       (unsigned long long)r.epoch, (unsigned long long)r.step_no,
 		       (unsigned long long)(r.step_no - s0), secs);

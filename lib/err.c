@@ -3,6 +3,7 @@
  * DESIGN.md, and the capped allocator every large allocation goes through.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -63,45 +64,50 @@ ml_exit_status(int code)
 }
 
 /*
- * The allocation cap. Each block carries a 16-byte header with its size so
- * that ml_free can keep the running total; the total is atomic because
- * kernels allocate from pool threads.
+ * The allocation cap. Each block carries a header with its size (HDR) so
+ * that ml_free can keep the running total; the total and the cap are atomic
+ * because kernels allocate from pool threads. The cap comes from
+ * ML_MAX_ALLOC once (cap_once), before any ml_set_alloc_cap takes effect.
  */
 static _Atomic uint64_t alloc_total;
-static uint64_t alloc_cap;
-static atomic_int cap_init;
+static _Atomic uint64_t alloc_cap;
+static pthread_once_t cap_once = PTHREAD_ONCE_INIT;
 static atomic_int cap_hit;	/* set once an allocation is refused for the cap */
+
+/* cap_from_env: the cap ML_MAX_ALLOC sets, 16 GiB without it; run once. */
+static void
+cap_from_env(void)
+{
+	const char *s = getenv("ML_MAX_ALLOC");
+	uint64_t cap = (uint64_t)16 << 30;
+	if (s != NULL && *s != '\0') {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(s, &end, 10);
+		uint64_t mul = 1;
+		switch (*end) {
+		case 'k': case 'K': mul = 1ull << 10; end++; break;
+		case 'm': case 'M': mul = 1ull << 20; end++; break;
+		case 'g': case 'G': mul = 1ull << 30; end++; break;
+		}
+		if (errno == 0 && *end == '\0' && v > 0 && v <= UINT64_MAX / mul)
+			cap = v * mul;
+	}
+	atomic_store(&alloc_cap, cap);
+}
 
 uint64_t
 ml_alloc_cap(void)
 {
-	if (atomic_load(&cap_init) == 0) {
-		const char *s = getenv("ML_MAX_ALLOC");
-		uint64_t cap = (uint64_t)16 << 30;
-		if (s != NULL && *s != '\0') {
-			char *end;
-			errno = 0;
-			unsigned long long v = strtoull(s, &end, 10);
-			uint64_t mul = 1;
-			switch (*end) {
-			case 'k': case 'K': mul = 1ull << 10; end++; break;
-			case 'm': case 'M': mul = 1ull << 20; end++; break;
-			case 'g': case 'G': mul = 1ull << 30; end++; break;
-			}
-			if (errno == 0 && *end == '\0' && v > 0 && v <= UINT64_MAX / mul)
-				cap = v * mul;
-		}
-		alloc_cap = cap;
-		atomic_store(&cap_init, 1);
-	}
-	return alloc_cap;
+	pthread_once(&cap_once, cap_from_env);
+	return atomic_load_explicit(&alloc_cap, memory_order_relaxed);
 }
 
 void
 ml_set_alloc_cap(uint64_t bytes)
 {
-	alloc_cap = bytes;
-	atomic_store(&cap_init, 1);
+	pthread_once(&cap_once, cap_from_env);
+	atomic_store(&alloc_cap, bytes);
 }
 
 bool

@@ -77,7 +77,7 @@ ml_graph_new(struct ml_graph **out, struct ml_err *e)
 static void
 free_attr_graphs(struct ml_attr *a)
 {
-	if (a->type == ML_ATTR_GRAPH || a->type == ML_ATTR_GRAPHS)
+	if ((a->type == ML_ATTR_GRAPH || a->type == ML_ATTR_GRAPHS) && a->graphs != NULL)
 		for (int k = 0; k < a->n; k++)
 			ml_graph_free(a->graphs[k]);
 }
@@ -154,6 +154,223 @@ ml_graph_find(const struct ml_graph *g, const char *name)
 		k = (k + 1) & (uint64_t)(g->hash_cap - 1);
 	}
 	return -1;
+}
+
+/*
+ * Cloning. Everything the graph owns is copied into the clone's arena, and
+ * the tensor data into one blob (as a graph read from a file holds it), so
+ * the copy shares nothing with g and is freed by one ml_graph_free.
+ */
+
+/* dup_mem: a copy of n bytes at p in c's arena; NULL for NULL; *bad set on failure. */
+static void *
+dup_mem(struct ml_graph *c, const void *p, size_t n, bool *bad)
+{
+	if (p == NULL)
+		return NULL;
+	void *q = ml_graph_alloc(c, n > 0 ? n : 1);
+	if (q == NULL)
+		*bad = true;
+	else if (n > 0)
+		memcpy(q, p, n);
+	return q;
+}
+
+/* dup_str: a copy of s in c's arena, as dup_mem. */
+static char *
+dup_str(struct ml_graph *c, const char *s, bool *bad)
+{
+	return s == NULL ? NULL : dup_mem(c, s, strlen(s) + 1, bad);
+}
+
+/*
+ * dup_tensor: the fields of t into ct (in c's arena) except the data, which
+ * the caller places; q, names, symbols and doc copied.
+ */
+static void
+dup_tensor(struct ml_graph *c, const struct ml_tensor *t, struct ml_tensor *ct, bool *bad)
+{
+	*ct = *t;
+	ct->name = dup_str(c, t->name, bad);
+	ct->doc = dup_str(c, t->doc, bad);
+	for (int i = 0; i < ML_MAX_RANK; i++)
+		ct->sym[i] = dup_str(c, t->sym[i], bad);
+	if (t->q != NULL) {
+		struct ml_qparam *q = dup_mem(c, t->q, sizeof *t->q, bad);
+		if (q != NULL) {
+			q->scale = dup_mem(c, t->q->scale, sizeof(float) * (size_t)t->q->n, bad);
+			q->zero = dup_mem(c, t->q->zero, sizeof(int32_t) * (size_t)t->q->n, bad);
+		}
+		ct->q = q;
+	}
+}
+
+static int clone_into(struct ml_graph *c, const struct ml_graph *g, struct ml_err *e);
+
+/* dup_attr: a deep copy of attribute a into ca; subgraphs cloned with c as their parent. */
+static int
+dup_attr(struct ml_graph *c, const struct ml_attr *a, struct ml_attr *ca, struct ml_err *e)
+{
+	bool bad = false;
+	/* a TENSOR or GRAPH attribute holds one, whatever n says (as the encoder reads it) */
+	int nt = a->type == ML_ATTR_TENSOR ? 1 : a->type == ML_ATTR_TENSORS ? a->n : 0;
+	int ng = a->type == ML_ATTR_GRAPH ? 1 : a->type == ML_ATTR_GRAPHS ? a->n : 0;
+	*ca = *a;
+	ca->name = dup_str(c, a->name, &bad);
+	ca->s = dup_mem(c, a->s, a->s_len + 1, &bad);
+	ca->floats = dup_mem(c, a->floats, sizeof(double) * (size_t)a->n, &bad);
+	ca->ints = dup_mem(c, a->ints, sizeof(int64_t) * (size_t)a->n, &bad);
+	ca->strings = dup_mem(c, a->strings, sizeof(char *) * (size_t)a->n, &bad);
+	for (int k = 0; ca->strings != NULL && k < a->n; k++)
+		ca->strings[k] = dup_str(c, a->strings[k], &bad);
+	ca->tensors = dup_mem(c, a->tensors, sizeof(struct ml_tensor *) * (size_t)nt, &bad);
+	for (int k = 0; ca->tensors != NULL && k < nt; k++) {
+		const struct ml_tensor *t = a->tensors[k];
+		struct ml_tensor *ct = t != NULL ? ml_graph_alloc(c, sizeof *ct) : NULL;
+		if (t != NULL && ct == NULL) {
+			bad = true;
+			break;
+		}
+		if (t != NULL) {
+			dup_tensor(c, t, ct, &bad);
+			ct->data = dup_mem(c, t->data, t->nbytes, &bad);
+		}
+		ca->tensors[k] = ct;
+	}
+	ca->graphs = NULL;
+	if (a->graphs != NULL) {
+		/* zeroed, so that ml_graph_free of c after a failure frees what was made */
+		if ((ca->graphs = ml_graph_alloc(c, sizeof(struct ml_graph *) * (size_t)(ng + 1))) == NULL)
+			bad = true;
+		for (int k = 0; !bad && k < ng; k++) {
+			if (a->graphs[k] == NULL)
+				continue;
+			ML_TRY(ml_graph_new(&ca->graphs[k], e));
+			ca->graphs[k]->parent = c;
+			ML_TRY(clone_into(ca->graphs[k], a->graphs[k], e));
+		}
+	}
+	return bad ? ml_fail(e, ML_ENOMEM, "out of memory") : 0;
+}
+
+/* clone_into: g's contents into the empty graph c (whose parent is set). */
+static int
+clone_into(struct ml_graph *c, const struct ml_graph *g, struct ml_err *e)
+{
+	bool bad = false;
+	c->name = dup_str(c, g->name, &bad);
+	c->producer = dup_str(c, g->producer, &bad);
+	c->ir_version = g->ir_version;
+	c->arena_bytes = g->arena_bytes;
+	c->n_meta = g->n_meta;
+	c->meta = dup_mem(c, g->meta, sizeof *g->meta * (size_t)g->n_meta, &bad);
+	for (int i = 0; c->meta != NULL && i < g->n_meta; i++) {
+		c->meta[i].key = dup_str(c, g->meta[i].key, &bad);
+		c->meta[i].value = dup_str(c, g->meta[i].value, &bad);
+	}
+	c->n_opsets = g->n_opsets;
+	c->opset_version = dup_mem(c, g->opset_version, sizeof(int64_t) * (size_t)g->n_opsets, &bad);
+	c->opset_domain = dup_mem(c, g->opset_domain, sizeof(char *) * (size_t)g->n_opsets, &bad);
+	for (int i = 0; c->opset_domain != NULL && i < g->n_opsets; i++)
+		c->opset_domain[i] = dup_str(c, g->opset_domain[i], &bad);
+	c->n_inputs = g->n_inputs;
+	c->inputs = dup_mem(c, g->inputs, sizeof(int) * (size_t)g->n_inputs, &bad);
+	c->n_outputs = g->n_outputs;
+	c->outputs = dup_mem(c, g->outputs, sizeof(int) * (size_t)g->n_outputs, &bad);
+	if (g->train != NULL && (c->train = dup_mem(c, g->train, sizeof *g->train, &bad)) != NULL) {
+		c->train->optimizer = dup_str(c, g->train->optimizer, &bad);
+		c->train->config = dup_str(c, g->train->config, &bad);
+		c->train->rng = dup_mem(c, g->train->rng, g->train->rng_len, &bad);
+		c->train->slots = dup_mem(c, g->train->slots, sizeof(int) * (size_t)g->train->n_slots,
+					  &bad);
+	}
+	if (bad)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+
+	/* the tensors, their data in one 64-byte aligned blob */
+	size_t blob = 0;
+	for (int i = 0; i < g->n_tensors; i++)
+		if (g->tensors[i]->data != NULL)
+			blob += (g->tensors[i]->nbytes + 64) & ~(size_t)63;
+	if (blob > 0 && (c->blob = ml_malloc(blob)) == NULL)
+		return ml_fail(e, ML_ENOMEM, "cannot allocate %zu bytes of tensor data", blob);
+	c->blob_len = blob;
+	if (g->n_tensors > 0 &&
+	    (c->tensors = ml_malloc(sizeof *c->tensors * (size_t)g->n_tensors)) == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	c->cap_tensors = g->n_tensors;
+	size_t off = 0;
+	for (int i = 0; i < g->n_tensors; i++) {
+		const struct ml_tensor *t = g->tensors[i];
+		struct ml_tensor *ct = ml_graph_alloc(c, sizeof *ct);
+		if (ct == NULL)
+			return ml_fail(e, ML_ENOMEM, "out of memory");
+		dup_tensor(c, t, ct, &bad);
+		if (t->data != NULL) {
+			ct->data = c->blob + off;
+			memcpy(ct->data, t->data, t->nbytes);
+			off += (t->nbytes + 64) & ~(size_t)63;
+		}
+		c->tensors[c->n_tensors++] = ct;
+	}
+	if (bad)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	int cap = 128;
+	while (cap < 2 * (c->n_tensors + 1))
+		cap *= 2;
+	if (rehash(c, cap) < 0)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+
+	/* the nodes */
+	if (g->n_nodes > 0 && (c->nodes = ml_malloc(sizeof *c->nodes * (size_t)g->n_nodes)) == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	c->cap_nodes = g->n_nodes;
+	for (int i = 0; i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		struct ml_node *cn = &c->nodes[i];
+		*cn = *n;
+		cn->n_attr = 0;
+		cn->attrs = NULL;
+		c->n_nodes = i + 1;
+		cn->name = dup_str(c, n->name, &bad);
+		cn->op_type = dup_str(c, n->op_type, &bad);
+		cn->domain = dup_str(c, n->domain, &bad);
+		/* one spare entry, as ml_graph_add_node allocates them */
+		cn->in = ml_graph_alloc(c, sizeof(int) * (size_t)(n->n_in + 1));
+		cn->out = ml_graph_alloc(c, sizeof(int) * (size_t)(n->n_out + 1));
+		if (cn->in == NULL || cn->out == NULL)
+			return ml_fail(e, ML_ENOMEM, "out of memory");
+		if (n->n_in > 0)
+			memcpy(cn->in, n->in, sizeof(int) * (size_t)n->n_in);
+		if (n->n_out > 0)
+			memcpy(cn->out, n->out, sizeof(int) * (size_t)n->n_out);
+		if (n->n_attr > 0 &&
+		    (cn->attrs = ml_graph_alloc(c, sizeof *cn->attrs * (size_t)n->n_attr)) == NULL)
+			bad = true;
+		if (bad)
+			return ml_fail(e, ML_ENOMEM, "out of memory");
+		for (int j = 0; j < n->n_attr; j++) {
+			cn->n_attr = j + 1;
+			ML_TRY(dup_attr(c, &n->attrs[j], &cn->attrs[j], e));
+		}
+	}
+	return 0;
+}
+
+int
+ml_graph_clone(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e)
+{
+	struct ml_graph *c;
+	*out = NULL;
+	ML_TRY(ml_graph_new(&c, e));
+	c->parent = g->parent;
+	int rc = clone_into(c, g, e);
+	if (rc < 0) {
+		ml_graph_free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
 }
 
 int

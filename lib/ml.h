@@ -348,6 +348,12 @@ bool ml_graph_owns_data(const struct ml_graph *g, const struct ml_tensor *t);
 
 /* ml_graph_new: an empty graph. */
 int ml_graph_new(struct ml_graph **out, struct ml_err *e);
+/*
+ * ml_graph_clone: a deep copy of g that shares nothing with it (tensor data,
+ * training state and subgraphs included; a subgraph's copy has the copy
+ * as its parent, the top copy g's parent). ML_ENOMEM.
+ */
+int ml_graph_clone(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e);
 /* ml_graph_free: release g and all it owns; NULL is a no-op. */
 void ml_graph_free(struct ml_graph *g);
 /* ml_graph_alloc: zeroed memory owned by g's arena (freed with g). NULL on failure. */
@@ -672,5 +678,6 @@ int ml_prof_diff(const char *a, const char *b, const struct ml_prof_diff_opts *o
 #include "ml_opt.h"
 #include "ml_quant.h"
 #include "ml_dist.h"
+#include "ml_util.h"
 
 #endif

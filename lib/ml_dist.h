@@ -73,10 +73,12 @@ int ml_dist_init(int mode, struct ml_dist_info *info, struct ml_err *e);
 int ml_dist_finalize(struct ml_err *e);
 /*
  * ml_dist_abort: end every rank of the job with status (MPI_Abort), so a
- * failure on one rank does not leave the others waiting in a collective;
- * exits the process (exit(status)) when MPI is not active. Tools only.
+ * failure on one rank does not leave the others waiting in a collective.
+ * MPI_Abort does not return when MPI is active; otherwise (or should it
+ * return) this returns status, for the tool to exit with: the library never
+ * exits. Tools only.
  */
-void ml_dist_abort(int status) __attribute__((noreturn));
+int ml_dist_abort(int status);
 /* ml_dist_rank / ml_dist_size: 0 and 1 when MPI is not active. */
 int ml_dist_rank(void);
 int ml_dist_size(void);

@@ -1156,23 +1156,14 @@ run_bce(struct ml_opctx *c)
 	return 0;
 }
 
-static uint64_t
-mix64(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static int
 run_dropout(struct ml_opctx *c)
 {
 	const struct ml_tval *x = c->in[0], *r = c->in[1];
 	double p = ml_attr_float(c->node, "ratio", 0.5);
-	uint64_t key = mix64((uint64_t)ml_get_i64(r->data, r->dtype, 0)) ^
-		       mix64(mix64((uint64_t)ml_get_i64(r->data, r->dtype, 1))) ^
-		       mix64(0x5851f42d4c957f2dull * (uint64_t)(ml_attr_int(c->node, "stream", 0) + 1));
+	uint64_t key = ml_mix64((uint64_t)ml_get_i64(r->data, r->dtype, 0)) ^
+		       ml_mix64(ml_mix64((uint64_t)ml_get_i64(r->data, r->dtype, 1))) ^
+		       ml_mix64(0x5851f42d4c957f2dull * (uint64_t)(ml_attr_int(c->node, "stream", 0) + 1));
 	int64_t n = ml_tval_numel(x);
 	double keep = 1 / (1 - p);
 	uint64_t thr = (uint64_t)(p * 18446744073709551616.0);
@@ -1180,7 +1171,7 @@ run_dropout(struct ml_opctx *c)
 		thr = 0;
 	enum ml_dtype dt = x->dtype;
 	for (int64_t i = 0; i < n; i++) {
-		double m = mix64(key + (uint64_t)i) >= thr ? keep : 0;
+		double m = ml_mix64(key + (uint64_t)i) >= thr ? keep : 0;
 		if (c->n_out > 1)
 			ml_set_f64(c->out[1]->data, dt, i, m);
 		ml_set_f64(c->out[0]->data, dt, i, m * ml_get_f64(x->data, dt, i));

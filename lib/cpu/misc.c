@@ -264,47 +264,8 @@ run_det(struct ml_opctx *c)
  * attribute when there is one (so a seeded node gives the same values on
  * every run), else from a process-wide counter and the clock.
  */
-struct rng {
-	uint64_t s[4];
-};
-
-static uint64_t
-splitmix(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint64_t
-rotl(uint64_t x, int k)
-{
-	return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t
-rng_next(struct rng *r)
-{
-	uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = rotl(s[3], 45);
-	return res;
-}
-
-/* rng_uniform: a double in [0, 1) with 53 random bits. */
-static double
-rng_uniform(struct rng *r)
-{
-	return (double)(rng_next(r) >> 11) * 0x1.0p-53;
-}
-
 static void
-rng_init(struct ml_opctx *c, struct rng *r)
+rng_init(struct ml_opctx *c, struct ml_rng *r)
 {
 	static uint64_t counter;
 	const struct ml_attr *a = ml_attr_find(c->node, "seed");
@@ -318,8 +279,7 @@ rng_init(struct ml_opctx *c, struct rng *r)
 		memcpy(&x, &t, sizeof x);
 		x ^= __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED) * 0xd1342543de82ef95ull;
 	}
-	for (int i = 0; i < 4; i++)
-		r->s[i] = splitmix(&x);
+	ml_rng_seed(r, x);
 }
 
 static int
@@ -328,26 +288,26 @@ run_random(struct ml_opctx *c)
 	enum ml_op op = c->node->op;
 	struct ml_tval *y = c->out[0];
 	int64_t n = ml_tval_numel(y);
-	struct rng r;
+	struct ml_rng r;
 
 	rng_init(c, &r);
 	if (op == ML_OP_BERNOULLI) {
 		const struct ml_tval *p = c->in[0];
 		for (int64_t i = 0; i < n; i++)
 			ml_set_f64(y->data, y->dtype, i,
-				   rng_uniform(&r) < ml_get_f64(p->data, p->dtype, i) ? 1 : 0);
+				   ml_rng_unit(&r) < ml_get_f64(p->data, p->dtype, i) ? 1 : 0);
 		return 0;
 	}
 	if (op == ML_OP_RANDOM_UNIFORM || op == ML_OP_RANDOM_UNIFORM_LIKE) {
 		double lo = ml_attr_float(c->node, "low", 0), hi = ml_attr_float(c->node, "high", 1);
 		for (int64_t i = 0; i < n; i++)
-			ml_set_f64(y->data, y->dtype, i, lo + (hi - lo) * rng_uniform(&r));
+			ml_set_f64(y->data, y->dtype, i, lo + (hi - lo) * ml_rng_unit(&r));
 		return 0;
 	}
 	/* Box-Muller, two values per pair of uniforms */
 	double mean = ml_attr_float(c->node, "mean", 0), scale = ml_attr_float(c->node, "scale", 1);
 	for (int64_t i = 0; i < n; i += 2) {
-		double u1 = 1.0 - rng_uniform(&r), u2 = rng_uniform(&r);
+		double u1 = 1.0 - ml_rng_unit(&r), u2 = ml_rng_unit(&r);
 		double rad = sqrt(-2.0 * log(u1)), th = 2.0 * M_PI * u2;
 		ml_set_f64(y->data, y->dtype, i, mean + scale * rad * cos(th));
 		if (i + 1 < n)

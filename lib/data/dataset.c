@@ -80,7 +80,11 @@ ml_dataset_from_arrays(struct ml_dataset **out, struct ml_tval *x, struct ml_tva
 			rc = ml_fail(e, ML_ENOMEM, "out of memory");
 			goto out;
 		}
-		ML_ASSERT(ml_convert(d->x, ML_F32, x->data, x->dtype, n) == 0);
+		if ((rc = ml_convert(d->x, ML_F32, x->data, x->dtype, n)) < 0) {
+			rc = ml_fail(e, ML_EFORMAT, "%s: the samples' type %s cannot be read as float", name,
+				     ml_dtype_name(x->dtype));
+			goto out;
+		}
 	}
 	int64_t ny = d->n * d->ylen;
 	d->ytype = ml_dtype_is_float(y->dtype) ? ML_F32 : ML_I64;
@@ -92,7 +96,11 @@ ml_dataset_from_arrays(struct ml_dataset **out, struct ml_tval *x, struct ml_tva
 			rc = ml_fail(e, ML_ENOMEM, "out of memory");
 			goto out;
 		}
-		ML_ASSERT(ml_convert(d->y, d->ytype, y->data, y->dtype, ny) == 0);
+		if ((rc = ml_convert(d->y, d->ytype, y->data, y->dtype, ny)) < 0) {
+			rc = ml_fail(e, ML_EFORMAT, "%s: the labels' type %s cannot be read as %s", name,
+				     ml_dtype_name(y->dtype), ml_dtype_name(d->ytype));
+			goto out;
+		}
 	}
 	*out = d;
 	d = NULL;

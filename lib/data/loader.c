@@ -8,62 +8,15 @@
 
 #include "ml_impl.h"
 
-/* splitmix64: the seeding generator (Steele, Lea, Flood). */
-static uint64_t
-splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-static uint64_t
-rotl(uint64_t x, int k)
-{
-	return (x << k) | (x >> (64 - k));
-}
-
-/* xoshiro256**: the stream (Blackman, Vigna). */
-static uint64_t
-xnext(uint64_t s[4])
-{
-	uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-	s[2] ^= s[0];
-	s[3] ^= s[1];
-	s[1] ^= s[2];
-	s[0] ^= s[3];
-	s[2] ^= t;
-	s[3] = rotl(s[3], 45);
-	return r;
-}
-
-/* below: a uniform draw in [0, n) without modulo bias (Lemire's method). */
-static uint64_t
-below(uint64_t s[4], uint64_t n)
-{
-	unsigned __int128 m = (unsigned __int128)xnext(s) * n;
-	uint64_t l = (uint64_t)m;
-	if (l < n) {
-		uint64_t t = -n % n;
-		while (l < t) {
-			m = (unsigned __int128)xnext(s) * n;
-			l = (uint64_t)m;
-		}
-	}
-	return (uint64_t)(m >> 64);
-}
-
 void
 ml_shuffle(int64_t *perm, int64_t n, uint64_t seed, uint64_t epoch)
 {
-	uint64_t sm = seed ^ (epoch * 0xd1342543de82ef95ULL), s[4];
-	for (int i = 0; i < 4; i++)
-		s[i] = splitmix64(&sm);
+	struct ml_rng r;
+	ml_rng_seed(&r, seed ^ (epoch * 0xd1342543de82ef95ULL));
 	for (int64_t i = 0; i < n; i++)
 		perm[i] = i;
 	for (int64_t i = n - 1; i > 0; i--) {
-		int64_t j = (int64_t)below(s, (uint64_t)i + 1);
+		int64_t j = (int64_t)ml_rng_below(&r, (uint64_t)i + 1);
 		int64_t t = perm[i];
 		perm[i] = perm[j];
 		perm[j] = t;

@@ -108,8 +108,9 @@ static struct {
 
 /* Loading. */
 
+/* the dlopen handle, loaded once; init_mu serialises load and ml_dist_init */
 static void *lib_handle;
-static char lib_err[400];
+static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* env_int: the integer value of environment variable name, or def. */
 static int
@@ -123,10 +124,11 @@ env_int(const char *name, int def)
 	return *end == '\0' && v >= 0 && v <= 1 << 24 ? (int)v : def;
 }
 
-/* load: dlopen libmpi and look up what struct mpi_api needs; fills lib_err on failure. */
+/* load: dlopen libmpi and look up what struct mpi_api needs; with init_mu held. */
 static int
 load(struct mpi_api *m, struct ml_err *e)
 {
+	char lib_err[400];
 	const char *path = getenv("ML_MPI_LIB");
 	if (path == NULL || *path == '\0')
 		path = "libmpi.so.40";
@@ -185,9 +187,10 @@ int
 ml_dist_available(struct ml_err *e)
 {
 	struct mpi_api m;
-	if (D.active)
-		return 0;
-	return load(&m, e);
+	pthread_mutex_lock(&init_mu);
+	int rc = D.active ? 0 : load(&m, e);
+	pthread_mutex_unlock(&init_mu);
+	return rc;
 }
 
 /* mpi_fail: the MPI error code rc as a message in r (the communication thread's). */
@@ -199,7 +202,7 @@ mpi_fail(struct req *r, int rc, const char *what)
 	if (D.m.Error_string(rc, s, &len) != MPI_SUCCESS_ || len <= 0)
 		snprintf(s, sizeof s, "error %d", rc);
 	s[sizeof s - 1] = '\0';
-	snprintf(r->msg, sizeof r->msg, "%s failed on rank %d: %s", what, D.info.rank, s);
+	snprintf(r->msg, sizeof r->msg, "%s failed on rank %d: %.200s", what, D.info.rank, s);
 	r->rc = ML_EIO;
 	return ML_EIO;
 }
@@ -330,8 +333,20 @@ copy_info(struct ml_dist_info *info)
 		*info = D.info;
 }
 
+static int dist_init(int mode, struct ml_dist_info *info, struct ml_err *e);
+
 int
 ml_dist_init(int mode, struct ml_dist_info *info, struct ml_err *e)
+{
+	pthread_mutex_lock(&init_mu);
+	int rc = dist_init(mode, info, e);
+	pthread_mutex_unlock(&init_mu);
+	return rc;
+}
+
+/* dist_init: ml_dist_init with init_mu held. */
+static int
+dist_init(int mode, struct ml_dist_info *info, struct ml_err *e)
 {
 	if (D.inited) {
 		copy_info(info);
@@ -369,7 +384,7 @@ ml_dist_init(int mode, struct ml_dist_info *info, struct ml_err *e)
 	if (D.m.Get_library_version(ver, &len) == MPI_SUCCESS_) {
 		ver[sizeof ver - 1] = '\0';
 		ver[strcspn(ver, "\n,")] = '\0';
-		snprintf(D.info.library, sizeof D.info.library, "%s", ver);
+		snprintf(D.info.library, sizeof D.info.library, "%.159s", ver);
 	}
 	D.info.active = true;
 	D.info.rank = rank;
@@ -425,12 +440,12 @@ ml_dist_finalize(struct ml_err *e)
 	return rc != MPI_SUCCESS_ ? ml_fail(e, ML_EIO, "MPI_Finalize failed (error %d)", rc) : 0;
 }
 
-void
+int
 ml_dist_abort(int status)
 {
 	if (D.active)
 		D.m.Abort(D.m.comm_world, status);
-	exit(status);
+	return status;
 }
 
 int

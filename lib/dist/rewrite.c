@@ -45,11 +45,14 @@ uniq_name(const struct ml_graph *g, const char *base, char *buf, size_t n)
 	return buf;
 }
 
-/* prod_cmp: order tensors by their producer (the order the step computes them). */
-static const struct ml_graph *sort_g;
+/*
+ * prod_cmp: order tensors of graph g by their producer (the order the step
+ * computes them); for qsort_r, so that concurrent calls share no state.
+ */
 static int
-prod_cmp(const void *a, const void *b)
+prod_cmp(const void *a, const void *b, void *g)
 {
+	const struct ml_graph *sort_g = g;
 	int x = *(const int *)a, y = *(const int *)b;
 	int px = sort_g->tensors[x]->producer, py = sort_g->tensors[y]->producer;
 	if (px != py)
@@ -212,8 +215,7 @@ ml_train_distribute(struct ml_graph *g, const struct ml_dist_opts *o, struct ml_
 		}
 	if (nl == 0)
 		goto out;
-	sort_g = g;
-	qsort(list, (size_t)nl, sizeof *list, prod_cmp);
+	qsort_r(list, (size_t)nl, sizeof *list, prod_cmp, (void *)g);
 	/*
 	 * Buckets in the order the step makes the values. A bucket closes when
 	 * it holds cap bytes, when the next value has another reduction type,

@@ -152,7 +152,7 @@ cmp_double(const void *a, const void *b)
 }
 
 double
-prof_median(double *x, int64_t n)
+mlprof_median(double *x, int64_t n)
 {
 	if (n <= 0)
 		return 0;
@@ -161,7 +161,7 @@ prof_median(double *x, int64_t n)
 }
 
 void
-prof_stat_of(const double *x, int64_t n, double *tmp, struct prof_stat *st)
+mlprof_stat_of(const double *x, int64_t n, double *tmp, struct prof_stat *st)
 {
 	double sum = 0, ss = 0;
 	memset(st, 0, sizeof *st);
@@ -180,11 +180,11 @@ prof_stat_of(const double *x, int64_t n, double *tmp, struct prof_stat *st)
 	for (int64_t i = 0; i < n; i++)
 		ss += (x[i] - st->mean) * (x[i] - st->mean);
 	st->sd = n > 1 ? sqrt(ss / (double)(n - 1)) : 0;
-	st->median = prof_median(tmp, n);
+	st->median = mlprof_median(tmp, n);
 }
 
 int
-prof_ready(struct ml_prof *p, struct ml_err *e)
+mlprof_ready(struct ml_prof *p, struct ml_err *e)
 {
 	if (p->ready)
 		return 0;
@@ -198,10 +198,10 @@ prof_ready(struct ml_prof *p, struct ml_err *e)
 	for (int i = 0; i < p->n; i++) {
 		for (int64_t k = 0; k < r; k++)
 			col[k] = p->t[k * p->n + i];
-		prof_stat_of(col, r, tmp, &p->ns[i]);
+		mlprof_stat_of(col, r, tmp, &p->ns[i]);
 	}
-	prof_stat_of(p->wall, r, tmp, &p->wall_st);
-	prof_stat_of(p->nsum, r, tmp, &p->sum_st);
+	mlprof_stat_of(p->wall, r, tmp, &p->wall_st);
+	mlprof_stat_of(p->nsum, r, tmp, &p->sum_st);
 	ml_free(col);
 	ml_free(tmp);
 	p->ready = true;
@@ -217,13 +217,13 @@ ml_prof_runs(const struct ml_prof *p)
 double
 ml_prof_wall_median(struct ml_prof *p)
 {
-	return prof_ready(p, NULL) < 0 ? 0 : p->wall_st.median;
+	return mlprof_ready(p, NULL) < 0 ? 0 : p->wall_st.median;
 }
 
 double
 ml_prof_nodes_median(struct ml_prof *p)
 {
-	return prof_ready(p, NULL) < 0 ? 0 : p->sum_st.median;
+	return mlprof_ready(p, NULL) < 0 ? 0 : p->sum_st.median;
 }
 
 bool
@@ -249,7 +249,7 @@ ml_prof_sort_from_name(const char *s)
 }
 
 const char *
-prof_node_name(const struct ml_graph *g, int i, char *buf, size_t n)
+mlprof_node_name(const struct ml_graph *g, int i, char *buf, size_t n)
 {
 	if (g->nodes[i].name[0] != '\0')
 		return g->nodes[i].name;
@@ -279,7 +279,7 @@ group_key(const struct ml_prof *p, const struct ml_prof_opts *o, int i, char *bu
 		const char *s = nd->name;
 		size_t k = 0;
 		if (strchr(s, '/') == NULL) {
-			snprintf(buf, n, "%s", prof_node_name(p->g, i, tmp, sizeof tmp));
+			snprintf(buf, n, "%s", mlprof_node_name(p->g, i, tmp, sizeof tmp));
 			return;
 		}
 		while (*s != '\0' && got < depth) {
@@ -298,11 +298,11 @@ group_key(const struct ml_prof *p, const struct ml_prof_opts *o, int i, char *bu
 		}
 		buf[k] = '\0';
 		if (k == 0)
-			snprintf(buf, n, "%s", prof_node_name(p->g, i, tmp, sizeof tmp));
+			snprintf(buf, n, "%s", mlprof_node_name(p->g, i, tmp, sizeof tmp));
 		return;
 	}
 	default:
-		snprintf(buf, n, "%s", prof_node_name(p->g, i, tmp, sizeof tmp));
+		snprintf(buf, n, "%s", mlprof_node_name(p->g, i, tmp, sizeof tmp));
 	}
 }
 
@@ -383,7 +383,7 @@ heavy_op(const char *op)
  * time in w[] (summing to 1); 0 for a node that is not fused.
  */
 int
-prof_fused_parts(const struct ml_prof *p, int i, const char **ops, double *w)
+mlprof_fused_parts(const struct ml_prof *p, int i, const char **ops, double *w)
 {
 	const struct ml_node *nd = &p->g->nodes[i];
 	const struct ml_attr *a = ml_attr_find(nd, "fused_from");
@@ -410,7 +410,7 @@ prof_fused_parts(const struct ml_prof *p, int i, const char **ops, double *w)
 }
 
 int
-prof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct prof_row **rows,
+mlprof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct prof_row **rows,
 	  int *nrows, struct ml_err *e)
 {
 	struct prof_row *r;
@@ -419,7 +419,7 @@ prof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct p
 
 	*rows = NULL;
 	*nrows = 0;
-	ML_TRY(prof_ready(p, e));
+	ML_TRY(mlprof_ready(p, e));
 	/* by op, a fused node adds a row for each op type it came from */
 	size_t cap = (size_t)p->n + 1;
 	for (int i = 0; o->group == ML_PROF_BY_OP && i < p->n; i++) {
@@ -436,7 +436,7 @@ prof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct p
 		const struct ml_node *nd = &p->g->nodes[i];
 		const char *fops[FUSED_MAX];
 		double fw[FUSED_MAX];
-		int nf = o->group == ML_PROF_BY_OP ? prof_fused_parts(p, i, fops, fw) : 0;
+		int nf = o->group == ML_PROF_BY_OP ? mlprof_fused_parts(p, i, fops, fw) : 0;
 		for (int f = 0; f < nf; f++) {
 			int k;
 			for (k = 0; k < nr && strcmp(r[k].key, fops[f]) != 0; k++)
@@ -519,7 +519,7 @@ cmp_ival(const void *x, const void *y)
 }
 
 void
-prof_live(const struct ml_prof *p, int i, struct prof_ival *tmp, int64_t *arena, int64_t *heap)
+mlprof_live(const struct ml_prof *p, int i, struct prof_ival *tmp, int64_t *arena, int64_t *heap)
 {
 	const struct ml_graph *g = p->g;
 	int k = 0;
@@ -556,7 +556,7 @@ prof_live(const struct ml_prof *p, int i, struct prof_ival *tmp, int64_t *arena,
 }
 
 void
-prof_memory(const struct ml_prof *p, struct prof_memsum *m)
+mlprof_memory(const struct ml_prof *p, struct prof_memsum *m)
 {
 	const struct ml_graph *g = p->g;
 	struct prof_ival *tmp = ml_calloc((size_t)g->n_tensors + 1, sizeof *tmp);
@@ -570,7 +570,7 @@ prof_memory(const struct ml_prof *p, struct prof_memsum *m)
 			m->inputs += p->mem[t].bytes;
 	for (int i = 0; i < p->n; i++) {
 		int64_t arena, heap;
-		prof_live(p, i, tmp, &arena, &heap);
+		mlprof_live(p, i, tmp, &arena, &heap);
 		if (arena + heap > m->peak_live) {
 			m->peak_live = arena + heap;
 			m->peak_node = i;
@@ -582,7 +582,7 @@ prof_memory(const struct ml_prof *p, struct prof_memsum *m)
 }
 
 const char *
-fmt_time(double s, char *buf, size_t n)
+mlprof_fmt_time(double s, char *buf, size_t n)
 {
 	double a = fabs(s);
 	if (a >= 1)
@@ -597,7 +597,7 @@ fmt_time(double s, char *buf, size_t n)
 }
 
 const char *
-fmt_bytes(int64_t b, char *buf, size_t n)
+mlprof_fmt_bytes(int64_t b, char *buf, size_t n)
 {
 	double x = (double)b;
 	if (b >= (int64_t)1 << 30)
@@ -611,49 +611,25 @@ fmt_bytes(int64_t b, char *buf, size_t n)
 	return buf;
 }
 
-void
-jstr(FILE *fp, const char *s)
-{
-	fputc('"', fp);
-	for (const unsigned char *c = (const unsigned char *)(s != NULL ? s : ""); *c; c++) {
-		if (*c == '"' || *c == '\\')
-			fprintf(fp, "\\%c", *c);
-		else if (*c < 0x20)
-			fprintf(fp, "\\u%04x", *c);
-		else
-			fputc(*c, fp);
-	}
-	fputc('"', fp);
-}
-
-void
-jnum(FILE *fp, double x)
-{
-	if (isfinite(x))
-		fprintf(fp, "%.9g", x);
-	else
-		fputs("null", fp);
-}
-
 static void
 jstat(FILE *fp, const struct prof_stat *st, const double *samples, int64_t stride)
 {
 	fprintf(fp, "{\"median\": ");
-	jnum(fp, st->median * 1e3);
+	ml_json_num(fp, st->median * 1e3);
 	fprintf(fp, ", \"mean\": ");
-	jnum(fp, st->mean * 1e3);
+	ml_json_num(fp, st->mean * 1e3);
 	fprintf(fp, ", \"stddev\": ");
-	jnum(fp, st->sd * 1e3);
+	ml_json_num(fp, st->sd * 1e3);
 	fprintf(fp, ", \"min\": ");
-	jnum(fp, st->min * 1e3);
+	ml_json_num(fp, st->min * 1e3);
 	fprintf(fp, ", \"max\": ");
-	jnum(fp, st->max * 1e3);
+	ml_json_num(fp, st->max * 1e3);
 	fprintf(fp, ", \"total\": ");
-	jnum(fp, st->total * 1e3);
+	ml_json_num(fp, st->total * 1e3);
 	fprintf(fp, ", \"n\": %lld, \"samples\": [", (long long)st->n);
 	for (int64_t k = 0; k < st->n; k++) {
 		fputs(k ? ", " : "", fp);
-		jnum(fp, samples[k * stride] * 1e3);
+		ml_json_num(fp, samples[k * stride] * 1e3);
 	}
 	fputs("]}", fp);
 }
@@ -666,19 +642,19 @@ json_rows(FILE *fp, struct ml_prof *p, const struct ml_prof_opts *o, int group, 
 	struct prof_row *r;
 	int nr;
 	go.group = group;
-	ML_TRY(prof_rows(p, &go, false, &r, &nr, e));
+	ML_TRY(mlprof_rows(p, &go, false, &r, &nr, e));
 	fprintf(fp, ",\n  \"%s\": [", what);
 	for (int k = 0; k < nr; k++) {
 		fprintf(fp, "%s\n    {\"%s\": ", k ? "," : "",
 			group == ML_PROF_BY_OP ? "op" : group == ML_PROF_BY_PHASE ? "phase" : "prefix");
-		jstr(fp, r[k].key);
+		ml_json_str(fp, r[k].key);
 		fprintf(fp, ", \"nodes\": %d, \"calls\": %lld, \"median_ms\": ", r[k].nodes,
 			(long long)r[k].calls);
-		jnum(fp, r[k].median * 1e3);
+		ml_json_num(fp, r[k].median * 1e3);
 		fprintf(fp, ", \"total_ms\": ");
-		jnum(fp, r[k].total * 1e3);
+		ml_json_num(fp, r[k].total * 1e3);
 		fprintf(fp, ", \"share\": ");
-		jnum(fp, r[k].share);
+		ml_json_num(fp, r[k].share);
 		fprintf(fp, ", \"flops\": %lld, \"bytes\": %lld}", (long long)r[k].flops,
 			(long long)r[k].bytes);
 	}
@@ -693,12 +669,12 @@ json_memory(FILE *fp, const struct ml_prof *p)
 	const struct ml_graph *g = p->g;
 	struct prof_memsum m;
 	char buf[32];
-	prof_memory(p, &m);
+	mlprof_memory(p, &m);
 	fprintf(fp, ",\n  \"memory\": {\"peak_bytes\": %lld, \"arena_bytes\": %lld, "
 		"\"peak_live_bytes\": %lld, \"peak_node\": ", (long long)m.peak, (long long)m.arena,
 		(long long)m.peak_live);
 	if (m.peak_node >= 0)
-		jstr(fp, prof_node_name(g, m.peak_node, buf, sizeof buf));
+		ml_json_str(fp, mlprof_node_name(g, m.peak_node, buf, sizeof buf));
 	else
 		fputs("null", fp);
 	fprintf(fp, ", \"heap_peak_bytes\": %lld, \"input_bytes\": %lld, \"weight_bytes\": %lld, "
@@ -710,19 +686,19 @@ json_memory(FILE *fp, const struct ml_prof *p)
 		if (g->tensors[t]->kind != ML_TK_ACT || tm->first < 0)
 			continue;
 		fprintf(fp, "%s\n    {\"name\": ", k++ ? "," : "");
-		jstr(fp, g->tensors[t]->name);
+		ml_json_str(fp, g->tensors[t]->name);
 		fprintf(fp, ", \"shape\": ");
-		jstr(fp, tm->shape.rank >= 0 ? ml_tval_shape_str(&tm->shape, shape, sizeof shape) : "");
+		ml_json_str(fp, tm->shape.rank >= 0 ? ml_tval_shape_str(&tm->shape, shape, sizeof shape) : "");
 		fprintf(fp, ", \"bytes\": %lld, \"where\": \"%s\", \"offset\": %lld, \"reserved\": %lld, "
 			"\"first\": %d, \"last\": %d, \"first_node\": ", (long long)tm->bytes,
 			tm->off >= 0 ? "arena" : "heap", (long long)tm->off, (long long)tm->len,
 			tm->first, tm->last);
-		jstr(fp, prof_node_name(g, tm->first, b1, sizeof b1));
+		ml_json_str(fp, mlprof_node_name(g, tm->first, b1, sizeof b1));
 		fprintf(fp, ", \"last_node\": ");
 		if (tm->last >= 0 && tm->last < p->n)
-			jstr(fp, prof_node_name(g, tm->last, b2, sizeof b2));
+			ml_json_str(fp, mlprof_node_name(g, tm->last, b2, sizeof b2));
 		else
-			jstr(fp, tm->last == p->n ? "(output)" : "(unread)");
+			ml_json_str(fp, tm->last == p->n ? "(output)" : "(unread)");
 		fputc('}', fp);
 	}
 	fputs("\n  ]}", fp);
@@ -735,23 +711,23 @@ json_one(FILE *fp, struct ml_prof *p, const struct ml_prof_opts *o, struct ml_er
 	const struct ml_graph *g = p->g;
 	int64_t fl = 0, by = 0;
 	double all = 0;
-	ML_TRY(prof_ready(p, e));
+	ML_TRY(mlprof_ready(p, e));
 	for (int i = 0; i < p->n; i++) {
 		fl += p->flops[i];
 		by += p->bytes[i];
 		all += p->ns[i].total;
 	}
 	fprintf(fp, "{\"tool\": \"mlprof\", \"version\": \"%s\", \"model\": ", ML_VERSION);
-	jstr(fp, o->model);
+	ml_json_str(fp, o->model);
 	fprintf(fp, ", \"device\": ");
-	jstr(fp, p->device);
+	ml_json_str(fp, p->device);
 	fprintf(fp, ", \"threads\": %d, \"runs\": %lld, \"warmup\": %lld,\n  \"total\": {\"wall_ms\": ",
 		o->threads, (long long)p->runs, (long long)o->warmup);
 	jstat(fp, &p->wall_st, p->wall, 1);
 	fprintf(fp, ",\n    \"nodes_ms\": ");
 	jstat(fp, &p->sum_st, p->nsum, 1);
 	fprintf(fp, ",\n    \"attributed\": ");
-	jnum(fp, p->wall_st.median > 0 ? p->sum_st.median / p->wall_st.median : 0);
+	ml_json_num(fp, p->wall_st.median > 0 ? p->sum_st.median / p->wall_st.median : 0);
 	fprintf(fp, ", \"flops\": %lld, \"bytes\": %lld},\n  \"nodes\": [", (long long)fl,
 		(long long)by);
 	for (int i = 0; i < p->n; i++) {
@@ -760,12 +736,12 @@ json_one(FILE *fp, struct ml_prof *p, const struct ml_prof_opts *o, struct ml_er
 		char shape[64];
 		node_shape(p, i, shape, sizeof shape);
 		fprintf(fp, "%s\n    {\"index\": %d, \"name\": ", i ? "," : "", i);
-		jstr(fp, nd->name);
+		ml_json_str(fp, nd->name);
 		fprintf(fp, ", \"op\": ");
-		jstr(fp, nd->op_type);
+		ml_json_str(fp, nd->op_type);
 		const char *fops[FUSED_MAX];
 		double fw[FUSED_MAX];
-		int nf = prof_fused_parts(p, i, fops, fw);
+		int nf = mlprof_fused_parts(p, i, fops, fw);
 		if (nf > 0) {
 			/* what the node was made of, each with its share of the time */
 			const struct ml_attr *fa = ml_attr_find(nd, "fused_from");
@@ -777,47 +753,47 @@ json_one(FILE *fp, struct ml_prof *p, const struct ml_prof_opts *o, struct ml_er
 				len = len > 0 && src[len - 1] == ':' ? len - 1 : len;
 				snprintf(nm, sizeof nm, "%.*s", (int)ML_MIN(len, sizeof nm - 1), src);
 				fprintf(fp, "%s{\"name\": ", f ? ", " : "");
-				jstr(fp, nm);
+				ml_json_str(fp, nm);
 				fputs(", \"op\": ", fp);
-				jstr(fp, fops[f]);
+				ml_json_str(fp, fops[f]);
 				fputs(", \"share\": ", fp);
-				jnum(fp, fw[f]);
+				ml_json_num(fp, fw[f]);
 				fputs("}", fp);
 			}
 			fputs("]", fp);
 		}
 		fprintf(fp, ", \"device\": ");
-		jstr(fp, p->dev_name[i]);
+		ml_json_str(fp, p->dev_name[i]);
 		fprintf(fp, ", \"shape\": ");
-		jstr(fp, shape);
+		ml_json_str(fp, shape);
 		fprintf(fp, ", \"phase\": ");
 		if (p->phase[i] != NULL)
-			jstr(fp, p->phase[i]);
+			ml_json_str(fp, p->phase[i]);
 		else
 			fputs("null", fp);
 		fprintf(fp, ", \"calls\": %lld, \"median_ms\": ", (long long)st->n);
-		jnum(fp, st->median * 1e3);
+		ml_json_num(fp, st->median * 1e3);
 		fprintf(fp, ", \"mean_ms\": ");
-		jnum(fp, st->mean * 1e3);
+		ml_json_num(fp, st->mean * 1e3);
 		fprintf(fp, ", \"stddev_ms\": ");
-		jnum(fp, st->sd * 1e3);
+		ml_json_num(fp, st->sd * 1e3);
 		fprintf(fp, ", \"min_ms\": ");
-		jnum(fp, st->min * 1e3);
+		ml_json_num(fp, st->min * 1e3);
 		fprintf(fp, ", \"max_ms\": ");
-		jnum(fp, st->max * 1e3);
+		ml_json_num(fp, st->max * 1e3);
 		fprintf(fp, ", \"total_ms\": ");
-		jnum(fp, st->total * 1e3);
+		ml_json_num(fp, st->total * 1e3);
 		fprintf(fp, ", \"share\": ");
-		jnum(fp, all > 0 ? st->total / all : 0);
+		ml_json_num(fp, all > 0 ? st->total / all : 0);
 		fprintf(fp, ", \"flops\": %lld, \"bytes\": %lld, \"gflops_per_s\": ",
 			(long long)p->flops[i], (long long)p->bytes[i]);
-		jnum(fp, rate(p->flops[i], st->median));
+		ml_json_num(fp, rate(p->flops[i], st->median));
 		fprintf(fp, ", \"gb_per_s\": ");
-		jnum(fp, rate(p->bytes[i], st->median));
+		ml_json_num(fp, rate(p->bytes[i], st->median));
 		fprintf(fp, ", \"samples_ms\": [");
 		for (int64_t k = 0; k < p->runs; k++) {
 			fputs(k ? ", " : "", fp);
-			jnum(fp, p->t[k * p->n + i] * 1e3);
+			ml_json_num(fp, p->t[k * p->n + i] * 1e3);
 		}
 		fputs("]}", fp);
 	}
@@ -843,11 +819,11 @@ ml_prof_write_json(struct ml_prof *const *ps, int n, const struct ml_prof_opts *
 	}
 	/* several devices: the reports side by side, each one as mlprof diff reads it */
 	fprintf(fp, "{\"tool\": \"mlprof\", \"version\": \"%s\", \"model\": ", ML_VERSION);
-	jstr(fp, o->model);
+	ml_json_str(fp, o->model);
 	fprintf(fp, ", \"devices\": [");
 	for (int k = 0; k < n; k++) {
 		fputs(k ? ", " : "", fp);
-		jstr(fp, ps[k]->device);
+		ml_json_str(fp, ps[k]->device);
 	}
 	fprintf(fp, "],\n \"profiles\": [");
 	for (int k = 0; k < n; k++) {
@@ -871,7 +847,7 @@ trace_meta(FILE *fp, int pid, int tid, const char *what, const char *name, bool 
 {
 	fprintf(fp, "%s\n{\"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"name\": \"%s\", \"args\": {\"name\": ",
 		*first ? "" : ",", pid, tid, what);
-	jstr(fp, name);
+	ml_json_str(fp, name);
 	fputs("}}", fp);
 	*first = false;
 }
@@ -896,7 +872,7 @@ trace_memory(FILE *fp, const struct ml_prof *p, int pid, double origin, struct m
 	struct prof_ival *tmp = ml_calloc((size_t)nt + 1, sizeof *tmp);
 	for (int i = 0; i < p->n; i++) {
 		int64_t arena, heap;
-		prof_live(p, i, tmp, &arena, &heap);
+		mlprof_live(p, i, tmp, &arena, &heap);
 		fprintf(fp, ",\n{\"ph\": \"C\", \"pid\": %d, \"tid\": 0, \"name\": \"live bytes\", \"ts\": %.3f, "
 			"\"args\": {\"arena\": %lld, \"heap\": %lld}}", pid, base + st[i] * 1e6,
 			(long long)arena, (long long)heap);
@@ -921,7 +897,7 @@ trace_memory(FILE *fp, const struct ml_prof *p, int pid, double origin, struct m
 		lane_end[l] = te;
 		fprintf(fp, ",\n{\"ph\": \"X\", \"cat\": \"tensor\", \"pid\": %d, \"tid\": %d, \"name\": ",
 			pid, l + 1);
-		jstr(fp, g->tensors[k]->name);
+		ml_json_str(fp, g->tensors[k]->name);
 		fprintf(fp, ", \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"bytes\": %lld, \"where\": \"%s\", "
 			"\"offset\": %lld, \"reserved\": %lld}}", ts, ML_MAX(te - ts, 0.0),
 			(long long)m->bytes, m->off >= 0 ? "arena" : "heap", (long long)m->off,
@@ -944,7 +920,7 @@ ml_prof_write_trace(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 			origin = ps[k]->t0[0];
 	fprintf(fp, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"tool\": \"mlprof\", \"version\": \"%s\", \"model\": ",
 		ML_VERSION);
-	jstr(fp, o->model);
+	ml_json_str(fp, o->model);
 	fprintf(fp, ", \"threads\": %d, \"clock\": \"host monotonic\"},\n\"traceEvents\": [", o->threads);
 	for (int k = 0; k < n; k++) {
 		const struct ml_prof *p = ps[k];
@@ -986,18 +962,18 @@ ml_prof_write_trace(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 				const struct ml_node *nd = &g->nodes[i];
 				char buf[32], shape[64];
 				fprintf(fp, ",\n{\"ph\": \"X\", \"cat\": ");
-				jstr(fp, nd->op_type);
+				ml_json_str(fp, nd->op_type);
 				fprintf(fp, ", \"pid\": %d, \"tid\": %d, \"name\": ", pid,
 					ML_MAX(p->dev[i], 0) + 1);
-				jstr(fp, prof_node_name(g, i, buf, sizeof buf));
+				ml_json_str(fp, mlprof_node_name(g, i, buf, sizeof buf));
 				fprintf(fp, ", \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"op\": ",
 					base + p->st[r * p->n + i] * 1e6, p->t[r * p->n + i] * 1e6);
-				jstr(fp, nd->op_type);
+				ml_json_str(fp, nd->op_type);
 				node_shape(p, i, shape, sizeof shape);
 				fprintf(fp, ", \"shape\": ");
-				jstr(fp, shape);
+				ml_json_str(fp, shape);
 				fprintf(fp, ", \"device\": ");
-				jstr(fp, p->dev_name[i]);
+				ml_json_str(fp, p->dev_name[i]);
 				fprintf(fp, ", \"node\": %d, \"run\": %lld, \"flops\": %lld, \"bytes\": %lld}}",
 					i, (long long)r, (long long)p->flops[i], (long long)p->bytes[i]);
 			}
@@ -1011,10 +987,10 @@ ml_prof_write_trace(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 					"\"tid\": %d, \"name\": ", pid, 1000 + t->t.device);
 				char nm[192];
 				snprintf(nm, sizeof nm, "%s %s", t->t.to_device ? "to device" : "to host", tn);
-				jstr(fp, nm);
+				ml_json_str(fp, nm);
 				fprintf(fp, ", \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"tensor\": ",
 					(t->t.start - origin) * 1e6, ML_MAX(t->t.end - t->t.start, 0) * 1e6);
-				jstr(fp, tn);
+				ml_json_str(fp, tn);
 				fprintf(fp, ", \"bytes\": %lld, \"direction\": \"%s\", \"device\": \"cl:%d\", "
 					"\"run\": %lld}}", (long long)t->t.bytes,
 					t->t.to_device ? "host_to_device" : "device_to_host", t->t.device - 1,
@@ -1034,7 +1010,7 @@ ml_prof_write_costmodel(struct ml_prof *const *ps, int n, const struct ml_prof_o
 {
 	fprintf(fp, "{\"format\": \"ml-costmodel\", \"version\": 1, \"tool\": \"mlprof %s\", \"model\": ",
 		ML_VERSION);
-	jstr(fp, o->model);
+	ml_json_str(fp, o->model);
 	fprintf(fp, ", \"threads\": %d,\n \"devices\": {", o->threads);
 	for (int k = 0; k < n; k++) {
 		struct ml_prof_opts go = *o;
@@ -1042,23 +1018,23 @@ ml_prof_write_costmodel(struct ml_prof *const *ps, int n, const struct ml_prof_o
 		int nr;
 		go.group = ML_PROF_BY_OP;
 		go.sort = ML_PROF_SORT_NAME;
-		ML_TRY(prof_rows(ps[k], &go, true, &r, &nr, e));
+		ML_TRY(mlprof_rows(ps[k], &go, true, &r, &nr, e));
 		fprintf(fp, "%s\n  ", k ? "," : "");
-		jstr(fp, ps[k]->device);
+		ml_json_str(fp, ps[k]->device);
 		fprintf(fp, ": {\"runs\": %lld, \"ops\": {", (long long)ps[k]->runs);
 		for (int j = 0; j < nr; j++) {
 			double ns = r[j].median * 1e9;
 			fprintf(fp, "%s\n    ", j ? "," : "");
-			jstr(fp, r[j].key);
+			ml_json_str(fp, r[j].key);
 			fprintf(fp, ": {\"nodes\": %d, \"flops\": %lld, \"bytes\": %lld, \"ns\": ", r[j].nodes,
 				(long long)r[j].flops, (long long)r[j].bytes);
-			jnum(fp, ns);
+			ml_json_num(fp, ns);
 			fprintf(fp, ", \"ns_per_flop\": ");
-			jnum(fp, r[j].flops > 0 ? ns / (double)r[j].flops : NAN);
+			ml_json_num(fp, r[j].flops > 0 ? ns / (double)r[j].flops : NAN);
 			fprintf(fp, ", \"ns_per_byte\": ");
-			jnum(fp, r[j].bytes > 0 ? ns / (double)r[j].bytes : NAN);
+			ml_json_num(fp, r[j].bytes > 0 ? ns / (double)r[j].bytes : NAN);
 			fprintf(fp, ", \"ns_per_node\": ");
-			jnum(fp, ns / r[j].nodes);
+			ml_json_num(fp, ns / r[j].nodes);
 			fputc('}', fp);
 		}
 		fputs("}}", fp);

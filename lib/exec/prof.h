@@ -65,44 +65,41 @@ struct prof_row {
 	int sort;		/* the sort key, for the comparison */
 };
 
-/* prof_ready: make the statistics (idempotent); ML_ENOMEM. */
-int prof_ready(struct ml_prof *p, struct ml_err *e);
-/* prof_stat_of: the summary of x[0..n-1] (reorders a copy in tmp, n doubles). */
-void prof_stat_of(const double *x, int64_t n, double *tmp, struct prof_stat *st);
-/* prof_median: the median of x[0..n-1], sorting x in place. */
-double prof_median(double *x, int64_t n);
-/* prof_node_name: a node's name, or "#i" for a node without one, in buf. */
-const char *prof_node_name(const struct ml_graph *g, int i, char *buf, size_t n);
+/* mlprof_ready: make the statistics (idempotent); ML_ENOMEM. */
+int mlprof_ready(struct ml_prof *p, struct ml_err *e);
+/* mlprof_stat_of: the summary of x[0..n-1] (reorders a copy in tmp, n doubles). */
+void mlprof_stat_of(const double *x, int64_t n, double *tmp, struct prof_stat *st);
+/* mlprof_median: the median of x[0..n-1], sorting x in place. */
+double mlprof_median(double *x, int64_t n);
+/* mlprof_node_name: a node's name, or "#i" for a node without one, in buf. */
+const char *mlprof_node_name(const struct ml_graph *g, int i, char *buf, size_t n);
 /*
- * prof_fused_parts: for a fused node i (attribute fused_from), the op
+ * mlprof_fused_parts: for a fused node i (attribute fused_from), the op
  * types it came from in ops[] and each one's share of its time in w[]
  * (room for 32); 0 when i is not fused.
  */
-int prof_fused_parts(const struct ml_prof *p, int i, const char **ops, double *w);
-/* prof_rows: the rows of o's grouping in o's order (unsorted: graph order), *nrows of them. */
-int prof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct prof_row **rows,
+int mlprof_fused_parts(const struct ml_prof *p, int i, const char **ops, double *w);
+/* mlprof_rows: the rows of o's grouping in o's order (unsorted: graph order), *nrows of them. */
+int mlprof_rows(struct ml_prof *p, const struct ml_prof_opts *o, bool sorted, struct prof_row **rows,
 	      int *nrows, struct ml_err *e);
 /*
- * prof_live: the arena bytes (the union of the live slots) and the heap
+ * mlprof_live: the arena bytes (the union of the live slots) and the heap
  * bytes in use at node i; tmp has room for one interval per tensor (NULL:
  * the arena bytes are a plain sum, an upper bound).
  */
 struct prof_ival {
 	int64_t a, b;
 };
-void prof_live(const struct ml_prof *p, int i, struct prof_ival *tmp, int64_t *arena,
+void mlprof_live(const struct ml_prof *p, int i, struct prof_ival *tmp, int64_t *arena,
 	       int64_t *heap);
-/* prof_memory: the summary numbers of the memory plan; peak_live is the largest of prof_live. */
+/* mlprof_memory: the summary numbers of the memory plan; peak_live is the largest of mlprof_live. */
 struct prof_memsum {
 	int64_t arena, peak_live, heap_peak, inputs, weights, peak;
 	int peak_node;
 };
-void prof_memory(const struct ml_prof *p, struct prof_memsum *m);
-/* fmt_time: "12.35 ms", "456.7 us" into buf; fmt_bytes: "1.5 MiB". */
-const char *fmt_time(double s, char *buf, size_t n);
-const char *fmt_bytes(int64_t b, char *buf, size_t n);
-/* jstr / jnum: a JSON string literal; a JSON number (null when not finite). */
-void jstr(FILE *fp, const char *s);
-void jnum(FILE *fp, double x);
+void mlprof_memory(const struct ml_prof *p, struct prof_memsum *m);
+/* mlprof_fmt_time: "12.35 ms", "456.7 us" into buf; mlprof_fmt_bytes: "1.5 MiB". */
+const char *mlprof_fmt_time(double s, char *buf, size_t n);
+const char *mlprof_fmt_bytes(int64_t b, char *buf, size_t n);
 
 #endif

@@ -459,21 +459,12 @@ struct change {
 	const char *method;
 };
 
-static uint64_t
-splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static double
 resample_median(const double *x, int n, double *tmp, uint64_t *rng)
 {
 	for (int i = 0; i < n; i++)
-		tmp[i] = x[splitmix(rng) % (uint64_t)n];
-	return prof_median(tmp, n);
+		tmp[i] = x[ml_splitmix64(rng) % (uint64_t)n];
+	return mlprof_median(tmp, n);
 }
 
 /* t_975: the 97.5% quantile of Student's t with df degrees of freedom. */
@@ -561,7 +552,7 @@ ms(double x, char *buf, size_t n)
 	if (!isfinite(x))
 		snprintf(buf, n, "-");
 	else
-		fmt_time(x / 1e3, buf, n);
+		mlprof_fmt_time(x / 1e3, buf, n);
 }
 
 /* struct drow: one line of the diff: a node of a, of b, or of both. */
@@ -613,15 +604,15 @@ static void
 jchange(FILE *fp, const struct change *c)
 {
 	fprintf(fp, "\"a_ms\": ");
-	jnum(fp, c->a);
+	ml_json_num(fp, c->a);
 	fprintf(fp, ", \"b_ms\": ");
-	jnum(fp, c->b);
+	ml_json_num(fp, c->b);
 	fprintf(fp, ", \"change\": ");
-	jnum(fp, c->rel);
+	ml_json_num(fp, c->rel);
 	fprintf(fp, ", \"ci95\": [");
-	jnum(fp, c->lo);
+	ml_json_num(fp, c->lo);
 	fprintf(fp, ", ");
-	jnum(fp, c->hi);
+	ml_json_num(fp, c->hi);
 	fprintf(fp, "], \"method\": \"%s\"", c->method);
 }
 
@@ -669,11 +660,11 @@ ml_prof_diff(const char *pa, const char *pb, const struct ml_prof_diff_opts *o, 
 
 	if (o->as_json) {
 		fprintf(fp, "{\"a\": ");
-		jstr(fp, pa);
+		ml_json_str(fp, pa);
 		fprintf(fp, ", \"b\": ");
-		jstr(fp, pb);
+		ml_json_str(fp, pb);
 		fprintf(fp, ", \"threshold\": ");
-		jnum(fp, o->threshold);
+		ml_json_num(fp, o->threshold);
 		fprintf(fp, ", \"regressed\": %s,\n \"total\": {", *regressed ? "true" : "false");
 		jchange(fp, &tc);
 		fprintf(fp, "},\n \"nodes\": [");
@@ -681,9 +672,9 @@ ml_prof_diff(const char *pa, const char *pb, const struct ml_prof_diff_opts *o, 
 			const struct drow *r = &rows[k];
 			const struct dstat *x = r->a ? r->a : r->b;
 			fprintf(fp, "%s\n  {\"name\": ", k ? "," : "");
-			jstr(fp, x->name);
+			ml_json_str(fp, x->name);
 			fprintf(fp, ", \"op\": ");
-			jstr(fp, x->op);
+			ml_json_str(fp, x->op);
 			fprintf(fp, ", \"index\": %d, \"status\": \"%s\"", x->index,
 				r->a && r->b ? "both" : r->a ? "removed" : "added");
 			if (r->a && r->b) {
@@ -691,7 +682,7 @@ ml_prof_diff(const char *pa, const char *pb, const struct ml_prof_diff_opts *o, 
 				jchange(fp, &r->c);
 			} else {
 				fprintf(fp, ", \"%s\": ", r->a ? "a_ms" : "b_ms");
-				jnum(fp, x->median);
+				ml_json_num(fp, x->median);
 			}
 			fputc('}', fp);
 		}

@@ -42,15 +42,15 @@ memory_table(FILE *fp, const struct ml_prof *p)
 	char b[6][32], nb[32];
 	int wn = 6, ws = 5;
 
-	prof_memory(p, &m);
+	mlprof_memory(p, &m);
 	fprintf(fp, "\nmemory: peak %s = arena %s (planned) + heap %s + inputs %s; weights %s\n",
-		fmt_bytes(m.peak, b[0], 32), fmt_bytes(m.arena, b[1], 32),
-		fmt_bytes(m.heap_peak, b[2], 32), fmt_bytes(m.inputs, b[3], 32),
-		fmt_bytes(m.weights, b[4], 32));
+		mlprof_fmt_bytes(m.peak, b[0], 32), mlprof_fmt_bytes(m.arena, b[1], 32),
+		mlprof_fmt_bytes(m.heap_peak, b[2], 32), mlprof_fmt_bytes(m.inputs, b[3], 32),
+		mlprof_fmt_bytes(m.weights, b[4], 32));
 	if (m.peak_node >= 0)
 		fprintf(fp, "live activations peak at node %d '%s': %s (the arena is %.0f%% of that)\n",
-			m.peak_node, prof_node_name(g, m.peak_node, nb, sizeof nb),
-			fmt_bytes(m.peak_live, b[5], 32),
+			m.peak_node, mlprof_node_name(g, m.peak_node, nb, sizeof nb),
+			mlprof_fmt_bytes(m.peak_live, b[5], 32),
 			m.peak_live > 0 ? 100.0 * (double)m.arena / (double)m.peak_live : 0);
 	for (int t = 0; t < g->n_tensors; t++) {
 		char sh[128];
@@ -123,10 +123,10 @@ ml_prof_write_table(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = prof_rows(p, o, true, &r, &nr, e)) < 0)
+	if ((rc = mlprof_rows(p, o, true, &r, &nr, e)) < 0)
 		goto out;
 	for (int k = 1; k < n; k++)
-		if ((rc = prof_rows(ps[k], o, false, &rr[k], &nrr[k], e)) < 0)
+		if ((rc = mlprof_rows(ps[k], o, false, &rr[k], &nrr[k], e)) < 0)
 			goto out;
 	int64_t shown = o->top > 0 && o->top < nr ? o->top : nr;
 	int wk = 4, wo = 2, ws = 5;
@@ -176,14 +176,14 @@ ml_prof_write_table(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 			const char *bd = ps[0]->device;
 			if (by_node)
 				fprintf(fp, "  %-*s", ws, fit(x->shape, ws, sf, sizeof sf));
-			fprintf(fp, "  %12s", fmt_time(x->median, buf[0], 32));
+			fprintf(fp, "  %12s", mlprof_fmt_time(x->median, buf[0], 32));
 			for (int d = 1; d < n; d++) {
 				int j = find_row(rr[d], nrr[d], x, by_node);
 				if (j < 0) {
 					fprintf(fp, "  %12s", "-");
 					continue;
 				}
-				fprintf(fp, "  %12s", fmt_time(rr[d][j].median, buf[0], 32));
+				fprintf(fp, "  %12s", mlprof_fmt_time(rr[d][j].median, buf[0], 32));
 				if (rr[d][j].median < best) {
 					best = rr[d][j].median;
 					bd = ps[d]->device;
@@ -196,7 +196,7 @@ ml_prof_write_table(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 			fprintf(fp, "  %-6s  %-*s", p->dev_name[x->index], ws,
 				fit(x->shape, ws, sf, sizeof sf));
 		fprintf(fp, "  %6lld  %10s  %10s  %5.1f%%", (long long)x->calls,
-			fmt_time(x->median, buf[0], 32), fmt_time(x->total, buf[1], 32), 100 * x->share);
+			mlprof_fmt_time(x->median, buf[0], 32), mlprof_fmt_time(x->total, buf[1], 32), 100 * x->share);
 		put_rate(fp, x->flops, x->median);
 		put_rate(fp, x->bytes, x->median);
 		fputc('\n', fp);
@@ -208,14 +208,14 @@ ml_prof_write_table(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 			share += r[k].share;
 		}
 		fprintf(fp, "(%lld more rows: %s, %.1f%%)\n", (long long)(nr - shown),
-			fmt_time(rest, buf[0], 32), 100 * share);
+			mlprof_fmt_time(rest, buf[0], 32), 100 * share);
 	}
 	for (int k = 0; k < n; k++) {
 		struct ml_prof *q = ps[k];
 		double wall = q->wall_st.median, sum = q->sum_st.median;
 		fprintf(fp, "total%s%s: %s per run (median of %lld), nodes %s, %.1f%% of the run\n",
-			n > 1 ? " on " : "", n > 1 ? q->device : "", fmt_time(wall, buf[0], 32),
-			(long long)q->runs, fmt_time(sum, buf[1], 32),
+			n > 1 ? " on " : "", n > 1 ? q->device : "", mlprof_fmt_time(wall, buf[0], 32),
+			(long long)q->runs, mlprof_fmt_time(sum, buf[1], 32),
 			wall > 0 ? 100 * sum / wall : 0);
 	}
 	if (p->has_phase && o->group != ML_PROF_BY_PHASE) {
@@ -224,12 +224,12 @@ ml_prof_write_table(struct ml_prof *const *ps, int n, const struct ml_prof_opts 
 		int np;
 		po.group = ML_PROF_BY_PHASE;
 		po.sort = ML_PROF_SORT_ORDER;
-		if ((rc = prof_rows(p, &po, true, &ph, &np, e)) < 0)
+		if ((rc = mlprof_rows(p, &po, true, &ph, &np, e)) < 0)
 			goto out;
 		fputs("phases:", fp);
 		for (int k = 0; k < np; k++)
 			fprintf(fp, "%s %s %s (%.1f%%)", k ? "," : "", ph[k].key,
-				fmt_time(ph[k].median, buf[0], 32), 100 * ph[k].share);
+				mlprof_fmt_time(ph[k].median, buf[0], 32), 100 * ph[k].share);
 		fputc('\n', fp);
 		ml_free(ph);
 	}
@@ -268,7 +268,7 @@ ml_prof_write_csv(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 	struct prof_row *r;
 	int nr;
 	bool by_node = o->group == ML_PROF_BY_NODE;
-	ML_TRY(prof_rows(p, o, true, &r, &nr, e));
+	ML_TRY(mlprof_rows(p, o, true, &r, &nr, e));
 	int64_t shown = o->top > 0 && o->top < nr ? o->top : nr;
 	if (by_node)
 		fputs("index,name,op,device,shape,phase,", fp);
@@ -354,7 +354,7 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 	int nr;
 	char buf[3][32];
 
-	ML_TRY(prof_ready(p, e));
+	ML_TRY(mlprof_ready(p, e));
 	/* the timeline shows the run whose wall time is nearest the median */
 	int64_t run = 0;
 	for (int64_t k = 1; k < p->runs; k++)
@@ -362,7 +362,7 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 			run = k;
 	struct ml_prof_opts so = *o;
 	so.sort = ML_PROF_SORT_TIME;
-	ML_TRY(prof_rows(p, &so, true, &r, &nr, e));
+	ML_TRY(mlprof_rows(p, &so, true, &r, &nr, e));
 	struct palette pl = { ml_calloc((size_t)(p->n + nr) + 1, sizeof *pl.names), 0 };
 	if (pl.names == NULL) {
 		ml_free(r);
@@ -396,9 +396,9 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 		"font-size=\"15\" font-weight=\"bold\">", L);
 	xml_text(fp, o->model != NULL ? o->model : "model");
 	fprintf(fp, " on %s: %s per run (median of %lld), %d threads</text>\n", p->device,
-		fmt_time(p->wall_st.median, buf[0], 32), (long long)p->runs, o->threads);
+		mlprof_fmt_time(p->wall_st.median, buf[0], 32), (long long)p->runs, o->threads);
 	fprintf(fp, "<text x=\"%.0f\" y=\"42\">timeline of run %lld (%s), one lane per device queue</text>\n",
-		L, (long long)run, fmt_time(p->wall[run], buf[0], 32));
+		L, (long long)run, mlprof_fmt_time(p->wall[run], buf[0], 32));
 	for (int l = 0; l < lanes; l++) {
 		double ly = 50.0 * l;
 		if (l < nl && lane_dev[l] == 0)
@@ -423,7 +423,7 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 			"<title>%s ", ML_MAX(x, L), 66 + 50.0 * nl, ML_MAX(w, 0.3),
 			t->t.to_device ? "to device" : "to host");
 		xml_text(fp, t->t.tensor >= 0 && t->t.tensor < g->n_tensors ? g->tensors[t->t.tensor]->name : "?");
-		fprintf(fp, ": %s</title></rect>\n", fmt_bytes(t->t.bytes, buf[0], 32));
+		fprintf(fp, ": %s</title></rect>\n", mlprof_fmt_bytes(t->t.bytes, buf[0], 32));
 	}
 	for (int i = 0; i < p->n; i++) {
 		double x = L + TW * p->st[run * p->n + i] / wall;
@@ -436,17 +436,17 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 		fprintf(fp, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"30\" "
 			"fill=\"%s\"><title>", x, 66 + 50.0 * l, ML_MAX(w, 0.3),
 			colour(&pl, g->nodes[i].op_type, col, sizeof col));
-		xml_text(fp, prof_node_name(g, i, nb, sizeof nb));
+		xml_text(fp, mlprof_node_name(g, i, nb, sizeof nb));
 		fputs(" (", fp);
 		xml_text(fp, g->nodes[i].op_type);
-		fprintf(fp, "): %s</title></rect>\n", fmt_time(p->t[run * p->n + i], buf[0], 32));
+		fprintf(fp, "): %s</title></rect>\n", mlprof_fmt_time(p->t[run * p->n + i], buf[0], 32));
 	}
 	for (int k = 0; k <= 4; k++) {
 		double x = L + TW * k / 4;
 		fprintf(fp, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#333\"/>"
 			"<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"%s\">%s</text>\n", x, 96 + dy, x,
 			102 + dy, x, 115 + dy,
-			k == 0 ? "start" : k == 4 ? "end" : "middle", fmt_time(wall * k / 4, buf[0], 32));
+			k == 0 ? "start" : k == 4 ? "end" : "middle", mlprof_fmt_time(wall * k / 4, buf[0], 32));
 	}
 	fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\">time per %s (median per run, largest first)</text>\n",
 		L, 142 + dy, o->group == ML_PROF_BY_OP ? "op type" : o->group == ML_PROF_BY_PREFIX ? "name prefix" :
@@ -470,7 +470,7 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 			fputc(')', fp);
 		}
 		fprintf(fp, "</title></rect><text x=\"%.1f\" y=\"%.0f\">%s  %.1f%%</text>\n",
-			lx + ML_MAX(w, 0.5) + 6, y + 14, fmt_time(r[k].median, buf[0], 32),
+			lx + ML_MAX(w, 0.5) + 6, y + 14, mlprof_fmt_time(r[k].median, buf[0], 32),
 			100 * r[k].share);
 	}
 	if (bars < nr)

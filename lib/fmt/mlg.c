@@ -688,24 +688,6 @@ dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, const struct blobre
 	return 0;
 }
 
-/* protobuf-c allocator over ml_malloc, so unpacking obeys the allocation cap */
-static void *
-pb_alloc(void *ud, size_t n)
-{
-	void *p = ml_malloc(n);
-	/* tell a refused allocation from a malformed message */
-	if (p == NULL)
-		*(bool *)ud = true;
-	return p;
-}
-
-static void
-pb_free(void *ud, void *p)
-{
-	(void)ud;
-	ml_free(p);
-}
-
 /*
  * decode_content: raw is the whole frame content (ml_malloc'd, raw_len
  * bytes); on success the graph takes it over as its blob.
@@ -714,7 +696,7 @@ static int
 decode_content(struct ml_graph **out, uint8_t *raw, size_t raw_len, struct ml_err *e)
 {
 	bool nomem = false;
-	ProtobufCAllocator pa = { pb_alloc, pb_free, &nomem };
+	ProtobufCAllocator pa = ml_pb_allocator(&nomem);
 	struct ml_graph *g = NULL;
 	Ml__Graph *m = NULL;
 	int rc;

@@ -28,24 +28,6 @@
 /* IR 4 is the first that lets initializers stay out of the graph inputs. */
 #define MIN_IR 4
 
-/* protobuf-c allocator over ml_malloc, so unpacking obeys the allocation cap */
-static void *
-pb_alloc(void *ud, size_t n)
-{
-	void *p = ml_malloc(n);
-	/* tell a refused allocation from a malformed message */
-	if (p == NULL)
-		*(bool *)ud = true;
-	return p;
-}
-
-static void
-pb_free(void *ud, void *p)
-{
-	(void)ud;
-	ml_free(p);
-}
-
 static const char *
 nz(const char *s)
 {
@@ -737,7 +719,7 @@ ml_onnx_decode(struct ml_graph **out, const uint8_t *buf, size_t len, const char
 	       struct ml_err *e)
 {
 	bool nomem = false;
-	ProtobufCAllocator pa = { pb_alloc, pb_free, &nomem };
+	ProtobufCAllocator pa = ml_pb_allocator(&nomem);
 	struct dec d = { .dir = dir, .e = e };
 	struct ml_graph *g = NULL;
 	int rc;

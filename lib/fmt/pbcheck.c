@@ -1,7 +1,7 @@
 /*
  * pbcheck.c: protobuf helpers shared by the ONNX and graph-file codecs: a
- * pre-pass over wire data that bounds how deeply messages nest, and the
- * scratch list encoders allocate from.
+ * pre-pass over wire data that bounds how deeply messages nest, the
+ * scratch list encoders allocate from, and the unpackers' allocator hook.
  */
 #include <protobuf-c/protobuf-c.h>
 
@@ -116,4 +116,27 @@ ml_pbscratch_free(struct ml_pbscratch *s)
 		free(s->p[i]);
 	free(s->p);
 	memset(s, 0, sizeof *s);
+}
+
+static void *
+pb_alloc(void *ud, size_t n)
+{
+	void *p = ml_malloc(n);
+	/* tell a refused allocation from a malformed message */
+	if (p == NULL)
+		*(bool *)ud = true;
+	return p;
+}
+
+static void
+pb_free(void *ud, void *p)
+{
+	(void)ud;
+	ml_free(p);
+}
+
+ProtobufCAllocator
+ml_pb_allocator(bool *nomem)
+{
+	return (ProtobufCAllocator){ pb_alloc, pb_free, nomem };
 }

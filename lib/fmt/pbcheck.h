@@ -1,6 +1,7 @@
 /*
  * pbcheck.h: bounds on protobuf nesting before protobuf-c unpacks (which
- * recurses once per level, so a small crafted file could exhaust the stack).
+ * recurses once per level, so a small crafted file could exhaust the stack),
+ * and the one allocator hook the unpackers use.
  */
 #ifndef ML_PBCHECK_H
 #define ML_PBCHECK_H
@@ -19,6 +20,12 @@
  */
 int ml_pb_check_nesting(const uint8_t *buf, size_t len, const ProtobufCMessageDescriptor *desc,
 			struct ml_err *e);
+/*
+ * ml_pb_allocator: the protobuf-c allocator of every unpack (mlg and ONNX):
+ * ml_malloc and ml_free, so unpacking obeys the allocation cap; sets
+ * *nomem when it refuses a block, to tell that from a malformed message.
+ */
+ProtobufCAllocator ml_pb_allocator(bool *nomem);
 
 /*
  * ml_pb_has_ctl: whether s holds a control character. Op types, domains

@@ -351,15 +351,6 @@ record(struct lctx *c, const char *name, enum ml_dtype dt, int rank, const int64
 }
 
 static uint64_t
-splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint64_t
 fnv1a64(const char *s)
 {
 	uint64_t h = 14695981039346656037ull;
@@ -403,11 +394,11 @@ param(struct lctx *c, const char *suffix, enum ml_tkind kind, enum ml_dtype dt, 
 	for (int64_t i = 0; i < n; i++) {
 		double x = v;
 		if (f == F_UNIFORM) {
-			double u = (double)(splitmix64(&s) >> 11) * 0x1p-53;
+			double u = (double)(ml_splitmix64(&s) >> 11) * 0x1p-53;
 			x = (2 * u - 1) * v;
 		} else if (f == F_NORMAL) {
-			double u1 = (double)((splitmix64(&s) >> 11) + 1) * 0x1p-53;
-			double u2 = (double)(splitmix64(&s) >> 11) * 0x1p-53;
+			double u1 = (double)((ml_splitmix64(&s) >> 11) + 1) * 0x1p-53;
+			double u2 = (double)(ml_splitmix64(&s) >> 11) * 0x1p-53;
 			x = v * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
 		}
 		ml_set_f64(data, dt, i, x);

@@ -14,7 +14,7 @@ static bool
 full(const struct opt *o, int t, int y)
 {
 	const struct ml_tensor *a = o->g->tensors[t], *b = o->g->tensors[y];
-	if (!opt_is_f32(o, t) || !opt_is_f32(o, y) || a->rank != b->rank)
+	if (!mlopt_is_f32(o, t) || !mlopt_is_f32(o, y) || a->rank != b->rank)
 		return false;
 	for (int d = 0; d < a->rank; d++)
 		if (a->dims[d] != b->dims[d])
@@ -28,7 +28,7 @@ block_ok(const struct opt *o, int t, int y)
 {
 	struct ml_tval a, b;
 	int64_t inner, cnt;
-	if (!opt_is_f32(o, t))
+	if (!mlopt_is_f32(o, t))
 		return false;
 	ml_graph_tval(o->g, t, &a);
 	ml_graph_tval(o->g, y, &b);
@@ -53,7 +53,7 @@ elem_step(const struct opt *o, int ni, int cur, int *main, int *arg, int *swap)
 		return -1;
 	int code = ml_fused_elem_op(type);
 	int y = n->out[0];
-	if (code < 0 || !opt_is_f32(o, y))
+	if (code < 0 || !mlopt_is_f32(o, y))
 		return -1;
 	if (code >= ML_FE_UNARY) {
 		if (n->n_in != 1 || (cur >= 0 && n->in[0] != cur) || !full(o, n->in[0], y))
@@ -88,9 +88,9 @@ ml_pass_fuse_elementwise(struct opt *o)
 		if (code < 0)
 			continue;
 		/* a head: its main operand is no step's single-reader result */
-		int pi = opt_prod(o, main);
+		int pi = mlopt_prod(o, main);
 		int pm, pa, ps;
-		if (pi >= 0 && opt_sole(o, main) == i && elem_step(o, pi, -1, &pm, &pa, &ps) >= 0)
+		if (pi >= 0 && mlopt_sole(o, main) == i && elem_step(o, pi, -1, &pm, &pa, &ps) >= 0)
 			continue;
 		int nodes[64], ins[64], args[64], swaps[64], nn = 0, nin = 1;
 		const char *ops[64];
@@ -116,14 +116,14 @@ ml_pass_fuse_elementwise(struct opt *o)
 			swaps[nn] = swap;
 			nn++;
 			cur = g->nodes[ni].out[0];
-			ni = opt_sole(o, cur);
+			ni = mlopt_sole(o, cur);
 		}
 		if (nn < 2)
 			continue;
 		int last = nodes[nn - 1], out = g->nodes[last].out[0];
 		for (int q = 0; q < nn - 1; q++)
-			opt_kill(o, nodes[q]);
-		ML_TRY(opt_rewrite(o, last, "FusedElementwise", "ml", nin, ins, 1, &out, -1, nodes, nn));
+			mlopt_kill(o, nodes[q]);
+		ML_TRY(mlopt_rewrite(o, last, "FusedElementwise", "ml", nin, ins, 1, &out, -1, nodes, nn));
 		struct ml_attr *a = ml_node_add_attr(g, last, "ops", ML_ATTR_STRINGS);
 		char **s = ml_graph_alloc(g, sizeof(char *) * (size_t)nn);
 		int64_t av[64], sv[64];
@@ -140,7 +140,7 @@ ml_pass_fuse_elementwise(struct opt *o)
 		ML_TRY(ml_node_set_ints(g, last, "swap", nn, sv));
 		char what[48];
 		snprintf(what, sizeof what, "chain of %d", nn);
-		opt_note(o, what);
+		mlopt_note(o, what);
 	}
 	return o->changes;
 }
@@ -164,11 +164,11 @@ att_scale(const struct opt *o, int ni, int t, double *f)
 	if (o->dead[ni] || n->n_in != 2 || n->n_out != 1 || n->out[0] < 0)
 		return false;
 	if (n->op == ML_OP_MUL && (n->in[0] == t || n->in[1] == t) &&
-	    opt_scalar(o, n->in[n->in[0] == t ? 1 : 0], &v) && isfinite(v)) {
+	    mlopt_scalar(o, n->in[n->in[0] == t ? 1 : 0], &v) && isfinite(v)) {
 		*f = v;
 		return true;
 	}
-	if (n->op == ML_OP_DIV && n->in[0] == t && opt_scalar(o, n->in[1], &v) && isfinite(v) &&
+	if (n->op == ML_OP_DIV && n->in[0] == t && mlopt_scalar(o, n->in[1], &v) && isfinite(v) &&
 	    v != 0.0) {
 		*f = 1.0 / v;
 		return true;
@@ -180,7 +180,7 @@ att_scale(const struct opt *o, int ni, int t, double *f)
 static bool
 att_shapes(const struct opt *o, int q, int kt, int v)
 {
-	if (!opt_is_f32(o, q) || !opt_is_f32(o, kt) || !opt_is_f32(o, v))
+	if (!mlopt_is_f32(o, q) || !mlopt_is_f32(o, kt) || !mlopt_is_f32(o, v))
 		return false;
 	const struct ml_tensor *a = o->g->tensors[q], *b = o->g->tensors[kt], *c = o->g->tensors[v];
 	int r = a->rank;
@@ -201,7 +201,7 @@ ml_pass_fuse_attention(struct opt *o)
 			continue;
 		const struct ml_node *sm = &g->nodes[i];
 		int x = sm->in[0], p = sm->out[0];
-		if (x < 0 || p < 0 || !opt_is_f32(o, x))
+		if (x < 0 || p < 0 || !mlopt_is_f32(o, x))
 			continue;
 		int rank = g->tensors[x]->rank;
 		/* before opset 13 Softmax flattens from axis: the last axis is the same thing */
@@ -211,15 +211,15 @@ ml_pass_fuse_attention(struct opt *o)
 		int nodes[5], nn = 0;
 		double scale = 1.0, f;
 		/* the scores: MatMul(Q, Kt), maybe scaled */
-		int si = opt_prod(o, x), mi = si;
-		if (si < 0 || opt_sole(o, x) != i)
+		int si = mlopt_prod(o, x), mi = si;
+		if (si < 0 || mlopt_sole(o, x) != i)
 			continue;
 		if (g->nodes[si].op != ML_OP_MATMUL) {
 			int in = g->nodes[si].in[0];
-			if (g->nodes[si].op == ML_OP_MUL && opt_prod(o, in) < 0)
+			if (g->nodes[si].op == ML_OP_MUL && mlopt_prod(o, in) < 0)
 				in = g->nodes[si].in[1];
-			mi = opt_prod(o, in);
-			if (mi < 0 || !att_scale(o, si, in, &f) || opt_sole(o, in) != si)
+			mi = mlopt_prod(o, in);
+			if (mi < 0 || !att_scale(o, si, in, &f) || mlopt_sole(o, in) != si)
 				continue;
 			scale *= f;
 		}
@@ -227,25 +227,25 @@ ml_pass_fuse_attention(struct opt *o)
 			continue;
 		int q = g->nodes[mi].in[0], kt = g->nodes[mi].in[1];
 		/* a scale on Q */
-		int qi = opt_prod(o, q), qs = -1;
-		if (qi >= 0 && opt_sole(o, q) == mi && (g->nodes[qi].op == ML_OP_MUL ||
+		int qi = mlopt_prod(o, q), qs = -1;
+		if (qi >= 0 && mlopt_sole(o, q) == mi && (g->nodes[qi].op == ML_OP_MUL ||
 							 g->nodes[qi].op == ML_OP_DIV)) {
 			const struct ml_node *qn = &g->nodes[qi];
-			int src = qn->op == ML_OP_MUL && opt_scalar(o, qn->in[0], &f) ? qn->in[1] :
+			int src = qn->op == ML_OP_MUL && mlopt_scalar(o, qn->in[0], &f) ? qn->in[1] :
 											 qn->in[0];
-			if (att_scale(o, qi, src, &f) && opt_f32(o, src)) {
+			if (att_scale(o, qi, src, &f) && mlopt_f32(o, src)) {
 				scale *= f;
 				qs = qi;
 				q = src;
 			}
 		}
 		/* the weighted sum of V */
-		int oi = opt_sole(o, p);
+		int oi = mlopt_sole(o, p);
 		if (oi < 0 || o->dead[oi] || g->nodes[oi].op != ML_OP_MATMUL ||
 		    g->nodes[oi].in[0] != p || g->nodes[oi].in[1] == p)
 			continue;
 		int v = g->nodes[oi].in[1], out = g->nodes[oi].out[0];
-		if (!att_shapes(o, q, kt, v) || !opt_is_f32(o, out))
+		if (!att_shapes(o, q, kt, v) || !mlopt_is_f32(o, out))
 			continue;
 		if (qs >= 0)
 			nodes[nn++] = qs;
@@ -255,11 +255,11 @@ ml_pass_fuse_attention(struct opt *o)
 		nodes[nn++] = i;
 		nodes[nn++] = oi;
 		for (int k = 0; k < nn - 1; k++)
-			opt_kill(o, nodes[k]);
+			mlopt_kill(o, nodes[k]);
 		int in[3] = { q, kt, v };
-		ML_TRY(opt_rewrite(o, oi, "Attention", "ml", 3, in, 1, &out, -1, nodes, nn));
+		ML_TRY(mlopt_rewrite(o, oi, "Attention", "ml", 3, in, 1, &out, -1, nodes, nn));
 		ML_TRY(ml_node_set_float(g, oi, "scale", scale));
-		opt_note(o, "Attention");
+		mlopt_note(o, "Attention");
 	}
 	return o->changes;
 }

@@ -69,7 +69,7 @@ ml_pass_fold_constants(struct opt *o)
 			continue;
 		bool all = n->n_in > 0 || n->op == ML_OP_CONSTANT;
 		for (int j = 0; j < n->n_in && all; j++)
-			all = n->in[j] < 0 || opt_const(o, n->in[j], ML_UNDEF) != NULL;
+			all = n->in[j] < 0 || mlopt_const(o, n->in[j], ML_UNDEF) != NULL;
 		if (!all)
 			continue;
 		for (int j = 0; j < n->n_in; j++) {
@@ -114,8 +114,8 @@ ml_pass_fold_constants(struct opt *o)
 					ml_tval_clear(out[j]);
 				return o->e->code < 0 ? o->e->code : ML_ENOMEM;
 			}
-			opt_kill(o, i);
-			opt_note(o, g->nodes[i].op_type);
+			mlopt_kill(o, i);
+			mlopt_note(o, g->nodes[i].op_type);
 		}
 		for (int j = 0; j < n->n_out; j++)
 			ml_tval_clear(out[j]);
@@ -148,14 +148,14 @@ ml_pass_fold_shapes(struct opt *o)
 			known = n->out[j] < 0 || (vals[n->out[j]].data != NULL && vals[n->out[j]].owned);
 		/* nodes of constants alone are fold-constants' (it needs no size limit) */
 		for (int j = 0; j < n->n_in; j++)
-			has_in |= n->in[j] >= 0 && opt_const(o, n->in[j], ML_UNDEF) == NULL;
+			has_in |= n->in[j] >= 0 && mlopt_const(o, n->in[j], ML_UNDEF) == NULL;
 		if (!known || !has_in)
 			continue;
 		for (int j = 0; j < n->n_out; j++)
 			if (n->out[j] >= 0 && (rc = set_const(o, n->out[j], &vals[n->out[j]])) < 0)
 				goto out;
-		opt_kill(o, i);
-		opt_note(o, n->op_type);
+		mlopt_kill(o, i);
+		mlopt_note(o, n->op_type);
 	}
 	rc = o->changes;
 out:
@@ -190,9 +190,9 @@ static void
 drop(struct opt *o, int ni, const char *what)
 {
 	const struct ml_node *n = &o->g->nodes[ni];
-	if (opt_replace(o, n->out[0], n->in[0])) {
-		opt_kill(o, ni);
-		opt_note(o, what);
+	if (mlopt_replace(o, n->out[0], n->in[0])) {
+		mlopt_kill(o, ni);
+		mlopt_note(o, what);
 	}
 }
 
@@ -215,7 +215,7 @@ ml_pass_eliminate(struct opt *o)
 		case ML_OP_DROPOUT: {
 			/* inference mode: no training_mode input, or a constant false one */
 			int tm = n->n_in > 2 ? n->in[2] : -1;
-			const void *p = tm >= 0 ? opt_const(o, tm, ML_BOOL) : NULL;
+			const void *p = tm >= 0 ? mlopt_const(o, tm, ML_BOOL) : NULL;
 			bool train = tm >= 0 && (p == NULL || *(const uint8_t *)p != 0);
 			bool mask = n->n_out > 1 && n->out[1] >= 0 &&
 				    (o->nuse[n->out[1]] > 0 || o->pinned[n->out[1]]);
@@ -238,7 +238,7 @@ ml_pass_eliminate(struct opt *o)
 				break;
 			}
 			/* a reshape of a reshape is one reshape of the first input */
-			int p = opt_prod(o, x);
+			int p = mlopt_prod(o, x);
 			if (!reshape_like(n->op) || p < 0 || !reshape_like(g->nodes[p].op) ||
 			    g->nodes[p].in[0] < 0)
 				break;
@@ -247,19 +247,19 @@ ml_pass_eliminate(struct opt *o)
 			if (!same_type(g, y, y) || ty->rank < 0)
 				break;
 			if (same_type(g, src, y)) {
-				if (opt_replace(o, y, src)) {
-					opt_kill(o, i);
-					opt_note(o, "Reshape pair");
+				if (mlopt_replace(o, y, src)) {
+					mlopt_kill(o, i);
+					mlopt_note(o, "Reshape pair");
 				}
 				break;
 			}
-			int st = opt_new_const(o, "opt_shape", ML_I64, 1, (int64_t[]){ ty->rank },
+			int st = mlopt_new_const(o, "opt_shape", ML_I64, 1, (int64_t[]){ ty->rank },
 					       ty->dims);
 			if (st < 0)
 				return st;
 			int ins[2] = { src, st };
-			ML_TRY(opt_rewrite(o, i, "Reshape", "", 2, ins, 1, &y, -1, NULL, 0));
-			opt_note(o, "Reshape chain");
+			ML_TRY(mlopt_rewrite(o, i, "Reshape", "", 2, ins, 1, &y, -1, NULL, 0));
+			mlopt_note(o, "Reshape chain");
 			break;
 		}
 		case ML_OP_TRANSPOSE: {
@@ -273,7 +273,7 @@ ml_pass_eliminate(struct opt *o)
 				break;
 			}
 			/* Transpose(Transpose(a, p1), p2) is Transpose(a, p1[p2]) */
-			int p = opt_prod(o, x);
+			int p = mlopt_prod(o, x);
 			const int64_t *p1;
 			if (np <= 0 || p < 0 || g->nodes[p].op != ML_OP_TRANSPOSE ||
 			    ml_attr_ints(&g->nodes[p], "perm", &p1) != np || np > ML_MAX_RANK)
@@ -289,15 +289,15 @@ ml_pass_eliminate(struct opt *o)
 			if (!okp || src < 0)
 				break;
 			if (id2) {
-				if (opt_replace(o, y, src)) {
-					opt_kill(o, i);
-					opt_note(o, "Transpose pair");
+				if (mlopt_replace(o, y, src)) {
+					mlopt_kill(o, i);
+					mlopt_note(o, "Transpose pair");
 				}
 				break;
 			}
-			ML_TRY(opt_rewrite(o, i, "Transpose", "", 1, &src, 1, &y, -1, NULL, 0));
+			ML_TRY(mlopt_rewrite(o, i, "Transpose", "", 1, &src, 1, &y, -1, NULL, 0));
 			ML_TRY(ml_node_set_ints(g, i, "perm", np, comp));
-			opt_note(o, "Transpose chain");
+			mlopt_note(o, "Transpose chain");
 			break;
 		}
 		case ML_OP_CONCAT:
@@ -310,7 +310,7 @@ ml_pass_eliminate(struct opt *o)
 		case ML_OP_MUL:
 		case ML_OP_DIV: {
 			double v;
-			if (n->n_in != 2 || !opt_scalar(o, n->in[1], &v) || !same_type(g, x, y))
+			if (n->n_in != 2 || !mlopt_scalar(o, n->in[1], &v) || !same_type(g, x, y))
 				break;
 			bool id = (n->op == ML_OP_ADD || n->op == ML_OP_SUB) ? v == 0 : v == 1;
 			if (id && ml_dtype_is_float(g->tensors[x]->dtype))
@@ -336,8 +336,8 @@ ml_pass_dce(struct opt *o)
 		for (int j = 0; j < n->n_out && !used; j++)
 			used = n->out[j] >= 0 && (o->nuse[n->out[j]] > 0 || o->pinned[n->out[j]]);
 		if (!used) {
-			opt_kill(o, i);
-			opt_note(o, n->op_type);
+			mlopt_kill(o, i);
+			mlopt_note(o, n->op_type);
 		}
 	}
 	return o->changes;
@@ -367,7 +367,7 @@ ml_pass_cse(struct opt *o)
 	/* equal small constants first, so nodes reading them compare equal */
 	for (int t = 0; t < nt; t++) {
 		const struct ml_tensor *a = g->tensors[t];
-		if (opt_const(o, t, ML_UNDEF) == NULL || a->nbytes > CSE_CONST_MAX || o->pinned[t] ||
+		if (mlopt_const(o, t, ML_UNDEF) == NULL || a->nbytes > CSE_CONST_MAX || o->pinned[t] ||
 		    o->nuse[t] == 0)
 			continue;
 		uint64_t h = mix(1469598103934665603ull, (uint64_t)a->dtype);
@@ -383,8 +383,8 @@ ml_pass_cse(struct opt *o)
 							     (size_t)a->rank) != 0 ||
 			    memcmp(a->data, b->data, a->nbytes) != 0)
 				continue;
-			opt_replace(o, t, u);
-			opt_note(o, "constant");
+			mlopt_replace(o, t, u);
+			mlopt_note(o, "constant");
 			th[t] = 0;
 			break;
 		}
@@ -402,7 +402,7 @@ ml_pass_cse(struct opt *o)
 			if (nh[k] != nh[i] || o->dead[k] || m->op != n->op || m->n_in != n->n_in ||
 			    m->n_out != n->n_out || memcmp(m->in, n->in, sizeof(int) *
 							   (size_t)n->n_in) != 0 ||
-			    !opt_same_attrs(m, n))
+			    !mlopt_same_attrs(m, n))
 				continue;
 			bool ok = true;
 			for (int j = 0; j < n->n_out && ok; j++)
@@ -414,9 +414,9 @@ ml_pass_cse(struct opt *o)
 				continue;
 			for (int j = 0; j < n->n_out; j++)
 				if (n->out[j] >= 0)
-					opt_replace(o, n->out[j], m->out[j]);
-			opt_kill(o, i);
-			opt_note(o, n->op_type);
+					mlopt_replace(o, n->out[j], m->out[j]);
+			mlopt_kill(o, i);
+			mlopt_note(o, n->op_type);
 			break;
 		}
 	}

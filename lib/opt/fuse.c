@@ -62,15 +62,15 @@ ml_pass_fold_bn(struct opt *o)
 		bool extra = false;
 		for (int j = 1; j < bn->n_out; j++)
 			extra |= bn->out[j] >= 0 && (o->nuse[bn->out[j]] > 0 || o->pinned[bn->out[j]]);
-		int x = bn->in[0], ci = opt_prod(o, x);
-		if (extra || !is_op(o, ci, ML_OP_CONV) || opt_sole(o, x) != i)
+		int x = bn->in[0], ci = mlopt_prod(o, x);
+		if (extra || !is_op(o, ci, ML_OP_CONV) || mlopt_sole(o, x) != i)
 			continue;
 		const struct ml_node *cv = &g->nodes[ci];
 		int w = cv->in[1], b = cv->n_in > 2 ? cv->in[2] : -1;
-		const float *wd = opt_const(o, w, ML_F32);
-		const float *bd = b >= 0 ? opt_const(o, b, ML_F32) : NULL;
-		const float *sc = opt_const(o, bn->in[1], ML_F32), *sh = opt_const(o, bn->in[2], ML_F32);
-		const float *mu = opt_const(o, bn->in[3], ML_F32), *va = opt_const(o, bn->in[4], ML_F32);
+		const float *wd = mlopt_const(o, w, ML_F32);
+		const float *bd = b >= 0 ? mlopt_const(o, b, ML_F32) : NULL;
+		const float *sc = mlopt_const(o, bn->in[1], ML_F32), *sh = mlopt_const(o, bn->in[2], ML_F32);
+		const float *mu = mlopt_const(o, bn->in[3], ML_F32), *va = mlopt_const(o, bn->in[4], ML_F32);
 		const struct ml_tensor *wt = g->tensors[w];
 		if (wd == NULL || (b >= 0 && bd == NULL) || sc == NULL || sh == NULL || mu == NULL ||
 		    va == NULL || wt->rank < 1)
@@ -95,19 +95,19 @@ ml_pass_fold_bn(struct opt *o)
 		}
 		char base[300];
 		snprintf(base, sizeof base, "%.280s_bn", wt->name);
-		int tw = opt_new_const(o, base, ML_F32, wt->rank, wt->dims, nw);
+		int tw = mlopt_new_const(o, base, ML_F32, wt->rank, wt->dims, nw);
 		snprintf(base, sizeof base, "%.280s_bn_bias", wt->name);
-		int tb = tw >= 0 ? opt_new_const(o, base, ML_F32, 1, &m, nb) : tw;
+		int tb = tw >= 0 ? mlopt_new_const(o, base, ML_F32, 1, &m, nb) : tw;
 		ml_free(nw);
 		ml_free(nb);
 		if (tb < 0)
 			return tb;
 		int in[3] = { g->nodes[ci].in[0], tw, tb }, out = g->nodes[i].out[0];
-		opt_kill(o, ci);
-		ML_TRY(opt_rewrite(o, i, "Conv", "", 3, in, 1, &out, ci, NULL, 0));
+		mlopt_kill(o, ci);
+		ML_TRY(mlopt_rewrite(o, i, "Conv", "", 3, in, 1, &out, ci, NULL, 0));
 		/* the node keeps the Conv's name: it is that Conv, with other weights */
 		g->nodes[i].name = g->nodes[ci].name;
-		opt_note(o, "Conv+BatchNormalization");
+		mlopt_note(o, "Conv+BatchNormalization");
 	}
 	return o->changes;
 }
@@ -123,38 +123,38 @@ ml_pass_fuse_gelu(struct opt *o)
 		if (!is_op(o, i, ML_OP_ERF))
 			continue;
 		int a = g->nodes[i].in[0], e = g->nodes[i].out[0];
-		int di = opt_prod(o, a);
+		int di = mlopt_prod(o, a);
 		double v;
-		if (di < 0 || opt_sole(o, a) != i || g->nodes[di].n_in != 2 ||
-		    !opt_scalar(o, g->nodes[di].in[1], &v))
+		if (di < 0 || mlopt_sole(o, a) != i || g->nodes[di].n_in != 2 ||
+		    !mlopt_scalar(o, g->nodes[di].in[1], &v))
 			continue;
 		bool scale = (g->nodes[di].op == ML_OP_DIV && near(v, M_SQRT2)) ||
 			     (g->nodes[di].op == ML_OP_MUL && near(v, M_SQRT1_2));
 		int x = g->nodes[di].in[0];
-		int ai = opt_sole(o, e);
-		if (!scale || !opt_f32(o, x) || !is_op(o, ai, ML_OP_ADD))
+		int ai = mlopt_sole(o, e);
+		if (!scale || !mlopt_f32(o, x) || !is_op(o, ai, ML_OP_ADD))
 			continue;
 		int one = other(&g->nodes[ai], e);
-		if (!opt_scalar(o, one, &v) || v != 1.0)
+		if (!mlopt_scalar(o, one, &v) || v != 1.0)
 			continue;
-		int s = g->nodes[ai].out[0], m1 = opt_sole(o, s);
+		int s = g->nodes[ai].out[0], m1 = mlopt_sole(o, s);
 		if (!is_op(o, m1, ML_OP_MUL))
 			continue;
 		int h = other(&g->nodes[m1], s), last = -1, half = -1;
 		int nodes[6] = { di, i, ai, m1 }, nn = 4;
 		if (h == x) {
 			/* Mul(x, 1 + erf) then Mul(0.5), or the 0.5 first */
-			int m2 = opt_sole(o, g->nodes[m1].out[0]);
+			int m2 = mlopt_sole(o, g->nodes[m1].out[0]);
 			if (is_op(o, m2, ML_OP_MUL) &&
-			    opt_scalar(o, other(&g->nodes[m2], g->nodes[m1].out[0]), &v) && v == 0.5) {
+			    mlopt_scalar(o, other(&g->nodes[m2], g->nodes[m1].out[0]), &v) && v == 0.5) {
 				last = m2;
 				nodes[nn++] = m2;
 			}
 		} else {
-			int hi = opt_prod(o, h);
-			if (is_op(o, hi, ML_OP_MUL) && opt_sole(o, h) == m1 &&
+			int hi = mlopt_prod(o, h);
+			if (is_op(o, hi, ML_OP_MUL) && mlopt_sole(o, h) == m1 &&
 			    other(&g->nodes[hi], x) >= 0 &&
-			    opt_scalar(o, other(&g->nodes[hi], x), &v) && v == 0.5) {
+			    mlopt_scalar(o, other(&g->nodes[hi], x), &v) && v == 0.5) {
 				last = m1;
 				half = hi;
 			}
@@ -173,9 +173,9 @@ ml_pass_fuse_gelu(struct opt *o)
 		int out = g->nodes[last].out[0];
 		for (int k = 0; k < nn; k++)
 			if (nodes[k] != last)
-				opt_kill(o, nodes[k]);
-		ML_TRY(opt_rewrite(o, last, "Gelu", "ml", 1, &x, 1, &out, -1, nodes, nn));
-		opt_note(o, "Gelu");
+				mlopt_kill(o, nodes[k]);
+		ML_TRY(mlopt_rewrite(o, last, "Gelu", "ml", 1, &x, 1, &out, -1, nodes, nn));
+		mlopt_note(o, "Gelu");
 	}
 	return o->changes;
 }
@@ -190,13 +190,13 @@ ml_pass_fuse_silu(struct opt *o)
 	for (int i = 0; i < g->n_nodes; i++) {
 		if (!is_op(o, i, ML_OP_SIGMOID))
 			continue;
-		int x = g->nodes[i].in[0], s = g->nodes[i].out[0], m = opt_sole(o, s);
-		if (!is_op(o, m, ML_OP_MUL) || other(&g->nodes[m], s) != x || !opt_f32(o, x))
+		int x = g->nodes[i].in[0], s = g->nodes[i].out[0], m = mlopt_sole(o, s);
+		if (!is_op(o, m, ML_OP_MUL) || other(&g->nodes[m], s) != x || !mlopt_f32(o, x))
 			continue;
 		int out = g->nodes[m].out[0], nodes[2] = { i, m };
-		opt_kill(o, i);
-		ML_TRY(opt_rewrite(o, m, "Silu", "ml", 1, &x, 1, &out, -1, nodes, 2));
-		opt_note(o, "Silu");
+		mlopt_kill(o, i);
+		ML_TRY(mlopt_rewrite(o, m, "Silu", "ml", 1, &x, 1, &out, -1, nodes, 2));
+		mlopt_note(o, "Silu");
 	}
 	return o->changes;
 }
@@ -209,7 +209,7 @@ reduce_last(const struct opt *o, int ni, int r)
 	const int64_t *ax = NULL;
 	int na = ml_attr_ints(n, "axes", &ax);
 	if (na < 0 && n->n_in > 1) {
-		ax = opt_const(o, n->in[1], ML_I64);
+		ax = mlopt_const(o, n->in[1], ML_I64);
 		na = ax != NULL ? (int)nelem(o, n->in[1]) : -1;
 	}
 	if (na <= 0 || na > r || ml_attr_int(n, "keepdims", 1) != 1)
@@ -236,9 +236,9 @@ ml_pass_fuse_layernorm(struct opt *o)
 		if (!is_op(o, i, ML_OP_SUB))
 			continue;
 		int x = g->nodes[i].in[0], mean = g->nodes[i].in[1], d = g->nodes[i].out[0];
-		int r1 = opt_prod(o, mean);
-		if (!opt_f32(o, x) || !is_op(o, r1, ML_OP_REDUCE_MEAN) || g->nodes[r1].in[0] != x ||
-		    opt_sole(o, mean) != i)
+		int r1 = mlopt_prod(o, mean);
+		if (!mlopt_f32(o, x) || !is_op(o, r1, ML_OP_REDUCE_MEAN) || g->nodes[r1].in[0] != x ||
+		    mlopt_sole(o, mean) != i)
 			continue;
 		int rank = g->tensors[x]->rank, k = reduce_last(o, r1, rank);
 		if (k < 0 || o->pinned[d])
@@ -256,7 +256,7 @@ ml_pass_fuse_layernorm(struct opt *o)
 			if (!reads)
 				continue;
 			double v;
-			if (n->op == ML_OP_POW && n->in[0] == d && opt_scalar(o, n->in[1], &v) && v == 2.0 &&
+			if (n->op == ML_OP_POW && n->in[0] == d && mlopt_scalar(o, n->in[1], &v) && v == 2.0 &&
 			    sq < 0)
 				sq = j;
 			else if (n->op == ML_OP_MUL && n->in[0] == d && n->in[1] == d && sq < 0)
@@ -268,17 +268,17 @@ ml_pass_fuse_layernorm(struct opt *o)
 		}
 		if (bad || sq < 0 || dv < 0)
 			continue;
-		int r2 = opt_sole(o, g->nodes[sq].out[0]);
+		int r2 = mlopt_sole(o, g->nodes[sq].out[0]);
 		if (!is_op(o, r2, ML_OP_REDUCE_MEAN) || reduce_last(o, r2, rank) != k)
 			continue;
-		int ae = opt_sole(o, g->nodes[r2].out[0]);
+		int ae = mlopt_sole(o, g->nodes[r2].out[0]);
 		double eps;
 		if (!is_op(o, ae, ML_OP_ADD) ||
-		    !opt_scalar(o, other(&g->nodes[ae], g->nodes[r2].out[0]), &eps))
+		    !mlopt_scalar(o, other(&g->nodes[ae], g->nodes[r2].out[0]), &eps))
 			continue;
-		int st = opt_sole(o, g->nodes[ae].out[0]);
+		int st = mlopt_sole(o, g->nodes[ae].out[0]);
 		if (!is_op(o, st, ML_OP_SQRT) || g->nodes[dv].in[1] != g->nodes[st].out[0] ||
-		    opt_sole(o, g->nodes[st].out[0]) != dv)
+		    mlopt_sole(o, g->nodes[st].out[0]) != dv)
 			continue;
 		int nodes[10] = { r1, i, sq, r2, ae, st, dv }, nn = 7, last = dv;
 		int64_t nrm = 1;
@@ -287,18 +287,18 @@ ml_pass_fuse_layernorm(struct opt *o)
 		if (nrm <= 0)
 			continue;	/* the normalised dims must be known */
 		int scale = -1, bias = -1;
-		int mi = opt_sole(o, g->nodes[dv].out[0]);
+		int mi = mlopt_sole(o, g->nodes[dv].out[0]);
 		if (is_op(o, mi, ML_OP_MUL)) {
 			int s = other(&g->nodes[mi], g->nodes[dv].out[0]);
-			if (opt_const(o, s, ML_F32) != NULL && nelem(o, s) == nrm &&
+			if (mlopt_const(o, s, ML_F32) != NULL && nelem(o, s) == nrm &&
 			    g->tensors[s]->rank <= k) {
 				scale = s;
 				last = mi;
 				nodes[nn++] = mi;
-				int bi = opt_sole(o, g->nodes[mi].out[0]);
+				int bi = mlopt_sole(o, g->nodes[mi].out[0]);
 				int b = is_op(o, bi, ML_OP_ADD) ? other(&g->nodes[bi], g->nodes[mi].out[0])
 								: -1;
-				if (b >= 0 && opt_const(o, b, ML_F32) != NULL && nelem(o, b) == nrm &&
+				if (b >= 0 && mlopt_const(o, b, ML_F32) != NULL && nelem(o, b) == nrm &&
 				    g->tensors[b]->rank <= k) {
 					bias = b;
 					last = bi;
@@ -316,27 +316,27 @@ ml_pass_fuse_layernorm(struct opt *o)
 			for (int64_t q = 0; q < nrm; q++)
 				ones[q] = scale >= 0 ? ((const float *)g->tensors[scale]->data)[q] : 1.0f;
 			snprintf(base, sizeof base, "%.280s_ln_scale", g->nodes[last].name);
-			scale = opt_new_const(o, base, ML_F32, k, nd, ones);
+			scale = mlopt_new_const(o, base, ML_F32, k, nd, ones);
 			ml_free(ones);
 			if (scale < 0)
 				return scale;
 		}
 		if (bias >= 0 && g->tensors[bias]->rank != k) {
 			snprintf(base, sizeof base, "%.280s_ln_bias", g->nodes[last].name);
-			bias = opt_new_const(o, base, ML_F32, k, nd, g->tensors[bias]->data);
+			bias = mlopt_new_const(o, base, ML_F32, k, nd, g->tensors[bias]->data);
 			if (bias < 0)
 				return bias;
 		}
 		int in[3] = { x, scale, bias }, out = g->nodes[last].out[0];
 		for (int q = 0; q < nn; q++)
 			if (nodes[q] != last)
-				opt_kill(o, nodes[q]);
+				mlopt_kill(o, nodes[q]);
 		bool onnx = ml_graph_opset(g, "", 1) >= 17;
-		ML_TRY(opt_rewrite(o, last, "LayerNormalization", onnx ? "" : "ml", bias >= 0 ? 3 : 2,
+		ML_TRY(mlopt_rewrite(o, last, "LayerNormalization", onnx ? "" : "ml", bias >= 0 ? 3 : 2,
 				   in, 1, &out, -1, onnx ? NULL : nodes, onnx ? 0 : nn));
 		ML_TRY(ml_node_set_int(g, last, "axis", rank - k));
 		ML_TRY(ml_node_set_float(g, last, "epsilon", eps));
-		opt_note(o, "LayerNormalization");
+		mlopt_note(o, "LayerNormalization");
 	}
 	return o->changes;
 }
@@ -352,29 +352,29 @@ ml_pass_matmul_gemm(struct opt *o)
 		if (!is_op(o, i, ML_OP_MATMUL))
 			continue;
 		int a = g->nodes[i].in[0], b = g->nodes[i].in[1], y = g->nodes[i].out[0];
-		int ai = opt_sole(o, y);
-		if (!opt_f32(o, a) || opt_const(o, b, ML_F32) == NULL || g->tensors[b]->rank != 2 ||
+		int ai = mlopt_sole(o, y);
+		if (!mlopt_f32(o, a) || mlopt_const(o, b, ML_F32) == NULL || g->tensors[b]->rank != 2 ||
 		    !is_op(o, ai, ML_OP_ADD))
 			continue;
 		int64_t n = g->tensors[b]->dims[1];
 		int bias = other(&g->nodes[ai], y);
 		const struct ml_tensor *bt = bias >= 0 ? g->tensors[bias] : NULL;
-		if (bias < 0 || opt_const(o, bias, ML_F32) == NULL || nelem(o, bias) != n ||
+		if (bias < 0 || mlopt_const(o, bias, ML_F32) == NULL || nelem(o, bias) != n ||
 		    bt->rank < 1 || bt->dims[bt->rank - 1] != n)
 			continue;
 		if (bt->rank != 1) {
 			char base[300];
 			snprintf(base, sizeof base, "%.280s_1d", bt->name);
-			if ((bias = opt_new_const(o, base, ML_F32, 1, &n, bt->data)) < 0)
+			if ((bias = mlopt_new_const(o, base, ML_F32, 1, &n, bt->data)) < 0)
 				return bias;
 		}
 		int in[3] = { a, b, bias }, out = g->nodes[ai].out[0], nodes[2] = { i, ai };
 		bool gemm = g->tensors[a]->rank == 2;
-		opt_kill(o, i);
-		ML_TRY(opt_rewrite(o, ai, gemm ? "Gemm" : "FusedMatMul", gemm ? "" : "ml", 3, in, 1,
+		mlopt_kill(o, i);
+		ML_TRY(mlopt_rewrite(o, ai, gemm ? "Gemm" : "FusedMatMul", gemm ? "" : "ml", 3, in, 1,
 				   &out, -1, gemm ? NULL : nodes, gemm ? 0 : 2));
 		g->nodes[ai].name = g->nodes[i].name;
-		opt_note(o, gemm ? "MatMul+Add to Gemm" : "MatMul+Add");
+		mlopt_note(o, gemm ? "MatMul+Add to Gemm" : "MatMul+Add");
 	}
 	return o->changes;
 }
@@ -413,18 +413,18 @@ ml_pass_fold_scale(struct opt *o)
 		const struct ml_node *mul = &g->nodes[i];
 		int s = -1, v = -1;
 		for (int q = 0; q < 2; q++)
-			if (opt_const(o, mul->in[q], ML_F32) != NULL) {
+			if (mlopt_const(o, mul->in[q], ML_F32) != NULL) {
 				s = mul->in[q];
 				v = mul->in[1 - q];
 			}
 		int y = mul->out[0];
-		if (s < 0 || !opt_is_f32(o, v) || !opt_is_f32(o, y) || !opt_is_f32(o, s))
+		if (s < 0 || !mlopt_is_f32(o, v) || !mlopt_is_f32(o, y) || !mlopt_is_f32(o, s))
 			continue;
 		int axis = scale_axis(o, s, y);
-		if (axis == -3 || !opt_is_f32(o, v) || g->tensors[v]->rank != g->tensors[y]->rank)
+		if (axis == -3 || !mlopt_is_f32(o, v) || g->tensors[v]->rank != g->tensors[y]->rank)
 			continue;
-		int pv = v, ti = -1, pi = opt_prod(o, v);
-		if (is_op(o, pi, ML_OP_TRANSPOSE) && opt_sole(o, v) == i) {
+		int pv = v, ti = -1, pi = mlopt_prod(o, v);
+		if (is_op(o, pi, ML_OP_TRANSPOSE) && mlopt_sole(o, v) == i) {
 			const int64_t *perm;
 			int np = ml_attr_ints(&g->nodes[pi], "perm", &perm);
 			if (np != g->tensors[v]->rank)
@@ -433,9 +433,9 @@ ml_pass_fold_scale(struct opt *o)
 			pv = g->nodes[pi].in[0];
 			if (axis >= 0)
 				axis = (int)perm[axis];
-			pi = opt_prod(o, pv);
+			pi = mlopt_prod(o, pv);
 		}
-		if (pi < 0 || opt_sole(o, pv) != (ti >= 0 ? ti : i) || !opt_is_f32(o, pv))
+		if (pi < 0 || mlopt_sole(o, pv) != (ti >= 0 ? ti : i) || !mlopt_is_f32(o, pv))
 			continue;
 		const struct ml_node *p = &g->nodes[pi];
 		int r = g->tensors[pv]->rank;
@@ -464,8 +464,8 @@ ml_pass_fold_scale(struct opt *o)
 			continue;
 		}
 		int w = p->in[wi], b = p->n_in > bi ? p->in[bi] : -1;
-		const float *wd = opt_const(o, w, ML_F32), *bd = b >= 0 ? opt_const(o, b, ML_F32) : NULL;
-		const float *sd = opt_const(o, s, ML_F32);
+		const float *wd = mlopt_const(o, w, ML_F32), *bd = b >= 0 ? mlopt_const(o, b, ML_F32) : NULL;
+		const float *sd = mlopt_const(o, s, ML_F32);
 		if (wd == NULL || (b >= 0 && bd == NULL) || g->tensors[w]->rank < 2 ||
 		    (p->op != ML_OP_CONV && g->tensors[w]->rank != 2))
 			continue;
@@ -492,11 +492,11 @@ ml_pass_fold_scale(struct opt *o)
 			b2[c] = bd[nelem(o, b) == 1 ? 0 : c] * sd[ns == 1 ? 0 : c];
 		char base[300];
 		snprintf(base, sizeof base, "%.280s_scaled", wt->name);
-		int tw = opt_new_const(o, base, ML_F32, wt->rank, wt->dims, w2);
+		int tw = mlopt_new_const(o, base, ML_F32, wt->rank, wt->dims, w2);
 		int tb = -1;
 		if (tw >= 0 && b >= 0) {
 			snprintf(base, sizeof base, "%.280s_scaled", g->tensors[b]->name);
-			tb = opt_new_const(o, base, ML_F32, 1, &ch, b2);
+			tb = mlopt_new_const(o, base, ML_F32, 1, &ch, b2);
 		}
 		ml_free(w2);
 		ml_free(b2);
@@ -513,10 +513,10 @@ ml_pass_fold_scale(struct opt *o)
 		}
 		/* the Mul's value is now the Transpose's output (or P's) */
 		int keep = ti >= 0 ? g->nodes[ti].out[0] : pv;
-		if (!opt_replace(o, y, keep))
+		if (!mlopt_replace(o, y, keep))
 			return ml_fail(o->e, ML_EINVAL, "cannot remove the Mul '%s'", g->nodes[i].name);
-		opt_kill(o, i);
-		opt_note(o, "Mul into weights");
+		mlopt_kill(o, i);
+		mlopt_note(o, "Mul into weights");
 	}
 	return o->changes;
 }
@@ -547,8 +547,8 @@ act_of(const struct opt *o, int ni, double *lo, double *hi)
 			*hi = ml_attr_float(n, "max", INFINITY);
 			return ML_ACT_CLIP;
 		}
-		if ((n->n_in > 1 && n->in[1] >= 0 && !opt_scalar(o, n->in[1], lo)) ||
-		    (n->n_in > 2 && n->in[2] >= 0 && !opt_scalar(o, n->in[2], hi)))
+		if ((n->n_in > 1 && n->in[1] >= 0 && !mlopt_scalar(o, n->in[1], lo)) ||
+		    (n->n_in > 2 && n->in[2] >= 0 && !mlopt_scalar(o, n->in[2], hi)))
 			return -1;
 		return ML_ACT_CLIP;
 	default:
@@ -574,7 +574,7 @@ ml_pass_fuse_bias_act(struct opt *o)
 		if (fused && ml_fused_act(p) != ML_ACT_NONE)
 			continue;
 		int y = p->out[0];
-		if (!opt_f32(o, y) || !opt_f32(o, p->in[0]))
+		if (!mlopt_f32(o, y) || !mlopt_f32(o, p->in[0]))
 			continue;
 		bool conv = op == ML_OP_CONV || op == ML_OP_FUSED_CONV;
 		bool gemm = op == ML_OP_GEMM || op == ML_OP_FUSED_GEMM;
@@ -582,11 +582,11 @@ ml_pass_fuse_bias_act(struct opt *o)
 		int z = fused && p->n_in > 3 ? p->in[3] : -1;
 		int nodes[4] = { i }, nn = 1, last = i, cur = y;
 		/* a residual Add of a value of y's shape, made before this node's position */
-		int ai = opt_sole(o, cur);
+		int ai = mlopt_sole(o, cur);
 		if (z < 0 && !gemm && is_op(o, ai, ML_OP_ADD)) {
 			int zz = other(&g->nodes[ai], cur);
 			int out = g->nodes[ai].out[0];
-			if (zz >= 0 && zz != cur && opt_f32(o, zz) && opt_f32(o, out)) {
+			if (zz >= 0 && zz != cur && mlopt_f32(o, zz) && mlopt_f32(o, out)) {
 				const struct ml_tensor *zt = g->tensors[zz], *yt = g->tensors[cur];
 				bool same = zt->rank == yt->rank;
 				for (int d = 0; same && d < zt->rank; d++)
@@ -603,10 +603,10 @@ ml_pass_fuse_bias_act(struct opt *o)
 			}
 		}
 		double lo = -INFINITY, hi = INFINITY;
-		int act = ML_ACT_NONE, ci = opt_sole(o, cur);
+		int act = ML_ACT_NONE, ci = mlopt_sole(o, cur);
 		if (ci >= 0 && !o->dead[ci]) {
 			int k = act_of(o, ci, &lo, &hi);
-			if (k > 0 && g->nodes[ci].in[0] == cur && opt_f32(o, g->nodes[ci].out[0])) {
+			if (k > 0 && g->nodes[ci].in[0] == cur && mlopt_f32(o, g->nodes[ci].out[0])) {
 				act = k;
 				nodes[nn++] = ci;
 				last = ci;
@@ -632,8 +632,8 @@ ml_pass_fuse_bias_act(struct opt *o)
 		const char *name = g->nodes[i].name;
 		for (int q = 0; q < nn; q++)
 			if (nodes[q] != last)
-				opt_kill(o, nodes[q]);
-		ML_TRY(opt_rewrite(o, last, type, "ml", nin, in, 1, &cur, i, nodes, nn));
+				mlopt_kill(o, nodes[q]);
+		ML_TRY(mlopt_rewrite(o, last, type, "ml", nin, in, 1, &cur, i, nodes, nn));
 		g->nodes[last].name = (char *)name;
 		if (act != ML_ACT_NONE)
 			ML_TRY(ml_node_set_string(g, last, "activation", act_names[act]));
@@ -643,7 +643,7 @@ ml_pass_fuse_bias_act(struct opt *o)
 			if (isfinite(hi))
 				ML_TRY(ml_node_set_float(g, last, "clip_max", hi));
 		}
-		opt_note(o, what);
+		mlopt_note(o, what);
 	}
 	return o->changes;
 }
@@ -663,8 +663,8 @@ ml_pass_pack_weights(struct opt *o)
 			continue;
 		const struct ml_node *n = &g->nodes[i];
 		int a = n->in[0], b = n->in[1];
-		const float *bd = opt_const(o, b, ML_F32);
-		if (bd == NULL || !opt_is_f32(o, a) || !opt_is_f32(o, b) || g->tensors[b]->rank != 2)
+		const float *bd = mlopt_const(o, b, ML_F32);
+		if (bd == NULL || !mlopt_is_f32(o, a) || !mlopt_is_f32(o, b) || g->tensors[b]->rank != 2)
 			continue;
 		int64_t k = g->tensors[b]->dims[0], nn = g->tensors[b]->dims[1];
 		int64_t na = nelem(o, a);
@@ -682,7 +682,7 @@ ml_pass_pack_weights(struct opt *o)
 					bd[r * nn + j];
 		char base[300];
 		snprintf(base, sizeof base, "%.280s_packed", g->tensors[b]->name);
-		int tp = opt_new_const(o, base, ML_F32, 3, dims, pk);
+		int tp = mlopt_new_const(o, base, ML_F32, 3, dims, pk);
 		ml_free(pk);
 		if (tp < 0)
 			return tp;
@@ -691,7 +691,7 @@ ml_pass_pack_weights(struct opt *o)
 		pn->in[1] = tp;
 		o->nuse[tp]++;
 		ML_TRY(ml_node_set_int(g, i, "packed_n", nn));
-		opt_note(o, "FusedMatMul B packed");
+		mlopt_note(o, "FusedMatMul B packed");
 	}
 	return o->changes;
 }

@@ -72,8 +72,8 @@ numel(const struct opt *o, int t)
 static bool
 cand(const struct opt *o, int t)
 {
-	return t >= 0 && opt_is_f32(o, t) && o->g->tensors[t]->rank == 4 &&
-	       opt_const(o, t, ML_UNDEF) == NULL && o->g->tensors[t]->kind != ML_TK_CONST;
+	return t >= 0 && mlopt_is_f32(o, t) && o->g->tensors[t]->rank == 4 &&
+	       mlopt_const(o, t, ML_UNDEF) == NULL && o->g->tensors[t]->kind != ML_TK_CONST;
 }
 
 static int
@@ -113,7 +113,7 @@ perm_is(const struct ml_node *n, const int64_t *p)
 static bool
 const_ok(const struct opt *o, int t)
 {
-	return opt_const(o, t, ML_F32) != NULL && o->g->tensors[t]->rank <= 4;
+	return mlopt_const(o, t, ML_F32) != NULL && o->g->tensors[t]->rank <= 4;
 }
 
 /* nhwc_shape: the shape of t broadcast to rank 4 (leading 1s), then transposed to NHWC. */
@@ -144,8 +144,8 @@ conv_ok(const struct opt *o, int ni)
 		return false;
 	int w = n->in[1], b = n->n_in > 2 ? n->in[2] : -1, z = n->n_in > 3 ? n->in[3] : -1;
 	const struct ml_tensor *wt = o->g->tensors[w];
-	if (opt_const(o, w, ML_F32) == NULL || wt->rank != 4 ||
-	    (b >= 0 && (opt_const(o, b, ML_F32) == NULL || o->g->tensors[b]->rank != 1)) ||
+	if (mlopt_const(o, w, ML_F32) == NULL || wt->rank != 4 ||
+	    (b >= 0 && (mlopt_const(o, b, ML_F32) == NULL || o->g->tensors[b]->rank != 1)) ||
 	    (z >= 0 && !cand(o, z)) || (n->op == ML_OP_FUSED_CONV && ml_fused_act(n) < 0))
 		return false;
 	const char *ap = ml_attr_str(n, "auto_pad", "NOTSET");
@@ -240,7 +240,7 @@ classify(struct lay *l)
 		const struct ml_node *n = &g->nodes[i];
 		if (l->role[i] != R_SINK || !o->pinned[n->out[0]])
 			continue;
-		int p = opt_prod(o, n->in[0]), x = n->in[0];
+		int p = mlopt_prod(o, n->in[0]), x = n->in[0];
 		if (p >= 0 && (l->role[p] == R_CONV || l->role[p] == R_ELEM) && l->psink[x] < 0)
 			l->psink[x] = i;
 		else
@@ -252,7 +252,7 @@ classify(struct lay *l)
 static int
 prod_kind(const struct lay *l, int t)
 {
-	int p = opt_prod(l->o, t);
+	int p = mlopt_prod(l->o, t);
 	if (p < 0)
 		return P_OTHER;
 	if (l->role[p] == R_CONV || l->role[p] == R_ELEM)
@@ -334,7 +334,7 @@ new_act(struct opt *o, int t, const char *suffix)
 {
 	char base[300];
 	snprintf(base, sizeof base, "%.280s%s", o->g->tensors[t]->name, suffix);
-	char *name = opt_unique(o, base);
+	char *name = mlopt_unique(o, base);
 	if (name == NULL)
 		return ml_fail(o->e, ML_ENOMEM, "out of memory");
 	int k = ml_graph_tensor(o->g, name);
@@ -351,7 +351,7 @@ add_transpose(struct opt *o, int in, int out, const int64_t *perm)
 	if (ni < 0)
 		return ni;
 	ML_TRY(ml_node_set_ints(g, ni, "perm", 4, perm));
-	opt_note(o, "boundary Transpose");
+	mlopt_note(o, "boundary Transpose");
 	return 0;
 }
 
@@ -370,7 +370,7 @@ relay_const(struct lay *l, int t)
 	int64_t d4[4] = { 1, 1, 1, 1 };
 	for (int k = 0; k < s.rank; k++)
 		d4[4 - s.rank + k] = s.dims[k];
-	const float *src = opt_const(o, t, ML_F32);
+	const float *src = mlopt_const(o, t, ML_F32);
 	float *dst = ml_malloc(sizeof(float) * (size_t)numel(o, t) + 1);
 	if (dst == NULL)
 		return ml_fail(o->e, ML_ENOMEM, "out of memory");
@@ -382,7 +382,7 @@ relay_const(struct lay *l, int t)
 					dst[q++] = src[((n * d4[1] + c) * d4[2] + h) * d4[3] + w];
 	char base[300];
 	snprintf(base, sizeof base, "%.280s_nhwc", o->g->tensors[t]->name);
-	int k = opt_new_const(o, base, ML_F32, 4, v.dims, dst);
+	int k = mlopt_new_const(o, base, ML_F32, 4, v.dims, dst);
 	ml_free(dst);
 	if (k < 0)
 		return k;
@@ -400,7 +400,7 @@ conv_weights(struct opt *o, int ni, bool *packed)
 {
 	const struct ml_node *n = &o->g->nodes[ni];
 	const struct ml_tensor *wt = o->g->tensors[n->in[1]];
-	const float *w = opt_const(o, n->in[1], ML_F32);
+	const float *w = mlopt_const(o, n->in[1], ML_F32);
 	int64_t M = wt->dims[0], cg = wt->dims[1], KH = wt->dims[2], KW = wt->dims[3];
 	int64_t K = KH * KW * cg, np = (M + ML_FUSED_PANEL - 1) / ML_FUSED_PANEL;
 	*packed = ml_attr_int(n, "group", 1) == 1;
@@ -423,7 +423,7 @@ conv_weights(struct opt *o, int ni, bool *packed)
 	int64_t pd[3] = { np, K, ML_FUSED_PANEL }, hd[4] = { KH, KW, cg, M };
 	char base[300];
 	snprintf(base, sizeof base, "%.280s_nhwc", wt->name);
-	int k = opt_new_const(o, base, ML_F32, *packed ? 3 : 4, *packed ? pd : hd, d);
+	int k = mlopt_new_const(o, base, ML_F32, *packed ? 3 : 4, *packed ? pd : hd, d);
 	ml_free(d);
 	return k;
 }
@@ -442,12 +442,12 @@ to_conv(struct lay *l, int ni, const int *in, int nin, int out)
 		return w;
 	int ins[4] = { in[0], w, nin > 2 ? in[2] : -1, nin > 3 ? in[3] : -1 };
 	const char *name = o->g->nodes[ni].name;
-	ML_TRY(opt_rewrite(o, ni, "ConvNHWC", "ml", nin, ins, 1, &out, ni, &ni, 1));
+	ML_TRY(mlopt_rewrite(o, ni, "ConvNHWC", "ml", nin, ins, 1, &out, ni, &ni, 1));
 	o->g->nodes[ni].name = (char *)name;
 	ML_TRY(ml_node_set_ints(o->g, ni, "kernel_shape", 2, ks));
 	if (packed)
 		ML_TRY(ml_node_set_int(o->g, ni, "packed_n", m));
-	opt_note(o, "Conv to NHWC");
+	mlopt_note(o, "Conv to NHWC");
 	return 0;
 }
 
@@ -496,27 +496,27 @@ convert(struct lay *l)
 		if (!flipped(l, t))
 			continue;
 		if (l->kind[t] == P_SOURCE) {
-			int p = opt_prod(o, t);
+			int p = mlopt_prod(o, t);
 			l->phys[t] = g->nodes[p].in[0];
 			if (!l->logical[t]) {
-				opt_kill(o, p);
-				opt_note(o, "Transpose removed");
+				mlopt_kill(o, p);
+				mlopt_note(o, "Transpose removed");
 			}
 		} else if (l->psink[t] >= 0) {
 			l->phys[t] = g->nodes[l->psink[t]].out[0];
-			opt_kill(o, l->psink[t]);
-			opt_note(o, "Transpose removed");
+			mlopt_kill(o, l->psink[t]);
+			mlopt_note(o, "Transpose removed");
 		} else if ((l->phys[t] = new_act(o, t, "_nhwc")) < 0) {
 			return l->phys[t];
 		}
 	}
 	/* the per-tensor arrays of o cover the new tensors from here on */
-	ML_TRY(opt_index(o));
+	ML_TRY(mlopt_index(o));
 	for (int i = 0; i < nn; i++)
 		if (!o->dead[i] && l->role[i] == R_SINK && flipped(l, g->nodes[i].in[0])) {
 			l->resolve[g->nodes[i].out[0]] = l->phys[g->nodes[i].in[0]];
-			opt_kill(o, i);
-			opt_note(o, "Transpose removed");
+			mlopt_kill(o, i);
+			mlopt_note(o, "Transpose removed");
 		}
 	for (int i = 0; i < nn; i++) {
 		if (o->dead[i])
@@ -535,7 +535,7 @@ convert(struct lay *l)
 	for (int i = 0; i < g->n_nodes; i++)
 		for (int j = 0; j < g->nodes[i].n_in; j++)
 			g->nodes[i].in[j] = resolved(l, g->nodes[i].in[j]);
-	return opt_index(o);
+	return mlopt_index(o);
 }
 
 int

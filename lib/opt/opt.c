@@ -4,6 +4,7 @@
  * use counts, value replacement, in-place node rewrites, and the commit
  * that compacts nodes and tensors, toposorts and infers again.
  */
+#include <pthread.h>
 #include <stdio.h>
 
 #include "opt/opt.h"
@@ -44,14 +45,23 @@ static const struct {
 };
 #define NPASS ((int)(sizeof passes / sizeof passes[0]))
 
+/* pass_tab: the passes' descriptions in one array, filled once (tab_once). */
+static struct ml_opt_pass_info pass_tab[NPASS];
+static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
+
+static void
+tab_fill(void)
+{
+	for (int i = 0; i < NPASS; i++)
+		pass_tab[i] = passes[i].info;
+}
+
 const struct ml_opt_pass_info *
 ml_opt_passes(int *n)
 {
-	static struct ml_opt_pass_info tab[NPASS];
-	for (int i = 0; i < NPASS; i++)
-		tab[i] = passes[i].info;
+	pthread_once(&tab_once, tab_fill);
 	*n = NPASS;
-	return tab;
+	return pass_tab;
 }
 
 static int
@@ -163,7 +173,7 @@ pin_outer(struct opt *o, const struct ml_graph *sub, int depth)
 }
 
 int
-opt_index(struct opt *o)
+mlopt_index(struct opt *o)
 {
 	struct ml_graph *g = o->g;
 	if (grow(o) < 0)
@@ -203,7 +213,7 @@ opt_index(struct opt *o)
 }
 
 void
-opt_note(struct opt *o, const char *what)
+mlopt_note(struct opt *o, const char *what)
 {
 	o->changes++;
 	for (int i = 0; i < o->nnotes; i++)
@@ -218,7 +228,7 @@ opt_note(struct opt *o, const char *what)
 }
 
 void
-opt_kill(struct opt *o, int ni)
+mlopt_kill(struct opt *o, int ni)
 {
 	o->dead[ni] = true;
 	const struct ml_node *n = &o->g->nodes[ni];
@@ -231,7 +241,7 @@ opt_kill(struct opt *o, int ni)
 }
 
 int
-opt_sole(const struct opt *o, int t)
+mlopt_sole(const struct opt *o, int t)
 {
 	if (t < 0 || o->pinned[t] || o->nuse[t] != 1)
 		return -1;
@@ -249,7 +259,7 @@ opt_sole(const struct opt *o, int t)
 }
 
 int
-opt_prod(const struct opt *o, int t)
+mlopt_prod(const struct opt *o, int t)
 {
 	if (t < 0)
 		return -1;
@@ -258,13 +268,13 @@ opt_prod(const struct opt *o, int t)
 }
 
 bool
-opt_replace(struct opt *o, int from, int to)
+mlopt_replace(struct opt *o, int from, int to)
 {
 	struct ml_graph *g = o->g;
 	if (from == to)
 		return false;
 	if (o->pinned[from]) {
-		int p = opt_prod(o, to);
+		int p = mlopt_prod(o, to);
 		if (p < 0 || o->pinned[to] || g->tensors[to]->kind != ML_TK_ACT)
 			return false;
 		/* to's producer writes from; to's readers read from */
@@ -300,7 +310,7 @@ opt_replace(struct opt *o, int from, int to)
 }
 
 const void *
-opt_const(const struct opt *o, int t, enum ml_dtype dt)
+mlopt_const(const struct opt *o, int t, enum ml_dtype dt)
 {
 	if (t < 0)
 		return NULL;
@@ -318,9 +328,9 @@ opt_const(const struct opt *o, int t, enum ml_dtype dt)
 }
 
 bool
-opt_scalar(const struct opt *o, int t, double *v)
+mlopt_scalar(const struct opt *o, int t, double *v)
 {
-	const void *p = opt_const(o, t, ML_UNDEF);
+	const void *p = mlopt_const(o, t, ML_UNDEF);
 	if (p == NULL || !ml_dtype_is_float(o->g->tensors[t]->dtype))
 		return false;
 	struct ml_tval tv;
@@ -332,7 +342,7 @@ opt_scalar(const struct opt *o, int t, double *v)
 }
 
 bool
-opt_is_f32(const struct opt *o, int t)
+mlopt_is_f32(const struct opt *o, int t)
 {
 	if (t < 0)
 		return false;
@@ -346,13 +356,13 @@ opt_is_f32(const struct opt *o, int t)
 }
 
 bool
-opt_f32(const struct opt *o, int t)
+mlopt_f32(const struct opt *o, int t)
 {
 	return t >= 0 && o->g->tensors[t]->dtype == ML_F32 && o->g->tensors[t]->rank >= 0;
 }
 
 char *
-opt_unique(struct opt *o, const char *base)
+mlopt_unique(struct opt *o, const char *base)
 {
 	char buf[512];
 	snprintf(buf, sizeof buf, "%s", base);
@@ -362,10 +372,10 @@ opt_unique(struct opt *o, const char *base)
 }
 
 int
-opt_new_const(struct opt *o, const char *base, enum ml_dtype dt, int rank, const int64_t *dims,
+mlopt_new_const(struct opt *o, const char *base, enum ml_dtype dt, int rank, const int64_t *dims,
 	      const void *data)
 {
-	char *name = opt_unique(o, base);
+	char *name = mlopt_unique(o, base);
 	if (name == NULL)
 		return ml_fail(o->e, ML_ENOMEM, "out of memory");
 	int t = ml_graph_tensor(o->g, name);
@@ -409,7 +419,7 @@ add_from(struct ml_graph *g, const struct ml_node *src, char **list, int n, int 
 }
 
 int
-opt_rewrite(struct opt *o, int ni, const char *op_type, const char *domain, int n_in,
+mlopt_rewrite(struct opt *o, int ni, const char *op_type, const char *domain, int n_in,
 	    const int *in, int n_out, const int *out, int src, const int *srcs, int nsrc)
 {
 	struct ml_graph *g = o->g;
@@ -502,7 +512,7 @@ same_attr(const struct ml_attr *x, const struct ml_attr *y)
 }
 
 bool
-opt_same_attrs(const struct ml_node *a, const struct ml_node *b)
+mlopt_same_attrs(const struct ml_node *a, const struct ml_node *b)
 {
 	if (a->n_attr != b->n_attr)
 		return false;
@@ -523,7 +533,7 @@ opt_same_attrs(const struct ml_node *a, const struct ml_node *b)
  * kept tensors back in order, and remap every index.
  */
 int
-opt_commit(struct opt *o)
+mlopt_commit(struct opt *o)
 {
 	struct ml_graph *g = o->g;
 	int nn = 0, rc;
@@ -556,7 +566,7 @@ opt_commit(struct opt *o)
 		rc = ml_fail(o->e, ML_ENOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = opt_index(o)) < 0)
+	if ((rc = mlopt_index(o)) < 0)
 		goto out;
 	for (int t = 0; t < nt; t++)
 		used[t] = o->pinned[t] || o->nuse[t] > 0 || g->tensors[t]->kind == ML_TK_INPUT;
@@ -605,7 +615,7 @@ opt_commit(struct opt *o)
 	if ((rc = ml_graph_toposort(g, o->e)) < 0 || (rc = ml_graph_infer(g, o->e)) < 0 ||
 	    (rc = ml_graph_validate(g, o->e)) < 0)
 		goto out;
-	rc = opt_index(o);
+	rc = mlopt_index(o);
 out:
 	ml_free(used);
 	ml_free(map);
@@ -669,7 +679,7 @@ ml_opt_run(struct ml_graph *g, const struct ml_opt_opts *oo, struct ml_opt_repor
 		memset(r, 0, sizeof *r);
 		r->nodes_before = g->n_nodes;
 	}
-	if ((rc = opt_index(&o)) < 0)
+	if ((rc = mlopt_index(&o)) < 0)
 		goto out;
 	int rounds = oo->max_rounds > 0 ? oo->max_rounds : 8;
 	int round;
@@ -681,11 +691,11 @@ ml_opt_run(struct ml_graph *g, const struct ml_opt_opts *oo, struct ml_opt_repor
 			double t0 = ml_now();
 			o.changes = 0;
 			o.nnotes = 0;
-			if ((rc = opt_index(&o)) < 0 || (rc = passes[list[i]].fn(&o)) < 0) {
+			if ((rc = mlopt_index(&o)) < 0 || (rc = passes[list[i]].fn(&o)) < 0) {
 				ml_err_prefix(e, pi->name);
 				goto out;
 			}
-			if (o.changes > 0 && (rc = opt_commit(&o)) < 0) {
+			if (o.changes > 0 && (rc = mlopt_commit(&o)) < 0) {
 				ml_err_prefix(e, pi->name);
 				goto out;
 			}

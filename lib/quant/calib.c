@@ -230,17 +230,9 @@ out:
 /* ---- statistics ---- */
 
 int
-mq_copy_graph(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e)
+mlq_copy_graph(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e)
 {
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	int rc;
-
-	*out = NULL;
-	if ((rc = ml_mlg_encode(g, &buf, &len, e)) < 0)
-		return rc;
-	rc = ml_mlg_decode(out, buf, len, e);
-	ml_free(buf);
+	int rc = ml_graph_clone(out, g, e);
 	if (rc == 0 && (rc = ml_graph_toposort(*out, e)) == 0)
 		rc = ml_graph_infer(*out, e);
 	if (rc < 0) {
@@ -251,7 +243,7 @@ mq_copy_graph(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e)
 }
 
 int
-mq_run_all(const struct ml_graph *g, const struct ml_calib *cal, int extra_f32,
+mlq_run_all(const struct ml_graph *g, const struct ml_calib *cal, int extra_f32,
 	   int (*fn)(void *ctx, struct ml_graph *gx, struct ml_session *s, int batch,
 		     struct ml_err *e),
 	   void *ctx, struct ml_err *e)
@@ -260,7 +252,7 @@ mq_run_all(const struct ml_graph *g, const struct ml_calib *cal, int extra_f32,
 	struct ml_session *s = NULL;
 	int rc;
 
-	if ((rc = mq_copy_graph(&gx, g, e)) < 0)
+	if ((rc = mlq_copy_graph(&gx, g, e)) < 0)
 		return rc;
 	if (extra_f32) {
 		int n0 = gx->n_tensors;
@@ -337,7 +329,7 @@ stat_batch(void *ctx, struct ml_graph *gx, struct ml_session *s, int batch, stru
 }
 
 int
-mq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, struct mq_stat **out,
+mlq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, struct mq_stat **out,
 	   struct ml_err *e)
 {
 	struct statctx sc = { .g = g };
@@ -362,7 +354,7 @@ mq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, stru
 				st->seen = true;
 			}
 		}
-	if ((rc = mq_run_all(g, cal, 1, stat_batch, &sc, e)) < 0)
+	if ((rc = mlq_run_all(g, cal, 1, stat_batch, &sc, e)) < 0)
 		goto fail;
 	if (hist) {
 		sc.pass = 1;
@@ -378,7 +370,7 @@ mq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, stru
 					st->hist[bin >= MQ_BINS ? MQ_BINS - 1 : bin] += 1;
 				}
 			}
-		if ((rc = mq_run_all(g, cal, 1, stat_batch, &sc, e)) < 0)
+		if ((rc = mlq_run_all(g, cal, 1, stat_batch, &sc, e)) < 0)
 			goto fail;
 	}
 	*out = sc.st;
@@ -423,7 +415,7 @@ kl_of(const double *hist, int n, int levels)
 }
 
 void
-mq_range(const struct mq_stat *st, int method, double pct, double *lo, double *hi)
+mlq_range(const struct mq_stat *st, int method, double pct, double *lo, double *hi)
 {
 	double am = fmax(fabs(st->min), fabs(st->max)), t = am, tot = 0;
 

@@ -5,7 +5,7 @@
  * weights each time it runs (so the STE gradient is dy everywhere), the
  * activation one holds the per-tensor uint8 range of the first calibration
  * batch as constants (its STE gradient is zero outside that range).
- * mq_qat_strip is ml_quantize's side: it removes the FakeQuant nodes of a
+ * mlq_qat_strip is ml_quantize's side: it removes the FakeQuant nodes of a
  * trained graph and turns their ranges into calibration statistics.
  */
 #include "quant/quant.h"
@@ -78,7 +78,7 @@ ml_quant_insert_fakequant(struct ml_graph *g, const struct ml_quant_qat_opts *o,
 	if (o != NULL && o->cal != NULL && o->cal->n_batches > 0) {
 		struct ml_calib one = *o->cal;
 		one.n_batches = 1;
-		if ((rc = mq_collect(g, &one, false, &st, e)) < 0)
+		if ((rc = mlq_collect(g, &one, false, &st, e)) < 0)
 			return rc;
 	}
 	n0 = g->n_nodes;
@@ -123,12 +123,12 @@ out:
 	return rc;
 }
 
-/* mq_qat_strip: see the declaration in quant.c. */
-int mq_qat_strip(const struct ml_graph *g, struct ml_graph **out, struct mq_stat **stp,
+/* mlq_qat_strip: see the declaration in quant.c. */
+int mlq_qat_strip(const struct ml_graph *g, struct ml_graph **out, struct mq_stat **stp,
 		 struct ml_err *e);
 
 int
-mq_qat_strip(const struct ml_graph *g, struct ml_graph **out, struct mq_stat **stp,
+mlq_qat_strip(const struct ml_graph *g, struct ml_graph **out, struct mq_stat **stp,
 	     struct ml_err *e)
 {
 	struct ml_graph *c = NULL, *c2 = NULL;
@@ -142,7 +142,7 @@ mq_qat_strip(const struct ml_graph *g, struct ml_graph **out, struct mq_stat **s
 		nfq += g->nodes[i].op == ML_OP_FAKE_QUANT;
 	if (nfq == 0)
 		return 0;
-	if ((rc = mq_copy_graph(&c, g, e)) < 0)
+	if ((rc = mlq_copy_graph(&c, g, e)) < 0)
 		return rc;
 	rx = ml_malloc(sizeof(int) * (size_t)nfq);
 	rlo = ml_malloc(sizeof(float) * (size_t)nfq);
@@ -188,7 +188,7 @@ mq_qat_strip(const struct ml_graph *g, struct ml_graph **out, struct mq_stat **s
 					c->nodes[j].in[k] = x;
 	}
 	c->n_nodes = keep;
-	if ((rc = ml_graph_toposort(c, e)) < 0 || (rc = mq_copy_graph(&c2, c, e)) < 0)
+	if ((rc = ml_graph_toposort(c, e)) < 0 || (rc = mlq_copy_graph(&c2, c, e)) < 0)
 		goto out;
 	st = ml_calloc((size_t)c2->n_tensors + 1, sizeof *st);
 	if (st == NULL) {

@@ -298,7 +298,7 @@ qparams(struct rw *r, int t, struct qp *p)
 	if (t >= r->n_t0 || !st->seen)
 		return ml_fail(r->e, ML_EINVAL, "tensor '%s' has no calibration statistics",
 			       ml_graph_t(r->q, t)->name);
-	mq_range(st, r->o->method, r->o->percentile, &lo, &hi);
+	mlq_range(st, r->o->method, r->o->percentile, &lo, &hi);
 	if (r->o->act_signed) {
 		double am = fmax(fabs(lo), fabs(hi));
 		p->scale = (float)(am > 0 ? am / 127 : 1.0);
@@ -919,7 +919,7 @@ build(struct ml_graph **out, const struct ml_graph *g, struct mq_stat *st,
 	int rc;
 
 	*out = NULL;
-	if ((rc = mq_copy_graph(&r.q, g, e)) < 0)
+	if ((rc = mlq_copy_graph(&r.q, g, e)) < 0)
 		return rc;
 	/*
 	 * A quantised model is for inference: mltrain's state (optimizer
@@ -1086,7 +1086,7 @@ node_times(const struct ml_graph *g, const struct ml_calib *cal, double **out, s
 	int rc;
 
 	*out = NULL;
-	if ((rc = mq_copy_graph(&gx, g, e)) < 0)
+	if ((rc = mlq_copy_graph(&gx, g, e)) < 0)
 		return rc;
 	double *t = ml_calloc((size_t)gx->n_nodes * RUNS + 1, sizeof(double));
 	double *m = ml_calloc((size_t)gx->n_nodes + 1, sizeof(double));
@@ -1148,18 +1148,18 @@ measure(const struct ml_graph *g, const struct ml_graph *q, const struct ml_cali
 	o.v = ml_calloc((size_t)o.n + 1, sizeof *o.v);
 	if (o.v == NULL)
 		return ml_fail(e, ML_ENOMEM, "out of memory");
-	if ((rc = mq_run_all(g, cal, 0, keep_out, &o, e)) < 0)
+	if ((rc = mlq_run_all(g, cal, 0, keep_out, &o, e)) < 0)
 		goto out;
 	o.compare = true;
-	if ((rc = mq_run_all(q, cal, 0, keep_out, &o, e)) < 0)
+	if ((rc = mlq_run_all(q, cal, 0, keep_out, &o, e)) < 0)
 		goto out;
 	rep->out_sqnr_db = o.noise > 0 ? 10 * log10(o.sig / o.noise) : 99;
 	if ((rc = node_times(g, cal, &tf, e)) < 0 || (rc = node_times(q, cal, &tq, e)) < 0)
 		goto out;
 	struct ml_graph *qc = NULL, *gc = NULL;
-	if ((rc = mq_copy_graph(&qc, q, e)) < 0)
+	if ((rc = mlq_copy_graph(&qc, q, e)) < 0)
 		goto out;
-	if ((rc = mq_copy_graph(&gc, g0, e)) < 0) {
+	if ((rc = mlq_copy_graph(&gc, g0, e)) < 0) {
 		ml_graph_free(qc);
 		goto out;
 	}
@@ -1182,11 +1182,11 @@ out:
 
 /*
  * ---- quantisation-aware training (lib/quant/qat.c) ----
- * mq_qat_strip: for a g with FakeQuant nodes, *out is a copy without them
+ * mlq_qat_strip: for a g with FakeQuant nodes, *out is a copy without them
  * and *st holds the ranges of the tensors they fake-quantised (per tensor
  * index of *out, min/max only); *out stays NULL for a g without any.
  */
-int mq_qat_strip(const struct ml_graph *g, struct ml_graph **out, struct mq_stat **st,
+int mlq_qat_strip(const struct ml_graph *g, struct ml_graph **out, struct mq_stat **st,
 		 struct ml_err *e);
 
 /* qat_ranges: the FakeQuant ranges qst override the calibrated statistics st (when any). */
@@ -1214,12 +1214,12 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 	if (rep == NULL)
 		rep = &tmp;
 	/* a graph mlopt fused: FusedConv/FusedGemm split back (unfuse.c) */
-	if ((rc = mq_unfuse(g, &gu, e)) < 0)
+	if ((rc = mlq_unfuse(g, &gu, e)) < 0)
 		return rc;
 	if (gu != NULL)
 		g = gu;
 	/* a QAT-trained graph: FakeQuant nodes removed, their ranges used (qat.c) */
-	if ((rc = mq_qat_strip(g, &gq, &qst, e)) < 0) {
+	if ((rc = mlq_qat_strip(g, &gq, &qst, e)) < 0) {
 		ml_graph_free(gu);
 		return rc;
 	}
@@ -1231,7 +1231,7 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 		return ml_fail(e, ML_EINVAL, "this form needs calibration data");
 	}
 	if (needcal && cal != NULL &&
-	    (rc = mq_collect(g, cal, o->method != ML_CALIB_MINMAX, &st, e)) < 0)
+	    (rc = mlq_collect(g, cal, o->method != ML_CALIB_MINMAX, &st, e)) < 0)
 		goto out;
 	if (needcal && gq != NULL) {
 		if (st == NULL) {

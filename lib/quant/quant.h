@@ -18,26 +18,26 @@ struct mq_stat {
 	double hist[MQ_BINS];
 };
 
-/* mq_copy_graph: a deep copy of g (through the graph file), toposorted and inferred. */
-int mq_copy_graph(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e);
+/* mlq_copy_graph: a deep copy of g (ml_graph_clone), toposorted and inferred. */
+int mlq_copy_graph(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e);
 /*
- * mq_run_all: run a copy of g over every calibration batch (with every f32
+ * mlq_run_all: run a copy of g over every calibration batch (with every f32
  * activation as an extra output when extra_f32), calling fn after each run.
  */
-int mq_run_all(const struct ml_graph *g, const struct ml_calib *cal, int extra_f32,
+int mlq_run_all(const struct ml_graph *g, const struct ml_calib *cal, int extra_f32,
 	       int (*fn)(void *ctx, struct ml_graph *gx, struct ml_session *s, int batch,
 			 struct ml_err *e),
 	       void *ctx, struct ml_err *e);
-/* mq_collect: statistics of every tensor of g over cal (*out: one per tensor, ml_free it). */
-int mq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, struct mq_stat **out,
+/* mlq_collect: statistics of every tensor of g over cal (*out: one per tensor, ml_free it). */
+int mlq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, struct mq_stat **out,
 	       struct ml_err *e);
-/* mq_range: the calibrated range [lo, hi] (0 always inside) of st by method. */
-void mq_range(const struct mq_stat *st, int method, double pct, double *lo, double *hi);
+/* mlq_range: the calibrated range [lo, hi] (0 always inside) of st by method. */
+void mlq_range(const struct mq_stat *st, int method, double pct, double *lo, double *hi);
 /*
- * mq_unfuse (unfuse.c): in *out, a copy of g with mlopt's FusedConv and
+ * mlq_unfuse (unfuse.c): in *out, a copy of g with mlopt's FusedConv and
  * FusedGemm nodes of no activation, Relu or Clip split back into their ONNX
  * ops; *out is NULL when g has none.
  */
-int mq_unfuse(const struct ml_graph *g, struct ml_graph **out, struct ml_err *e);
+int mlq_unfuse(const struct ml_graph *g, struct ml_graph **out, struct ml_err *e);
 
 #endif

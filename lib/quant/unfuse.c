@@ -118,7 +118,7 @@ split(struct ml_graph *c, int ni, struct ml_err *e)
 }
 
 int
-mq_unfuse(const struct ml_graph *g, struct ml_graph **out, struct ml_err *e)
+mlq_unfuse(const struct ml_graph *g, struct ml_graph **out, struct ml_err *e)
 {
 	struct ml_graph *c = NULL, *c2 = NULL;
 	int nf = 0, rc;
@@ -128,13 +128,13 @@ mq_unfuse(const struct ml_graph *g, struct ml_graph **out, struct ml_err *e)
 		nf += splittable(&g->nodes[i]);
 	if (nf == 0)
 		return 0;
-	if ((rc = mq_copy_graph(&c, g, e)) < 0)
+	if ((rc = mlq_copy_graph(&c, g, e)) < 0)
 		return rc;
 	int n0 = c->n_nodes;
 	for (int i = 0; i < n0 && rc == 0; i++)
 		if (splittable(&c->nodes[i]))
 			rc = split(c, i, e) < 0 ? -1 : 0;
-	if (rc == 0 && (rc = ml_graph_toposort(c, e)) == 0 && (rc = mq_copy_graph(&c2, c, e)) == 0) {
+	if (rc == 0 && (rc = ml_graph_toposort(c, e)) == 0 && (rc = mlq_copy_graph(&c2, c, e)) == 0) {
 		*out = c2;
 		c2 = NULL;
 	}

@@ -654,19 +654,6 @@ optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, const 
 	return 0;
 }
 
-/* clone: a deep copy of g through the graph file encoding. */
-static int
-clone(struct ml_graph **out, const struct ml_graph *g, struct ml_err *e)
-{
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	int rc = ml_mlg_encode(g, &buf, &len, e);
-	if (rc == 0)
-		rc = ml_mlg_decode(out, buf, len, e);
-	ml_free(buf);
-	return rc;
-}
-
 static int
 check_opts(const struct ml_train_opts *o, const struct ml_graph *model, struct ml_err *e)
 {
@@ -702,7 +689,7 @@ ml_train_step_graph(struct ml_graph **out, const struct ml_graph *model,
 	}
 	if ((rc = check_opts(o, model, e)) < 0)
 		return rc;
-	if ((rc = clone(&g, model, e)) < 0)
+	if ((rc = ml_graph_clone(&g, model, e)) < 0)
 		return rc;
 	b.g = g;
 	if ((rc = unshare(g, e)) < 0 || (rc = ml_graph_toposort(g, e)) < 0 ||

@@ -868,10 +868,50 @@ test_examples(void)
 	}
 }
 
+/* test_clone: ml_graph_clone copies every field and shares no memory with the original. */
+static void
+test_clone(void)
+{
+	struct ml_err e = { 0 };
+	struct ml_graph *g = rich_graph(), *c = NULL;
+	int rc = ml_graph_clone(&c, g, &e);
+	ok(rc == 0, "clone a graph that uses every field%s%s", rc == 0 ? "" : ": ", rc == 0 ? "" : e.msg);
+	if (c == NULL)
+		return;
+	bool same = graph_eq(g, c, 0);
+	ok(same, "the clone keeps every field%s%s", same ? "" : ": ", same ? "" : why);
+	bool apart = c->tensors != g->tensors && c->train != g->train && c->train->rng != g->train->rng;
+	for (int i = 0; i < g->n_tensors; i++)
+		apart &= c->tensors[i] != g->tensors[i] &&
+			 (g->tensors[i]->data == NULL || c->tensors[i]->data != g->tensors[i]->data);
+	for (int i = 0; i < g->n_nodes; i++)
+		for (int j = 0; j < g->nodes[i].n_attr; j++) {
+			const struct ml_attr *a = &c->nodes[i].attrs[j];
+			if (a->type == ML_ATTR_GRAPH || a->type == ML_ATTR_GRAPHS)
+				for (int k = 0; k < a->n; k++)
+					apart &= a->graphs[k] != g->nodes[i].attrs[j].graphs[k] &&
+						 a->graphs[k]->parent == c;
+		}
+	ok(apart, "the clone shares no tensor, data, training state or subgraph; its subgraphs' parent is it");
+	uint8_t *b1 = NULL, *b2 = NULL;
+	size_t l1 = 0, l2 = 0;
+	ok(ml_mlg_encode(g, &b1, &l1, &e) == 0 && ml_mlg_encode(c, &b2, &l2, &e) == 0 && l1 == l2 &&
+		   memcmp(b1, b2, l1) == 0,
+	   "the clone writes the same graph file");
+	ml_free(b1);
+	ml_free(b2);
+	ml_graph_free(g);
+	char *t = encode(c, &l1);
+	ok(t != NULL, "the clone outlives the original");
+	ml_free(t);
+	ml_graph_free(c);
+}
+
 int
 main(void)
 {
 	test_round_trip();
+	test_clone();
 	test_layers();
 	test_errors();
 	test_mutations();

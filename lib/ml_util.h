@@ -1,0 +1,49 @@
+/*
+ * ml_util.h: the small helpers the library and the tools share (lib/util):
+ * JSON output and the random number generator. Included by ml.h.
+ *
+ * There is one of each: every JSON report (mlprof, mlopt, the device plan,
+ * the tools' --json) escapes strings with ml_json_str, and every random
+ * stream (parameter init, shuffling, the random ops, dropout masks, the
+ * bootstrap of mlprof --diff, the tools' random inputs) is splitmix64 or
+ * xoshiro256** seeded through splitmix64. The streams are part of the file
+ * formats' meaning (a seed gives the same weights, a resumed training run
+ * the same batches), so they never change.
+ */
+#ifndef ML_UTIL_H
+#define ML_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/*
+ * ml_json_str: write s as a JSON string literal to fp: quote and backslash
+ * escaped, \n \r \t as such, other bytes below 0x20 as \u00XX, the rest
+ * (UTF-8 included) as they are. NULL writes "".
+ */
+void ml_json_str(FILE *fp, const char *s);
+/* ml_json_num: write x as a JSON number ("%.9g"), or null when it is not finite. */
+void ml_json_num(FILE *fp, double x);
+
+/*
+ * ml_mix64: the splitmix64 output function of z + 0x9e3779b97f4a7c15 (Steele,
+ * Lea, Flood): a bijective hash of 64 bits, for counter-based streams.
+ */
+uint64_t ml_mix64(uint64_t z);
+/* ml_splitmix64: the next value of the splitmix64 stream *state (advances it). */
+uint64_t ml_splitmix64(uint64_t *state);
+
+/* struct ml_rng: a xoshiro256** generator (Blackman, Vigna). */
+struct ml_rng {
+	uint64_t s[4];
+};
+/* ml_rng_seed: r's state from four splitmix64 draws of the stream seed. */
+void ml_rng_seed(struct ml_rng *r, uint64_t seed);
+/* ml_rng_next: the next 64 bits of r. */
+uint64_t ml_rng_next(struct ml_rng *r);
+/* ml_rng_below: a uniform draw in [0, n), n > 0, without modulo bias (Lemire). */
+uint64_t ml_rng_below(struct ml_rng *r, uint64_t n);
+/* ml_rng_unit: a uniform double in [0, 1) with 53 random bits. */
+double ml_rng_unit(struct ml_rng *r);
+
+#endif
