@@ -18,22 +18,6 @@ dev_id(int d, char *buf, size_t n)
 	return buf;
 }
 
-static void
-json_str(FILE *fp, const char *s)
-{
-	fputc('"', fp);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(fp, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(fp, "\\u%04x", c);
-		else
-			fputc(c, fp);
-	}
-	fputc('"', fp);
-}
-
 int
 ml_session_plan_write(const struct ml_session *s, FILE *fp, bool json, struct ml_err *e)
 {
@@ -69,9 +53,9 @@ ml_session_plan_write(const struct ml_session *s, FILE *fp, bool json, struct ml
 		moved += (double)in_bytes;
 		if (json) {
 			fprintf(fp, "%s\n  {\"index\": %d, \"name\": ", i ? "," : "", i);
-			json_str(fp, n->name);
+			ml_json_str(fp, n->name);
 			fprintf(fp, ", \"op\": ");
-			json_str(fp, n->op_type);
+			ml_json_str(fp, n->op_type);
 			fprintf(fp, ", \"device\": \"%s\", \"supported\": %s, \"cost_us\": %.3f, "
 				"\"bytes_in\": %lld}", dev_id(nd[i], id, sizeof id),
 				hx != NULL && hx->node_ok[i] ? "true" : "false", us,
@@ -97,7 +81,7 @@ ml_session_plan_write(const struct ml_session *s, FILE *fp, bool json, struct ml
 			hx != NULL && hx->note[0] ? "\"" : "");
 		if (how) {
 			fprintf(fp, ", \"auto\": ");
-			json_str(fp, hx->how);
+			ml_json_str(fp, hx->how);
 		}
 		fprintf(fp, "}\n");
 	} else {
