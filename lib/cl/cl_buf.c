@@ -124,10 +124,11 @@ mlcl_pool_trim(struct mlcl_dev *d)
 	d->pool_bytes = 0;
 }
 
-/* record: keep ev for profiling, or release it */
-static void
-record(struct mlcl_dev *d, cl_event ev)
+void
+mlcl_record(struct mlcl_dev *d, cl_event ev)
 {
+	if (ev == NULL)
+		return;
 	if (!d->profiling) {
 		clReleaseEvent(ev);
 		return;
@@ -196,7 +197,7 @@ mlcl_copy(struct mlcl_dev *d, cl_mem dst, size_t doff, cl_mem src, size_t soff, 
 	cl_int st = clEnqueueCopyBuffer(d->q, src, dst, soff, doff, n, 0, NULL, &ev);
 	if (st != CL_SUCCESS)
 		return lost(d, st, "clEnqueueCopyBuffer", e);
-	record(d, ev);
+	mlcl_record(d, ev);
 	return 0;
 }
 
@@ -221,7 +222,7 @@ mlcl_launch(struct mlcl_dev *d, cl_kernel k, cl_uint dims, const size_t *gws, co
 		}
 		return lost(d, st, "clEnqueueNDRangeKernel", e);
 	}
-	record(d, ev);
+	mlcl_record(d, ev);
 	return 0;
 }
 
