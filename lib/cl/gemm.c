@@ -485,7 +485,7 @@ dispatch(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t N, i
 			return epilogue(d, f16, M, N, C, c_off, ldc, batch, stride_c, epi, e);
 		/* redone on ours; CLBlast is not asked again for this precision */
 		d->clb_failed[f16] = true;
-		snprintf(d->eng_note, sizeof d->eng_note, "own for %s: CLBlast status %d (%s)",
+		snprintf(d->eng_note, sizeof d->eng_note, "%s own: CLBlast %d (%s)",
 			 f16 ? "f16" : "f32", st, mlcl_clblast_status_str(st));
 	}
 	return own(d, f16, ta, tb, M, N, K, alpha, A, a_off, lda, B, b_off, ldb, beta, C, c_off,
@@ -932,6 +932,10 @@ mlcl_gemm_describe(const struct mlcl_dev *d, char *buf, size_t n)
 				       d->tile.wg, d->tile_how);
 	if (d->eng_how == NULL || len >= n)
 		return;
+	if (d->eng_bad) {
+		snprintf(buf + len, n - len, "%sengine none: %s", len > 0 ? ", " : "", d->eng_note);
+		return;
+	}
 	char what[64] = "clblast:";
 	int nclb = 0;
 	for (int i = 0; i < MLCL_GEMM_CLASSES; i++)
@@ -942,6 +946,5 @@ mlcl_gemm_describe(const struct mlcl_dev *d, char *buf, size_t n)
 		}
 	snprintf(buf + len, n - len, "%sengine %s (%s)%s%s", len > 0 ? ", " : "",
 		 nclb == 0 ? "own" : nclb == MLCL_GEMM_CLASSES ? "clblast" : what, d->eng_how,
-		 d->eng_note[0] != '\0' && !d->eng_bad ? "; " : "",
-		 d->eng_bad ? "" : d->eng_note);
+		 d->eng_note[0] != '\0' ? "; " : "", d->eng_note);
 }

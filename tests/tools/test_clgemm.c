@@ -545,12 +545,12 @@ engine_tests(void)
 	gemm_case(&c);
 	gemm_case(&v);
 	ok(strstr(describe(), "engine clblast (ML_CL_GEMM)") != NULL &&
-	   strstr(describe(), "CLBlast status") == NULL, "ML_CL_GEMM=clblast: %s", describe());
+	   strstr(describe(), "own: CLBlast") == NULL, "ML_CL_GEMM=clblast: %s", describe());
 
 	set("ML_CL_FAULT", "clblast");
 	mlcl_gemm_engine_forget(dev);
 	gemm_case(&c);
-	ok(strstr(describe(), "own for f32: CLBlast status -2040") != NULL,
+	ok(strstr(describe(), "f32 own: CLBlast -2040 (unknown error)") != NULL,
 	   "a failing CLBlast call is redone on ours and noted: %s", describe());
 	set("ML_CL_FAULT", NULL);
 
