@@ -24,6 +24,11 @@
  *                   epilogue (bias, residual, activation) fused into the
  *                   store.
  *
+ * and two kernels on their own: ml_gemv_T, the product with M == 1 or N == 1
+ * as a matrix-vector product (nothing packed; a work-group's work-items
+ * split K and add their sums in local memory), and ml_gemm_epi_T, the
+ * epilogue alone, after a GEMM that has none (CLBlast's, lib/cl/clblast.c).
+ *
  * T is f32, or f16 when built with -DML_F16 (stored as half through the
  * core vload_half/vstore_half, so it needs no cl_khr_fp16; arithmetic and
  * accumulation stay in f32). Matrices are row-major; every offset, leading

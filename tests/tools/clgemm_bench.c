@@ -72,13 +72,14 @@ cmp(const void *a, const void *b)
  * on the machine changes less than the wall time.
  */
 static void
-report(const char *impl, long m, long n, long k, double *t, int runs, double cpu, double err)
+report(const char *impl, long m, long n, long k, bool tb, double *t, int runs, double cpu,
+       double err)
 {
 	qsort(t, (size_t)runs, sizeof *t, cmp);
 	double fl = 2.0 * (double)m * (double)n * (double)k * 1e-9;
 	double med = runs % 2 ? t[runs / 2] : (t[runs / 2 - 1] + t[runs / 2]) / 2;
-	printf("gemm %s %ldx%ldx%ld best=%.2f median=%.2f runs=%d maxrelerr=%.2g cpu=%.2f\n", impl,
-	       m, n, k, fl / t[0], fl / med, runs, err, fl * runs / cpu);
+	printf("gemm %s %ldx%ldx%ld%s best=%.2f median=%.2f runs=%d maxrelerr=%.2g cpu=%.2f\n",
+	       impl, m, n, k, tb ? "T" : "", fl / t[0], fl / med, runs, err, fl * runs / cpu);
 	fflush(stdout);
 }
 
@@ -280,7 +281,7 @@ main(int argc, char **argv)
 					    (int)k, 1, A, (int)k, B, ldb, 0, C, (int)n);
 				t[r] = now() - t0;
 			}
-			report("openblas", m, n, k, t, runs, cpu_now() - c0, 0);
+			report("openblas", m, n, k, tb, t, runs, cpu_now() - c0, 0);
 		}
 		struct mlcl_buf *dA = NULL, *dB = NULL, *dC = NULL;
 		if (mlcl_buf_get(d, (size_t)(m * k) * 4, &dA, &e) < 0 ||
@@ -313,7 +314,7 @@ main(int argc, char **argv)
 					t[r] = now() - t0;
 			}
 			mlcl_read(d, dC->mem, 0, C, (size_t)(m * n) * 4, &e);
-			report(pass == 0 ? "ml" : "auto", m, n, k, t, runs, cpu_now() - c0,
+			report(pass == 0 ? "ml" : "auto", m, n, k, tb, t, runs, cpu_now() - c0,
 			       relerr(C, R, (size_t)(m * n)));
 			if (pass == 1) {
 				char desc[160];
@@ -363,7 +364,7 @@ main(int argc, char **argv)
 				printf("clblast: CLBlastSgemm failed with status %d\n", st);
 			} else {
 				mlcl_read(d, dC->mem, 0, C, (size_t)(m * n) * 4, &e);
-				report("clblast", m, n, k, t, runs, cpu_now() - c0,
+				report("clblast", m, n, k, tb, t, runs, cpu_now() - c0,
 				       relerr(C, R, (size_t)(m * n)));
 			}
 		}
