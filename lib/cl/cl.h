@@ -11,7 +11,8 @@
  *
  * Fault injection: ML_CL_FAULT=noplatform|build|alloc|enqueue makes the
  * platform probe, a program build, a buffer allocation or a kernel launch
- * fail as the real failure would (the tests use it).
+ * fail as the real failure would (the tests use it); clblast makes every
+ * CLBlast call fail (clblast.c).
  */
 #ifndef ML_CL_H
 #define ML_CL_H
@@ -385,7 +386,8 @@ void mlcl_gemm_describe(const struct mlcl_dev *d, char *buf, size_t n);
  * mlcl_record. It returns CLBlast's status: 0, or a negative
  * CLBlastStatusCode (also -1017 for a zero M, N or K, which CLBlast
  * refuses); -2040 (unknown error) when CLBlast is not loaded or with
- * ML_CL_FAULT=clblast. mlcl_clblast_status_str names a status.
+ * ML_CL_FAULT=clblast, CL_OUT_OF_RESOURCES with ML_CL_FAULT=enqueue.
+ * mlcl_clblast_status_str names a status.
  */
 bool mlcl_clblast_load(const char **why);
 const char *mlcl_clblast_lib(void);

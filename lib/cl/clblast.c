@@ -174,6 +174,9 @@ mlcl_clblast_gemm(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int
 {
 	if (mlcl_fault("clblast") || !mlcl_clblast_load(NULL))
 		return ST_UNKNOWN;
+	/* a lost device fails CLBlast's launches as it fails ours */
+	if (mlcl_fault("enqueue"))
+		return CL_OUT_OF_RESOURCES;
 	if (M <= 0 || N <= 0 || K <= 0 || batch <= 0)
 		return ST_DIM;
 	/* CLBlast would find this out too, and print it to stderr */
