@@ -343,6 +343,9 @@ int mlcl_gemm_prepare(struct mlcl_dev *d, bool f16, struct ml_err *e);
  *   MLCL_GEMM_BATCHED  batch > 1 (attention's products; timed at 12 x 128 x 128 x 64)
  *   MLCL_GEMM_TALL     one side 8 times the other (1x1 convolutions; 64 x 3136 x 576)
  *   MLCL_GEMM_SQUARE   the rest (timed at 512^3)
+ * Batches that share one B (stride_b 0) and whose A and C rows follow each
+ * other (stride_a = M * lda, stride_c = M * ldc, A not transposed, no bias
+ * per row) run as one product of batch * M rows, on either engine.
  * mlcl_gemm_pb (im2col's packed columns) always runs ours, and so do f16
  * products unless ML_CL_GEMM=clblast forces CLBlast (its HGEMM computes
  * in half precision, ours in f32; most GPU drivers lack cl_khr_fp16,
