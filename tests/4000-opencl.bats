@@ -1,8 +1,10 @@
 #!/usr/bin/env bats
 # 4000-opencl.bats: the OpenCL runtime through mlrun: --devices, --device
 # cl and auto on small models against numpy, --plan and --placement, the
-# program cache, the GEMM's measured tile and its cache, and each injected
-# failure (ML_CL_FAULT). Tests that need an OpenCL device skip without one.
+# program cache, the GEMM's measured tile and its cache, the GEMM's engines
+# (ours or CLBlast: ML_CL_GEMM, -v, their cache, a missing or failing
+# CLBlast), and each injected failure (ML_CL_FAULT). Tests that need an
+# OpenCL device skip without one.
 bats_require_minimum_version 1.5.0
 load helpers
 

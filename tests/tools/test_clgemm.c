@@ -5,9 +5,13 @@
  * dimensions above the row length, buffer offsets, alpha and beta (beta 0
  * over NaNs), strided and broadcast batches, the bias/ReLU epilogue, f16
  * storage, argument errors; Conv with pads, strides, dilations, groups,
- * depthwise and 1x1. Every case runs with each of the device's candidate
+ * depthwise and 1x1; M or N 1 (the GEMV kernel; on a CPU device again
+ * with the device taken for a GPU, so that the layouts only a GPU runs
+ * are tested too). Every case runs with each of the device's candidate
  * tiles (mlcl_gemm_tiles), the ones the tuner may pick, or with
- * ML_GEMM_TILE's alone when it is set. Prints TAP; skips when there is no
+ * ML_GEMM_TILE's alone when it is set, on the engine ML_CL_GEMM names
+ * (tests/run.sh runs it with own and with clblast); then the engine
+ * choice itself (engine_tests). Prints TAP; skips when there is no
  * OpenCL device. ML_CL_DEVICE=N picks device N (default 0).
  * test_clgemm --tile prints the tile the device uses and how it was chosen
  * ("tile MR VW NV WG: HOW"), for tests of the tuning cache, and exits.
