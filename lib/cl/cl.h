@@ -342,7 +342,7 @@ int mlcl_gemm_prepare(struct mlcl_dev *d, bool f16, struct ml_err *e);
  *   MLCL_GEMM_GEMV     M == 1 or N == 1 (a classifier; timed at 1 x 1000 x 1280, B transposed)
  *   MLCL_GEMM_BATCHED  batch > 1 (attention's products; timed at 12 x 128 x 128 x 64)
  *   MLCL_GEMM_TALL     one side 8 times the other (1x1 convolutions; 64 x 3136 x 576)
- *   MLCL_GEMM_SQUARE   the rest (timed at 512^3)
+ *   MLCL_GEMM_SQUARE   the rest (timed at 1024^3)
  * Batches that share one B (stride_b 0) and whose A and C rows follow each
  * other (stride_a = M * lda, stride_c = M * ldc, A not transposed, no bias
  * per row) run as one product of batch * M rows, on either engine.

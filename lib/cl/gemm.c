@@ -691,9 +691,13 @@ mlcl_hgemm(struct mlcl_dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 /*
  * The engines. Each class is timed on a shape typical of it (cl.h), in
  * the order below: the square class first, and the others only when
- * CLBlast came within 2x of ours there (on POCL it runs the 512^3 SGEMM
- * at about 5 GFLOP/s against ours' 100, and each of its routines that
- * runs compiles for 10 to 30 s before POCL's cache has it). The choice is
+ * CLBlast came within 2x of ours there (on POCL it runs the 1024^3 SGEMM
+ * at about 10 GFLOP/s against ours' 100, and each of its routines that
+ * runs compiles for 10 to 30 s before POCL's cache has it). The square
+ * class is timed at 1024^3, not smaller: that is where a GPU's engines
+ * part (the H200 ran it at 3.4 TFLOP/s on ours, 13 on CLBlast), and a
+ * larger product only widens the gap, while at 512^3 CLBlast's extra
+ * launches (padding, transposes) could hide it. The choice is
  * cached in gemm-engine-KEY.txt: one line "ml-gemm-engine 1 LIB E E E E"
  * (LIB the CLBlast library's file, E own or clblast per class in the
  * order of the MLCL_GEMM_* enum), then comment lines with the rates.
@@ -704,14 +708,14 @@ static const struct {
 	int64_t M, N, K, batch;
 	bool tb;
 } probe_shape[MLCL_GEMM_CLASSES] = {
-	[MLCL_GEMM_SQUARE] = { 512, 512, 512, 1, false },
+	[MLCL_GEMM_SQUARE] = { 1024, 1024, 1024, 1, false },
 	[MLCL_GEMM_TALL] = { 64, 3136, 576, 1, false },
 	[MLCL_GEMM_BATCHED] = { 128, 128, 64, 12, true },
 	[MLCL_GEMM_GEMV] = { 1, 1000, 1280, 1, true },
 };
-#define PROBE_A (512 * 512)	/* floats of the largest A, B and C above */
+#define PROBE_A (1024 * 1024)	/* floats of the largest A, B and C above */
 #define PROBE_B (576 * 3136)
-#define PROBE_C (512 * 512)
+#define PROBE_C (1024 * 1024)
 
 static void
 engines_all(struct mlcl_dev *d, int engine)
@@ -777,14 +781,20 @@ probe_run(struct mlcl_dev *d, int eng, int cls, cl_mem a, cl_mem b, cl_mem c)
 	return ml_now() - t0;
 }
 
-/* probe_time: the best of TUNE_RUNS runs after one that builds and warms up; -1 on a failure */
+/*
+ * probe_time: the best of TUNE_RUNS runs after one that builds and warms
+ * up; -1 on a failure. A run slower than give_up (when > 0) ends the
+ * timing at once: the engine has lost (CLBlast on POCL, 0.2 s a run).
+ */
 static double
-probe_time(struct mlcl_dev *d, int eng, int cls, cl_mem a, cl_mem b, cl_mem c)
+probe_time(struct mlcl_dev *d, int eng, int cls, cl_mem a, cl_mem b, cl_mem c, double give_up)
 {
 	double best = probe_run(d, eng, cls, a, b, c) >= 0 ? 0 : -1;
 	for (int r = 0; best >= 0 && r < TUNE_RUNS; r++) {
 		double s = probe_run(d, eng, cls, a, b, c);
 		best = s < 0 ? -1 : (best == 0 || s < best) ? s : best;
+		if (give_up > 0 && s > give_up)
+			break;
 	}
 	return best > 0 ? best : -1;
 }
@@ -818,8 +828,8 @@ measure_engines(struct mlcl_dev *d, const char *path)
 	for (int i = 0; i < MLCL_GEMM_CLASSES && !d->lost; i++) {
 		if (i > 0 && !(t[1][0] > 0 && t[1][0] <= 2 * t[0][0]))
 			break;
-		t[0][i] = probe_time(d, MLCL_OWN, i, a->mem, b->mem, c->mem);
-		t[1][i] = probe_time(d, MLCL_CLBLAST, i, a->mem, b->mem, c->mem);
+		t[0][i] = probe_time(d, MLCL_OWN, i, a->mem, b->mem, c->mem, 0);
+		t[1][i] = probe_time(d, MLCL_CLBLAST, i, a->mem, b->mem, c->mem, 2 * t[0][i]);
 		if (t[1][i] > 0 && (t[0][i] < 0 || t[1][i] < t[0][i]))
 			d->gemm_eng[i] = MLCL_CLBLAST;
 		ok |= t[0][i] > 0 || t[1][i] > 0;
