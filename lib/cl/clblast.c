@@ -66,6 +66,14 @@ CLBlastStatusCode CLBlastHgemmStridedBatched(
 #define ST_DIM (-1017)
 #define ST_UNKNOWN ((int)CLBlastUnknownError)
 
+/* the entry points used */
+struct fns {
+	__typeof__(CLBlastSgemm) *sgemm;
+	__typeof__(CLBlastHgemm) *hgemm;
+	__typeof__(CLBlastSgemmStridedBatched) *sgemm_sb;
+	__typeof__(CLBlastHgemmStridedBatched) *hgemm_sb;
+};
+
 /*
  * The entry points, resolved from the library loaded for the name in
  * tried (ML_CLBLAST_LIB or the default); NULL before or without it. A
@@ -73,10 +81,7 @@ CLBlastStatusCode CLBlastHgemmStridedBatched(
  * device tables in static caches that its unloading would strand.
  */
 static struct {
-	__typeof__(CLBlastSgemm) *sgemm;
-	__typeof__(CLBlastHgemm) *hgemm;
-	__typeof__(CLBlastSgemmStridedBatched) *sgemm_sb;
-	__typeof__(CLBlastHgemmStridedBatched) *hgemm_sb;
+	struct fns f;
 	char tried[PATH_MAX];	/* the name of the last attempt; "" before the first */
 	char file[128];		/* the library file loaded, e.g. "libclblast.so.1.5.3" */
 	const char *why;	/* why it is not loaded */
@@ -90,7 +95,7 @@ load_name(const char *name)
 	static const char *const defaults[] = { "libclblast.so.1", "libclblast.so" };
 	void *h = NULL;
 
-	L.sgemm = NULL, L.hgemm = NULL, L.sgemm_sb = NULL, L.hgemm_sb = NULL;
+	L.f = (struct fns){ 0 };
 	L.file[0] = '\0';
 	if (name != NULL)
 		h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
@@ -101,12 +106,12 @@ load_name(const char *name)
 		L.why = "cannot load the CLBlast library";
 		return;
 	}
-	*(void **)&L.sgemm = dlsym(h, "CLBlastSgemm");
-	*(void **)&L.hgemm = dlsym(h, "CLBlastHgemm");
-	*(void **)&L.sgemm_sb = dlsym(h, "CLBlastSgemmStridedBatched");
-	*(void **)&L.hgemm_sb = dlsym(h, "CLBlastHgemmStridedBatched");
-	if (!L.sgemm || !L.hgemm || !L.sgemm_sb || !L.hgemm_sb) {
-		L.sgemm = NULL, L.hgemm = NULL, L.sgemm_sb = NULL, L.hgemm_sb = NULL;
+	*(void **)&L.f.sgemm = dlsym(h, "CLBlastSgemm");
+	*(void **)&L.f.hgemm = dlsym(h, "CLBlastHgemm");
+	*(void **)&L.f.sgemm_sb = dlsym(h, "CLBlastSgemmStridedBatched");
+	*(void **)&L.f.hgemm_sb = dlsym(h, "CLBlastHgemmStridedBatched");
+	if (!L.f.sgemm || !L.f.hgemm || !L.f.sgemm_sb || !L.f.hgemm_sb) {
+		L.f = (struct fns){ 0 };
 		L.why = "the CLBlast library lacks its GEMM entry points";
 		return;
 	}
@@ -114,7 +119,7 @@ load_name(const char *name)
 	Dl_info info;
 	char real[PATH_MAX];
 	const char *f = NULL;
-	if (dladdr(*(void **)&L.sgemm, &info) != 0 && info.dli_fname != NULL)
+	if (dladdr(*(void **)&L.f.sgemm, &info) != 0 && info.dli_fname != NULL)
 		f = realpath(info.dli_fname, real) != NULL ? real : info.dli_fname;
 	if (f == NULL)
 		f = name != NULL ? name : defaults[0];
@@ -123,8 +128,13 @@ load_name(const char *name)
 	L.why = NULL;
 }
 
-bool
-mlcl_clblast_load(const char **why)
+/*
+ * load: mlcl_clblast_load, also copying the entry points into f (when not
+ * NULL) under the lock, so that a caller never sees a half-changed set
+ * while another thread loads under a new ML_CLBLAST_LIB.
+ */
+static bool
+load(const char **why, struct fns *f)
 {
 	const char *env = getenv("ML_CLBLAST_LIB");
 	const char *name = env != NULL && env[0] != '\0' ? env : NULL;
@@ -134,11 +144,19 @@ mlcl_clblast_load(const char **why)
 		snprintf(L.tried, sizeof L.tried, "%s", key);
 		load_name(name);
 	}
-	bool ok = L.sgemm != NULL;
+	bool ok = L.f.sgemm != NULL;
 	if (why != NULL)
 		*why = ok ? NULL : L.why;
+	if (f != NULL)
+		*f = L.f;
 	pthread_mutex_unlock(&L.mu);
 	return ok;
+}
+
+bool
+mlcl_clblast_load(const char **why)
+{
+	return load(why, NULL);
 }
 
 const char *
@@ -172,7 +190,8 @@ mlcl_clblast_gemm(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int
 		  cl_mem B, size_t b_off, int64_t ldb, int64_t stride_b, float beta, cl_mem C,
 		  size_t c_off, int64_t ldc, int64_t stride_c, int64_t batch)
 {
-	if (mlcl_fault("clblast") || !mlcl_clblast_load(NULL))
+	struct fns F;
+	if (mlcl_fault("clblast") || !load(NULL, &F))
 		return ST_UNKNOWN;
 	/* a lost device fails CLBlast's launches as it fails ours */
 	if (mlcl_fault("enqueue"))
@@ -190,18 +209,18 @@ mlcl_clblast_gemm(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int
 	cl_event ev = NULL, *pev = d->profiling ? &ev : NULL;
 	CLBlastStatusCode st;
 	if (!f16 && batch == 1)
-		st = L.sgemm(row, a_t, b_t, m, n, k, alpha, A, a_off, (size_t)lda, B, b_off,
+		st = F.sgemm(row, a_t, b_t, m, n, k, alpha, A, a_off, (size_t)lda, B, b_off,
 			     (size_t)ldb, beta, C, c_off, (size_t)ldc, &d->q, pev);
 	else if (!f16)
-		st = L.sgemm_sb(row, a_t, b_t, m, n, k, alpha, A, a_off, (size_t)lda,
+		st = F.sgemm_sb(row, a_t, b_t, m, n, k, alpha, A, a_off, (size_t)lda,
 				(size_t)stride_a, B, b_off, (size_t)ldb, (size_t)stride_b, beta, C,
 				c_off, (size_t)ldc, (size_t)stride_c, (size_t)batch, &d->q, pev);
 	else if (batch == 1)
-		st = L.hgemm(row, a_t, b_t, m, n, k, ml_f32_to_f16(alpha), A, a_off, (size_t)lda, B,
+		st = F.hgemm(row, a_t, b_t, m, n, k, ml_f32_to_f16(alpha), A, a_off, (size_t)lda, B,
 			     b_off, (size_t)ldb, ml_f32_to_f16(beta), C, c_off, (size_t)ldc, &d->q,
 			     pev);
 	else
-		st = L.hgemm_sb(row, a_t, b_t, m, n, k, ml_f32_to_f16(alpha), A, a_off,
+		st = F.hgemm_sb(row, a_t, b_t, m, n, k, ml_f32_to_f16(alpha), A, a_off,
 				(size_t)lda, (size_t)stride_a, B, b_off, (size_t)ldb,
 				(size_t)stride_b, ml_f32_to_f16(beta), C, c_off, (size_t)ldc,
 				(size_t)stride_c, (size_t)batch, &d->q, pev);
