@@ -568,8 +568,10 @@ engine_tests(void)
 	mlcl_gemm_engine_forget(dev);
 	gemm_case(&c);
 	ok(strstr(describe(), "(measured)") != NULL, "auto measures the engines: %s", describe());
-	ok(dev->gemm_eng[MLCL_GEMM_SQUARE] == MLCL_OWN || !(dev->type & CL_DEVICE_TYPE_CPU),
-	   "a CPU device keeps ours for the square class");
+	/* issue 22: CLBlast runs at a tenth of our speed on POCL, which must keep ours */
+	ok(dev->gemm_eng[MLCL_GEMM_SQUARE] == MLCL_OWN ||
+	   strstr(dev->platform_name, "Portable Computing Language") == NULL,
+	   "POCL keeps ours for the square class (%s)", dev->platform_name);
 	mlcl_gemm_engine_forget(dev);
 	gemm_case(&c);
 	ok(strstr(describe(), "(cached)") != NULL, "the next choice reads the cache: %s",
