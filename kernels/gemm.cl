@@ -24,6 +24,11 @@
  *                   epilogue (bias, residual, activation) fused into the
  *                   store.
  *
+ * and two kernels on their own: ml_gemv_T, the product with M == 1 or N == 1
+ * as a matrix-vector product (nothing packed; a work-group's work-items
+ * split K and add their sums in local memory), and ml_gemm_epi_T, the
+ * epilogue alone, after a GEMM that has none (CLBlast's, lib/cl/clblast.c).
+ *
  * T is f32, or f16 when built with -DML_F16 (stored as half through the
  * core vload_half/vstore_half, so it needs no cl_khr_fp16; arithmetic and
  * accumulation stay in f32). Matrices are row-major; every offset, leading
@@ -234,4 +239,94 @@ KN(ml_gemm)(global const float *ap, long aoff, long astride, long apstride, long
 			}
 		}
 	}
+}
+
+/*
+ * The GEMM with M == 1 or N == 1 as a matrix-vector product:
+ *   y[j] = act(alpha * sum_k W(j, k) v(k) + beta * y[j] + bias[j] + z[j]),  j < R,
+ * W(j, k) at w[woff + b*ws + j*wsj + k*wsk], v(k) at x[xoff + b*xst + k*xs],
+ * y[j] at c[coff + b*cs + j*ys], bias[j] at bias[boff + j*bs] (flags & 1),
+ * z[j] at z[zoff + b*cs + j*ys] (flags & 2). With M == 1, W is op(B)^T and
+ * v op(A)'s one row; with N == 1, W is op(A) and v op(B)'s one column. No
+ * operand is packed (the tiled kernel would pack all of B, and compute MR
+ * rows where one is wanted). NDRange (R rounded up to LX, LY, batches),
+ * local (LX, LY, 1), LY a power of two: work-item (x, y) sums the k = y,
+ * y + LY, ... of output j = group * LX + x, and the LY partial sums are
+ * added in part (LX * LY floats of local memory). LX = 1 suits a W whose
+ * rows are contiguous in k (the LY work-items of a group read one row
+ * together: Gemm's transposed weights); LX > 1 one contiguous in j (each
+ * k row read across the LX work-items).
+ */
+kernel void
+KN(ml_gemv)(global const T *w, long woff, long ws, long wsj, long wsk, global const T *x,
+	    long xoff, long xst, long xs, global T *c, long coff, long cs, long ys, long R, int K,
+	    float alpha, float beta, global const T *bias, long boff, long bs, int flags,
+	    global const T *z, long zoff, int act, float lo, float hi, local float *part)
+{
+	long j = get_global_id(0), b = get_global_id(2);
+	int lx = get_local_id(0), ly = get_local_id(1);
+	int LX = get_local_size(0), LY = get_local_size(1);
+	float s = 0.0f;
+	if (j < R) {
+		global const T *pw = w + woff + b * ws + j * wsj;
+		global const T *pv = x + xoff + b * xst;
+		int k = ly;
+		if (wsk == 1 && xs == 1) {
+			/* both contiguous in k: 8 at a time, each work-item its own stretch */
+			float8 s8 = (float8)(0.0f);
+			for (k = ly * 8; k + 8 <= K; k += LY * 8)
+				s8 = fma(LD8(pw, k), LD8(pv, k), s8);
+			float4 s4 = s8.lo + s8.hi;
+			s = s4.x + s4.y + s4.z + s4.w;
+			k = K / 8 * 8 + ly;
+		}
+		for (; k < K; k += LY)
+			s = fma(LD(pw, k * wsk), LD(pv, k * xs), s);
+	}
+	part[ly * LX + lx] = s;
+	barrier(CLK_LOCAL_MEM_FENCE);
+	for (int h = LY / 2; h > 0; h /= 2) {
+		if (ly < h)
+			part[ly * LX + lx] += part[(ly + h) * LX + lx];
+		barrier(CLK_LOCAL_MEM_FENCE);
+	}
+	if (ly != 0 || j >= R)
+		return;
+	long ci = coff + b * cs + j * ys;
+	float o = alpha * part[lx];
+	if (beta != 0.0f)
+		o = fma(beta, LD(c, ci), o);
+	if (flags & 1)
+		o += LD(bias, boff + j * bs);
+	if (flags & 2)
+		o += LD(z, zoff + b * cs + j * ys);
+	if (act != 0)
+		o = act_s(o, act, lo, hi);
+	ST(c, ci, o);
+}
+
+/*
+ * The epilogue alone, after a GEMM that has none (CLBlast's): C[b][m][n] =
+ * act(C[b][m][n] + bias[boff + m*bsm + n*bsn] (flags & 1) + z[zoff +
+ * b*cs + m*ldc + n] (flags & 2)), C at c[coff + b*cs + m*ldc + n]: the
+ * same sums, in the same order, as ml_gemm_T's store. NDRange (N rounded
+ * up, M, batches).
+ */
+kernel void
+KN(ml_gemm_epi)(global T *c, long coff, long ldc, long cs, long M, long N,
+		global const T *bias, long boff, long bsm, long bsn, int flags,
+		global const T *z, long zoff, int act, float lo, float hi)
+{
+	long n = get_global_id(0), m = get_global_id(1), b = get_global_id(2);
+	if (n >= N || m >= M)
+		return;
+	long ci = coff + b * cs + m * ldc + n;
+	float o = LD(c, ci);
+	if (flags & 1)
+		o += LD(bias, boff + m * bsm + n * bsn);
+	if (flags & 2)
+		o += LD(z, zoff + b * cs + m * ldc + n);
+	if (act != 0)
+		o = act_s(o, act, lo, hi);
+	ST(c, ci, o);
 }

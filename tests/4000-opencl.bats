@@ -1,8 +1,10 @@
 #!/usr/bin/env bats
 # 4000-opencl.bats: the OpenCL runtime through mlrun: --devices, --device
 # cl and auto on small models against numpy, --plan and --placement, the
-# program cache, the GEMM's measured tile and its cache, and each injected
-# failure (ML_CL_FAULT). Tests that need an OpenCL device skip without one.
+# program cache, the GEMM's measured tile and its cache, the GEMM's engines
+# (ours or CLBlast: ML_CL_GEMM, -v, their cache, a missing or failing
+# CLBlast), and each injected failure (ML_CL_FAULT). Tests that need an
+# OpenCL device skip without one.
 bats_require_minimum_version 1.5.0
 load helpers
 
@@ -356,4 +358,100 @@ PYEOF
 	if clinfo 2>/dev/null | grep -q cl_khr_fp16; then want=true; else want=false; fi
 	[[ $(json_get devs.json devices.1.fp16) == [Tt]rue ]] && got=true || got=false
 	[ "$got" = "$want" ]
+}
+
+# mkgemms: gemms.mlg, a classifier's Gemm (1 x 64 by 100 x 64 transposed, bias) and a
+# batched MatMul (4 x 8 x 16 by 4 x 16 x 8, as attention's), its inputs and numpy's outputs
+mkgemms() {
+	"$PY" - <<'PYEOF'
+import numpy as np, os
+from onnx import helper, TensorProto, save, numpy_helper
+rng = np.random.default_rng(1)
+x = rng.standard_normal((1, 64)).astype(np.float32)
+w = rng.standard_normal((100, 64)).astype(np.float32)
+b = rng.standard_normal((100,)).astype(np.float32)
+q = rng.standard_normal((4, 8, 16)).astype(np.float32)
+k = rng.standard_normal((4, 16, 8)).astype(np.float32)
+nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc", transB=1),
+         helper.make_node("MatMul", ["q", "k"], ["s"], name="qk")]
+g = helper.make_graph(nodes, "gemms",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64]),
+     helper.make_tensor_value_info("q", TensorProto.FLOAT, [4, 8, 16]),
+     helper.make_tensor_value_info("k", TensorProto.FLOAT, [4, 16, 8])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 100]),
+     helper.make_tensor_value_info("s", TensorProto.FLOAT, [4, 8, 8])],
+    [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), "gemms.onnx")
+np.save("x.npy", x); np.save("q.npy", q); np.save("k.npy", k)
+os.makedirs("ref", exist_ok=True)
+np.save("ref/y.npy", x @ w.T + b); np.save("ref/s.npy", q @ k)
+PYEOF
+	mlconvert gemms.onnx -o gemms.mlg
+}
+
+@test "mlrun -v names the GEMM engine; ML_CL_GEMM forces one, and without CLBlast ours run" {
+	require_opencl
+	mkgemms
+	in=(-i x=x.npy -i q=q.npy -i k=k.npy)
+	run -0 --separate-stderr mlrun gemms.mlg --device cl "${in[@]}" -o out -v
+	npcmpdir out ref
+	[[ $stderr == *"opencl: GEMM tile "*", engine "*" ("*")"* ]]
+	ML_CL_GEMM=own run -0 --separate-stderr mlrun gemms.mlg --device cl "${in[@]}" -o out1 -v
+	npcmpdir out1 ref
+	[[ $stderr == *", engine own (ML_CL_GEMM)"* ]]
+	ML_CL_GEMM=clblast run -0 --separate-stderr mlrun gemms.mlg --device cl "${in[@]}" -o out2 -v
+	npcmpdir out2 ref
+	if ldconfig -p | grep -q 'libclblast\.so\.1 '; then
+		[[ $stderr == *", engine clblast (ML_CL_GEMM)"* ]]
+		[[ $stderr != *"own: CLBlast"* ]]
+	else
+		[[ $stderr == *", engine own (no CLBlast)"* ]]
+	fi
+	# a CLBlast that cannot be loaded, or whose call fails: ours, the same results, one note
+	ML_CL_GEMM=clblast ML_CLBLAST_LIB=/nonexistent/libclblast.so.1 \
+		run -0 --separate-stderr mlrun gemms.mlg --device cl "${in[@]}" -o out3 -v
+	npcmpdir out3 ref
+	[[ $stderr == *", engine own (no CLBlast); cannot load the CLBlast library"* ]]
+	ML_CL_GEMM=clblast ML_CL_FAULT=clblast \
+		run -0 --separate-stderr mlrun gemms.mlg --device cl "${in[@]}" -o out4 -v
+	npcmpdir out4 ref
+	if ldconfig -p | grep -q 'libclblast\.so\.1 '; then
+		[[ $stderr == *"; f32 own: CLBlast -2040 (unknown error)"* ]]
+	fi
+}
+
+@test "ML_CL_GEMM that names no engine is refused on cl (status 3), and auto runs on the CPU" {
+	require_opencl
+	mkgemms
+	in=(-i x=x.npy -i q=q.npy -i k=k.npy)
+	ML_CL_GEMM=fast run -3 --separate-stderr mlrun gemms.mlg --device cl "${in[@]}" -o out
+	[[ $stderr == *"ML_CL_GEMM='fast' is not own, clblast or auto"* ]]
+	[ ! -e out ]
+	ML_CL_GEMM=fast run -0 --separate-stderr mlrun gemms.mlg --device auto "${in[@]}" -o out -v
+	npcmpdir out ref
+	[[ $stderr == *"ML_CL_GEMM='fast' is not own, clblast or auto"* ]]
+}
+
+@test "the GEMM engines are measured once and cached next to the tile" {
+	require_opencl
+	unset ML_CL_GEMM ML_GEMM_TILE
+	export ML_CL_CACHE=$PWD/tc
+	mkgemms
+	in=(-i x=x.npy -i q=q.npy -i k=k.npy)
+	run -0 --separate-stderr mlrun gemms.mlg --device cl "${in[@]}" -o out -v
+	npcmpdir out ref
+	ldconfig -p | grep -q 'libclblast\.so\.1 ' || skip "no CLBlast: nothing is measured"
+	[[ $stderr == *", engine "*" (measured)"* ]]
+	f=$(echo tc/gemm-engine-*.txt)
+	[[ $(head -n 1 "$f") =~ ^ml-gemm-engine\ 1\ libclblast[^\ ]*(\ (own|clblast)){4}$ ]]
+	ino=$(stat -c %i "$f")
+	run -0 --separate-stderr mlrun gemms.mlg --device cl "${in[@]}" -o out2 -v
+	npcmpdir out2 ref
+	[[ $stderr == *", engine "*" (cached)"* ]]
+	[ "$(stat -c %i "$f")" = "$ino" ]
+	# a corrupt file is measured again and rewritten
+	printf 'ml-gemm-engine 1 x own\n' >"$f"
+	run -0 --separate-stderr mlrun gemms.mlg --device cl "${in[@]}" -o out3 -v
+	[[ $stderr == *", engine "*" (measured)"* ]]
+	[[ $(head -n 1 "$f") =~ ^ml-gemm-engine\ 1\ libclblast ]]
 }

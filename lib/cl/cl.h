@@ -11,7 +11,8 @@
  *
  * Fault injection: ML_CL_FAULT=noplatform|build|alloc|enqueue makes the
  * platform probe, a program build, a buffer allocation or a kernel launch
- * fail as the real failure would (the tests use it).
+ * fail as the real failure would (the tests use it); clblast makes every
+ * CLBlast call fail (clblast.c).
  */
 #ifndef ML_CL_H
 #define ML_CL_H
@@ -49,6 +50,10 @@ struct mlcl_buf {
 };
 
 struct mlcl_prog;
+
+/* the GEMM's engines, and the shape classes each is chosen for (gemm.c) */
+enum { MLCL_OWN = 0, MLCL_CLBLAST = 1 };
+enum { MLCL_GEMM_SQUARE, MLCL_GEMM_TALL, MLCL_GEMM_BATCHED, MLCL_GEMM_GEMV, MLCL_GEMM_CLASSES };
 
 /*
  * struct mlcl_tile: the GEMM's register tile (kernels/gemm.cl): mr rows by
@@ -95,7 +100,13 @@ struct mlcl_dev {
 	int n_built, n_cached;		/* programs compiled / loaded from the disk cache */
 	struct mlcl_tile tile;		/* the GEMM's tile, once chosen (mlcl_gemm_tile) */
 	const char *tile_how;		/* how it was chosen; NULL until then */
-	double t_tune;			/* seconds spent measuring tiles */
+	double t_tune;			/* seconds spent measuring tiles and engines */
+	/* the GEMM's engine per shape class (mlcl_gemm_engine), once chosen */
+	unsigned char gemm_eng[MLCL_GEMM_CLASSES];	/* MLCL_OWN or MLCL_CLBLAST */
+	const char *eng_how;		/* how it was chosen; NULL until then */
+	char eng_note[96];		/* why CLBlast is not used, or its failure; "" if none */
+	bool clb_failed[2];		/* CLBlast failed for f32 / f16 calls: ours from then on */
+	bool eng_bad;			/* ML_CL_GEMM holds no engine's name */
 };
 
 /*
@@ -217,6 +228,12 @@ size_t mlcl_round_up(size_t n, size_t m);
 void mlcl_profile(struct mlcl_dev *d, bool on);
 int mlcl_events_take(struct mlcl_dev *d, cl_event **evs, int *n);
 int mlcl_event_times(struct mlcl_dev *d, cl_event ev, double *start, double *end);
+/*
+ * mlcl_record: hand ev, an event of work enqueued on d's queue by someone
+ * other than mlcl_launch (CLBlast), to the profiling record: kept when d
+ * profiles, else released. NULL is a no-op.
+ */
+void mlcl_record(struct mlcl_dev *d, cl_event ev);
 
 /*
  * mlcl_fault: whether ML_CL_FAULT names what ("noplatform", "build",
@@ -255,9 +272,12 @@ extern const struct ml_kernel_src ml_kernel_srcs[];
  * than a row, ML_ENOTSUP for a dimension over INT_MAX, ML_ENOMEM, ML_ECL.
  * mlcl_hgemm is the same on f16 buffers (A, B, C half; f32 arithmetic);
  * it needs no cl_khr_fp16 (vload_half/vstore_half are core OpenCL).
- * The tile is mlcl_gemm_tile(d)'s. There is no event out-parameter: the
- * launches are recorded by mlcl_launch when d profiles, and the in-order
- * queue orders them before whatever is enqueued next.
+ * The engine (ours or CLBlast) is mlcl_gemm_engine's choice for the
+ * call's shape class; ours uses mlcl_gemm_tile(d)'s tile, and its GEMV
+ * kernel when M or N is 1. There is no event out-parameter: the
+ * launches are recorded by mlcl_launch (CLBlast's by mlcl_record) when d
+ * profiles, and the in-order queue orders them before whatever is
+ * enqueued next. ML_EINVAL also for an invalid ML_CL_GEMM.
  */
 int mlcl_sgemm(struct mlcl_dev *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 	       cl_mem A, size_t a_off, int64_t lda, cl_mem B, size_t b_off, int64_t ldb, float beta,
@@ -319,6 +339,74 @@ void mlcl_gemm_use(struct mlcl_dev *d, const struct mlcl_tile *t);
  * failure.
  */
 int mlcl_gemm_prepare(struct mlcl_dev *d, bool f16, struct ml_err *e);
+
+/*
+ * The engine. mlcl_sgemm, mlcl_hgemm and mlcl_gemm_ex run either our
+ * kernels (kernels/gemm.cl: the tiled GEMM, and a GEMV when M or N is 1)
+ * or CLBlast's GEMM (clblast.c), followed by a small kernel for the
+ * epilogue (CLBlast has none), whichever measured faster on d for the
+ * call's shape class:
+ *   MLCL_GEMM_GEMV     M == 1 or N == 1 (a classifier; timed at 1 x 1000 x 1280, B transposed)
+ *   MLCL_GEMM_BATCHED  batch > 1 (attention's products; timed at 12 x 128 x 128 x 64)
+ *   MLCL_GEMM_TALL     one side 8 times the other (1x1 convolutions; 64 x 3136 x 576)
+ *   MLCL_GEMM_SQUARE   the rest (timed at 1024^3)
+ * Batches that share one B (stride_b 0) and whose A and C rows follow each
+ * other (stride_a = M * lda, stride_c = M * ldc, A not transposed, no bias
+ * per row) run as one product of batch * M rows, on either engine.
+ * mlcl_gemm_pb (im2col's packed columns) always runs ours, and so do f16
+ * products unless ML_CL_GEMM=clblast forces CLBlast (its HGEMM computes
+ * in half precision, ours in f32; most GPU drivers lack cl_khr_fp16,
+ * which it needs).
+ * mlcl_gemm_engine chooses d's engines at its first call (later calls
+ * return at once): ML_CL_GEMM=own or clblast forces one for every class,
+ * auto (or unset) measures: the choice cached in DIR/gemm-engine-KEY.txt
+ * (mlcl_cache_path) when it names the CLBlast library loaded now, else
+ * the square class is timed on both engines first (CLBlast's first call
+ * compiles its kernels: under a second on a GPU, 10 to 30 s on POCL when
+ * POCL's own cache does not have them) and the other classes only when
+ * CLBlast was within 2x of ours there; the choice is written back. No
+ * CLBlast library (ML_CLBLAST_LIB=FILE names another one for dlopen, as
+ * tests do) or no disk cache: ours everywhere. ML_EINVAL when ML_CL_GEMM
+ * is not own, clblast or auto (every GEMM then fails with that message).
+ * A CLBlast call that fails (status != 0) is redone with ours, and CLBlast
+ * is not used again for that precision on d; eng_note says why.
+ * mlcl_gemm_engine_forget drops the choice (and the failures), so that the
+ * next call chooses again (tests: a second choice reads the cache).
+ * mlcl_gemm_describe writes what -v shows: the tile and how it was chosen,
+ * then the engines, as "8x32/16 (the tuning cache), engine own (cached)"
+ * or "..., engine clblast: square tall batched (measured)"; "" before
+ * the first GEMM.
+ */
+int mlcl_gemm_engine(struct mlcl_dev *d, struct ml_err *e);
+void mlcl_gemm_engine_forget(struct mlcl_dev *d);
+void mlcl_gemm_describe(const struct mlcl_dev *d, char *buf, size_t n);
+
+/*
+ * CLBlast (clblast.c), loaded with dlopen at the first use (no link-time
+ * dependency): ML_CLBLAST_LIB, else libclblast.so.1, else libclblast.so.
+ * mlcl_clblast_load says whether it is loaded (loading it when the name
+ * changed since the last try; thread-safe), with the reason in *why
+ * (static text) when not. mlcl_clblast_lib names the file loaded (the
+ * versioned name the soname resolves to, e.g. "libclblast.so.1.5.3"), ""
+ * when none.
+ * mlcl_clblast_gemm enqueues CLBlast's row-major strided-batched GEMM
+ * (CLBlastSgemm or CLBlastHgemm when batch is 1, their StridedBatched
+ * form otherwise) on d's queue, with mlcl_sgemm's arguments (f16: half
+ * buffers; alpha and beta are rounded to half); its event goes to
+ * mlcl_record. It returns CLBlast's status: 0, or a negative
+ * CLBlastStatusCode (also -1017 for a zero M, N or K, which CLBlast
+ * refuses); -2040 (unknown error) when CLBlast is not loaded or with
+ * ML_CL_FAULT=clblast, CL_OUT_OF_RESOURCES with ML_CL_FAULT=enqueue.
+ * mlcl_clblast_status_str names a status.
+ */
+bool mlcl_clblast_load(const char **why);
+const char *mlcl_clblast_lib(void);
+int mlcl_clblast_gemm(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t N,
+		      int64_t K, float alpha, cl_mem A, size_t a_off, int64_t lda,
+		      int64_t stride_a, cl_mem B, size_t b_off, int64_t ldb, int64_t stride_b,
+		      float beta, cl_mem C, size_t c_off, int64_t ldc, int64_t stride_c,
+		      int64_t batch);
+const char *mlcl_clblast_status_str(int status);
 
 /*
  * mlcl_gemm_pb: mlcl_gemm_ex with op(B) already packed by the caller (as

@@ -124,9 +124,8 @@ mlcl_pool_trim(struct mlcl_dev *d)
 	d->pool_bytes = 0;
 }
 
-/* record: keep ev for profiling, or release it */
-static void
-record(struct mlcl_dev *d, cl_event ev)
+void
+mlcl_record(struct mlcl_dev *d, cl_event ev)
 {
 	if (ev == NULL)
 		return;
@@ -211,7 +210,7 @@ mlcl_copy(struct mlcl_dev *d, cl_mem dst, size_t doff, cl_mem src, size_t soff, 
 					d->profiling ? &ev : NULL);
 	if (st != CL_SUCCESS)
 		return lost(d, st, "clEnqueueCopyBuffer", e);
-	record(d, ev);
+	mlcl_record(d, ev);
 	return 0;
 }
 
@@ -238,7 +237,7 @@ mlcl_launch(struct mlcl_dev *d, cl_kernel k, cl_uint dims, const size_t *gws, co
 		}
 		return lost(d, st, "clEnqueueNDRangeKernel", e);
 	}
-	record(d, ev);
+	mlcl_record(d, ev);
 	return 0;
 }
 

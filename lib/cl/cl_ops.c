@@ -1240,9 +1240,7 @@ cl_stats(void *ctx, struct ml_devstats *st)
 	st->t_programs = d->t_programs + d->t_tune;
 	st->n_built = d->n_built;
 	st->n_cached = d->n_cached;
-	if (d->tile_how != NULL)
-		snprintf(st->gemm_tile, sizeof st->gemm_tile, "%dx%d/%d (%s)", d->tile.mr,
-			 d->tile.vw * d->tile.nv, d->tile.wg, d->tile_how);
+	mlcl_gemm_describe(d, st->gemm_tile, sizeof st->gemm_tile);
 	st->live_bytes = (int64_t)d->live_bytes;
 	st->pool_bytes = (int64_t)d->pool_bytes;
 }

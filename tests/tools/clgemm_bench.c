@@ -10,7 +10,11 @@
  * Usage: clgemm_bench [-cp] [-r RUNS] [-d DEVICE] [-x clblast,openblas] SIZE...
  *        -p also prints the times of the kernels of one profiled run;
  *        -c also times mlcl_conv2d on ResNet-18 and MobileNet-V2 layers.
- *        SIZE is N (N x N x N) or MxNxK.
+ *        SIZE is N (N x N x N) or MxNxK, with a final T for a transposed
+ *        B (N x K, as Gemm's weights).
+ * IMPL "ml" is mlcl_sgemm on our kernels (ML_CL_GEMM=own), "auto" is
+ * mlcl_sgemm with the engine the library chooses (ML_CL_GEMM as set, by
+ * default the measured choice), "clblast" CLBlastSgemm called directly.
  */
 #include <dlfcn.h>
 #include <math.h>
@@ -68,13 +72,14 @@ cmp(const void *a, const void *b)
  * on the machine changes less than the wall time.
  */
 static void
-report(const char *impl, long m, long n, long k, double *t, int runs, double cpu, double err)
+report(const char *impl, long m, long n, long k, bool tb, double *t, int runs, double cpu,
+       double err)
 {
 	qsort(t, (size_t)runs, sizeof *t, cmp);
 	double fl = 2.0 * (double)m * (double)n * (double)k * 1e-9;
 	double med = runs % 2 ? t[runs / 2] : (t[runs / 2 - 1] + t[runs / 2]) / 2;
-	printf("gemm %s %ldx%ldx%ld best=%.2f median=%.2f runs=%d maxrelerr=%.2g cpu=%.2f\n", impl,
-	       m, n, k, fl / t[0], fl / med, runs, err, fl * runs / cpu);
+	printf("gemm %s %ldx%ldx%ld%s best=%.2f median=%.2f runs=%d maxrelerr=%.2g cpu=%.2f\n",
+	       impl, m, n, k, tb ? "T" : "", fl / t[0], fl / med, runs, err, fl * runs / cpu);
 	fflush(stdout);
 }
 
@@ -185,6 +190,17 @@ conv_bench(struct mlcl_dev *d, int runs, bool prof)
 	return 0;
 }
 
+/* set_engine: make d's GEMM choose its engine again under ML_CL_GEMM=v (NULL: unset) */
+static void
+set_engine(struct mlcl_dev *d, const char *v)
+{
+	if (v != NULL)
+		setenv("ML_CL_GEMM", v, 1);
+	else
+		unsetenv("ML_CL_GEMM");
+	mlcl_gemm_engine_forget(d);
+}
+
 static int
 usage(void)
 {
@@ -218,6 +234,10 @@ main(int argc, char **argv)
 		return 4;
 	}
 	printf("device %s (%s), compute units %u\n", d->name, d->driver, d->compute_units);
+	const char *ue = getenv("ML_CL_GEMM");
+	char *user_engine = ue != NULL ? strdup(ue) : NULL;
+	/* the convolutions and the profiled runs are of our kernels */
+	set_engine(d, "own");
 	clblast_sgemm_fn clblast = NULL;
 	if (strstr(skip, "clblast") == NULL) {
 		void *h = dlopen("libclblast.so.1", RTLD_NOW);
@@ -230,6 +250,8 @@ main(int argc, char **argv)
 	}
 	for (int a = optind; a < argc; a++) {
 		long m, n, k;
+		size_t al = strlen(argv[a]);
+		bool tb = al > 0 && argv[a][al - 1] == 'T';
 		if (sscanf(argv[a], "%ldx%ldx%ld", &m, &n, &k) != 3) {
 			if (sscanf(argv[a], "%ld", &m) != 1)
 				return usage();
@@ -246,18 +268,20 @@ main(int argc, char **argv)
 			A[i] = (float)rand() / RAND_MAX - 0.5f;
 		for (long i = 0; i < k * n; i++)
 			B[i] = (float)rand() / RAND_MAX - 0.5f;
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1, A,
-			    (int)k, B, (int)n, 0, R, (int)n);
+		int ldb = tb ? (int)k : (int)n;
+		CBLAS_TRANSPOSE cbt = tb ? CblasTrans : CblasNoTrans;
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, cbt, (int)m, (int)n, (int)k, 1, A, (int)k,
+			    B, ldb, 0, R, (int)n);
 		double c0;
 		if (strstr(skip, "openblas") == NULL) {
 			c0 = cpu_now();
 			for (int r = 0; r < runs; r++) {
 				double t0 = now();
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n,
-					    (int)k, 1, A, (int)k, B, (int)n, 0, C, (int)n);
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, cbt, (int)m, (int)n,
+					    (int)k, 1, A, (int)k, B, ldb, 0, C, (int)n);
 				t[r] = now() - t0;
 			}
-			report("openblas", m, n, k, t, runs, cpu_now() - c0, 0);
+			report("openblas", m, n, k, tb, t, runs, cpu_now() - c0, 0);
 		}
 		struct mlcl_buf *dA = NULL, *dB = NULL, *dC = NULL;
 		if (mlcl_buf_get(d, (size_t)(m * k) * 4, &dA, &e) < 0 ||
@@ -268,23 +292,37 @@ main(int argc, char **argv)
 			fprintf(stderr, "clgemm_bench: %s\n", e.msg);
 			return 1;
 		}
-		/* one warm-up run each: program builds, CLBlast's kernel compilation */
-		c0 = 0;
-		for (int r = -1; r < runs; r++) {
-			if (r == 0)
-				c0 = cpu_now();
-			double t0 = now();
-			if (mlcl_sgemm(d, false, false, m, n, k, 1, dA->mem, 0, k, dB->mem, 0, n, 0,
-				       dC->mem, 0, n, 1, 0, 0, 0, &e) < 0 ||
-			    mlcl_finish(d, &e) < 0) {
-				fprintf(stderr, "clgemm_bench: mlcl_sgemm: %s\n", e.msg);
-				return 1;
+		/*
+		 * One warm-up run each: program builds, CLBlast's kernel compilation
+		 * (and for auto, the engine's choice). ml: our kernels; auto: the
+		 * engine the library picks (ML_CL_GEMM as the caller set it).
+		 */
+		for (int pass = 0; pass < 2; pass++) {
+			set_engine(d, pass == 0 ? "own" : user_engine);
+			c0 = 0;
+			for (int r = -1; r < runs; r++) {
+				if (r == 0)
+					c0 = cpu_now();
+				double t0 = now();
+				if (mlcl_sgemm(d, false, tb, m, n, k, 1, dA->mem, 0, k, dB->mem, 0,
+					       ldb, 0, dC->mem, 0, n, 1, 0, 0, 0, &e) < 0 ||
+				    mlcl_finish(d, &e) < 0) {
+					fprintf(stderr, "clgemm_bench: mlcl_sgemm: %s\n", e.msg);
+					return 1;
+				}
+				if (r >= 0)
+					t[r] = now() - t0;
 			}
-			if (r >= 0)
-				t[r] = now() - t0;
+			mlcl_read(d, dC->mem, 0, C, (size_t)(m * n) * 4, &e);
+			report(pass == 0 ? "ml" : "auto", m, n, k, tb, t, runs, cpu_now() - c0,
+			       relerr(C, R, (size_t)(m * n)));
+			if (pass == 1) {
+				char desc[160];
+				mlcl_gemm_describe(d, desc, sizeof desc);
+				printf("engine %s\n", desc);
+			}
 		}
-		mlcl_read(d, dC->mem, 0, C, (size_t)(m * n) * 4, &e);
-		report("ml", m, n, k, t, runs, cpu_now() - c0, relerr(C, R, (size_t)(m * n)));
+		set_engine(d, "own");
 		if (prof) {
 			/* one more run, profiled: the time of each kernel (packs, GEMM) */
 			cl_event *evs = NULL;
@@ -294,7 +332,7 @@ main(int argc, char **argv)
 			for (int i = 0; i < nev; i++)
 				clReleaseEvent(evs[i]);
 			ml_free(evs);
-			mlcl_sgemm(d, false, false, m, n, k, 1, dA->mem, 0, k, dB->mem, 0, n, 0,
+			mlcl_sgemm(d, false, tb, m, n, k, 1, dA->mem, 0, k, dB->mem, 0, ldb, 0,
 				   dC->mem, 0, n, 1, 0, 0, 0, &e);
 			mlcl_finish(d, &e);
 			mlcl_events_take(d, &evs, &nev);
@@ -315,9 +353,9 @@ main(int argc, char **argv)
 				if (r == 0)
 					c0 = cpu_now();
 				double t0 = now();
-				st = clblast(101, 111, 111, (size_t)m, (size_t)n, (size_t)k, 1,
-					     dA->mem, 0, (size_t)k, dB->mem, 0, (size_t)n, 0, dC->mem,
-					     0, (size_t)n, &d->q, NULL);
+				st = clblast(101, 111, tb ? 112 : 111, (size_t)m, (size_t)n,
+					     (size_t)k, 1, dA->mem, 0, (size_t)k, dB->mem, 0,
+					     (size_t)ldb, 0, dC->mem, 0, (size_t)n, &d->q, NULL);
 				clFinish(d->q);
 				if (r >= 0)
 					t[r] = now() - t0;
@@ -326,7 +364,7 @@ main(int argc, char **argv)
 				printf("clblast: CLBlastSgemm failed with status %d\n", st);
 			} else {
 				mlcl_read(d, dC->mem, 0, C, (size_t)(m * n) * 4, &e);
-				report("clblast", m, n, k, t, runs, cpu_now() - c0,
+				report("clblast", m, n, k, tb, t, runs, cpu_now() - c0,
 				       relerr(C, R, (size_t)(m * n)));
 			}
 		}

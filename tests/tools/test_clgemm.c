@@ -5,9 +5,13 @@
  * dimensions above the row length, buffer offsets, alpha and beta (beta 0
  * over NaNs), strided and broadcast batches, the bias/ReLU epilogue, f16
  * storage, argument errors; Conv with pads, strides, dilations, groups,
- * depthwise and 1x1. Every case runs with each of the device's candidate
+ * depthwise and 1x1; M or N 1 (the GEMV kernel; on a CPU device again
+ * with the device taken for a GPU, so that the layouts only a GPU runs
+ * are tested too). Every case runs with each of the device's candidate
  * tiles (mlcl_gemm_tiles), the ones the tuner may pick, or with
- * ML_GEMM_TILE's alone when it is set. Prints TAP; skips when there is no
+ * ML_GEMM_TILE's alone when it is set, on the engine ML_CL_GEMM names
+ * (tests/run.sh runs it with own and with clblast); then the engine
+ * choice itself (engine_tests). Prints TAP; skips when there is no
  * OpenCL device. ML_CL_DEVICE=N picks device N (default 0).
  * test_clgemm --tile prints the tile the device uses and how it was chosen
  * ("tile MR VW NV WG: HOW"), for tests of the tuning cache, and exits.
@@ -17,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef ML_NO_OPENCL
 /* a build without OpenCL (make OPENCL=0) has nothing to test here */
@@ -31,7 +36,7 @@ main(void)
 
 static int ntest, nfail;
 static struct mlcl_dev *dev;
-static char tile_tag[48];	/* the tile under test, before each case's name */
+static char tile_tag[64];	/* the tile under test, before each case's name */
 
 static void
 ok(bool cond, const char *fmt, ...)
@@ -124,6 +129,7 @@ struct gcase {
 	bool bcast_b;		/* stride_b = 0 */
 	int epi;		/* 0 none, 1 bias per row, 2 bias per column + relu, 3 relu */
 	bool f16;
+	bool tight;		/* A's and C's batches follow each other (no gap) */
 };
 
 static void
@@ -137,6 +143,8 @@ gemm_case(const struct gcase *c)
 	if (ldb < 1)
 		ldb = 1;
 	int64_t sa = ar * lda + 3, sb = c->bcast_b ? 0 : br * ldb + 5, sc = M * ldc + 2;
+	if (c->tight)
+		sa = ar * lda, sc = M * ldc;
 	size_t na = (size_t)(c->off + sa * nb + 1), nbb = (size_t)(c->off + (sb ? sb * nb : br * ldb) + 1);
 	size_t nc = (size_t)(c->off + sc * nb + 1), nbias = (size_t)(c->off + M + N + 1);
 	float *A = malloc(na * 4), *B = malloc(nbb * 4), *C = malloc(nc * 4), *R = malloc(nc * 4);
@@ -186,9 +194,10 @@ gemm_case(const struct gcase *c)
 	struct mlcl_buf *dC = upload(C, nc, c->f16), *dbias = upload(bias, nbias, c->f16);
 	char what[200];
 	snprintf(what, sizeof what, "%s gemm %s%s M=%lld N=%lld K=%lld alpha=%g beta=%g ld+%lld "
-		 "off=%lld batch=%lld%s epi=%d", c->f16 ? "f16" : "f32", c->ta ? "T" : "N", c->tb ? "T" : "N",
+		 "off=%lld batch=%lld%s%s epi=%d", c->f16 ? "f16" : "f32", c->ta ? "T" : "N", c->tb ? "T" : "N",
 		 (long long)M, (long long)N, (long long)K, c->alpha, c->beta, (long long)c->pad_ld,
-		 (long long)c->off, (long long)nb, c->bcast_b ? " bcast-B" : "", c->epi);
+		 (long long)c->off, (long long)nb, c->bcast_b ? " bcast-B" : "",
+		 c->tight ? " tight" : "", c->epi);
 	if (dA == NULL || dB == NULL || dC == NULL || dbias == NULL) {
 		ok(false, "%s: upload failed", what);
 		goto out;
@@ -266,9 +275,55 @@ gemm_tests(void)
 		{ .ta = true, .tb = true, .M = 16, .N = 40, .K = 17, .alpha = 0.5f, .beta = 1,
 		  .batch = 2, .f16 = true, .off = 3, .pad_ld = 1 },
 		{ .M = 12, .N = 16, .K = 9, .alpha = 1, .batch = 1, .epi = 2, .f16 = true },
+		/* M == 1 or N == 1: the GEMV, both layouts of the matrix, epilogues, batches */
+		{ .tb = true, .M = 1, .N = 1000, .K = 1280, .alpha = 1, .batch = 1, .epi = 2 },
+		{ .M = 1, .N = 77, .K = 300, .alpha = 0.5f, .beta = 2, .batch = 1, .epi = 2,
+		  .off = 3, .pad_ld = 5 },
+		{ .ta = true, .M = 1, .N = 33, .K = 7, .alpha = 1, .batch = 3, .pad_ld = 2 },
+		{ .M = 1, .N = 40, .K = 64, .alpha = 1, .batch = 4, .bcast_b = true, .epi = 3 },
+		{ .M = 150, .N = 1, .K = 260, .alpha = 1, .batch = 1, .epi = 1 },
+		{ .ta = true, .tb = true, .M = 45, .N = 1, .K = 129, .alpha = -1, .beta = 0.5f,
+		  .batch = 2, .epi = 1, .off = 7, .pad_ld = 1 },
+		{ .tb = true, .M = 70, .N = 1, .K = 3, .alpha = 1, .batch = 1, .epi = 3 },
+		{ .M = 1, .N = 1, .K = 1000, .alpha = 1, .batch = 2 },
+		{ .tb = true, .M = 1, .N = 50, .K = 96, .alpha = 1, .batch = 1, .epi = 2, .f16 = true },
+		{ .M = 37, .N = 1, .K = 40, .alpha = 1, .beta = 1, .batch = 2, .f16 = true },
+		/* batches that share B with rows following each other: one product of 4 * 9 rows */
+		{ .M = 9, .N = 20, .K = 16, .alpha = 1, .batch = 4, .bcast_b = true, .tight = true,
+		  .epi = 2 },
+		{ .M = 9, .N = 20, .K = 16, .alpha = 1, .batch = 4, .bcast_b = true, .tight = true,
+		  .epi = 1, .pad_ld = 2 },
+		{ .M = 1, .N = 20, .K = 16, .alpha = 1, .beta = 1, .batch = 5, .bcast_b = true,
+		  .tight = true, .epi = 2 },
 	};
 	for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
 		gemm_case(&more[i]);
+	/*
+	 * A CPU device takes the GEMV only for a matrix contiguous along k, and
+	 * the smallest work-groups: the cases with M or N 1 again, the device
+	 * taken for a GPU, so that every layout and group shape runs here.
+	 */
+	if (dev->type & CL_DEVICE_TYPE_CPU) {
+		cl_device_type ty = dev->type;
+		char tag[40];
+		snprintf(tag, sizeof tag, "%.39s", tile_tag);
+		snprintf(tile_tag, sizeof tile_tag, "%.39sas a GPU: ", tag);
+		dev->type = CL_DEVICE_TYPE_GPU;
+		for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+			if (more[i].M == 1 || more[i].N == 1)
+				gemm_case(&more[i]);
+		for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+			for (int t = 0; t < 4; t++)
+				if (shapes[s][0] == 1 || shapes[s][1] == 1) {
+					struct gcase c = { .ta = t & 1, .tb = t >> 1,
+							   .M = shapes[s][0], .N = shapes[s][1],
+							   .K = shapes[s][2], .alpha = 1, .batch = 2,
+							   .epi = shapes[s][0] == 1 ? 2 : 1 };
+					gemm_case(&c);
+				}
+		dev->type = ty;
+		snprintf(tile_tag, sizeof tile_tag, "%s", tag);
+	}
 
 	struct ml_err e = { 0 };
 	struct mlcl_buf *b = NULL;
@@ -419,6 +474,140 @@ conv_tests(void)
 	ok(mlcl_conv_out(&bad, &oh, &ow, &e) == ML_EINVAL, "channels not a multiple of group fail");
 }
 
+/* describe: what -v would show of the device's GEMM now */
+static const char *
+describe(void)
+{
+	static char buf[160];
+	mlcl_gemm_describe(dev, buf, sizeof buf);
+	return buf;
+}
+
+/* set: setenv, or unsetenv when v is NULL */
+static void
+set(const char *name, const char *v)
+{
+	if (v != NULL)
+		setenv(name, v, 1);
+	else
+		unsetenv(name);
+}
+
+/*
+ * The engine choice (mlcl_gemm_engine): ML_CL_GEMM forcing each engine or
+ * naming none, a CLBlast library that cannot be loaded, a CLBlast call
+ * that fails (ML_CL_FAULT=clblast), and auto measuring once, then
+ * reading its cache (mlcl_gemm_engine_forget stands for a new process).
+ * Each case's product is checked as the others are.
+ */
+static void
+engine_tests(void)
+{
+	static const char *const vars[] = { "ML_CL_GEMM", "ML_CLBLAST_LIB", "ML_CL_FAULT",
+					    "ML_CL_CACHE" };
+	char *saved[4];
+	for (int i = 0; i < 4; i++)
+		saved[i] = getenv(vars[i]) != NULL ? strdup(getenv(vars[i])) : NULL;
+	struct gcase c = { .M = 40, .N = 24, .K = 33, .alpha = 1, .batch = 1, .epi = 2 };
+	struct gcase v = { .tb = true, .M = 1, .N = 100, .K = 64, .alpha = 1, .batch = 1, .epi = 2 };
+	struct ml_err e = { 0 };
+	snprintf(tile_tag, sizeof tile_tag, "engine: ");
+	set("ML_CL_FAULT", NULL);
+	set("ML_CLBLAST_LIB", NULL);
+
+	set("ML_CL_GEMM", "own");
+	mlcl_gemm_engine_forget(dev);
+	gemm_case(&c);
+	ok(strstr(describe(), "engine own (ML_CL_GEMM)") != NULL, "ML_CL_GEMM=own: %s", describe());
+
+	set("ML_CL_GEMM", "fast");
+	mlcl_gemm_engine_forget(dev);
+	struct mlcl_buf *b = NULL;
+	mlcl_buf_get(dev, 64, &b, &e);
+	int rc = mlcl_sgemm(dev, false, false, 2, 2, 2, 1, b->mem, 0, 2, b->mem, 0, 2, 0, b->mem,
+			    0, 2, 1, 0, 0, 0, &e);
+	ok(rc == ML_EINVAL && strstr(e.msg, "ML_CL_GEMM='fast'") != NULL,
+	   "ML_CL_GEMM=fast fails with ML_EINVAL (%s)", e.msg);
+	rc = mlcl_gemm_prepare(dev, false, &e);
+	ok(rc == ML_EINVAL, "and so does preparing the GEMM (%s)", e.msg);
+	mlcl_buf_put(dev, b);
+
+	set("ML_CL_GEMM", "clblast");
+	set("ML_CLBLAST_LIB", "/nonexistent/libclblast.so.1");
+	mlcl_gemm_engine_forget(dev);
+	gemm_case(&c);
+	gemm_case(&v);
+	ok(strstr(describe(), "engine own (no CLBlast); cannot load the CLBlast library") != NULL,
+	   "ML_CL_GEMM=clblast without a CLBlast library: ours (%s)", describe());
+	set("ML_CLBLAST_LIB", NULL);
+
+	if (!mlcl_clblast_load(NULL)) {
+		ok(true, "# SKIP no CLBlast library: the tests of CLBlast's engine");
+		goto out;
+	}
+	mlcl_gemm_engine_forget(dev);
+	gemm_case(&c);
+	gemm_case(&v);
+	ok(strstr(describe(), "engine clblast (ML_CL_GEMM)") != NULL &&
+	   strstr(describe(), "own: CLBlast") == NULL, "ML_CL_GEMM=clblast: %s", describe());
+
+	set("ML_CL_FAULT", "clblast");
+	mlcl_gemm_engine_forget(dev);
+	gemm_case(&c);
+	ok(strstr(describe(), "f32 own: CLBlast -2040 (unknown error)") != NULL,
+	   "a failing CLBlast call is redone on ours and noted: %s", describe());
+	set("ML_CL_FAULT", NULL);
+
+	char dir[] = "/tmp/test_clgemm.XXXXXX", path[4096];
+	if (mkdtemp(dir) == NULL) {
+		ok(false, "mkdtemp");
+		goto out;
+	}
+	set("ML_CL_CACHE", dir);
+	set("ML_CL_GEMM", NULL);
+	mlcl_gemm_engine_forget(dev);
+	gemm_case(&c);
+	ok(strstr(describe(), "(measured)") != NULL, "auto measures the engines: %s", describe());
+	/* issue 22: CLBlast runs at a tenth of our speed on POCL, which must keep ours */
+	ok(dev->gemm_eng[MLCL_GEMM_SQUARE] == MLCL_OWN ||
+	   strstr(dev->platform_name, "Portable Computing Language") == NULL,
+	   "POCL keeps ours for the square class (%s)", dev->platform_name);
+	mlcl_gemm_engine_forget(dev);
+	gemm_case(&c);
+	ok(strstr(describe(), "(cached)") != NULL, "the next choice reads the cache: %s",
+	   describe());
+	bool have = mlcl_cache_path(dev, "gemm", "engine", "txt", path, sizeof path);
+	FILE *f = have ? fopen(path, "w") : NULL;
+	if (f != NULL) {
+		fputs("ml-gemm-engine 1 libclblast.so.0.1 clblast clblast clblast clblast\n", f);
+		fclose(f);
+	}
+	mlcl_gemm_engine_forget(dev);
+	gemm_case(&c);
+	char line[256] = "", want[160];
+	f = have ? fopen(path, "r") : NULL;
+	if (f != NULL) {
+		if (fgets(line, sizeof line, f) == NULL)
+			line[0] = '\0';
+		line[strcspn(line, "\n")] = '\0';
+		fclose(f);
+	}
+	snprintf(want, sizeof want, "ml-gemm-engine 1 %s ", mlcl_clblast_lib());
+	ok(f != NULL && strstr(describe(), "(measured)") != NULL &&
+	   strncmp(line, want, strlen(want)) == 0,
+	   "a cache made with another CLBlast is measured again and rewritten: %s", line);
+	if (have)
+		unlink(path);
+	rmdir(dir);
+out:
+	for (int i = 0; i < 4; i++) {
+		set(vars[i], saved[i]);
+		free(saved[i]);
+	}
+	mlcl_gemm_engine_forget(dev);
+	tile_tag[0] = '\0';
+}
+
 int
 main(int argc, char **argv)
 {
@@ -454,6 +643,8 @@ main(int argc, char **argv)
 		gemm_tests();
 		conv_tests();
 	}
+	printf("# engine: %s\n", describe());
+	engine_tests();
 	printf("1..%d\n", ntest);
 	return nfail > 0;
 }
