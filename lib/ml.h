@@ -498,7 +498,7 @@ int ml_npy_encode(const struct ml_tval *t, uint8_t **buf, size_t *len, struct ml
 int ml_npy_save(const struct ml_tval *t, const char *path, struct ml_err *e);
 
 /*
- * The thread pool (lib/exec/pool.c). Kernels split work with
+ * The thread pool (lib/cpu/pool.c). Kernels split work with
  * ml_parallel_for; BLAS calls run on the calling thread with OpenBLAS's own
  * threads, and ml_set_threads sets both so the two never oversubscribe.
  */

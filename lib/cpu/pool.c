@@ -1,10 +1,10 @@
 /*
- * pool.c: the thread pool kernels split loops over. A job is cut into
- * chunks (up to four per thread) that the calling thread and the workers
- * claim one at a time from a shared ticket, the job's generation and its
- * next chunk in one atomic word, so a late or descheduled worker never
- * holds the caller up: the caller runs whatever is left itself and waits
- * only for chunks already claimed.
+ * pool.c: the CPU device's thread pool, which its kernels split loops
+ * over. A job is cut into chunks (up to four per thread) that the calling
+ * thread and the workers claim one at a time from a shared ticket, the
+ * job's generation and its next chunk in one atomic word, so a late or
+ * descheduled worker never holds the caller up: the caller runs whatever
+ * is left itself and waits only for chunks already claimed.
  *
  * Between jobs a worker polls the ticket for a while (ML_SPIN_US), since
  * the next kernel usually follows within microseconds and a
