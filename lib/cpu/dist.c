@@ -1,7 +1,7 @@
 /*
  * dist.c: CPU kernels of the dist family (see lib/ops/dist.c): the start
  * and the wait of a bucket's all-reduce, over the runtime of
- * lib/dist/mpi.c.
+ * lib/cpu/mpi.c.
  *
  * Both have side effects (a collective across ranks, a bucket's state), so
  * they run only inside a session: static inference and constant folding,

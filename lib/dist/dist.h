@@ -1,7 +1,7 @@
 /*
  * dist.h: what the kernels of the dist family (lib/cpu/dist.c) and the
  * graph rewrite (lib/dist/rewrite.c) share with the MPI runtime
- * (lib/dist/mpi.c): buckets, named by a small integer id per graph.
+ * (lib/cpu/mpi.c): buckets, named by a small integer id per graph.
  */
 #ifndef ML_DIST_INTERNAL_H
 #define ML_DIST_INTERNAL_H

@@ -125,3 +125,10 @@ const struct ml_opdef ml_opdefs_dist[] = {
 	{ ML_OP_ALLREDUCE_WAIT, 1, 1, 1, -1, infer_wait, flops_elems },
 	{ .op = ML_OP_NONE },
 };
+
+/* the dtypes an all-reduce sums (the CPU's lib/cpu/mpi.c and these ops' inference) */
+bool
+ml_dist_reduce_dtype(enum ml_dtype t)
+{
+	return t == ML_F32 || t == ML_F64 || t == ML_F16 || t == ML_BF16;
+}

@@ -1,6 +1,7 @@
 /*
- * mpi.c: the MPI runtime of data-parallel training: Open MPI loaded with
- * dlopen, one communication thread that makes every MPI call after
+ * mpi.c: the MPI runtime of data-parallel training, the CPU device's
+ * collectives (lib/dist rewrites the graphs that use them): Open MPI
+ * loaded with dlopen, one communication thread that makes every MPI call after
  * MPI_Init_thread, the buckets that ml.AllReduceStart hands to it and
  * ml.AllReduceWait takes back, and the collectives of lib/ml_dist.h.
  *
@@ -537,12 +538,6 @@ ml_dist_barrier(struct ml_err *e)
 }
 
 /* Buckets. */
-
-bool
-ml_dist_reduce_dtype(enum ml_dtype t)
-{
-	return t == ML_F32 || t == ML_F64 || t == ML_F16 || t == ML_BF16;
-}
 
 /* bucket_get: bucket id, created when absent (D.mu held). NULL when out of memory. */
 static struct bucket *
