@@ -193,10 +193,12 @@ l_flat(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L
 	return L_FLAT;
 }
 
+typedef enum lkind (*layer_fn)(const struct ml_graph *g, const struct ml_node *n, int x,
+			       struct layer *L);
+
 /* each class's check, and whether only the integer form takes it */
 static const struct {
-	enum lkind (*check)(const struct ml_graph *g, const struct ml_node *n, int x,
-			    struct layer *L);
+	layer_fn check;
 	bool int_only;
 } qclasses[] = {
 	[ML_QC_CONV] = { l_conv, false },
@@ -250,12 +252,50 @@ fuse_act(const struct rw *r, struct layer *L)
 	L->out = g->nodes[a].out[0];
 }
 
+/*
+ * layer_check: the check of node i's quantisation class, or NULL when it
+ * cannot start a layer (no class, a class of the integer form only in the
+ * QDQ form, no input or output, or already in a layer as its activation).
+ */
+static layer_fn
+layer_check(const struct rw *r, int i)
+{
+	const struct ml_node *n = &r->q->nodes[i];
+	enum ml_qclass qc = ml_op_qclass(n->op);
+	if (r->layer_of[i] >= 0 || n->n_out < 1 || n->out[0] < 0 || n->n_in < 1 || n->in[0] < 0)
+		return NULL;
+	if (qc >= sizeof qclasses / sizeof qclasses[0])
+		return NULL;
+	if (qclasses[qc].int_only && r->o->form != ML_QFORM_INT)
+		return NULL;
+	return qclasses[qc].check;
+}
+
+/* add_layer: record L, with its fused activation, as the next layer. */
+static void
+add_layer(struct rw *r, struct layer *L)
+{
+	const struct ml_graph *g = r->q;
+	L->out = g->nodes[L->node].out[0];
+	if (L->kind == L_CONV || L->kind == L_DW || L->kind == L_GEMM || L->kind == L_ADD)
+		fuse_act(r, L);
+	L->on = true;
+	if (excluded(r->o, g, &g->nodes[L->node]) ||
+	    (L->act >= 0 && excluded(r->o, g, &g->nodes[L->act]))) {
+		L->on = false;
+		snprintf(L->why, sizeof L->why, "excluded");
+	}
+	r->layer_of[L->node] = r->nly;
+	if (L->act >= 0)
+		r->layer_of[L->act] = r->nly;
+	r->ly[r->nly++] = *L;
+}
+
 /* classify: find the layers of g and whether each can be quantised. */
 static int
 classify(struct rw *r)
 {
 	struct ml_graph *g = r->q;
-	bool intform = r->o->form == ML_QFORM_INT;
 
 	r->ly = ml_calloc((size_t)g->n_nodes + 1, sizeof *r->ly);
 	r->layer_of = ml_malloc(sizeof(int) * ((size_t)g->n_nodes + 1));
@@ -264,28 +304,10 @@ classify(struct rw *r)
 	for (int i = 0; i < g->n_nodes; i++)
 		r->layer_of[i] = -1;
 	for (int i = 0; i < g->n_nodes; i++) {
-		struct ml_node *n = &g->nodes[i];
+		layer_fn check = layer_check(r, i);
 		struct layer L = { .node = i, .act = -1, .amin = -INFINITY, .amax = INFINITY };
-		enum ml_qclass qc = ml_op_qclass(n->op);
-		if (r->layer_of[i] >= 0 || n->n_out < 1 || n->out[0] < 0 || n->n_in < 1 ||
-		    n->in[0] < 0 || qc >= sizeof qclasses / sizeof qclasses[0] ||
-		    qclasses[qc].check == NULL || (qclasses[qc].int_only && !intform))
-			continue;
-		L.kind = qclasses[qc].check(g, n, n->in[0], &L);
-		if (L.kind == L_NONE)
-			continue;
-		L.out = n->out[0];
-		if (L.kind == L_CONV || L.kind == L_DW || L.kind == L_GEMM || L.kind == L_ADD)
-			fuse_act(r, &L);
-		L.on = true;
-		if (excluded(r->o, g, n) || (L.act >= 0 && excluded(r->o, g, &g->nodes[L.act]))) {
-			L.on = false;
-			snprintf(L.why, sizeof L.why, "excluded");
-		}
-		r->layer_of[i] = r->nly;
-		if (L.act >= 0)
-			r->layer_of[L.act] = r->nly;
-		r->ly[r->nly++] = L;
+		if (check != NULL && (L.kind = check(g, &g->nodes[i], g->nodes[i].in[0], &L)) != L_NONE)
+			add_layer(r, &L);
 	}
 	return 0;
 }
