@@ -289,3 +289,4 @@ const struct ml_opdef ml_opdefs_elem[] = {
 	{ ML_OP_CAST_LIKE, 2, 2, 1, 1, infer_cast, NULL },
 	{ .op = ML_OP_NONE },
 };
+#undef I
