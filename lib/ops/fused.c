@@ -48,6 +48,12 @@ ml_fused_act(const struct ml_node *n)
 	return -1;
 }
 
+const char *
+ml_fused_act_name(int act)
+{
+	return act >= 0 && act < ML_UN_COUNT && unary[act].act ? ml_op_name(unary[act].op) : NULL;
+}
+
 /* base_infer: run op's inference on c with only the first n_in inputs. */
 static int
 base_infer(struct ml_opctx *c, enum ml_op op, int n_in)

@@ -248,6 +248,8 @@ check_descriptors(void)
 		g->nodes[0].n_attr = 0; /* set_string appends; the first one counts */ \
 		ml_node_set_string(g, 0, "activation", ml_op_name(o)); \
 		row_ok &= (ml_fused_act(&g->nodes[0]) == ML_UN_##id) == (act); \
+		row_ok &= (act) ? strcmp(ml_fused_act_name(ML_UN_##id), ml_op_name(o)) == 0 : \
+				ml_fused_act_name(ML_UN_##id) == NULL; \
 		if (fe) { \
 			row_ok &= ml_fused_elem_op(ml_op_name(o)) == ML_FE_UNARY + ML_UN_##id; \
 			row_ok &= strcmp(ml_fused_elem_name(ML_FE_UNARY + ML_UN_##id), nm) == 0; \
