@@ -60,10 +60,16 @@ struct ml_opctx {
  *   parameter or an optimizer slot, named by its inputs) instead of, or as
  *   well as, producing outputs: executors keep it in order and count the
  *   written copy as the current one.
+ * ML_OPF_RANDOM: the outputs are drawn from a random generator, so static
+ *   inference never computes them ahead from known inputs.
+ * ML_OPF_SHAPE_ONLY: the kernels read their inputs' dtype and shape, never
+ *   their data, so known shapes make the outputs known.
  */
 enum {
 	ML_OPF_INPLACE = 1u << 0,
 	ML_OPF_SIDE_EFFECT = 1u << 1,
+	ML_OPF_RANDOM = 1u << 2,
+	ML_OPF_SHAPE_ONLY = 1u << 3,
 };
 
 /*

@@ -194,18 +194,14 @@ ml_node_infer(const struct ml_graph *g, const struct ml_node *n, struct ml_tval 
 static bool
 is_random(enum ml_op op)
 {
-	return op == ML_OP_BERNOULLI || op == ML_OP_RANDOM_UNIFORM || op == ML_OP_RANDOM_NORMAL ||
-	       op == ML_OP_RANDOM_UNIFORM_LIKE || op == ML_OP_RANDOM_NORMAL_LIKE;
+	return (ml_op_flags(op) & ML_OPF_RANDOM) != 0;
 }
 
-/*
- * shape_only: ops whose CPU kernels read only their inputs' dtype and
- * shape, never the data, so a fully known shape makes the value known.
- */
+/* shape_only: a fully known shape makes the op's value known (ML_OPF_SHAPE_ONLY). */
 static bool
 shape_only(enum ml_op op)
 {
-	return op == ML_OP_SHAPE || op == ML_OP_SIZE || op == ML_OP_EYE_LIKE;
+	return (ml_op_flags(op) & ML_OPF_SHAPE_ONLY) != 0;
 }
 
 int

@@ -548,7 +548,7 @@ const struct ml_opdef ml_opdefs_grad[] = {
 	{ ML_OP_NLL_GRAD, 3, 3, 1, 1, infer_loss_grad, flops_numel },
 	{ ML_OP_BCE_LOGITS, 2, 2, 1, 1, infer_bce, flops_numel },
 	{ ML_OP_BCE_LOGITS_GRAD, 3, 3, 1, 1, infer_bce, flops_numel },
-	{ ML_OP_DROPOUT_TRAINING, 2, 2, 1, 2, infer_dropout, flops_numel },
+	{ ML_OP_DROPOUT_TRAINING, 2, 2, 1, 2, infer_dropout, flops_numel, .flags = ML_OPF_RANDOM },
 	{ ML_OP_TRAIN_GEMM, 2, 4, 1, 1, infer_train_gemm, flops_tg },
 	{ ML_OP_GEMM_SGD_UPDATE, 4, 5, 0, 0, infer_gemm_sgd, flops_tg,
 	  .flags = ML_OPF_SIDE_EFFECT },
