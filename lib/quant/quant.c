@@ -306,7 +306,10 @@ classify(struct rw *r)
 	for (int i = 0; i < g->n_nodes; i++) {
 		layer_fn check = layer_check(r, i);
 		struct layer L = { .node = i, .act = -1, .amin = -INFINITY, .amax = INFINITY };
-		if (check != NULL && (L.kind = check(g, &g->nodes[i], g->nodes[i].in[0], &L)) != L_NONE)
+		if (check == NULL)
+			continue;
+		L.kind = check(g, &g->nodes[i], g->nodes[i].in[0], &L);
+		if (L.kind != L_NONE)
 			add_layer(r, &L);
 	}
 	return 0;

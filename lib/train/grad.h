@@ -13,12 +13,13 @@
  *
  * and a family with a table has grad 1 in its F(FAMILY, grad) row of
  * lib/families.def, which declares and collects the tables. ml_grad calls
- * a rule once per node on the path from the requested inputs to y, in reverse topological order, with c->dy[j] the
- * gradient (a tensor index of the graph) flowing into output j, -1 where
- * none does (at least one is set). The rule sets c->dx[i] for every input i
- * with c->need[i] (the others may stay -1; c->dx[] starts at -1), using
- * the helpers below to append ordinary nodes, and returns 0, or a negative
- * ML_E* code with c->err filled (ml_gfail). The gradient of an input has
+ * a rule once per node on the path from the requested inputs to y, in
+ * reverse topological order, with c->dy[j] the gradient (a tensor index of
+ * the graph) flowing into output j, -1 where none does (at least one is
+ * set). The rule sets c->dx[i] for every input i with c->need[i] (the
+ * others may stay -1; c->dx[] starts at -1), using the helpers below to
+ * append ordinary nodes, and returns 0, or a negative ML_E* code with
+ * c->err filled (ml_gfail). The gradient of an input has
  * the input's shape and dtype: rules of broadcasting ops sum it back with
  * ml_gsum_to. The forward node and its tensors have inferred shapes
  * (dims may be -1 for a symbolic batch size); new tensors have none until

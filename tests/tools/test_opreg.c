@@ -207,7 +207,8 @@ check_descriptors(void)
 	ok(bad_inplace == 0, "%s", "in-place ops have one output shaped and typed like input 0");
 	ok(bad_side == 0, "%s", "the side-effect ops are the ops without outputs");
 	ok(bad_masks == 0, "%s", "weight masks name inputs the ops have, never a host input");
-	ok(bad_qc == 0, "%s", "quantised layers read a weight input 1; fused activations have an ML_ACT code");
+	ok(bad_qc == 0, "%s",
+	   "quantised layers read a weight input 1; fused activations have an ML_ACT code");
 
 	/* every op with a gradient rule is in a family that families.def marks, and is its own */
 	int bad_grad = 0, n_rules = 0;
@@ -280,7 +281,8 @@ check_descriptors(void)
 	for (const struct ml_kernel_src *k = ml_kernel_srcs; k->name != NULL; k++) {
 		if (strcmp(k->name, "act.def") == 0)
 			act = k;
-		else if (strstr(k->src, "#define ACT_RELU") != NULL || strstr(k->src, "U_RELU") != NULL)
+		else if (strstr(k->src, "#define ACT_RELU") != NULL ||
+			 strstr(k->src, "U_RELU") != NULL)
 			own_codes = true;
 	}
 	FILE *f = fopen("lib/act.def", "rb");
