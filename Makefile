@@ -64,11 +64,12 @@ $(B)/gen/onnx.pb-c.c $(B)/gen/onnx.pb-c.h &: $(ONNX_PROTO)
 	cp $(ONNX_PROTO) $(B)/gen/onnx.proto
 	protoc-c --proto_path=$(B)/gen --c_out=$(B)/gen $(B)/gen/onnx.proto
 
-# kernels/*.cl embedded as byte arrays (lib/cl/cl.h ml_kernel_srcs)
+# kernels/*.cl embedded as byte arrays (lib/cl/cl.h ml_kernel_srcs), with
+# lib/act.def, the codes the C code and every program share
 KERNELS = $(sort $(wildcard kernels/*.cl))
-$(B)/gen/kernels.c: tools/cl2c.sh $(KERNELS)
+$(B)/gen/kernels.c: tools/cl2c.sh lib/act.def $(KERNELS)
 	@mkdir -p $(@D)
-	sh tools/cl2c.sh $(KERNELS) > $@.tmp && mv $@.tmp $@
+	sh tools/cl2c.sh lib/act.def $(KERNELS) > $@.tmp && mv $@.tmp $@
 
 $(B)/obj/gen/%.o: $(B)/gen/%.c | $(GEN_H)
 	@mkdir -p $(@D)
@@ -77,6 +78,10 @@ $(B)/obj/gen/%.o: $(B)/gen/%.c | $(GEN_H)
 $(B)/obj/%.o: %.c | $(GEN_H)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(DEPFLAGS) -c -o $@ $<
+
+# The op descriptors of lib/ops name only the properties an op has (flags,
+# weight and host inputs, quantisation class); the others are 0 by C's rule.
+$(B)/obj/lib/ops/%.o: CFLAGS_ALL += -Wno-missing-field-initializers
 
 $(B)/lib/libml.a: $(LIB_OBJS)
 	@mkdir -p $(@D)

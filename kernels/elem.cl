@@ -34,40 +34,40 @@ typedef struct {
 	int pad_[3];
 } ml_shape;
 
-/* unary op codes: lib/cl/cl_ops.c uop() */
-enum { U_RELU, U_SIGMOID, U_TANH, U_LEAKY, U_ELU, U_SELU, U_HSIG, U_HSWISH, U_SILU, U_GELU,
-       U_ERF, U_EXP, U_LOG, U_NEG, U_ABS, U_SQRT, U_RECIP, U_SOFTPLUS, U_CLIP, U_FLOOR, U_CEIL,
-       U_SIN, U_COS, U_SOFTSIGN, U_CELU, U_IDENT };
-
+/*
+ * unary: the function of code op, an ML_UN_* of lib/act.def (the
+ * program's first source; lib/cl/cl_ops.c passes ml_op_unary of the
+ * node's op); the identity for ML_UN_NONE.
+ */
 static float
 unary(int op, float x, float a, float b)
 {
 	switch (op) {
-	case U_RELU: return x > 0 ? x : 0;
-	case U_SIGMOID: return 1.0f / (1.0f + exp(-x));
-	case U_TANH: return tanh(x);
-	case U_LEAKY: return x >= 0 ? x : a * x;
-	case U_ELU: return x >= 0 ? x : a * (exp(x) - 1.0f);
-	case U_SELU: return x > 0 ? b * x : b * a * (exp(x) - 1.0f);
-	case U_HSIG: return fmax(0.0f, fmin(1.0f, a * x + b));
-	case U_HSWISH: return x * fmax(0.0f, fmin(1.0f, x / 6.0f + 0.5f));
-	case U_SILU: return x / (1.0f + exp(-x));
-	case U_GELU: return 0.5f * x * (1.0f + erf(x * 0.70710678118654752f));
-	case U_ERF: return erf(x);
-	case U_EXP: return exp(x);
-	case U_LOG: return log(x);
-	case U_NEG: return -x;
-	case U_ABS: return fabs(x);
-	case U_SQRT: return sqrt(x);
-	case U_RECIP: return 1.0f / x;
-	case U_SOFTPLUS: return x > 20.0f ? x : log1p(exp(x));
-	case U_CLIP: return isnan(x) ? x : fmin(fmax(x, a), b);
-	case U_FLOOR: return floor(x);
-	case U_CEIL: return ceil(x);
-	case U_SIN: return sin(x);
-	case U_COS: return cos(x);
-	case U_SOFTSIGN: return x / (1.0f + fabs(x));
-	case U_CELU: return fmax(0.0f, x) + fmin(0.0f, a * (exp(x / a) - 1.0f));
+	case ML_UN_RELU: return x > 0 ? x : 0;
+	case ML_UN_SIGMOID: return 1.0f / (1.0f + exp(-x));
+	case ML_UN_TANH: return tanh(x);
+	case ML_UN_LEAKY_RELU: return x >= 0 ? x : a * x;
+	case ML_UN_ELU: return x >= 0 ? x : a * (exp(x) - 1.0f);
+	case ML_UN_SELU: return x > 0 ? b * x : b * a * (exp(x) - 1.0f);
+	case ML_UN_HARD_SIGMOID: return fmax(0.0f, fmin(1.0f, a * x + b));
+	case ML_UN_HARD_SWISH: return x * fmax(0.0f, fmin(1.0f, x / 6.0f + 0.5f));
+	case ML_UN_SILU: return x / (1.0f + exp(-x));
+	case ML_UN_GELU: return 0.5f * x * (1.0f + erf(x * 0.70710678118654752f));
+	case ML_UN_ERF: return erf(x);
+	case ML_UN_EXP: return exp(x);
+	case ML_UN_LOG: return log(x);
+	case ML_UN_NEG: return -x;
+	case ML_UN_ABS: return fabs(x);
+	case ML_UN_SQRT: return sqrt(x);
+	case ML_UN_RECIPROCAL: return 1.0f / x;
+	case ML_UN_SOFTPLUS: return x > 20.0f ? x : log1p(exp(x));
+	case ML_UN_CLIP: return isnan(x) ? x : fmin(fmax(x, a), b);
+	case ML_UN_FLOOR: return floor(x);
+	case ML_UN_CEIL: return ceil(x);
+	case ML_UN_SIN: return sin(x);
+	case ML_UN_COS: return cos(x);
+	case ML_UN_SOFTSIGN: return x / (1.0f + fabs(x));
+	case ML_UN_CELU: return fmax(0.0f, x) + fmin(0.0f, a * (exp(x / a) - 1.0f));
 	default: return x;
 	}
 }

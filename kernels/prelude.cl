@@ -1,8 +1,11 @@
 /*
  * prelude.cl: what every program of kernels/ shares. lib/cl/cl_prog.c
- * passes it as the first of two source strings to each build (and hashes
- * it into the binary cache key; ML_KERNEL_DIR supplies it with the rest),
- * so the files below do not repeat it. Generated programs (the fused
+ * passes it as the second of three source strings to each build, after
+ * lib/act.def (the codes of the activations and unary functions, shared
+ * with the C code) and before the program's file, and hashes all three
+ * into the binary cache key; ML_KERNEL_DIR supplies it with the rest
+ * (act.def always comes from the build), so the files below do not
+ * repeat it. Generated programs (the fused
  * elementwise chains of lib/cl/fused_elem.c) bring their own definitions.
  *
  * T is the stored element type: float, or half with -DML_F16, where every
@@ -27,28 +30,23 @@
 #endif
 
 /*
- * The fused activations (codes as ML_ACT_* of lib/ops/fused.h), with the
+ * The fused activations, by their ML_ACT_* codes of lib/act.def (the
+ * first source string of every program, ahead of this one), with the
  * formulas of the CPU's fused kernels (lib/cpu/fused_mm.c): Clip lets NaN
  * through (both comparisons are false) and Gelu is the erf form,
  * 0.5 v erfc(-v / sqrt 2). ACT_FN(NAME, TY) defines NAME(v, act, lo, hi)
  * on TY, a float or a float vector; a file instantiates the ones it uses.
  */
-#define ACT_RELU 1
-#define ACT_CLIP 2
-#define ACT_SIGMOID 3
-#define ACT_TANH 4
-#define ACT_SILU 5
-#define ACT_GELU 6
 #define ACT_FN(NAME, TY) \
 	inline TY NAME(TY v, int act, float lo, float hi) \
 	{ \
 		switch (act) { \
-		case ACT_RELU: return fmax(v, (TY)(0.0f)); \
-		case ACT_CLIP: return select(select(v, (TY)(hi), v > hi), (TY)(lo), v < lo); \
-		case ACT_SIGMOID: return 1.0f / (1.0f + exp(-v)); \
-		case ACT_TANH: return tanh(v); \
-		case ACT_SILU: return v / (1.0f + exp(-v)); \
-		case ACT_GELU: return 0.5f * v * erfc(-v * 0.70710678118654752f); \
+		case ML_ACT_RELU: return fmax(v, (TY)(0.0f)); \
+		case ML_ACT_CLIP: return select(select(v, (TY)(hi), v > hi), (TY)(lo), v < lo); \
+		case ML_ACT_SIGMOID: return 1.0f / (1.0f + exp(-v)); \
+		case ML_ACT_TANH: return tanh(v); \
+		case ML_ACT_SILU: return v / (1.0f + exp(-v)); \
+		case ML_ACT_GELU: return 0.5f * v * erfc(-v * 0.70710678118654752f); \
 		default: return v; \
 		} \
 	}

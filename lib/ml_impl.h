@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ml.h"
+#include "act.def"
 
 /* ML_ASSERT: internal invariants only, never input checks (git BUG()). */
 #define ML_ASSERT(x) assert(x)
@@ -51,9 +52,54 @@ struct ml_opctx {
 #define ML_IN(c, i) ((i) < (c)->n_in ? (c)->in[(i)] : NULL)
 
 /*
- * struct ml_opdef: an op's definition: arity and shape inference.
- * max_in/max_out -1 means variadic. An op's gradient rule (training) is
- * in its family's lib/ops/FAMILY_grad.c table (see lib/train/grad.h).
+ * Op flags (struct ml_opdef.flags).
+ * ML_OPF_INPLACE: pointwise; output 0 has input 0's shape and dtype where
+ *   the shapes agree, and the CPU kernel reads each element of input 0
+ *   before it writes the same element of output 0, so the executor may
+ *   give output 0 input 0's memory when input 0 dies there.
+ * ML_OPF_SIDE_EFFECT: the op writes a tensor of the graph in place (a
+ *   parameter or an optimizer slot, named by its inputs) instead of, or as
+ *   well as, producing outputs: executors keep it in order and count the
+ *   written copy as the current one.
+ * ML_OPF_RANDOM: the outputs are drawn from a random generator, so static
+ *   inference never computes them ahead from known inputs.
+ * ML_OPF_SHAPE_ONLY: the kernels read their inputs' dtype and shape, never
+ *   their data, so known shapes make the outputs known.
+ */
+enum {
+	ML_OPF_INPLACE = 1u << 0,
+	ML_OPF_SIDE_EFFECT = 1u << 1,
+	ML_OPF_RANDOM = 1u << 2,
+	ML_OPF_SHAPE_ONLY = 1u << 3,
+};
+
+/*
+ * ml_qclass: what mlquant's integer and QDQ forms (lib/quant/quant.c) may
+ * make of an op: the layer it can become, or an activation it can fuse
+ * into the layer before it. Each class has its own preconditions there.
+ */
+enum ml_qclass {
+	ML_QC_NONE,		/* left in float */
+	ML_QC_CONV,		/* a 2-D convolution (grouped: depthwise) over weight input 1 */
+	ML_QC_GEMM,		/* a product with a constant weight input 1 (Gemm, MatMul) */
+	ML_QC_ADD,		/* a residual add of two activations (integer form) */
+	ML_QC_MAXPOOL,		/* a 2-D max pool (integer form) */
+	ML_QC_GAP,		/* a global average pool (integer form) */
+	ML_QC_FLATTEN,		/* [N, C, 1, 1] to [N, C] (integer form) */
+	ML_QC_ACT,		/* an activation fused into the layer before (Relu, Clip) */
+};
+
+/* ML_HOST_REST: a host_in mask where every input after the first is read on the host. */
+#define ML_HOST_REST (~1u)
+
+/*
+ * struct ml_opdef: an op's descriptor: arity, shape inference, cost, and
+ * the properties the passes and executors read instead of switching on
+ * ops. max_in/max_out -1 means variadic. Fields after flops default to 0
+ * (none). An op's gradient rule (training) is in its family's
+ * lib/ops/FAMILY_grad.c table, for the families that families.def marks
+ * with grad 1 (see lib/train/grad.h); its activation or unary-function
+ * code, where it has one, is its row of lib/act.def.
  */
 struct ml_opdef {
 	enum ml_op op;
@@ -62,6 +108,15 @@ struct ml_opdef {
 	int (*infer)(struct ml_opctx *c);
 	/* optional: FLOP estimate from the (static or concrete) shapes in c */
 	int64_t (*flops)(const struct ml_opctx *c);
+	unsigned flags;		/* ML_OPF_* */
+	/* bit j: input j is a weight, bias or scale of a layer (trainable when constant) */
+	unsigned weights;
+	/*
+	 * bit j: input j is a parameter of the op that kernels read on the host
+	 * (a shape, axes, bounds), never the data a device computes on
+	 */
+	unsigned host_in;
+	enum ml_qclass qclass;
 };
 
 /* struct ml_cpu_kernel: a CPU kernel of an op. */
@@ -71,13 +126,27 @@ struct ml_cpu_kernel {
 };
 
 /* Each family's tables, terminated by a row with op ML_OP_NONE. */
-#define F(name) extern const struct ml_opdef ml_opdefs_##name[]; \
+#define F(name, grad) extern const struct ml_opdef ml_opdefs_##name[]; \
 	extern const struct ml_cpu_kernel ml_cpu_##name[];
 #include "families.def"
 #undef F
 
 /* ml_opdef_get: the definition of op, or NULL when no family defines it. */
 const struct ml_opdef *ml_opdef_get(enum ml_op op);
+/*
+ * The descriptor's properties of op, 0 (ML_QC_NONE) for an op without a
+ * definition: ml_op_flags (ML_OPF_*), ml_op_weights and ml_op_host_inputs
+ * (input bit masks), ml_op_qclass. Thread-safe (the registry is built once).
+ */
+unsigned ml_op_flags(enum ml_op op);
+unsigned ml_op_weights(enum ml_op op);
+unsigned ml_op_host_inputs(enum ml_op op);
+enum ml_qclass ml_op_qclass(enum ml_op op);
+/*
+ * ml_op_unary: the ML_UN_* code (lib/act.def) of the unary function op
+ * computes, -1 when op is none of them.
+ */
+int ml_op_unary(enum ml_op op);
 /*
  * ml_infer_values: inference over g given vals[] (one per tensor, preset
  * for inputs and constants: dtype, shape, and data where known). Fills

@@ -24,12 +24,12 @@ static void
 reg_init(void)
 {
 	static const struct ml_opdef *const dtabs[] = {
-#define F(name) ml_opdefs_##name,
+#define F(name, grad) ml_opdefs_##name,
 #include "families.def"
 #undef F
 	};
 	static const struct ml_cpu_kernel *const ktabs[] = {
-#define F(name) ml_cpu_##name,
+#define F(name, grad) ml_cpu_##name,
 #include "families.def"
 #undef F
 	};
@@ -46,6 +46,51 @@ ml_opdef_get(enum ml_op op)
 {
 	pthread_once(&reg_once, reg_init);
 	return (unsigned)op < ML_OP_COUNT ? defs[op] : NULL;
+}
+
+unsigned
+ml_op_flags(enum ml_op op)
+{
+	const struct ml_opdef *d = ml_opdef_get(op);
+	return d != NULL ? d->flags : 0;
+}
+
+unsigned
+ml_op_weights(enum ml_op op)
+{
+	const struct ml_opdef *d = ml_opdef_get(op);
+	return d != NULL ? d->weights : 0;
+}
+
+unsigned
+ml_op_host_inputs(enum ml_op op)
+{
+	const struct ml_opdef *d = ml_opdef_get(op);
+	return d != NULL ? d->host_in : 0;
+}
+
+enum ml_qclass
+ml_op_qclass(enum ml_op op)
+{
+	const struct ml_opdef *d = ml_opdef_get(op);
+	return d != NULL ? d->qclass : ML_QC_NONE;
+}
+
+int
+ml_op_unary(enum ml_op op)
+{
+	static const struct {
+		enum ml_op op;
+		int code;
+	} rows[] = {
+#define ML_UN_ROW(id, opid, act, fe, ug, nm) { ML_OP_##opid, ML_UN_##id },
+		ML_UNARY_LIST(ML_UN_ROW)
+#undef ML_UN_ROW
+	};
+	for (size_t i = 0; op != ML_OP_NONE && i < sizeof rows / sizeof rows[0]; i++)
+		if (rows[i].op == op)
+			return rows[i].code;
+	return -1;
 }
 
 int (*ml_cpu_kernel_get(enum ml_op op))(struct ml_opctx *)
@@ -149,18 +194,14 @@ ml_node_infer(const struct ml_graph *g, const struct ml_node *n, struct ml_tval 
 static bool
 is_random(enum ml_op op)
 {
-	return op == ML_OP_BERNOULLI || op == ML_OP_RANDOM_UNIFORM || op == ML_OP_RANDOM_NORMAL ||
-	       op == ML_OP_RANDOM_UNIFORM_LIKE || op == ML_OP_RANDOM_NORMAL_LIKE;
+	return (ml_op_flags(op) & ML_OPF_RANDOM) != 0;
 }
 
-/*
- * shape_only: ops whose CPU kernels read only their inputs' dtype and
- * shape, never the data, so a fully known shape makes the value known.
- */
+/* shape_only: a fully known shape makes the op's value known (ML_OPF_SHAPE_ONLY). */
 static bool
 shape_only(enum ml_op op)
 {
-	return op == ML_OP_SHAPE || op == ML_OP_SIZE || op == ML_OP_EYE_LIKE;
+	return (ml_op_flags(op) & ML_OPF_SHAPE_ONLY) != 0;
 }
 
 int

@@ -80,49 +80,14 @@ mlcl_argfail(struct ml_opctx *c, cl_int st)
 }
 
 /*
- * Unary ops.
+ * Unary ops: kernels/elem.cl's ml_unary computes the function of the op's
+ * code, ml_op_unary's ML_UN_* of lib/act.def (the program's first source).
  */
-enum { U_RELU, U_SIGMOID, U_TANH, U_LEAKY, U_ELU, U_SELU, U_HSIG, U_HSWISH, U_SILU, U_GELU,
-       U_ERF, U_EXP, U_LOG, U_NEG, U_ABS, U_SQRT, U_RECIP, U_SOFTPLUS, U_CLIP, U_FLOOR, U_CEIL,
-       U_SIN, U_COS, U_SOFTSIGN, U_CELU, U_IDENT };
-
-static int
-uop(enum ml_op op)
-{
-	switch (op) {
-	case ML_OP_RELU: return U_RELU;
-	case ML_OP_SIGMOID: return U_SIGMOID;
-	case ML_OP_TANH: return U_TANH;
-	case ML_OP_LEAKY_RELU: return U_LEAKY;
-	case ML_OP_ELU: return U_ELU;
-	case ML_OP_SELU: return U_SELU;
-	case ML_OP_HARD_SIGMOID: return U_HSIG;
-	case ML_OP_HARD_SWISH: return U_HSWISH;
-	case ML_OP_SILU: return U_SILU;
-	case ML_OP_ERF: return U_ERF;
-	case ML_OP_EXP: return U_EXP;
-	case ML_OP_LOG: return U_LOG;
-	case ML_OP_NEG: return U_NEG;
-	case ML_OP_ABS: return U_ABS;
-	case ML_OP_SQRT: return U_SQRT;
-	case ML_OP_RECIPROCAL: return U_RECIP;
-	case ML_OP_SOFTPLUS: return U_SOFTPLUS;
-	case ML_OP_CLIP: return U_CLIP;
-	case ML_OP_FLOOR: return U_FLOOR;
-	case ML_OP_CEIL: return U_CEIL;
-	case ML_OP_SIN: return U_SIN;
-	case ML_OP_COS: return U_COS;
-	case ML_OP_SOFTSIGN: return U_SOFTSIGN;
-	case ML_OP_CELU: return U_CELU;
-	default: return -1;
-	}
-}
-
 static int
 run_unary(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 {
 	const struct ml_node *n = c->node;
-	int op = uop(n->op);
+	cl_int op = ml_op_unary(n->op);
 	float a = 0, b = 0;
 	switch (n->op) {
 	case ML_OP_LEAKY_RELU: a = (float)ml_attr_float(n, "alpha", 0.01); break;
@@ -139,7 +104,6 @@ run_unary(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	case ML_OP_GELU:
 		if (strcmp(ml_attr_str(n, "approximate", "none"), "none") != 0)
 			return ml_opfail(c, ML_ENOTSUP, "tanh-approximate Gelu on OpenCL");
-		op = U_GELU;
 		break;
 	case ML_OP_CLIP:
 		a = -INFINITY;
@@ -850,99 +814,99 @@ run_assign(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 }
 
 /*
- * The op table: kernel, the program it needs, the inputs read on the host
- * (bits), whether output 0 is a view of input 0.
+ * The op table: kernel, the program it needs, whether output 0 is a view
+ * of input 0. The inputs read on the host are the op's (its descriptor's
+ * host_in, ml_op_host_inputs).
  */
 struct clop {
 	enum ml_op op;
 	int (*run)(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout);
 	const char *file;
-	unsigned host;
 	bool view;
 };
 
 static const struct clop clops[] = {
-	{ ML_OP_RELU, run_unary, "elem", 0, false },
-	{ ML_OP_SIGMOID, run_unary, "elem", 0, false },
-	{ ML_OP_TANH, run_unary, "elem", 0, false },
-	{ ML_OP_LEAKY_RELU, run_unary, "elem", 0, false },
-	{ ML_OP_ELU, run_unary, "elem", 0, false },
-	{ ML_OP_SELU, run_unary, "elem", 0, false },
-	{ ML_OP_CELU, run_unary, "elem", 0, false },
-	{ ML_OP_HARD_SIGMOID, run_unary, "elem", 0, false },
-	{ ML_OP_HARD_SWISH, run_unary, "elem", 0, false },
-	{ ML_OP_SILU, run_unary, "elem", 0, false },
-	{ ML_OP_GELU, run_unary, "elem", 0, false },
-	{ ML_OP_ERF, run_unary, "elem", 0, false },
-	{ ML_OP_EXP, run_unary, "elem", 0, false },
-	{ ML_OP_LOG, run_unary, "elem", 0, false },
-	{ ML_OP_NEG, run_unary, "elem", 0, false },
-	{ ML_OP_ABS, run_unary, "elem", 0, false },
-	{ ML_OP_SQRT, run_unary, "elem", 0, false },
-	{ ML_OP_RECIPROCAL, run_unary, "elem", 0, false },
-	{ ML_OP_SOFTPLUS, run_unary, "elem", 0, false },
-	{ ML_OP_SOFTSIGN, run_unary, "elem", 0, false },
-	{ ML_OP_FLOOR, run_unary, "elem", 0, false },
-	{ ML_OP_CEIL, run_unary, "elem", 0, false },
-	{ ML_OP_SIN, run_unary, "elem", 0, false },
-	{ ML_OP_COS, run_unary, "elem", 0, false },
-	{ ML_OP_CLIP, run_unary, "elem", 6, false },
-	{ ML_OP_ADD, run_binary, "elem", 0, false },
-	{ ML_OP_SUB, run_binary, "elem", 0, false },
-	{ ML_OP_MUL, run_binary, "elem", 0, false },
-	{ ML_OP_DIV, run_binary, "elem", 0, false },
-	{ ML_OP_POW, run_binary, "elem", 0, false },
-	{ ML_OP_MAX, run_binary, "elem", 0, false },
-	{ ML_OP_MIN, run_binary, "elem", 0, false },
-	{ ML_OP_SUM, run_binary, "elem", 0, false },
-	{ ML_OP_PRELU, run_binary, "elem", 0, false },
-	{ ML_OP_TRANSPOSE, run_transpose, "elem", 0, false },
-	{ ML_OP_CONCAT, run_concat, "elem", 0, false },
-	{ ML_OP_SPLIT, run_split, "elem", ~1u, false },
-	{ ML_OP_SLICE, run_slice, "elem", ~1u, false },
-	{ ML_OP_EXPAND, run_expand, "elem", ~1u, false },
-	{ ML_OP_GATHER, run_gather, "elem", 0, false },
-	{ ML_OP_CAST, run_cast, "elem", 0, false },
-	{ ML_OP_CONV, run_conv, "conv", 0, false },
-	{ ML_OP_FUSED_CONV, run_conv, "conv", 0, false },
-	{ ML_OP_FUSED_ELEMWISE, mlcl_fused_elem_run, NULL, 0, false },
-	{ ML_OP_GEMM, run_gemm, "gemm", 0, false },
-	{ ML_OP_MATMUL, run_matmul, "gemm", 0, false },
-	{ ML_OP_FUSED_GEMM, run_gemm, "gemm", 0, false },
-	{ ML_OP_FUSED_MATMUL, run_matmul, "gemm", 0, false },
-	{ ML_OP_MAX_POOL, run_pool, "nn", 0, false },
-	{ ML_OP_AVERAGE_POOL, run_pool, "nn", 0, false },
-	{ ML_OP_GLOBAL_AVERAGE_POOL, run_pool, "nn", 0, false },
-	{ ML_OP_GLOBAL_MAX_POOL, run_pool, "nn", 0, false },
-	{ ML_OP_BATCH_NORM, run_batchnorm, "nn", 0, false },
-	{ ML_OP_LAYER_NORM, run_layernorm, "nn", 0, false },
-	{ ML_OP_INSTANCE_NORM, run_instnorm, "nn", 0, false },
-	{ ML_OP_SOFTMAX, run_softmax, "nn", 0, false },
-	{ ML_OP_LOG_SOFTMAX, run_softmax, "nn", 0, false },
-	{ ML_OP_REDUCE_SUM, run_reduce, "reduce", ~1u, false },
-	{ ML_OP_REDUCE_MEAN, run_reduce, "reduce", ~1u, false },
-	{ ML_OP_REDUCE_MAX, run_reduce, "reduce", ~1u, false },
-	{ ML_OP_REDUCE_MIN, run_reduce, "reduce", ~1u, false },
-	{ ML_OP_REDUCE_PROD, run_reduce, "reduce", ~1u, false },
-	{ ML_OP_REDUCE_L1, run_reduce, "reduce", ~1u, false },
-	{ ML_OP_REDUCE_L2, run_reduce, "reduce", ~1u, false },
-	{ ML_OP_REDUCE_SUM_SQUARE, run_reduce, "reduce", ~1u, false },
-	{ ML_OP_REDUCE_LOG_SUM, run_reduce, "reduce", ~1u, false },
-	{ ML_OP_REDUCE_LOG_SUM_EXP, run_reduce, "reduce", ~1u, false },
-	{ ML_OP_IDENTITY, run_view, NULL, 0, true },
-	{ ML_OP_RESHAPE, run_view, NULL, ~1u, true },
-	{ ML_OP_FLATTEN, run_view, NULL, 0, true },
-	{ ML_OP_SQUEEZE, run_view, NULL, ~1u, true },
-	{ ML_OP_UNSQUEEZE, run_view, NULL, ~1u, true },
-	{ ML_OP_DROPOUT, run_view, NULL, ~1u, true },
-	{ ML_OP_ASSIGN, run_assign, NULL, 0, false },
+	{ ML_OP_RELU, run_unary, "elem", false },
+	{ ML_OP_SIGMOID, run_unary, "elem", false },
+	{ ML_OP_TANH, run_unary, "elem", false },
+	{ ML_OP_LEAKY_RELU, run_unary, "elem", false },
+	{ ML_OP_ELU, run_unary, "elem", false },
+	{ ML_OP_SELU, run_unary, "elem", false },
+	{ ML_OP_CELU, run_unary, "elem", false },
+	{ ML_OP_HARD_SIGMOID, run_unary, "elem", false },
+	{ ML_OP_HARD_SWISH, run_unary, "elem", false },
+	{ ML_OP_SILU, run_unary, "elem", false },
+	{ ML_OP_GELU, run_unary, "elem", false },
+	{ ML_OP_ERF, run_unary, "elem", false },
+	{ ML_OP_EXP, run_unary, "elem", false },
+	{ ML_OP_LOG, run_unary, "elem", false },
+	{ ML_OP_NEG, run_unary, "elem", false },
+	{ ML_OP_ABS, run_unary, "elem", false },
+	{ ML_OP_SQRT, run_unary, "elem", false },
+	{ ML_OP_RECIPROCAL, run_unary, "elem", false },
+	{ ML_OP_SOFTPLUS, run_unary, "elem", false },
+	{ ML_OP_SOFTSIGN, run_unary, "elem", false },
+	{ ML_OP_FLOOR, run_unary, "elem", false },
+	{ ML_OP_CEIL, run_unary, "elem", false },
+	{ ML_OP_SIN, run_unary, "elem", false },
+	{ ML_OP_COS, run_unary, "elem", false },
+	{ ML_OP_CLIP, run_unary, "elem", false },
+	{ ML_OP_ADD, run_binary, "elem", false },
+	{ ML_OP_SUB, run_binary, "elem", false },
+	{ ML_OP_MUL, run_binary, "elem", false },
+	{ ML_OP_DIV, run_binary, "elem", false },
+	{ ML_OP_POW, run_binary, "elem", false },
+	{ ML_OP_MAX, run_binary, "elem", false },
+	{ ML_OP_MIN, run_binary, "elem", false },
+	{ ML_OP_SUM, run_binary, "elem", false },
+	{ ML_OP_PRELU, run_binary, "elem", false },
+	{ ML_OP_TRANSPOSE, run_transpose, "elem", false },
+	{ ML_OP_CONCAT, run_concat, "elem", false },
+	{ ML_OP_SPLIT, run_split, "elem", false },
+	{ ML_OP_SLICE, run_slice, "elem", false },
+	{ ML_OP_EXPAND, run_expand, "elem", false },
+	{ ML_OP_GATHER, run_gather, "elem", false },
+	{ ML_OP_CAST, run_cast, "elem", false },
+	{ ML_OP_CONV, run_conv, "conv", false },
+	{ ML_OP_FUSED_CONV, run_conv, "conv", false },
+	{ ML_OP_FUSED_ELEMWISE, mlcl_fused_elem_run, NULL, false },
+	{ ML_OP_GEMM, run_gemm, "gemm", false },
+	{ ML_OP_MATMUL, run_matmul, "gemm", false },
+	{ ML_OP_FUSED_GEMM, run_gemm, "gemm", false },
+	{ ML_OP_FUSED_MATMUL, run_matmul, "gemm", false },
+	{ ML_OP_MAX_POOL, run_pool, "nn", false },
+	{ ML_OP_AVERAGE_POOL, run_pool, "nn", false },
+	{ ML_OP_GLOBAL_AVERAGE_POOL, run_pool, "nn", false },
+	{ ML_OP_GLOBAL_MAX_POOL, run_pool, "nn", false },
+	{ ML_OP_BATCH_NORM, run_batchnorm, "nn", false },
+	{ ML_OP_LAYER_NORM, run_layernorm, "nn", false },
+	{ ML_OP_INSTANCE_NORM, run_instnorm, "nn", false },
+	{ ML_OP_SOFTMAX, run_softmax, "nn", false },
+	{ ML_OP_LOG_SOFTMAX, run_softmax, "nn", false },
+	{ ML_OP_REDUCE_SUM, run_reduce, "reduce", false },
+	{ ML_OP_REDUCE_MEAN, run_reduce, "reduce", false },
+	{ ML_OP_REDUCE_MAX, run_reduce, "reduce", false },
+	{ ML_OP_REDUCE_MIN, run_reduce, "reduce", false },
+	{ ML_OP_REDUCE_PROD, run_reduce, "reduce", false },
+	{ ML_OP_REDUCE_L1, run_reduce, "reduce", false },
+	{ ML_OP_REDUCE_L2, run_reduce, "reduce", false },
+	{ ML_OP_REDUCE_SUM_SQUARE, run_reduce, "reduce", false },
+	{ ML_OP_REDUCE_LOG_SUM, run_reduce, "reduce", false },
+	{ ML_OP_REDUCE_LOG_SUM_EXP, run_reduce, "reduce", false },
+	{ ML_OP_IDENTITY, run_view, NULL, true },
+	{ ML_OP_RESHAPE, run_view, NULL, true },
+	{ ML_OP_FLATTEN, run_view, NULL, true },
+	{ ML_OP_SQUEEZE, run_view, NULL, true },
+	{ ML_OP_UNSQUEEZE, run_view, NULL, true },
+	{ ML_OP_DROPOUT, run_view, NULL, true },
+	{ ML_OP_ASSIGN, run_assign, NULL, false },
 	/* int8 (quant.c): operand dtypes checked by mlcl_q8_supports */
-	{ ML_OP_Q8_QUANTIZE, mlcl_q8_run, "quant", 0, false },
-	{ ML_OP_Q8_DEQUANTIZE, mlcl_q8_run, "quant", 0, false },
-	{ ML_OP_Q8_CONV, mlcl_q8_run, "quant", 0, false },
-	{ ML_OP_Q8_ADD, mlcl_q8_run, "quant", 0, false },
-	{ ML_OP_Q8_MAX_POOL, mlcl_q8_run, "quant", 0, false },
-	{ ML_OP_Q8_GLOBAL_AVG_POOL, mlcl_q8_run, "quant", 0, false },
+	{ ML_OP_Q8_QUANTIZE, mlcl_q8_run, "quant", false },
+	{ ML_OP_Q8_DEQUANTIZE, mlcl_q8_run, "quant", false },
+	{ ML_OP_Q8_CONV, mlcl_q8_run, "quant", false },
+	{ ML_OP_Q8_ADD, mlcl_q8_run, "quant", false },
+	{ ML_OP_Q8_MAX_POOL, mlcl_q8_run, "quant", false },
+	{ ML_OP_Q8_GLOBAL_AVG_POOL, mlcl_q8_run, "quant", false },
 };
 
 static const struct clop *
@@ -1013,7 +977,7 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 	bool one_type = n->op != ML_OP_CAST;
 	for (int j = 0; j < n->n_in; j++) {
 		int t = n->in[j];
-		if (t < 0 || ml_host_input(o->host, j))
+		if (t < 0 || ml_host_input(ml_op_host_inputs(n->op), j))
 			continue;
 		enum ml_dtype dt = g->tensors[t]->dtype;
 		if (n->op == ML_OP_GATHER && j == 1) {
@@ -1085,7 +1049,7 @@ static unsigned
 cl_host_inputs(const struct ml_node *n)
 {
 	const struct clop *o = find(n->op);
-	return o != NULL ? o->host : ~0u;
+	return o != NULL ? ml_op_host_inputs(n->op) : ~0u;
 }
 
 static bool

@@ -39,20 +39,23 @@ fnv(uint64_t h, const void *p, size_t n)
 }
 
 /*
- * source: the text of kernels/FILE.cl, from ML_KERNEL_DIR when set, else
- * the embedded copy. *owned says whether the caller frees it. Every
- * program of kernels/ is built from two strings, kernels/prelude.cl (the
- * storage macros and activations they share) and its own file; both come
- * from the same place.
+ * source: the text of kernels/FILE.cl (or of FILE itself when it names a
+ * .def), from ML_KERNEL_DIR when set, else the embedded copy. *owned says
+ * whether the caller frees it. Every program of kernels/ is built from
+ * three strings: lib/act.def (the activation and unary-function codes of
+ * the C code, so always the embedded copy, which the library was built
+ * with), kernels/prelude.cl (the storage macros and activations they
+ * share) and its own file; the last two come from the same place.
  */
 static int
 source(const char *file, const char **src, size_t *len, bool *owned, struct ml_err *e)
 {
 	const char *dir = getenv("ML_KERNEL_DIR");
+	bool def = strstr(file, ".def") != NULL;
 	char name[96];
-	snprintf(name, sizeof name, "%s.cl", file);
+	snprintf(name, sizeof name, def ? "%s" : "%s.cl", file);
 	*owned = false;
-	if (dir != NULL && dir[0] != '\0') {
+	if (dir != NULL && dir[0] != '\0' && !def) {
 		char path[4096];
 		uint8_t *buf;
 		snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -70,12 +73,12 @@ source(const char *file, const char **src, size_t *len, bool *owned, struct ml_e
 	return ml_fail(e, ML_ENOTSUP, "no OpenCL kernel source '%s' in this build", name);
 }
 
-/* the strings of one program: kernels/prelude.cl and FILE.cl, or a generated source alone */
+/* the strings of one program: act.def, prelude.cl and FILE.cl, or a generated source alone */
 struct progsrc {
 	int n;
-	const char *s[2];
-	size_t len[2];
-	bool owned[2];
+	const char *s[3];
+	size_t len[3];
+	bool owned[3];
 };
 
 static void
@@ -96,13 +99,16 @@ progsrc_load(struct progsrc *ps, const char *file, const char *gen, size_t glen,
 		*ps = (struct progsrc){ .n = 1, .s = { gen }, .len = { glen } };
 		return 0;
 	}
-	ML_TRY(source("prelude", &ps->s[0], &ps->len[0], &ps->owned[0], e));
-	ps->n = 1;
-	if (source(file, &ps->s[1], &ps->len[1], &ps->owned[1], e) < 0) {
-		progsrc_free(ps);
-		return -1;
+	static const char *const shared[] = { "act.def", "prelude" };
+	for (int i = 0; i < 3; i++) {
+		const char *f = i < 2 ? shared[i] : file;
+		int rc = source(f, &ps->s[i], &ps->len[i], &ps->owned[i], e);
+		if (rc < 0) {
+			progsrc_free(ps);
+			return i < 2 ? rc : -1;
+		}
+		ps->n = i + 1;
 	}
-	ps->n = 2;
 	return 0;
 }
 

@@ -74,9 +74,9 @@ struct chain {
 };
 
 /*
- * The op semantics of lib/cpu/fused.c felem_chunk, in the order of ML_FE_*,
- * on T (float, or floatN: a vector's relations are -1 where true, which
- * ?: reads per lane).
+ * The op semantics of lib/cpu/fused.c felem_chunk: fe_NAME for each code's
+ * ml_fused_elem_name (lib/act.def's NAME of a unary one), on T (float, or
+ * floatN: a vector's relations are -1 where true, which ?: reads per lane).
  */
 static const char preamble[] =
 	"static T fe_add(T u, T w) { return u + w; }\n"
@@ -96,14 +96,6 @@ static const char preamble[] =
 	"static T fe_gelu(T u) { return 0.5f * u * erfc(-u * 0.70710678118654752f); }\n"
 	"static T fe_silu(T u) { return u / (1.0f + exp(-u)); }\n"
 	"static T fe_reciprocal(T u) { return 1.0f / u; }\n";
-
-static const char *const fname[] = {
-	"add", "sub", "mul", "div", "max", "min", "relu", "sigmoid", "tanh", "exp", "neg", "abs",
-	"sqrt", "erf", "gelu", "silu", "reciprocal",
-};
-
-_Static_assert(sizeof fname / sizeof fname[0] == ML_FE_RECIPROCAL + 1,
-	       "one fe_ function per FusedElementwise op");
 
 /* chain_of: node c's chain and operand geometry, or ML_ENOTSUP / ML_EINVAL. */
 static int
@@ -265,12 +257,13 @@ gen(const struct chain *ch, size_t *len)
 	else
 		put(&b, "\tT v = x[i];\n");
 	for (int k = 0; k < ch->nops; k++) {
+		const char *fn = ml_fused_elem_name(ch->op[k]);
 		if (ch->op[k] >= ML_FE_UNARY)
-			put(&b, "\tv = fe_%s(v);\n", fname[ch->op[k]]);
+			put(&b, "\tv = fe_%s(v);\n", fn);
 		else if (ch->swap[k])
-			put(&b, "\tv = fe_%s(b%d, v);\n", fname[ch->op[k]], ch->arg[k]);
+			put(&b, "\tv = fe_%s(b%d, v);\n", fn, ch->arg[k]);
 		else
-			put(&b, "\tv = fe_%s(v, b%d);\n", fname[ch->op[k]], ch->arg[k]);
+			put(&b, "\tv = fe_%s(v, b%d);\n", fn, ch->arg[k]);
 	}
 	if (ch->vw > 1)
 		put(&b, "\tvstore%d(v, i, y);\n}\n", ch->vw);

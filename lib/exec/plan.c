@@ -135,16 +135,7 @@ ml_arena_plan(const struct ml_graph *g, struct ml_arena *a, struct ml_err *e)
 static bool
 pointwise(enum ml_op op)
 {
-	switch (op) {
-	case ML_OP_RELU: case ML_OP_SIGMOID: case ML_OP_TANH: case ML_OP_LEAKY_RELU:
-	case ML_OP_ELU: case ML_OP_SELU: case ML_OP_HARD_SIGMOID: case ML_OP_HARD_SWISH:
-	case ML_OP_SILU: case ML_OP_GELU: case ML_OP_ERF: case ML_OP_EXP: case ML_OP_NEG:
-	case ML_OP_ABS: case ML_OP_SQRT: case ML_OP_RECIPROCAL: case ML_OP_SOFTPLUS:
-	case ML_OP_ADD: case ML_OP_SUB: case ML_OP_MUL: case ML_OP_DIV:
-		return true;
-	default:
-		return false;
-	}
+	return (ml_op_flags(op) & ML_OPF_INPLACE) != 0;
 }
 
 struct inplace_arg {

@@ -14,8 +14,7 @@
 static bool
 side_effect(enum ml_op op)
 {
-	return op == ML_OP_ASSIGN || op == ML_OP_EMA_UPDATE || op == ML_OP_SGD_UPDATE ||
-	       op == ML_OP_ADAM_UPDATE;
+	return (ml_op_flags(op) & ML_OPF_SIDE_EFFECT) != 0;
 }
 
 /*

@@ -255,28 +255,38 @@ flops_transc(const struct ml_opctx *c)
 	return n < 0 ? 0 : n * 8;
 }
 
-#define UN(id) { ML_OP_##id, 1, 1, 1, 1, infer_unary, NULL }
-#define UNT(id) { ML_OP_##id, 1, 1, 1, 1, infer_unary, flops_transc }
-#define BIN(id) { ML_OP_##id, 2, 2, 1, 1, infer_nary, NULL }
+/*
+ * The rows. I: pointwise and safe in place (ML_OPF_INPLACE: the CPU kernel
+ * reads element i of input 0 before it writes element i of the output).
+ */
+#define I ML_OPF_INPLACE
+#define UN(id, fl) { ML_OP_##id, 1, 1, 1, 1, infer_unary, NULL, .flags = (fl) }
+#define UNT(id, fl) { ML_OP_##id, 1, 1, 1, 1, infer_unary, flops_transc, .flags = (fl) }
+#define BIN(id, fl) { ML_OP_##id, 2, 2, 1, 1, infer_nary, NULL, .flags = (fl) }
 #define VAR(id) { ML_OP_##id, 1, -1, 1, 1, infer_nary, flops_nary }
 
 const struct ml_opdef ml_opdefs_elem[] = {
-	UN(ABS), UN(NEG), UNT(EXP), UNT(LOG), UN(SQRT), UN(RECIPROCAL), UN(FLOOR), UN(CEIL),
-	UN(ROUND), UN(SIGN), UNT(ERF), UNT(SIN), UNT(COS), UNT(TAN), UNT(ASIN), UNT(ACOS),
-	UNT(ATAN), UNT(SINH), UNT(COSH), UNT(ASINH), UNT(ACOSH), UNT(ATANH), UN(NOT), UN(ISNAN),
-	UN(ISINF), UN(BITWISE_NOT),
-	UN(RELU), UN(LEAKY_RELU), UNT(ELU), UNT(SELU), UNT(CELU), UNT(SIGMOID), UN(HARD_SIGMOID),
-	UN(HARD_SWISH), UNT(TANH), UNT(SOFTPLUS), UN(SOFTSIGN), UN(THRESHOLDED_RELU), UNT(GELU),
-	UNT(SILU), UN(SHRINK),
-	{ ML_OP_CLIP, 1, 3, 1, 1, infer_clip, NULL },
+	UN(ABS, I), UN(NEG, I), UNT(EXP, I), UNT(LOG, 0), UN(SQRT, I), UN(RECIPROCAL, I),
+	UN(FLOOR, 0), UN(CEIL, 0), UN(ROUND, 0), UN(SIGN, 0), UNT(ERF, I), UNT(SIN, 0),
+	UNT(COS, 0), UNT(TAN, 0), UNT(ASIN, 0), UNT(ACOS, 0), UNT(ATAN, 0), UNT(SINH, 0),
+	UNT(COSH, 0), UNT(ASINH, 0), UNT(ACOSH, 0), UNT(ATANH, 0), UN(NOT, 0), UN(ISNAN, 0),
+	UN(ISINF, 0), UN(BITWISE_NOT, 0),
+	{ ML_OP_RELU, 1, 1, 1, 1, infer_unary, NULL, .flags = I, .qclass = ML_QC_ACT },
+	UN(LEAKY_RELU, I), UNT(ELU, I), UNT(SELU, I), UNT(CELU, 0), UNT(SIGMOID, I),
+	UN(HARD_SIGMOID, I), UN(HARD_SWISH, I), UNT(TANH, I), UNT(SOFTPLUS, I), UN(SOFTSIGN, 0),
+	UN(THRESHOLDED_RELU, 0), UNT(GELU, I), UNT(SILU, I), UN(SHRINK, 0),
+	/* Clip's bounds (inputs 1 and 2) are scalars its kernels read on the host */
+	{ ML_OP_CLIP, 1, 3, 1, 1, infer_clip, NULL, .host_in = 6, .qclass = ML_QC_ACT },
 	{ ML_OP_PRELU, 2, 2, 1, 1, infer_prelu, NULL },
-	BIN(ADD), BIN(SUB), BIN(MUL), BIN(DIV), BIN(POW), BIN(MOD),
+	{ ML_OP_ADD, 2, 2, 1, 1, infer_nary, NULL, .flags = I, .qclass = ML_QC_ADD },
+	BIN(SUB, I), BIN(MUL, I), BIN(DIV, I), BIN(POW, 0), BIN(MOD, 0),
 	VAR(MAX), VAR(MIN), VAR(SUM), VAR(MEAN),
-	BIN(EQUAL), BIN(LESS), BIN(LESS_OR_EQUAL), BIN(GREATER), BIN(GREATER_OR_EQUAL),
-	BIN(AND), BIN(OR), BIN(XOR), BIN(BITWISE_AND), BIN(BITWISE_OR), BIN(BITWISE_XOR),
-	BIN(BITSHIFT),
+	BIN(EQUAL, 0), BIN(LESS, 0), BIN(LESS_OR_EQUAL, 0), BIN(GREATER, 0),
+	BIN(GREATER_OR_EQUAL, 0), BIN(AND, 0), BIN(OR, 0), BIN(XOR, 0), BIN(BITWISE_AND, 0),
+	BIN(BITWISE_OR, 0), BIN(BITWISE_XOR, 0), BIN(BITSHIFT, 0),
 	{ ML_OP_WHERE, 3, 3, 1, 1, infer_where, NULL },
 	{ ML_OP_CAST, 1, 1, 1, 1, infer_cast, NULL },
 	{ ML_OP_CAST_LIKE, 2, 2, 1, 1, infer_cast, NULL },
 	{ .op = ML_OP_NONE },
 };
+#undef I

@@ -27,16 +27,31 @@
 #include "ml_impl.h"
 #include "ops/fused.h"
 
-static const char *const acts[] = { "", "Relu", "Clip", "Sigmoid", "Tanh", "Silu", "Gelu" };
+/* the rows of lib/act.def: the op computed, its flags and its lower-case name */
+static const struct {
+	enum ml_op op;
+	bool act, fe;
+	const char *name;
+} unary[] = {
+#define ROW(id, opid, act, fe, ug, nm) [ML_UN_##id] = { ML_OP_##opid, act, fe, nm },
+	ML_UNARY_LIST(ROW)
+#undef ROW
+};
 
 int
 ml_fused_act(const struct ml_node *n)
 {
 	const char *s = ml_attr_str(n, "activation", "");
-	for (int i = 0; i < (int)(sizeof acts / sizeof acts[0]); i++)
-		if (strcmp(s, acts[i]) == 0)
+	for (int i = 0; i < ML_UN_COUNT; i++)
+		if (unary[i].act && strcmp(s, ml_op_name(unary[i].op)) == 0)
 			return i;
 	return -1;
+}
+
+const char *
+ml_fused_act_name(int act)
+{
+	return act >= 0 && act < ML_UN_COUNT && unary[act].act ? ml_op_name(unary[act].op) : NULL;
 }
 
 /* base_infer: run op's inference on c with only the first n_in inputs. */
@@ -181,18 +196,36 @@ ml_fused_block(const struct ml_tval *x, const struct ml_tval *y, int64_t *inner,
 	return 0;
 }
 
-static const char *const elem_ops[] = {
-	"Add", "Sub", "Mul", "Div", "Max", "Min", "Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs",
-	"Sqrt", "Erf", "Gelu", "Silu", "Reciprocal",
+/* the binary ops of a chain, by ML_FE_* code */
+static const struct {
+	enum ml_op op;
+	const char *name;
+} binary[ML_FE_UNARY] = {
+	[ML_FE_ADD] = { ML_OP_ADD, "add" }, [ML_FE_SUB] = { ML_OP_SUB, "sub" },
+	[ML_FE_MUL] = { ML_OP_MUL, "mul" }, [ML_FE_DIV] = { ML_OP_DIV, "div" },
+	[ML_FE_MAX] = { ML_OP_MAX, "max" }, [ML_FE_MIN] = { ML_OP_MIN, "min" },
 };
 
 int
 ml_fused_elem_op(const char *s)
 {
-	for (int i = 0; i < (int)(sizeof elem_ops / sizeof elem_ops[0]); i++)
-		if (strcmp(s, elem_ops[i]) == 0)
+	for (int i = 0; i < ML_FE_UNARY; i++)
+		if (strcmp(s, ml_op_name(binary[i].op)) == 0)
 			return i;
+	for (int i = 0; i < ML_UN_COUNT; i++)
+		if (unary[i].fe && strcmp(s, ml_op_name(unary[i].op)) == 0)
+			return ML_FE_UNARY + i;
 	return -1;
+}
+
+const char *
+ml_fused_elem_name(int op)
+{
+	if (op >= 0 && op < ML_FE_UNARY)
+		return binary[op].name;
+	if (op >= ML_FE_UNARY && op < ML_FE_UNARY + ML_UN_COUNT && unary[op - ML_FE_UNARY].fe)
+		return unary[op - ML_FE_UNARY].name;
+	return NULL;
 }
 
 static int

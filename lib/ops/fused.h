@@ -8,18 +8,27 @@
 
 #include "ml_impl.h"
 
-/* Activation codes, the index of the activation attribute's value. */
-enum { ML_ACT_NONE, ML_ACT_RELU, ML_ACT_CLIP, ML_ACT_SIGMOID, ML_ACT_TANH, ML_ACT_SILU,
-       ML_ACT_GELU };
-/* ml_fused_act: the activation code of node n, -1 when its attribute is unknown. */
+/*
+ * The activation codes (ML_ACT_*) are the rows of lib/act.def with ACT 1;
+ * the activation attribute names one by its op type ("" for none).
+ * ml_fused_act: the activation code of node n, -1 when its attribute is unknown.
+ */
 int ml_fused_act(const struct ml_node *n);
+/* ml_fused_act_name: the activation attribute's value for code act ("" for none), NULL if none. */
+const char *ml_fused_act_name(int act);
 
-/* FusedElementwise op codes: binary ones first, ML_FE_UNARY the first unary one. */
-enum { ML_FE_ADD, ML_FE_SUB, ML_FE_MUL, ML_FE_DIV, ML_FE_MAX, ML_FE_MIN, ML_FE_UNARY,
-       ML_FE_RELU = ML_FE_UNARY, ML_FE_SIGMOID, ML_FE_TANH, ML_FE_EXP, ML_FE_NEG, ML_FE_ABS,
-       ML_FE_SQRT, ML_FE_ERF, ML_FE_GELU, ML_FE_SILU, ML_FE_RECIPROCAL };
+/*
+ * FusedElementwise op codes: the binary ones first, below ML_FE_UNARY;
+ * then ML_FE_UNARY + ML_UN_ID for each row of lib/act.def with FE 1
+ * (ML_FE_RELU, ...), whose op type names it in the ops attribute.
+ */
+enum { ML_FE_ADD, ML_FE_SUB, ML_FE_MUL, ML_FE_DIV, ML_FE_MAX, ML_FE_MIN, ML_FE_UNARY };
+#define ML_FE_ENUM_(id, op, act, fe, ug, nm) ML_UN_IF_##fe(ML_FE_##id = ML_FE_UNARY + ML_UN_##id,)
+enum { ML_UNARY_LIST(ML_FE_ENUM_) };
 /* ml_fused_elem_op: the code of op type s, -1 when a FusedElementwise cannot hold it. */
 int ml_fused_elem_op(const char *s);
+/* ml_fused_elem_name: the lower-case name of code op ("add", "relu"), NULL when none. */
+const char *ml_fused_elem_name(int op);
 /*
  * ml_fused_block: when x broadcasts to y with its non-1 dims (and any dim
  * of size 1 in both) one block of y's dims, element i of y reads element (i / *inner) % *cnt of x; 0, or

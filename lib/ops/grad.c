@@ -190,19 +190,21 @@ infer_pointwise_grad(struct ml_opctx *c)
 	return 0;
 }
 
-static const char *const unary_fns[ML_UG_COUNT] = {
-	[ML_UG_LEAKY_RELU] = "leaky_relu", [ML_UG_GELU] = "gelu", [ML_UG_SILU] = "silu",
-	[ML_UG_ERF] = "erf", [ML_UG_SIGMOID] = "sigmoid", [ML_UG_TANH] = "tanh",
-	[ML_UG_EXP] = "exp", [ML_UG_LOG] = "log", [ML_UG_SQRT] = "sqrt",
-	[ML_UG_SOFTPLUS] = "softplus", [ML_UG_ABS] = "abs", [ML_UG_ELU] = "elu",
-};
-
 int
 ml_unary_grad_fn(const char *s)
 {
-	for (int i = 0; i < ML_UG_COUNT; i++)
-		if (unary_fns[i] != NULL && strcmp(s, unary_fns[i]) == 0)
-			return i;
+	static const struct {
+		const char *name;
+		int code;
+		bool ug;
+	} rows[] = {
+#define ROW(id, op, act, fe, ug, nm) { nm, ML_UN_##id, ug },
+		ML_UNARY_LIST(ROW)
+#undef ROW
+	};
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+		if (rows[i].ug && strcmp(s, rows[i].name) == 0)
+			return rows[i].code;
 	return -1;
 }
 
@@ -529,25 +531,26 @@ flops_conv_grad(const struct ml_opctx *c)
 }
 
 const struct ml_opdef ml_opdefs_grad[] = {
-	{ ML_OP_ASSIGN, 2, 2, 0, 0, infer_assign, NULL },
-	{ ML_OP_EMA_UPDATE, 2, 2, 0, 0, infer_assign, flops_numel },
-	{ ML_OP_SGD_UPDATE, 3, 5, 0, 0, infer_sgd, flops_numel },
-	{ ML_OP_ADAM_UPDATE, 6, 7, 0, 0, infer_adam, flops_numel },
+	{ ML_OP_ASSIGN, 2, 2, 0, 0, infer_assign, NULL, .flags = ML_OPF_SIDE_EFFECT },
+	{ ML_OP_EMA_UPDATE, 2, 2, 0, 0, infer_assign, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
+	{ ML_OP_SGD_UPDATE, 3, 5, 0, 0, infer_sgd, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
+	{ ML_OP_ADAM_UPDATE, 6, 7, 0, 0, infer_adam, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
 	{ ML_OP_RELU_GRAD, 2, 2, 1, 1, infer_pointwise_grad, flops_numel },
 	{ ML_OP_UNARY_GRAD, 2, 2, 1, 1, infer_pointwise_grad, flops_numel },
 	{ ML_OP_MAXPOOL_GRAD, 2, 2, 1, 1, infer_pool_grad, flops_numel },
 	{ ML_OP_AVGPOOL_GRAD, 2, 2, 1, 1, infer_pool_grad, flops_numel },
 	{ ML_OP_CONV_GRAD_INPUT, 3, 3, 1, 1, infer_conv_grad, flops_conv_grad },
 	{ ML_OP_CONV_GRAD_FILTER, 3, 3, 1, 2, infer_conv_grad, flops_conv_grad },
-	{ ML_OP_BN_TRAINING, 3, 3, 1, 3, infer_bn, flops_numel },
+	{ ML_OP_BN_TRAINING, 3, 3, 1, 3, infer_bn, flops_numel, .weights = 6 },
 	{ ML_OP_BN_TRAINING_GRAD, 3, 3, 1, 3, infer_bn, flops_numel },
 	{ ML_OP_LN_GRAD, 3, 3, 1, 3, infer_ln_grad, flops_numel },
 	{ ML_OP_SCE_GRAD, 3, 3, 1, 1, infer_loss_grad, flops_numel },
 	{ ML_OP_NLL_GRAD, 3, 3, 1, 1, infer_loss_grad, flops_numel },
 	{ ML_OP_BCE_LOGITS, 2, 2, 1, 1, infer_bce, flops_numel },
 	{ ML_OP_BCE_LOGITS_GRAD, 3, 3, 1, 1, infer_bce, flops_numel },
-	{ ML_OP_DROPOUT_TRAINING, 2, 2, 1, 2, infer_dropout, flops_numel },
+	{ ML_OP_DROPOUT_TRAINING, 2, 2, 1, 2, infer_dropout, flops_numel, .flags = ML_OPF_RANDOM },
 	{ ML_OP_TRAIN_GEMM, 2, 4, 1, 1, infer_train_gemm, flops_tg },
-	{ ML_OP_GEMM_SGD_UPDATE, 4, 5, 0, 0, infer_gemm_sgd, flops_tg },
+	{ ML_OP_GEMM_SGD_UPDATE, 4, 5, 0, 0, infer_gemm_sgd, flops_tg,
+	  .flags = ML_OPF_SIDE_EFFECT },
 	{ .op = ML_OP_NONE },
 };

@@ -9,11 +9,12 @@
 #include "ml_impl.h"
 #include "ops/nn.h"
 
-/* UnaryGrad's fn attribute. */
-enum {
-	ML_UG_LEAKY_RELU, ML_UG_GELU, ML_UG_SILU, ML_UG_ERF, ML_UG_SIGMOID, ML_UG_TANH,
-	ML_UG_EXP, ML_UG_LOG, ML_UG_SQRT, ML_UG_SOFTPLUS, ML_UG_ABS, ML_UG_ELU, ML_UG_COUNT
-};
+/*
+ * UnaryGrad's functions, the rows of lib/act.def with UG 1: ML_UG_ELU is
+ * ML_UN_ELU, and so on. The fn attribute names one by the row's NAME.
+ */
+#define ML_UG_ENUM_(id, op, act, fe, ug, nm) ML_UN_IF_##ug(ML_UG_##id = ML_UN_##id,)
+enum { ML_UNARY_LIST(ML_UG_ENUM_) };
 
 /* ml_unary_grad_fn: the ML_UG_* value of an fn name, -1 when unknown. */
 int ml_unary_grad_fn(const char *s);

@@ -1,6 +1,6 @@
 /*
- * loss_grad.c: gradient rules of the loss family and of the grad family's
- * BCEWithLogitsLoss (lib/train/grad.h has the rule interface). The
+ * loss_grad.c: gradient rules of the loss family (lib/train/grad.h has the
+ * rule interface; the grad family's BCEWithLogitsLoss: lib/ops/grad_grad.c). The
  * gradients with respect to the scores are single grad-family nodes; labels
  * and targets get none.
  */
@@ -29,24 +29,8 @@ xent(struct ml_gctx *c, const char *op)
 static int g_sce(struct ml_gctx *c) { return xent(c, "ml.SoftmaxCrossEntropyGrad"); }
 static int g_nll(struct ml_gctx *c) { return xent(c, "ml.NegativeLogLikelihoodGrad"); }
 
-static int
-g_bce(struct ml_gctx *c)
-{
-	if (c->need[1])
-		return ml_gfail(c, ML_ENOTSUP, "no gradient with respect to the targets");
-	if (!c->need[0])
-		return 0;
-	int in[3] = { DY, ml_gin(c, 0), ml_gin(c, 1) }, out;
-	int rc = ml_gnode(c, "ml.BCEWithLogitsGrad", 3, in, 1, &out, false);
-	if (rc < 0)
-		return rc;
-	c->dx[0] = out;
-	return 0;
-}
-
 const struct ml_grad_rule ml_grad_rules_loss[] = {
 	{ ML_OP_SCE_LOSS, g_sce },
 	{ ML_OP_NLL_LOSS, g_nll },
-	{ ML_OP_BCE_LOGITS, g_bce },
 	{ .op = ML_OP_NONE },
 };

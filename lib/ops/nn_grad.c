@@ -193,10 +193,9 @@ norm(struct ml_gctx *c, const char *op)
 	return 0;
 }
 
-static int g_bn_train(struct ml_gctx *c) { return norm(c, "ml.BatchNormTrainingGrad"); }
 static int g_layernorm(struct ml_gctx *c) { return norm(c, "ml.LayerNormGrad"); }
 
-/* Dropout in inference mode is the identity; DropoutTraining multiplies by its mask. */
+/* Dropout in inference mode is the identity (DropoutTraining: lib/ops/grad_grad.c). */
 static int
 g_dropout(struct ml_gctx *c)
 {
@@ -208,16 +207,6 @@ g_dropout(struct ml_gctx *c)
 	return 0;
 }
 
-static int
-g_dropout_train(struct ml_gctx *c)
-{
-	int mask = ml_gout(c, 1);
-	if (mask < 0)
-		return ml_gfail(c, ML_EINVAL, "the mask output is missing");
-	TRY_DX(0, ml_g2(c, "Mul", DY, mask));
-	return 0;
-}
-
 const struct ml_grad_rule ml_grad_rules_nn[] = {
 	{ ML_OP_GEMM, g_gemm },
 	{ ML_OP_MATMUL, g_matmul },
@@ -225,9 +214,7 @@ const struct ml_grad_rule ml_grad_rules_nn[] = {
 	{ ML_OP_MAX_POOL, g_maxpool },
 	{ ML_OP_AVERAGE_POOL, g_avgpool },
 	{ ML_OP_GLOBAL_AVERAGE_POOL, g_gap },
-	{ ML_OP_BN_TRAINING, g_bn_train },
 	{ ML_OP_LAYER_NORM, g_layernorm },
 	{ ML_OP_DROPOUT, g_dropout },
-	{ ML_OP_DROPOUT_TRAINING, g_dropout_train },
 	{ .op = ML_OP_NONE },
 };

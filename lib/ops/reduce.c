@@ -290,7 +290,8 @@ flops_softmax(const struct ml_opctx *c)
 	return n < 0 ? 0 : n * 5;
 }
 
-#define RED(id) { ML_OP_##id, 1, 2, 1, 1, infer_reduce, flops_in }
+/* the axes (input 1, opset 18; ReduceSum 13) are read on the host */
+#define RED(id) { ML_OP_##id, 1, 2, 1, 1, infer_reduce, flops_in, .host_in = ML_HOST_REST }
 
 const struct ml_opdef ml_opdefs_reduce[] = {
 	RED(REDUCE_SUM), RED(REDUCE_MEAN), RED(REDUCE_MAX), RED(REDUCE_MIN), RED(REDUCE_PROD),
@@ -301,7 +302,7 @@ const struct ml_opdef ml_opdefs_reduce[] = {
 	{ ML_OP_SOFTMAX, 1, 1, 1, 1, infer_softmax, flops_softmax },
 	{ ML_OP_LOG_SOFTMAX, 1, 1, 1, 1, infer_softmax, flops_softmax },
 	{ ML_OP_HARDMAX, 1, 1, 1, 1, infer_softmax, flops_in },
-	{ ML_OP_TOPK, 1, 2, 2, 2, infer_topk, flops_in },
-	{ ML_OP_CUMSUM, 2, 2, 1, 1, infer_cumsum, flops_in },
+	{ ML_OP_TOPK, 1, 2, 2, 2, infer_topk, flops_in, .host_in = ML_HOST_REST },
+	{ ML_OP_CUMSUM, 2, 2, 1, 1, infer_cumsum, flops_in, .host_in = ML_HOST_REST },
 	{ .op = ML_OP_NONE },
 };

@@ -528,20 +528,13 @@ static int
 act_of(const struct opt *o, int ni, double *lo, double *hi)
 {
 	const struct ml_node *n = &o->g->nodes[ni];
+	int act = ml_op_unary(n->op);
 	*lo = -INFINITY;
 	*hi = INFINITY;
-	switch (n->op) {
-	case ML_OP_RELU:
-		return ML_ACT_RELU;
-	case ML_OP_SIGMOID:
-		return ML_ACT_SIGMOID;
-	case ML_OP_TANH:
-		return ML_ACT_TANH;
-	case ML_OP_SILU:
-		return ML_ACT_SILU;
-	case ML_OP_GELU:
+	switch (act) {
+	case ML_ACT_GELU:
 		return strcmp(ml_attr_str(n, "approximate", "none"), "none") == 0 ? ML_ACT_GELU : -1;
-	case ML_OP_CLIP:
+	case ML_ACT_CLIP:
 		if (n->n_in == 1) {
 			*lo = ml_attr_float(n, "min", -INFINITY);
 			*hi = ml_attr_float(n, "max", INFINITY);
@@ -552,11 +545,10 @@ act_of(const struct opt *o, int ni, double *lo, double *hi)
 			return -1;
 		return ML_ACT_CLIP;
 	default:
-		return -1;
+		/* the other activations of lib/act.def have no parameters */
+		return act > ML_ACT_NONE && act < ML_ACT_COUNT ? act : -1;
 	}
 }
-
-static const char *const act_names[] = { "", "Relu", "Clip", "Sigmoid", "Tanh", "Silu", "Gelu" };
 
 int
 ml_pass_fuse_bias_act(struct opt *o)
@@ -628,7 +620,7 @@ ml_pass_fuse_bias_act(struct opt *o)
 		snprintf(what, sizeof what, "%s%s%s%s", ml_op_name(op == ML_OP_FUSED_CONV ? ML_OP_CONV :
 								  op == ML_OP_FUSED_MATMUL ? ML_OP_MATMUL :
 								  op == ML_OP_FUSED_GEMM ? ML_OP_GEMM : op),
-			 z >= 0 ? "+Add" : "", act ? "+" : "", act_names[act]);
+			 z >= 0 ? "+Add" : "", act ? "+" : "", ml_fused_act_name(act));
 		const char *name = g->nodes[i].name;
 		for (int q = 0; q < nn; q++)
 			if (nodes[q] != last)
@@ -636,7 +628,7 @@ ml_pass_fuse_bias_act(struct opt *o)
 		ML_TRY(mlopt_rewrite(o, last, type, "ml", nin, in, 1, &cur, i, nodes, nn));
 		g->nodes[last].name = (char *)name;
 		if (act != ML_ACT_NONE)
-			ML_TRY(ml_node_set_string(g, last, "activation", act_names[act]));
+			ML_TRY(ml_node_set_string(g, last, "activation", ml_fused_act_name(act)));
 		if (act == ML_ACT_CLIP) {
 			if (isfinite(lo))
 				ML_TRY(ml_node_set_float(g, last, "clip_min", lo));

@@ -103,12 +103,199 @@ dimof(const struct ml_graph *g, int t, int d)
 	return d < x->rank ? x->dims[d] : -1;
 }
 
+/*
+ * The layer checks, one per quantisation class of the ops' descriptors
+ * (ml_op_qclass): each returns the layer node n of g can be (filling what
+ * the layer keeps in L), or L_NONE when n does not meet the class's
+ * preconditions. x is n's input 0.
+ */
+static enum lkind
+l_conv(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L)
+{
+	(void)L;
+	int w = n->n_in > 1 ? n->in[1] : -1;
+	if (!is_const_f32(g, w) || ml_graph_t(g, w)->rank != 4 || dimof(g, x, 1) < 0 ||
+	    ml_graph_t(g, x)->rank != 4 ||
+	    (n->n_in > 2 && n->in[2] >= 0 && !is_const_f32(g, n->in[2])))
+		return L_NONE;
+	if (strcmp(ml_attr_str(n, "auto_pad", "NOTSET"), "NOTSET") != 0)
+		return L_NONE;
+	int64_t grp = ml_attr_int(n, "group", 1);
+	if (grp == 1)
+		return L_CONV;
+	if (grp == dimof(g, x, 1) && dimof(g, w, 0) == grp && dimof(g, w, 1) == 1)
+		return L_DW;
+	return L_NONE;
+}
+
+/* Gemm without transA, alpha or beta, with a rank-1 constant bias; MatMul of rank 2. */
+static enum lkind
+l_gemm(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L)
+{
+	int w = n->n_in > 1 ? n->in[1] : -1;
+	if (!is_const_f32(g, w) || ml_graph_t(g, w)->rank != 2 || ml_graph_t(g, x)->rank != 2)
+		return L_NONE;
+	if (n->op != ML_OP_GEMM)
+		return L_GEMM;
+	if (ml_attr_int(n, "transA", 0) != 0 || ml_attr_float(n, "alpha", 1) != 1 ||
+	    ml_attr_float(n, "beta", 1) != 1)
+		return L_NONE;
+	if (n->n_in > 2 && n->in[2] >= 0 &&
+	    (!is_const_f32(g, n->in[2]) || ml_graph_t(g, n->in[2])->rank != 1))
+		return L_NONE;
+	L->transb = ml_attr_int(n, "transB", 0) != 0;
+	return L_GEMM;
+}
+
+/* the sum of two computed NCHW tensors of one shape but the batch */
+static enum lkind
+l_add(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L)
+{
+	(void)L;
+	if (n->n_in != 2 || ml_graph_t(g, x)->rank != 4 || n->in[1] < 0 ||
+	    ml_graph_t(g, n->in[1])->rank != 4 || is_const_f32(g, n->in[1]) || is_const_f32(g, x))
+		return L_NONE;
+	for (int d = 1; d < 4; d++)
+		if (dimof(g, x, d) != dimof(g, n->in[1], d) || dimof(g, x, d) < 0)
+			return L_NONE;
+	return L_ADD;
+}
+
+static enum lkind
+l_maxpool(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L)
+{
+	(void)L;
+	const int64_t *v;
+	if (ml_graph_t(g, x)->rank != 4 || n->n_out != 1 || ml_attr_int(n, "ceil_mode", 0) != 0 ||
+	    strcmp(ml_attr_str(n, "auto_pad", "NOTSET"), "NOTSET") != 0)
+		return L_NONE;
+	if (ml_attr_ints(n, "dilations", &v) == 2 && (v[0] != 1 || v[1] != 1))
+		return L_NONE;
+	return L_MAXPOOL;
+}
+
+static enum lkind
+l_gap(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L)
+{
+	(void)n, (void)L;
+	return ml_graph_t(g, x)->rank == 4 ? L_GAP : L_NONE;
+}
+
+/* Flatten or Reshape of [N, C, 1, 1] to [N, C] */
+static enum lkind
+l_flat(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L)
+{
+	(void)L;
+	if (ml_graph_t(g, x)->rank != 4 || dimof(g, x, 2) != 1 || dimof(g, x, 3) != 1 ||
+	    ml_graph_t(g, n->out[0])->rank != 2 || dimof(g, n->out[0], 1) != dimof(g, x, 1) ||
+	    dimof(g, x, 1) < 0)
+		return L_NONE;
+	return L_FLAT;
+}
+
+typedef enum lkind (*layer_fn)(const struct ml_graph *g, const struct ml_node *n, int x,
+			       struct layer *L);
+
+/* each class's check, and whether only the integer form takes it */
+static const struct {
+	layer_fn check;
+	bool int_only;
+} qclasses[] = {
+	[ML_QC_CONV] = { l_conv, false },
+	[ML_QC_GEMM] = { l_gemm, false },
+	[ML_QC_ADD] = { l_add, true },
+	[ML_QC_MAXPOOL] = { l_maxpool, true },
+	[ML_QC_GAP] = { l_gap, true },
+	[ML_QC_FLATTEN] = { l_flat, true },
+};
+
+/*
+ * clip_bounds: Clip node cn's bounds (inputs of opset 11, else attributes),
+ * false when an input bound is not a constant scalar.
+ */
+static bool
+clip_bounds(const struct ml_graph *g, const struct ml_node *cn, float *lo, float *hi)
+{
+	bool ok = true;
+	*lo = -INFINITY;
+	*hi = INFINITY;
+	if (cn->n_in > 1 && cn->in[1] >= 0)
+		ok = scalar_const(g, cn->in[1], lo);
+	else if (ml_attr_find(cn, "min"))
+		*lo = (float)ml_attr_float(cn, "min", 0);
+	if (cn->n_in > 2 && cn->in[2] >= 0)
+		ok = ok && scalar_const(g, cn->in[2], hi);
+	else if (ml_attr_find(cn, "max"))
+		*hi = (float)ml_attr_float(cn, "max", 0);
+	return ok;
+}
+
+/*
+ * fuse_act: fuse into L the activation (an ML_QC_ACT op: Relu, or Clip
+ * with constant bounds) that is the only consumer of L's output.
+ */
+static void
+fuse_act(const struct rw *r, struct layer *L)
+{
+	const struct ml_graph *g = r->q;
+	int a = sole_consumer(g, r->nuse, L->out);
+	if (a < 0 || ml_op_qclass(g->nodes[a].op) != ML_QC_ACT || g->nodes[a].in[0] != L->out)
+		return;
+	float lo = 0, hi = INFINITY;
+	if (g->nodes[a].op == ML_OP_CLIP && !clip_bounds(g, &g->nodes[a], &lo, &hi))
+		return;
+	if (L->kind == L_ADD && hi < INFINITY)
+		return;		/* Q8Add clamps below only */
+	L->act = a;
+	L->amin = lo;
+	L->amax = hi;
+	L->out = g->nodes[a].out[0];
+}
+
+/*
+ * layer_check: the check of node i's quantisation class, or NULL when it
+ * cannot start a layer (no class, a class of the integer form only in the
+ * QDQ form, no input or output, or already in a layer as its activation).
+ */
+static layer_fn
+layer_check(const struct rw *r, int i)
+{
+	const struct ml_node *n = &r->q->nodes[i];
+	enum ml_qclass qc = ml_op_qclass(n->op);
+	if (r->layer_of[i] >= 0 || n->n_out < 1 || n->out[0] < 0 || n->n_in < 1 || n->in[0] < 0)
+		return NULL;
+	if (qc >= sizeof qclasses / sizeof qclasses[0])
+		return NULL;
+	if (qclasses[qc].int_only && r->o->form != ML_QFORM_INT)
+		return NULL;
+	return qclasses[qc].check;
+}
+
+/* add_layer: record L, with its fused activation, as the next layer. */
+static void
+add_layer(struct rw *r, struct layer *L)
+{
+	const struct ml_graph *g = r->q;
+	L->out = g->nodes[L->node].out[0];
+	if (L->kind == L_CONV || L->kind == L_DW || L->kind == L_GEMM || L->kind == L_ADD)
+		fuse_act(r, L);
+	L->on = true;
+	if (excluded(r->o, g, &g->nodes[L->node]) ||
+	    (L->act >= 0 && excluded(r->o, g, &g->nodes[L->act]))) {
+		L->on = false;
+		snprintf(L->why, sizeof L->why, "excluded");
+	}
+	r->layer_of[L->node] = r->nly;
+	if (L->act >= 0)
+		r->layer_of[L->act] = r->nly;
+	r->ly[r->nly++] = *L;
+}
+
 /* classify: find the layers of g and whether each can be quantised. */
 static int
 classify(struct rw *r)
 {
 	struct ml_graph *g = r->q;
-	bool intform = r->o->form == ML_QFORM_INT;
 
 	r->ly = ml_calloc((size_t)g->n_nodes + 1, sizeof *r->ly);
 	r->layer_of = ml_malloc(sizeof(int) * ((size_t)g->n_nodes + 1));
@@ -117,125 +304,13 @@ classify(struct rw *r)
 	for (int i = 0; i < g->n_nodes; i++)
 		r->layer_of[i] = -1;
 	for (int i = 0; i < g->n_nodes; i++) {
-		struct ml_node *n = &g->nodes[i];
+		layer_fn check = layer_check(r, i);
 		struct layer L = { .node = i, .act = -1, .amin = -INFINITY, .amax = INFINITY };
-		if (r->layer_of[i] >= 0 || n->n_out < 1 || n->out[0] < 0)
+		if (check == NULL)
 			continue;
-		int x = n->n_in > 0 ? n->in[0] : -1;
-		switch (n->op) {
-		case ML_OP_CONV: {
-			int w = n->n_in > 1 ? n->in[1] : -1;
-			if (!is_const_f32(g, w) || ml_graph_t(g, w)->rank != 4 || dimof(g, x, 1) < 0 ||
-			    ml_graph_t(g, x)->rank != 4 || (n->n_in > 2 && n->in[2] >= 0 &&
-							     !is_const_f32(g, n->in[2])))
-				continue;
-			int64_t grp = ml_attr_int(n, "group", 1);
-			const char *ap = ml_attr_str(n, "auto_pad", "NOTSET");
-			if (strcmp(ap, "NOTSET") != 0)
-				continue;
-			if (grp == 1)
-				L.kind = L_CONV;
-			else if (grp == dimof(g, x, 1) && dimof(g, w, 0) == grp && dimof(g, w, 1) == 1)
-				L.kind = L_DW;
-			else
-				continue;
-			break;
-		}
-		case ML_OP_GEMM:
-		case ML_OP_MATMUL: {
-			int w = n->n_in > 1 ? n->in[1] : -1;
-			if (!is_const_f32(g, w) || ml_graph_t(g, w)->rank != 2 ||
-			    ml_graph_t(g, x)->rank != 2)
-				continue;
-			if (n->op == ML_OP_GEMM) {
-				if (ml_attr_int(n, "transA", 0) != 0 || ml_attr_float(n, "alpha", 1) != 1 ||
-				    ml_attr_float(n, "beta", 1) != 1)
-					continue;
-				if (n->n_in > 2 && n->in[2] >= 0 &&
-				    (!is_const_f32(g, n->in[2]) || ml_graph_t(g, n->in[2])->rank != 1))
-					continue;
-				L.transb = ml_attr_int(n, "transB", 0) != 0;
-			}
-			L.kind = L_GEMM;
-			break;
-		}
-		case ML_OP_ADD:
-			if (!intform || n->n_in != 2 || ml_graph_t(g, x)->rank != 4 || n->in[1] < 0 ||
-			    ml_graph_t(g, n->in[1])->rank != 4 || is_const_f32(g, n->in[1]) ||
-			    is_const_f32(g, x))
-				continue;
-			for (int d = 1; d < 4; d++)
-				if (dimof(g, x, d) != dimof(g, n->in[1], d) || dimof(g, x, d) < 0)
-					goto next;
-			L.kind = L_ADD;
-			break;
-		case ML_OP_MAX_POOL: {
-			const int64_t *v;
-			if (!intform || ml_graph_t(g, x)->rank != 4 || n->n_out != 1 ||
-			    ml_attr_int(n, "ceil_mode", 0) != 0 ||
-			    strcmp(ml_attr_str(n, "auto_pad", "NOTSET"), "NOTSET") != 0)
-				continue;
-			if (ml_attr_ints(n, "dilations", &v) == 2 && (v[0] != 1 || v[1] != 1))
-				continue;
-			L.kind = L_MAXPOOL;
-			break;
-		}
-		case ML_OP_GLOBAL_AVERAGE_POOL:
-			if (!intform || ml_graph_t(g, x)->rank != 4)
-				continue;
-			L.kind = L_GAP;
-			break;
-		case ML_OP_FLATTEN:
-		case ML_OP_RESHAPE:
-			if (!intform || ml_graph_t(g, x)->rank != 4 || dimof(g, x, 2) != 1 ||
-			    dimof(g, x, 3) != 1 || ml_graph_t(g, n->out[0])->rank != 2 ||
-			    dimof(g, n->out[0], 1) != dimof(g, x, 1) || dimof(g, x, 1) < 0)
-				continue;
-			L.kind = L_FLAT;
-			break;
-		default:
-			continue;
-		}
-		L.out = n->out[0];
-		/* fuse a Relu or Clip that is the output's only consumer */
-		if (L.kind == L_CONV || L.kind == L_DW || L.kind == L_GEMM || L.kind == L_ADD) {
-			int a = sole_consumer(g, r->nuse, L.out);
-			if (a >= 0 && g->nodes[a].op == ML_OP_RELU) {
-				L.act = a;
-				L.amin = 0;
-			} else if (a >= 0 && g->nodes[a].op == ML_OP_CLIP && g->nodes[a].in[0] == L.out) {
-				const struct ml_node *cn = &g->nodes[a];
-				float lo = -INFINITY, hi = INFINITY;
-				bool ok = true;
-				if (cn->n_in > 1 && cn->in[1] >= 0)
-					ok = scalar_const(g, cn->in[1], &lo);
-				else if (ml_attr_find(cn, "min"))
-					lo = (float)ml_attr_float(cn, "min", 0);
-				if (cn->n_in > 2 && cn->in[2] >= 0)
-					ok = ok && scalar_const(g, cn->in[2], &hi);
-				else if (ml_attr_find(cn, "max"))
-					hi = (float)ml_attr_float(cn, "max", 0);
-				if (ok) {
-					L.act = a;
-					L.amin = lo;
-					L.amax = hi;
-				}
-			}
-			if (L.kind == L_ADD && L.act >= 0 && L.amax < INFINITY)
-				L.act = -1;	/* Q8Add clamps below only */
-			if (L.act >= 0)
-				L.out = g->nodes[a].out[0];
-		}
-		L.on = true;
-		if (excluded(r->o, g, n) || (L.act >= 0 && excluded(r->o, g, &g->nodes[L.act]))) {
-			L.on = false;
-			snprintf(L.why, sizeof L.why, "excluded");
-		}
-		r->layer_of[i] = r->nly;
-		if (L.act >= 0)
-			r->layer_of[L.act] = r->nly;
-		r->ly[r->nly++] = L;
-next:;
+		L.kind = check(g, &g->nodes[i], g->nodes[i].in[0], &L);
+		if (L.kind != L_NONE)
+			add_layer(r, &L);
 	}
 	return 0;
 }

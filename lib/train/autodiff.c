@@ -13,9 +13,9 @@ ml_grad_fn
 ml_grad_rule_get(enum ml_op op)
 {
 	static const struct ml_grad_rule *const tabs[] = {
-#define R(name) ml_grad_rules_##name,
-		ML_GRAD_FAMILIES
-#undef R
+#define F(name, grad) ML_GRAD_IF_##grad(ml_grad_rules_##name,)
+#include "families.def"
+#undef F
 	};
 	for (size_t k = 0; k < sizeof tabs / sizeof tabs[0]; k++)
 		for (const struct ml_grad_rule *r = tabs[k]; r->op != ML_OP_NONE; r++)

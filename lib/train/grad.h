@@ -11,14 +11,15 @@
  *		{ .op = ML_OP_NONE },
  *	};
  *
- * and a family with a table is one R(FAMILY) line in ML_GRAD_FAMILIES
- * below. ml_grad calls a rule once per node on the path from the
- * requested inputs to y, in reverse topological order, with c->dy[j] the
- * gradient (a tensor index of the graph) flowing into output j, -1 where
- * none does (at least one is set). The rule sets c->dx[i] for every input i
- * with c->need[i] (the others may stay -1; c->dx[] starts at -1), using
- * the helpers below to append ordinary nodes, and returns 0, or a negative
- * ML_E* code with c->err filled (ml_gfail). The gradient of an input has
+ * and a family with a table has grad 1 in its F(FAMILY, grad) row of
+ * lib/families.def, which declares and collects the tables. ml_grad calls
+ * a rule once per node on the path from the requested inputs to y, in
+ * reverse topological order, with c->dy[j] the gradient (a tensor index of
+ * the graph) flowing into output j, -1 where none does (at least one is
+ * set). The rule sets c->dx[i] for every input i with c->need[i] (the
+ * others may stay -1; c->dx[] starts at -1), using the helpers below to
+ * append ordinary nodes, and returns 0, or a negative ML_E* code with
+ * c->err filled (ml_gfail). The gradient of an input has
  * the input's shape and dtype: rules of broadcasting ops sum it back with
  * ml_gsum_to. The forward node and its tensors have inferred shapes
  * (dims may be -1 for a symbolic batch size); new tensors have none until
@@ -64,12 +65,16 @@ struct ml_grad_rule {
 	ml_grad_fn fn;
 };
 
-/* The families with rule tables (ml_grad_rules_NAME in lib/ops/NAME_grad.c). */
-#define ML_GRAD_FAMILIES R(elem) R(nn) R(shape) R(reduce) R(loss) R(quant)
-
-#define R(name) extern const struct ml_grad_rule ml_grad_rules_##name[];
-ML_GRAD_FAMILIES
-#undef R
+/*
+ * The rule tables of the families with grad 1 in lib/families.def
+ * (ml_grad_rules_NAME in lib/ops/NAME_grad.c). ML_GRAD_IF_##grad(x) is x
+ * for such a family, nothing for the others.
+ */
+#define ML_GRAD_IF_1(...) __VA_ARGS__
+#define ML_GRAD_IF_0(...)
+#define F(name, grad) ML_GRAD_IF_##grad(extern const struct ml_grad_rule ml_grad_rules_##name[];)
+#include "families.def"
+#undef F
 
 /* ml_grad_rule_get: the rule of op, or NULL. */
 ml_grad_fn ml_grad_rule_get(enum ml_op op);

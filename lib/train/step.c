@@ -57,26 +57,21 @@ ml_train_opts_init(struct ml_train_opts *o)
 	o->eps = 1e-8;
 }
 
-/* weight_input: whether input j of node n is a weight, bias or scale of a layer. */
+/*
+ * weight_input: whether input j of node n is a weight, bias or scale of a
+ * layer: one its op's descriptor names (ml_op_weights), or the bias of a
+ * MatMul, Add(MatMul(..), b).
+ */
 static bool
 weight_input(const struct ml_graph *g, const struct ml_node *n, int j)
 {
-	switch (n->op) {
-	case ML_OP_CONV: case ML_OP_CONV_TRANSPOSE: case ML_OP_GEMM:
-	case ML_OP_BATCH_NORM: case ML_OP_LAYER_NORM: case ML_OP_INSTANCE_NORM:
-	case ML_OP_GROUP_NORM: case ML_OP_BN_TRAINING:
-		return j == 1 || j == 2;
-	case ML_OP_MATMUL:
+	if (j < 32 && (ml_op_weights(n->op) >> j & 1))
 		return true;
-	case ML_OP_ADD: {
-		/* the bias of a MatMul: Add(MatMul(..), b) */
-		int o = n->in[1 - j];
-		return j < 2 && o >= 0 && g->tensors[o]->producer >= 0 &&
-		       g->nodes[g->tensors[o]->producer].op == ML_OP_MATMUL;
-	}
-	default:
+	if (n->op != ML_OP_ADD || j >= 2)
 		return false;
-	}
+	int o = n->in[1 - j];
+	return o >= 0 && g->tensors[o]->producer >= 0 &&
+	       g->nodes[g->tensors[o]->producer].op == ML_OP_MATMUL;
 }
 
 static bool

@@ -4,13 +4,23 @@
  * wrong arity is refused with ML_EINVAL naming the op; bad attribute values
  * and random input shapes and dtypes end in a result or in ML_EINVAL /
  * ML_ENOTSUP with a message naming the node, never in a crash; and where a
- * run succeeds, the outputs have the shapes inference gave them. Prints TAP.
+ * run succeeds, the outputs have the shapes inference gave them. And the
+ * descriptors agree with themselves and with the other tables: flags with
+ * arity and inference, quantisation classes with weight inputs, gradient
+ * rules with families.def, lib/act.def's codes with the ops, the fused
+ * ops, UnaryGrad and the OpenCL programs. Prints TAP.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ml_impl.h"
+#include "ops/fused.h"
+#include "ops/grad.h"
+#include "train/grad.h"
+#ifndef ML_NO_OPENCL
+#include "cl/cl.h"
+#endif
 
 static int ntest, nfail;
 
@@ -130,6 +140,166 @@ out:
 	return rc;
 }
 
+/*
+ * inplace_ok: op (ML_OPF_INPLACE) has one output, and inference over f32
+ * [2, 3] inputs gives it input 0's shape and dtype, as the executor's
+ * in-place reuse of input 0's memory assumes.
+ */
+static bool
+inplace_ok(enum ml_op op, const struct ml_opdef *d)
+{
+	struct ml_err e = { 0 };
+	struct ml_tval iv[4] = { 0 }, ov = { 0 }, *in[4], *out[1] = { &ov };
+	int64_t dims[2] = { 2, 3 };
+
+	if (d->max_out != 1 || d->min_in < 1 || d->min_in > 4 || (d->host_in & 1))
+		return false;
+	struct ml_graph *g = one_node(op, d->min_in, 1, false, NULL);
+	for (int i = 0; i < d->min_in; i++) {
+		ml_set_shape(&iv[i], ML_F32, 2, dims);
+		in[i] = &iv[i];
+	}
+	bool ok = g != NULL && ml_node_infer(g, &g->nodes[0], in, out, &e) == 0 &&
+		  ov.dtype == ML_F32 && ov.rank == 2 && ov.dims[0] == 2 && ov.dims[1] == 3;
+	if (!ok)
+		printf("# %s: %s\n", ml_op_name(op), e.msg);
+	ml_graph_free(g);
+	return ok;
+}
+
+/* the descriptor's properties, one case each */
+static void
+check_descriptors(void)
+{
+	int bad_inplace = 0, bad_side = 0, bad_masks = 0, bad_qc = 0;
+	for (int op = 1; op < ML_OP_COUNT; op++) {
+		const struct ml_opdef *d = ml_opdef_get((enum ml_op)op);
+		const char *name = ml_op_name((enum ml_op)op);
+		if (d == NULL)
+			continue;
+		if ((d->flags & ML_OPF_INPLACE) && !inplace_ok((enum ml_op)op, d))
+			bad_inplace++;
+		/* an op without outputs is there for what it writes, and only such an op */
+		if (((d->flags & ML_OPF_SIDE_EFFECT) != 0) != (d->max_out == 0)) {
+			printf("# %s: side effect %d, max_out %d\n", name,
+			       (d->flags & ML_OPF_SIDE_EFFECT) != 0, d->max_out);
+			bad_side++;
+		}
+		if ((d->max_in >= 0 && d->max_in < 32 && (d->weights >> d->max_in) != 0) ||
+		    (d->weights & d->host_in) != 0) {
+			printf("# %s: weights 0x%x, host_in 0x%x\n", name, d->weights, d->host_in);
+			bad_masks++;
+		}
+		enum ml_qclass qc = d->qclass;
+		int un = ml_op_unary((enum ml_op)op);
+		bool qc_ok = qc <= ML_QC_ACT;
+		if (qc == ML_QC_CONV || qc == ML_QC_GEMM)
+			qc_ok &= (d->weights & 2) != 0;
+		if (qc == ML_QC_ACT)
+			qc_ok &= un > ML_ACT_NONE && un < ML_ACT_COUNT;
+		if (qc != ML_QC_NONE)
+			qc_ok &= d->min_in >= 1 && d->min_out >= 1;
+		if (!qc_ok) {
+			printf("# %s: quantisation class %d\n", name, (int)qc);
+			bad_qc++;
+		}
+	}
+	ok(bad_inplace == 0, "%s", "in-place ops have one output shaped and typed like input 0");
+	ok(bad_side == 0, "%s", "the side-effect ops are the ops without outputs");
+	ok(bad_masks == 0, "%s", "weight masks name inputs the ops have, never a host input");
+	ok(bad_qc == 0, "%s",
+	   "quantised layers read a weight input 1; fused activations have an ML_ACT code");
+
+	/* every op with a gradient rule is in a family that families.def marks, and is its own */
+	int bad_grad = 0, n_rules = 0;
+#define F(fam, grad) ML_GRAD_IF_##grad( \
+	for (const struct ml_grad_rule *r = ml_grad_rules_##fam; r->op != ML_OP_NONE; r++) { \
+		n_rules++; \
+		if (strcmp(ml_op_family(r->op), #fam) != 0 || ml_opdef_get(r->op) == NULL || \
+		    ml_grad_rule_get(r->op) != r->fn) { \
+			printf("# rule of %s in the %s table\n", ml_op_name(r->op), #fam); \
+			bad_grad++; \
+		} \
+	})
+#include "families.def"
+#undef F
+	for (int op = 1; op < ML_OP_COUNT; op++) {
+		bool fam_grad = false;
+#define F(fam, grad) fam_grad |= grad && strcmp(ml_op_family((enum ml_op)op), #fam) == 0;
+#include "families.def"
+#undef F
+		if (ml_grad_rule_get((enum ml_op)op) != NULL && !fam_grad) {
+			printf("# %s has a rule outside the gradient families\n",
+			       ml_op_name((enum ml_op)op));
+			bad_grad++;
+		}
+	}
+	ok(bad_grad == 0 && n_rules > 0, "%s",
+	   "every gradient rule is in its own family's table, a family with grad 1");
+
+	/* lib/act.def: each row's code for its op, fused activation, chain link and UnaryGrad fn */
+	int bad_codes = 0;
+	struct ml_err e = { 0 };
+	struct ml_graph *g = one_node(ML_OP_FUSED_CONV, 2, 1, false, NULL);
+#define ROW(id, opid, act, fe, ug, nm) \
+	{ \
+		enum ml_op o = ML_OP_##opid; \
+		bool row_ok = o == ML_OP_NONE ? ML_UN_##id == 0 : \
+			      ml_op_unary(o) == ML_UN_##id && ml_opdef_get(o) != NULL; \
+		g->nodes[0].n_attr = 0; /* set_string appends; the first one counts */ \
+		ml_node_set_string(g, 0, "activation", ml_op_name(o)); \
+		row_ok &= (ml_fused_act(&g->nodes[0]) == ML_UN_##id) == (act); \
+		row_ok &= (act) ? strcmp(ml_fused_act_name(ML_UN_##id), ml_op_name(o)) == 0 : \
+				ml_fused_act_name(ML_UN_##id) == NULL; \
+		if (fe) { \
+			row_ok &= ml_fused_elem_op(ml_op_name(o)) == ML_FE_UNARY + ML_UN_##id; \
+			row_ok &= strcmp(ml_fused_elem_name(ML_FE_UNARY + ML_UN_##id), nm) == 0; \
+		} else { \
+			row_ok &= ml_fused_elem_op(ml_op_name(o)) < 0; \
+		} \
+		row_ok &= (ml_unary_grad_fn(nm) == ML_UN_##id) == (ug); \
+		if (!row_ok) { \
+			printf("# act.def row %s disagrees\n", #id); \
+			bad_codes++; \
+		} \
+	}
+	ML_UNARY_LIST(ROW)
+#undef ROW
+	ml_graph_free(g);
+	(void)e;
+	ok(bad_codes == 0, "%s", "act.def's codes are the ops', the fused activations', the chains' "
+	   "and UnaryGrad's");
+
+#ifndef ML_NO_OPENCL
+	/*
+	 * The OpenCL programs read the codes from the embedded act.def, which
+	 * must be this build's lib/act.def (read from the repository root, where
+	 * tests/run.sh runs), and no kernel source may keep codes of its own.
+	 */
+	const struct ml_kernel_src *act = NULL;
+	bool own_codes = false;
+	for (const struct ml_kernel_src *k = ml_kernel_srcs; k->name != NULL; k++) {
+		if (strcmp(k->name, "act.def") == 0)
+			act = k;
+		else if (strstr(k->src, "#define ACT_RELU") != NULL ||
+			 strstr(k->src, "U_RELU") != NULL)
+			own_codes = true;
+	}
+	FILE *f = fopen("lib/act.def", "rb");
+	if (f == NULL) {
+		ntest++;
+		printf("ok %d - # SKIP lib/act.def is not in the current folder\n", ntest);
+	} else {
+		static char buf[1 << 16];
+		size_t n = fread(buf, 1, sizeof buf, f);
+		fclose(f);
+		ok(act != NULL && act->len == n && memcmp(act->src, buf, n) == 0, "%s",
+		   "the OpenCL programs' act.def is lib/act.def");
+	}
+	ok(!own_codes, "%s", "no kernel source defines activation or unary codes of its own");
+#endif
+}
+
 int
 main(void)
 {
@@ -137,6 +307,7 @@ main(void)
 	char buf[256];
 
 	ml_set_threads(1);
+	check_descriptors();
 	for (int op = 1; op < ML_OP_COUNT; op++)
 		if (ml_opdef_get((enum ml_op)op) == NULL || ml_cpu_kernel_get((enum ml_op)op) == NULL) {
 			printf("# %s has no %s\n", ml_op_name((enum ml_op)op),
