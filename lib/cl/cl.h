@@ -2,7 +2,7 @@
  * cl.h: the OpenCL layer's internal API (lib/cl): devices, programs built
  * from the embedded kernels/ sources and cached on disk, a buffer pool,
  * host<->device copies and kernel launches with profiling events.
- * Only lib/cl/ and the device layer (lib/exec/device.c) include it; cl_mem
+ * Only lib/cl/ and the executor (lib/exec) include it; cl_mem
  * never reaches cmd/.
  *
  * Threading: one thread drives a device at a time (the executor's). The

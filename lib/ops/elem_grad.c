@@ -1,10 +1,10 @@
 /*
- * elem_grad.c: gradient rules of the elem family (see lib/train/grad.h for
+ * elem_grad.c: gradient rules of the elem family (see lib/ops/gradrule.h for
  * the rule interface). Binary ops sum their gradients back over the
  * broadcast dims; activations whose derivative is a function of their
  * input emit one ml.UnaryGrad node, Relu one ml.ReluGrad over its output.
  */
-#include "train/grad.h"
+#include "ops/gradrule.h"
 
 #define DY (c->dy[0])
 #define TRY_DX(i, v) do { if (c->need[(i)]) { int r_ = (v); if (r_ < 0) return r_; \

@@ -2,10 +2,10 @@
  * grad_grad.c: gradient rules of the grad family's forward ops, the forms
  * a training step runs in place of an ONNX op (lib/train/step.c):
  * BatchNormTraining, DropoutTraining and BCEWithLogitsLoss. Each emits one
- * node of this family or an ordinary Mul (lib/train/grad.h has the rule
+ * node of this family or an ordinary Mul (lib/ops/gradrule.h has the rule
  * interface).
  */
-#include "train/grad.h"
+#include "ops/gradrule.h"
 
 #define DY (c->dy[0])
 

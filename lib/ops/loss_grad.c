@@ -1,10 +1,10 @@
 /*
- * loss_grad.c: gradient rules of the loss family (lib/train/grad.h has the
+ * loss_grad.c: gradient rules of the loss family (lib/ops/gradrule.h has the
  * rule interface; the grad family's BCEWithLogitsLoss: lib/ops/grad_grad.c). The
  * gradients with respect to the scores are single grad-family nodes; labels
  * and targets get none.
  */
-#include "train/grad.h"
+#include "ops/gradrule.h"
 
 #define DY (c->dy[0])
 

@@ -1,10 +1,10 @@
 /*
- * nn_grad.c: gradient rules of the nn family (lib/train/grad.h has the
+ * nn_grad.c: gradient rules of the nn family (lib/ops/gradrule.h has the
  * rule interface). Gemm and 2-D MatMul gradients are single Gemm nodes
  * whose transA/transB do the transposes, bias gradients ReduceSum nodes;
  * convolutions, pools and normalizations emit the grad family's kernels.
  */
-#include "train/grad.h"
+#include "ops/gradrule.h"
 
 #define DY (c->dy[0])
 #define TRY_DX(i, v) do { if (c->need[(i)]) { int r_ = (v); if (r_ < 0) return r_; \

@@ -1,9 +1,9 @@
 /*
- * quant_grad.c: gradient rules of the quant family (lib/train/grad.h has
+ * quant_grad.c: gradient rules of the quant family (lib/ops/gradrule.h has
  * the rule interface): FakeQuant's straight-through estimator for
  * quantization-aware training (lib/quant/qat.c).
  */
-#include "train/grad.h"
+#include "ops/gradrule.h"
 
 /*
  * FakeQuant: dx = dy where x lies in the representable range [(qmin - zp)

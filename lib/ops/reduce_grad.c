@@ -1,10 +1,10 @@
 /*
- * reduce_grad.c: gradient rules of the reduce family (lib/train/grad.h has
+ * reduce_grad.c: gradient rules of the reduce family (lib/ops/gradrule.h has
  * the rule interface): ReduceSum and ReduceMean spread dy back over the
  * reduced axes; Softmax and LogSoftmax use their outputs.
  */
 #include "ops/reduce.h"
-#include "train/grad.h"
+#include "ops/gradrule.h"
 
 #define DY (c->dy[0])
 #define TRY_DX(i, v) do { if (c->need[(i)]) { int r_ = (v); if (r_ < 0) return r_; \

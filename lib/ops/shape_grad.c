@@ -1,10 +1,10 @@
 /*
- * shape_grad.c: gradient rules of the shape family (lib/train/grad.h has
+ * shape_grad.c: gradient rules of the shape family (lib/ops/gradrule.h has
  * the rule interface): layout ops route the gradient back through the
  * inverse layout change (Reshape back, inverse Transpose, Split for
  * Concat, Pad for Slice, a scatter-add for Gather, a sum for Expand).
  */
-#include "train/grad.h"
+#include "ops/gradrule.h"
 
 #define DY (c->dy[0])
 #define TRY_DX(i, v) do { if (c->need[(i)]) { int r_ = (v); if (r_ < 0) return r_; \

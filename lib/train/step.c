@@ -7,7 +7,7 @@
  */
 #include <stdio.h>
 
-#include "train/grad.h"
+#include "ops/gradrule.h"
 
 static const char *const loss_names[] = { "softmax-cross-entropy", "nll", "mse", "bce-with-logits" };
 static const char *const optim_names[] = { "sgd", "adam", "adamw" };

@@ -17,7 +17,7 @@
 #include "ml_impl.h"
 #include "ops/fused.h"
 #include "ops/grad.h"
-#include "train/grad.h"
+#include "ops/gradrule.h"
 #ifndef ML_NO_OPENCL
 #include "cl/cl.h"
 #endif

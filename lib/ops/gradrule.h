@@ -1,7 +1,8 @@
 /*
- * grad.h: the gradient rule interface of lib/train (autodiff.c): what a
- * rule sees of the node it differentiates, the helpers it emits nodes
- * with, and the per-family rule tables that ml_grad merges.
+ * gradrule.h: the gradient rule interface (gradrule.c): what a rule sees
+ * of the node it differentiates, the helpers it emits nodes with, and the
+ * per-family rule tables that ml_grad (lib/train/autodiff.c) merges. It
+ * belongs to the op definitions, below the layers that differentiate.
  *
  * Writing a rule. Each op family keeps its rules in lib/ops/FAMILY_grad.c,
  * one table per family:
@@ -43,8 +44,8 @@
  * propagate a negative argument unchanged, so chains need one check at
  * the end, as above.
  */
-#ifndef ML_TRAIN_GRAD_H
-#define ML_TRAIN_GRAD_H
+#ifndef ML_OPS_GRADRULE_H
+#define ML_OPS_GRADRULE_H
 
 #include "ml_impl.h"
 
