@@ -13,7 +13,7 @@
 static const char synopsis[] =
 	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy]... [--random [--seed S]]\n"
 	"             [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]] [--json]\n"
-	"             [--max-alloc SIZE] [--plan] [--placement FILE] [--timeout S] [MODEL | -]\n"
+	"             [--max-alloc SIZE] [--plan] [--placement FILE] [--timeout SECS] [MODEL | -]\n"
 	"       mlrun --devices [--json]";
 
 static const char help_text[] =
@@ -33,7 +33,7 @@ static const char help_text[] =
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes;\n"
 	"                          default ML_MAX_ALLOC or 16G)\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
-	"      --timeout S         stop with status 1 when the run takes over S seconds\n"
+	"      --timeout SECS      stop with status 1 when the run takes over SECS seconds\n"
 	"      --device DEV        cpu (default), cl, cl:N or auto\n"
 	"      --devices           list the devices (CPU and every OpenCL device) and exit\n"
 	"      --plan              print each node's device, the bytes copied between\n"

@@ -1,0 +1,76 @@
+#!/usr/bin/env bats
+# 0130-bounds.bats: the bounds on time and memory that a user can set and
+# that have defaults: --timeout of mlrun, mlprof and mlopt --verify, the
+# cap on Loop trip counts, the size a gzipped IDX file may claim, and the
+# OpenCL program cache (a folder that cannot be written, a damaged binary).
+bats_require_minimum_version 1.5.0
+load helpers
+
+# mkchain FILE N: a model of N chained 512x512 products of its input, slow
+# enough (a second or more) for a timer to land in the middle of it.
+mkchain() {
+	"$PY" - "$1" "$2" <<-'EOF'
+	import sys
+	import onnx
+	from onnx import helper, TensorProto as T
+	n = int(sys.argv[2])
+	nodes, prev = [], "x"
+	for i in range(n):
+	    out = "y" if i == n - 1 else f"h{i}"
+	    nodes.append(helper.make_node("MatMul", [prev, "x"], [f"m{i}"]))
+	    nodes.append(helper.make_node("Tanh", [f"m{i}"], [out]))
+	    prev = out
+	g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", T.FLOAT, [512, 512])],
+	    [helper.make_tensor_value_info("y", T.FLOAT, [512, 512])])
+	m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+	m.ir_version = 8
+	onnx.save(m, sys.argv[1])
+	EOF
+}
+
+@test "--timeout stops mlrun with status 1 and writes no output" {
+	mkchain c.onnx 8
+	t0=$(date +%s%N)
+	run -1 --separate-stderr mlrun c.onnx --random --repeat 100000 --timeout 0.5 -o out
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	[ "$stderr" = "mlrun: timed out after 0.5 s" ]
+	[ "$ms" -lt 5000 ]
+	[ -z "$(ls out)" ]
+	run -0 mlrun c.onnx --random --timeout 100 -o out
+	[ -f out/y.npy ]
+	no_temp_files out
+}
+
+@test "--timeout stops mlprof with status 1 and writes no report" {
+	mkchain c.onnx 8
+	run -1 --separate-stderr mlprof c.onnx --random --repeat 100000 --timeout 0.5 -o r.json \
+		--json --trace t.json
+	[ "$stderr" = "mlprof: timed out after 0.5 s" ]
+	[ ! -e r.json ] && [ ! -e t.json ]
+	run -0 mlprof c.onnx --random --repeat 2 --timeout 100 -o r.json --json
+	[ -s r.json ]
+}
+
+@test "--timeout stops mlopt --verify with status 1 and writes no model" {
+	mkchain c.onnx 40
+	run -1 --separate-stderr mlopt --verify --timeout 0.3 c.onnx -o o.mlg
+	[ "$stderr" = "mlopt: timed out after 0.3 s" ]
+	[ ! -e o.mlg ]
+	no_temp_files
+	mkmodel mlp
+	run -0 mlopt --verify --timeout 100 mlp.onnx -o o.mlg
+	[ -s o.mlg ]
+}
+
+@test "--timeout takes a positive number of seconds; mlopt's needs --verify" {
+	mkmodel mlp
+	for bad in 0 -1 abc 1e99 ""; do
+		run -2 --separate-stderr mlrun mlp.onnx --random --timeout "$bad"
+		[[ ${stderr_lines[0]} == "mlrun: --timeout: '$bad' is not a number of seconds"* ]] ||
+			[[ ${stderr_lines[0]} == "mlrun: --timeout: '$bad' is not a number" ]]
+		run -2 --separate-stderr mlprof mlp.onnx --random --timeout "$bad"
+		run -2 --separate-stderr mlopt --verify mlp.onnx --timeout "$bad"
+	done
+	run -2 --separate-stderr mlopt mlp.onnx --timeout 5 -o o.mlg
+	[ "${stderr_lines[0]}" = "mlopt: --timeout needs --verify" ]
+}
