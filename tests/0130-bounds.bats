@@ -74,3 +74,36 @@ mkchain() {
 	run -2 --separate-stderr mlopt mlp.onnx --timeout 5 -o o.mlg
 	[ "${stderr_lines[0]}" = "mlopt: --timeout needs --verify" ]
 }
+
+@test "a Loop of 2^62 iterations stops at the cap (ML_MAX_LOOP) with status 3" {
+	"$PY" "$TOOLS_DIR/mkloop.py" big.onnx 4611686018427387904
+	"$PY" "$TOOLS_DIR/mkloop.py" small.onnx 1000
+	run -3 --separate-stderr env ML_MAX_LOOP=999 mlrun small.onnx -i v0=zeros
+	[[ $stderr == "mlrun: "*"the loop goes on past 999 iterations, the cap (ML_MAX_LOOP)" ]]
+	run -0 env ML_MAX_LOOP=1000 mlrun small.onnx -i v0=zeros
+	[ "${lines[1]}" = "  1000" ]
+	# the default cap, 2^20, ends the 2^62 loop in about a second
+	run -3 --separate-stderr timeout 60 mlrun big.onnx -i v0=zeros
+	[[ $stderr == *"the loop goes on past 1048576 iterations, the cap (ML_MAX_LOOP)" ]]
+	run -3 --separate-stderr env ML_MAX_LOOP=lots mlrun small.onnx -i v0=zeros
+	[[ $stderr == *"ML_MAX_LOOP: 'lots' is not a positive count" ]]
+}
+
+@test "a gzipped IDX file whose header claims more than its stream can hold is refused at once" {
+	"$PY" - <<-'EOF'
+	import gzip, os, struct
+	os.makedirs("d", exist_ok=True)
+	# 4 GiB claimed; 1 MiB of zeros really there, about 1 KB gzipped
+	hdr = bytes([0, 0, 8, 3]) + struct.pack(">III", 4096, 1024, 1024)
+	open("d/train-images-idx3-ubyte.gz", "wb").write(gzip.compress(hdr + bytes(1 << 20)))
+	open("d/train-labels-idx1-ubyte", "wb").write(bytes([0, 0, 8, 1]) + struct.pack(">I", 4096)
+	    + bytes(4096))
+	EOF
+	t0=$(date +%s%N)
+	# under 300 MB of address space: the inflate must not even start
+	run -3 --separate-stderr bash -c 'ulimit -v 300000; exec mltrain "$0" --data d -o m.mlg' \
+		"$ML_ROOT/examples/fashion-mlp.mlt"
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	[[ $stderr == *"train-images-idx3-ubyte.gz"*"IDX header says 4294967312 bytes, more than"*"bytes of gzip data can unpack to"* ]]
+	[ "$ms" -lt 5000 ]
+}
