@@ -504,6 +504,8 @@ main(int argc, char **argv)
 		write_out(outpath, emit, &j);
 	else if (!quiet)
 		write_out("-", emit, &j);
+	if (verbose && ml_cache_note_get() != NULL)
+		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	for (int k = 0; k < nd; k++)
 		ml_prof_free(ps[k]);
 	cli_inputs_free(&in);

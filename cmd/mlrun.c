@@ -421,6 +421,8 @@ main(int argc, char **argv)
 				fprintf(stderr, "%s: opencl: GEMM tile %s\n", progname, ds.gemm_tile);
 		}
 	}
+	if (verbose && ml_cache_note_get() != NULL)
+		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	free(lat);
 	cli_inputs_free(&in);
 	ml_session_free(s);

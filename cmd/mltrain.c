@@ -1070,6 +1070,8 @@ main(int argc, char **argv)
 	if (ml_dist_rank() == 0 && r.ckpt != r.out && strcmp(r.ckpt, r.out) != 0 &&
 	    ml_model_save(r.model, r.ckpt, ML_FMT_MLG, &err) < 0)
 		die_err(&err);
+	if (r.verbose && ml_cache_note_get() != NULL)
+		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	if (r.log != NULL && fclose(r.log) != 0)
 		die(EXIT_FAIL, "write error on '%s'", logpath);
 	if (json) {

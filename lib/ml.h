@@ -470,6 +470,14 @@ void ml_tmp_cleanup(void);
  * would say it. For tools that write at the end of long work.
  */
 int ml_write_check(const char *path, struct ml_err *e);
+/*
+ * ml_cache_note: record, once per process, why a cache on disk (OpenCL
+ * program binaries, measured tuning) could not be written; later calls
+ * keep the first note. ml_cache_note_get: that note, or NULL; the tools
+ * print it under -v. Thread-safe.
+ */
+void ml_cache_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *ml_cache_note_get(void);
 enum ml_format ml_format_detect(const uint8_t *buf, size_t len, const char *path);
 /* ml_format_from_name: "mlg", "onnx", "mlt" (or a path's extension); AUTO when unknown. */
 enum ml_format ml_format_from_name(const char *s);

@@ -107,3 +107,51 @@ mkchain() {
 	[[ $stderr == *"train-images-idx3-ubyte.gz"*"IDX header says 4294967312 bytes, more than"*"bytes of gzip data can unpack to"* ]]
 	[ "$ms" -lt 5000 ]
 }
+
+require_opencl() {
+	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
+	grep -q '"cl:0"' devs.json || skip "no OpenCL device"
+}
+
+@test "an OpenCL cache folder that cannot be written is said once under -v" {
+	require_opencl
+	mkmodel mlp
+	touch notadir
+	# a folder under a file: not writable, even for root
+	export ML_CL_CACHE=$PWD/notadir/cache
+	run -0 --separate-stderr mlrun mlp.onnx --random --device cl -v
+	n=$(grep -c "the OpenCL cache folder '$PWD/notadir/cache' cannot be written" <<<"$stderr")
+	[ "$n" -eq 1 ]
+	run -0 --separate-stderr mlrun mlp.onnx --random --device cl
+	[ -z "$stderr" ]
+	export ML_CL_CACHE=$PWD/cache
+	run -0 --separate-stderr mlrun mlp.onnx --random --device cl -v
+	[[ $stderr != *"cannot be written"* ]]
+}
+
+@test "a damaged OpenCL binary in the cache is rebuilt, never loaded" {
+	require_opencl
+	mkmodel mlp
+	export ML_CL_CACHE=$PWD/cache
+	run -0 --separate-stderr mlrun mlp.onnx -i x=mlp.in/x.npy --device cl -v -o out
+	[[ $stderr == *"from the cache"* ]]
+	npcmpdir out mlp.ref
+	run -0 --separate-stderr mlrun mlp.onnx -i x=mlp.in/x.npy --device cl -v -o out
+	[[ $stderr == *"(0 built, "* ]]
+	for f in cache/*.bin; do
+		[ "$(head -c 8 "$f")" = MLCLBIN1 ]
+		"$PY" -c 'import sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[len(b) // 2] ^= 0xff
+open(p, "wb").write(b)' "$f"
+	done
+	run -0 --separate-stderr mlrun mlp.onnx -i x=mlp.in/x.npy --device cl -v -o out
+	[[ $stderr == *" 0 from the cache)"* ]]
+	npcmpdir out mlp.ref
+	# the files were written again, whole
+	run -0 --separate-stderr mlrun mlp.onnx -i x=mlp.in/x.npy --device cl -v -o out
+	[[ $stderr == *"(0 built, "* ]]
+	# a cut-short file likewise
+	for f in cache/*.bin; do truncate -s 100 "$f"; done
+	run -0 --separate-stderr mlrun mlp.onnx -i x=mlp.in/x.npy --device cl -v -o out
+	[[ $stderr == *" 0 from the cache)"* ]]
+}

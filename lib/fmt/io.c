@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -370,6 +372,35 @@ ml_write_check(const char *path, struct ml_err *e)
 	free(copy);
 	free(real);
 	return rc;
+}
+
+/*
+ * The note of ml_cache_note: set by the first call, kept for the process.
+ * A mutex, since OpenCL programs are built from several threads.
+ */
+static pthread_mutex_t note_mu = PTHREAD_MUTEX_INITIALIZER;
+static char note_buf[512];
+
+void
+ml_cache_note(const char *fmt, ...)
+{
+	pthread_mutex_lock(&note_mu);
+	if (note_buf[0] == '\0') {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(note_buf, sizeof note_buf, fmt, ap);
+		va_end(ap);
+	}
+	pthread_mutex_unlock(&note_mu);
+}
+
+const char *
+ml_cache_note_get(void)
+{
+	pthread_mutex_lock(&note_mu);
+	const char *n = note_buf[0] != '\0' ? note_buf : NULL;
+	pthread_mutex_unlock(&note_mu);
+	return n;
 }
 
 static const char *
