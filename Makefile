@@ -5,7 +5,8 @@
 # make install    PREFIX=/usr/local DESTDIR=
 # make OPENCL=0   build without OpenCL
 # make asan       build in build-asan with AddressSanitizer and UBSan, run every test
-# make fuzz       build the libFuzzer targets in build-fuzz/fuzz (tests/fuzz/run.sh runs them)
+# make fuzz       build the libFuzzer targets with clang in build-fuzz/fuzz
+#                 (sh tests/fuzz/run.sh then runs each for 20 s; give TIME for longer)
 .SUFFIXES:
 
 B ?= build
