@@ -892,15 +892,7 @@ main(int argc, char **argv)
 		usage_error(synopsis, "--nesterov needs --momentum");
 	if (r.ckpt == NULL)
 		r.ckpt = r.out;
-	/*
-	 * Every file the run writes is checked before any work, so that a bad
-	 * path fails now, not after an epoch of training.
-	 */
 	struct ml_err err = { 0 };
-	const char *outs[] = { dump, r.out, r.ckpt };
-	for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-		if (outs[i] != NULL && ml_write_check(outs[i], &err) < 0)
-			die_err(&err);
 
 	struct ml_dist_info di;
 	if (dump == NULL) {
@@ -919,7 +911,17 @@ main(int argc, char **argv)
 				die(EXIT_USAGE, "a global --batch of %lld is less than one sample per rank (%d)",
 				    (long long)o->batch, di.size);
 		}
-		if (logpath != NULL && ml_dist_rank() == 0 && (r.log = fopen(logpath, "a")) == NULL)
+	}
+	/*
+	 * Every file the run writes (rank 0 alone writes) is checked before any
+	 * work, so that a bad path fails now, not after an epoch of training.
+	 */
+	if (ml_dist_rank() == 0) {
+		const char *outs[] = { dump, r.out, r.ckpt };
+		for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+			if (outs[i] != NULL && ml_write_check(outs[i], &err) < 0)
+				die_err(&err);
+		if (dump == NULL && logpath != NULL && (r.log = fopen(logpath, "a")) == NULL)
 			die(EXIT_FAIL, "cannot open '%s': %s", logpath, strerror(errno));
 	}
 	ml_set_threads(threads);

@@ -115,6 +115,14 @@ limited() {
 	no_temp_files
 }
 
+# no_asan: skip under AddressSanitizer (make asan), which reserves terabytes
+# of address space at start and so cannot run under ulimit -v.
+no_asan() {
+	case "${B:-build}:${ASAN_OPTIONS:-}" in
+	*asan*:* | *:?*) skip "AddressSanitizer cannot run under ulimit -v" ;;
+	esac
+}
+
 # mkidx DIR N: IDX files of N random 28x28 images and labels 0-9 (train and t10k).
 mkidx() {
 	"$PY" - "$1" "$2" <<'PYEOF'
@@ -136,6 +144,7 @@ PYEOF
 @test "mltrain under a memory limit finishes: OpenBLAS is not left retrying its buffer" {
 	# OpenBLAS maps 128 MiB per thread and retries a failed mmap forever: with
 	# ulimit -v this run once spun until SIGKILL (status 137)
+	no_asan
 	mkidx d 2000
 	run -0 --separate-stderr timeout -k 2 30 bash -c 'ulimit -v 130000; exec mltrain "$0" \
 		--data d --epochs 1 --threads 1 -q -o m.mlg' "$ML_ROOT/examples/fashion-mlp.mlt"
@@ -178,6 +187,7 @@ PYEOF
 }
 
 @test "a real out-of-memory is status 1 'out of memory', not the allocation cap" {
+	no_asan
 	# a sparse 300 MB file: reading it needs more than ulimit -v leaves
 	truncate -s 300M big.onnx
 	run -1 --separate-stderr bash -c 'ulimit -v 150000; exec mlconvert big.onnx -o o.mlg'
