@@ -72,19 +72,22 @@ on_fatal_signal(int sig)
 	raise(sig);
 }
 
-void
-cli_catch_signals(void (*fn)(int sig))
+/*
+ * catch_signals: on_fatal_signal for SIGINT, SIGTERM and SIGHUP; a signal
+ * ignored by whoever started us (nohup, a shell's &) stays ignored.
+ */
+static void
+catch_signals(void)
 {
 	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
 		struct sigaction sa, old;
-		/* a signal ignored by whoever started us (nohup, a shell's &) stays ignored */
 		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
 			continue;
 		memset(&sa, 0, sizeof sa);
 		sigemptyset(&sa.sa_mask);
-		sa.sa_handler = fn != NULL ? fn : on_fatal_signal;
-		sa.sa_flags = fn != NULL ? 0 : SA_RESETHAND;
+		sa.sa_handler = on_fatal_signal;
+		sa.sa_flags = SA_RESETHAND;
 		sigaction(sigs[i], &sa, NULL);
 	}
 }
@@ -159,7 +162,7 @@ cli_init(int argc, char **argv)
 	/* a closed pipe is an error on write, reported once, not a signal */
 	signal(SIGPIPE, SIG_IGN);
 	/* an interrupted write leaves no temporary file */
-	cli_catch_signals(NULL);
+	catch_signals();
 	const char *cap = getenv("ML_MAX_ALLOC");
 	uint64_t v;
 	if (cap != NULL && *cap != '\0') {

@@ -23,17 +23,12 @@ enum {
 extern const char *progname;
 
 /*
- * cli_init: set progname from argv[0], apply ML_MAX_ALLOC, ignore SIGPIPE
- * and catch SIGINT, SIGTERM and SIGHUP (cli_catch_signals(NULL)).
+ * cli_init: set progname from argv[0], apply ML_MAX_ALLOC, ignore SIGPIPE,
+ * and catch SIGINT, SIGTERM and SIGHUP (unless ignored at start) so that
+ * they remove the temporary files of the writes in progress
+ * (ml_tmp_cleanup) before the tool dies of the signal.
  */
 void cli_init(int argc, char **argv);
-/*
- * cli_catch_signals: handle SIGINT, SIGTERM and SIGHUP with fn, or with
- * NULL the default handler: remove the temporary files of the writes in
- * progress (ml_tmp_cleanup) and die of the signal. Signals that were
- * ignored at start stay ignored.
- */
-void cli_catch_signals(void (*fn)(int sig));
 /*
  * cli_set_timeout: stop the tool after secs seconds of wall time (--timeout):
  * "progname: timed out after S s" and status 1, no output left partial or
