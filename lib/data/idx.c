@@ -253,7 +253,8 @@ ml_idx_decode(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err
 		 * past the size claimed.
 		 */
 		uint8_t head[4 + 4 * ML_MAX_RANK];
-		uint64_t claim = idx_claim(head, gz_head(buf, len, head, sizeof head));
+		size_t got = gz_head(buf, len, head, sizeof head);
+		uint64_t claim = idx_claim(head, got);
 		uint64_t most = (uint64_t)len * DEFLATE_MAX_RATIO + DEFLATE_SLACK;
 		if (claim > most)
 			return ml_fail(e, ML_EFORMAT,
@@ -263,6 +264,8 @@ ml_idx_decode(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err
 							   : (unsigned long long)claim, len);
 		if (claim > 0 && claim < SIZE_MAX)
 			limit = (size_t)claim + 1;
+		else if (claim == 0 && got == sizeof head)
+			limit = sizeof head;	/* no IDX header: its first bytes say so */
 	}
 	int z = gunzip_limit(buf, len, limit, &raw, &rlen, e);
 	if (z < 0)
