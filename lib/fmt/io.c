@@ -113,41 +113,49 @@ write_all(int fd, const void *buf, size_t len)
 
 /*
  * The temporary files being written, for ml_tmp_cleanup: a signal handler
- * removes them before the process dies. A slot holds the template while
- * mkstemp fills it in, so a file is never created unregistered; slots are
- * claimed with a compare-and-swap because several threads may write (the
- * OpenCL binary cache, the cost model).
+ * removes them before the process dies. Their names live in static slots,
+ * never freed, so a handler running in another thread never reads freed
+ * memory; a slot holds the template while mkstemp fills it in, so a file
+ * is never created unregistered. Slots are claimed with a compare-and-swap
+ * because several threads may write (the OpenCL binary cache, the cost
+ * model). A write that finds no slot (32 at once, or a name of 4 KiB) is
+ * atomic all the same, only not cleaned up after a signal.
  */
 #define TMP_SLOTS 32
-static char *_Atomic tmp_slots[TMP_SLOTS];
+#define TMP_NAME 4096
+static char tmp_names[TMP_SLOTS][TMP_NAME];
+static atomic_int tmp_state[TMP_SLOTS];	/* 0 free, 1 being named, 2 a name to remove */
 
-/* tmp_register: a slot for name, or -1 when all are taken (the file is then only not cleaned). */
+/* tmp_claim: a slot holding the template "dst.tmp.XXXXXX", or -1 when none is free. */
 static int
-tmp_register(char *name)
+tmp_claim(const char *dst)
 {
+	if (strlen(dst) + sizeof ".tmp.XXXXXX" > TMP_NAME)
+		return -1;
 	for (int i = 0; i < TMP_SLOTS; i++) {
-		char *expect = NULL;
-		if (atomic_compare_exchange_strong(&tmp_slots[i], &expect, name))
+		int expect = 0;
+		if (atomic_compare_exchange_strong(&tmp_state[i], &expect, 1)) {
+			snprintf(tmp_names[i], TMP_NAME, "%s.tmp.XXXXXX", dst);
+			atomic_store(&tmp_state[i], 2);
 			return i;
+		}
 	}
 	return -1;
 }
 
 static void
-tmp_unregister(int slot)
+tmp_release(int slot)
 {
 	if (slot >= 0)
-		atomic_store(&tmp_slots[slot], NULL);
+		atomic_store(&tmp_state[slot], 0);
 }
 
 void
 ml_tmp_cleanup(void)
 {
-	for (int i = 0; i < TMP_SLOTS; i++) {
-		char *p = atomic_exchange(&tmp_slots[i], NULL);
-		if (p != NULL)
-			unlink(p);
-	}
+	for (int i = 0; i < TMP_SLOTS; i++)
+		if (atomic_load(&tmp_state[i]) == 2)
+			unlink(tmp_names[i]);
 }
 
 /*
@@ -272,7 +280,7 @@ ml_write_atomic(const char *path, const void *buf, size_t len, struct ml_err *e)
 	}
 	bool exists = stat(dst, &st) == 0;
 	int rc = 0, slot = -1, fd = -1, bad = 0;
-	char *tmp = NULL;
+	char *tmp = NULL, *own = NULL;
 	/* a device such as /dev/null or /dev/full cannot be renamed over: write to it directly */
 	if (exists && !S_ISREG(st.st_mode)) {
 		if (S_ISDIR(st.st_mode))
@@ -282,13 +290,16 @@ ml_write_atomic(const char *path, const void *buf, size_t len, struct ml_err *e)
 		goto out;
 	}
 	remove_stale(dst);
-	size_t n = strlen(dst);
-	if ((tmp = malloc(n + 32)) == NULL) {
-		rc = ml_fail(e, ML_ENOMEM, "out of memory");
-		goto out;
+	if ((slot = tmp_claim(dst)) >= 0) {
+		tmp = tmp_names[slot];
+	} else {
+		size_t n = strlen(dst) + sizeof ".tmp.XXXXXX";
+		if ((tmp = own = malloc(n)) == NULL) {
+			rc = ml_fail(e, ML_ENOMEM, "out of memory");
+			goto out;
+		}
+		snprintf(tmp, n, "%s.tmp.XXXXXX", dst);
 	}
-	snprintf(tmp, n + 32, "%s.tmp.XXXXXX", dst);
-	slot = tmp_register(tmp);
 	if ((fd = mkstemp(tmp)) < 0) {
 		rc = ml_fail(e, ML_EIO, "cannot write '%s': %s", path, strerror(errno));
 		goto out;
@@ -327,8 +338,8 @@ ml_write_atomic(const char *path, const void *buf, size_t len, struct ml_err *e)
 	if (bad != 0)
 		rc = ml_fail(e, ML_EIO, "cannot write '%s': %s", path, strerror(bad));
 out:
-	tmp_unregister(slot);
-	free(tmp);
+	tmp_release(slot);
+	free(own);
 	free(real);
 	return rc;
 }
