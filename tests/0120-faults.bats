@@ -2,10 +2,14 @@
 # 0120-faults.bats: the tools under failing output: a full disk (/dev/full,
 # a file size limit), a reader that stops early (| head), a closed stdout,
 # and two tools writing the same file at once. A failed write exits 1 and
-# leaves no partial file; a reader that has gone ends a tool quietly.
+# leaves no partial file; a reader that has gone ends a tool quietly. Then
+# the defects of issue 20: mltrain under a memory limit (OpenBLAS) and its
+# SIGTERM in a long step, a real out-of-memory, signals during a write, the
+# stale temporary files of killed writers, the folder's fsync, the mode and
+# symlinks of an overwrite, mlrun's colliding output names, and mltrain's
+# outputs checked before it trains.
 bats_require_minimum_version 1.5.0
 load helpers
-
 # limited KB CMD...: run CMD with a file size limit of KB kilobytes, as on
 # a disk that fills up; SIGXFSZ is ignored, so writes fail with EFBIG.
 limited() {
