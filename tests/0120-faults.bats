@@ -157,7 +157,7 @@ PYEOF
 }
 
 @test "SIGTERM ends mltrain within a second even in the middle of a long step" {
-	mkidx d 600
+	mkidx d 4096
 	cat >wide.mlt <<-'MLT'
 	<
 	    ir_version: 8,
@@ -172,8 +172,8 @@ PYEOF
 	    dense(units=10)
 	}
 	MLT
-	# a step of 512 samples through the portable product takes many seconds
-	ML_BLAS=none mltrain wide.mlt --data d --batch 512 --threads 1 -v -o w.mlg 2>err &
+	# a step of 4096 samples through the portable product takes many seconds
+	ML_BLAS=none mltrain wide.mlt --data d --batch 4096 --threads 1 -v -o w.mlg 2>err &
 	pid=$!
 	for i in $(seq 300); do grep -q "training from step" err && break; sleep 0.1; done
 	grep -q "training from step" err
