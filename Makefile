@@ -6,7 +6,8 @@
 # make OPENCL=0   build without OpenCL
 # make asan       build in build-asan with AddressSanitizer and UBSan, run every test
 # make tsan       build in build-tsan with ThreadSanitizer, run the threaded C tests
-# make fuzz       build the libFuzzer targets in build-fuzz/fuzz (tests/fuzz/run.sh runs them)
+# make fuzz       build the libFuzzer targets with clang in build-fuzz/fuzz
+#                 (sh tests/fuzz/run.sh then runs each for 20 s; give TIME for longer)
 .SUFFIXES:
 
 B ?= build

@@ -1,8 +1,8 @@
 /*
  * cli.c: helpers every tool shares: diagnostics in the `tool: message`
  * form with the exit statuses of DESIGN.md, checked number parsing, the
- * terminal rule for binary output, the final stdout check, and the
- * inputs of a run (-i, --dim, --random) that mlrun and mlprof share.
+ * terminal rule for binary output, the final stdout check, the signals
+ * and the --timeout timer that end a tool cleanly, and the inputs of a run (-i, --dim, --random) that mlrun and mlprof share.
  */
 #include <errno.h>
 #include <math.h>
@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -58,6 +59,98 @@ size_value(const char *s, uint64_t *out)
 	return true;
 }
 
+/*
+ * on_fatal_signal: SIGINT, SIGTERM or SIGHUP: remove the temporary files
+ * of the writes in progress, then die of the signal as if there were no
+ * handler (SA_RESETHAND restored the default; the signal raised again is
+ * delivered when the handler returns), so the parent sees the signal.
+ */
+static void
+on_fatal_signal(int sig)
+{
+	ml_tmp_cleanup();
+	raise(sig);
+}
+
+/*
+ * catch_signals: on_fatal_signal for SIGINT, SIGTERM and SIGHUP; a signal
+ * ignored by whoever started us (nohup, a shell's &) stays ignored.
+ */
+static void
+catch_signals(void)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		struct sigaction sa, old;
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;
+		memset(&sa, 0, sizeof sa);
+		sigemptyset(&sa.sa_mask);
+		sa.sa_handler = on_fatal_signal;
+		sa.sa_flags = SA_RESETHAND;
+		sigaction(sigs[i], &sa, NULL);
+	}
+}
+
+/* The state of --timeout: the message, ready for write(2), and whether outputs are being written. */
+static char timeout_msg[128];
+static size_t timeout_len;
+static volatile sig_atomic_t committing;
+
+/*
+ * on_timer: the --timeout has passed. Unless the outputs are being written
+ * (they are then complete in a moment, and the run did finish in time),
+ * the run stops here: the temporary files go, the message goes out in one
+ * write, and the status is 1. Only async-signal-safe calls.
+ */
+static void
+on_timer(int sig)
+{
+	(void)sig;
+	if (committing)
+		return;
+	ml_tmp_cleanup();
+	(void)!write(STDERR_FILENO, timeout_msg, timeout_len);
+	_exit(EXIT_FAIL);
+}
+
+void
+cli_set_timeout(double secs)
+{
+	if (!(secs > 0))
+		return;
+	int n = snprintf(timeout_msg, sizeof timeout_msg, "%s: timed out after %g s\n", progname,
+			 secs);
+	timeout_len = n < 0 ? 0 : (size_t)n < sizeof timeout_msg ? (size_t)n : sizeof timeout_msg - 1;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sigemptyset(&sa.sa_mask);
+	sa.sa_handler = on_timer;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval it = { 0 };
+	it.it_value.tv_sec = (time_t)secs;
+	it.it_value.tv_usec = (suseconds_t)((secs - (double)(time_t)secs) * 1e6);
+	if (it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0)
+		it.it_value.tv_usec = 1;
+	setitimer(ITIMER_REAL, &it, NULL);
+}
+
+void
+cli_commit(void)
+{
+	committing = 1;
+}
+
+double
+parse_timeout(const char *s, const char *synopsis)
+{
+	double v = parse_double("--timeout", s, synopsis);
+	if (!(v > 0) || v > 1e7)
+		usage_error(synopsis, "--timeout: '%s' is not a number of seconds in (0, 1e7]", s);
+	return v;
+}
+
 void
 cli_init(int argc, char **argv)
 {
@@ -68,6 +161,8 @@ cli_init(int argc, char **argv)
 	}
 	/* a closed pipe is an error on write, reported once, not a signal */
 	signal(SIGPIPE, SIG_IGN);
+	/* an interrupted write leaves no temporary file */
+	catch_signals();
 	const char *cap = getenv("ML_MAX_ALLOC");
 	uint64_t v;
 	if (cap != NULL && *cap != '\0') {

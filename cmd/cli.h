@@ -22,8 +22,24 @@ enum {
 
 extern const char *progname;
 
-/* cli_init: set progname from argv[0] and apply ML_MAX_ALLOC. */
+/*
+ * cli_init: set progname from argv[0], apply ML_MAX_ALLOC, ignore SIGPIPE,
+ * and catch SIGINT, SIGTERM and SIGHUP (unless ignored at start) so that
+ * they remove the temporary files of the writes in progress
+ * (ml_tmp_cleanup) before the tool dies of the signal.
+ */
 void cli_init(int argc, char **argv);
+/*
+ * cli_set_timeout: stop the tool after secs seconds of wall time (--timeout):
+ * "progname: timed out after S s" and status 1, no output left partial or
+ * temporary. Once cli_commit has been called (the outputs are being
+ * written) the timer no longer stops it. secs <= 0: no timer.
+ */
+void cli_set_timeout(double secs);
+/* cli_commit: the run is done and its outputs are being written (see cli_set_timeout). */
+void cli_commit(void);
+/* parse_timeout: the seconds of --timeout, in (0, 1e7], else a usage error. */
+double parse_timeout(const char *s, const char *synopsis);
 /*
  * cli_set_exit_hook: have die, die_err and usage_error call fn(status)
  * before they exit (NULL: none). mltrain under MPI ends the whole job with

@@ -13,8 +13,8 @@
 
 static const char synopsis[] =
 	"mlopt [-fqv] [-O LEVEL] [--passes LIST] [--disable LIST] [--report [--json]] [-o OUTPUT]\n"
-	"             [--verify [--rtol R] [--atol A] [-i NAME=FILE.npy]... [--seed S]]\n"
-	"             [--max-alloc SIZE] [INPUT | -]\n"
+	"             [--verify [--rtol R] [--atol A] [-i NAME=FILE.npy]... [--seed S]\n"
+	"             [--timeout SECS]] [--max-alloc SIZE] [INPUT | -]\n"
 	"       mlopt --list-passes [--json]";
 
 static const char help_text[] =
@@ -40,6 +40,8 @@ static const char help_text[] =
 	"                      (on stdout with -o FILE, else on stderr)\n"
 	"      --rtol R        --verify's relative tolerance (default 1e-4)\n"
 	"      --seed S        seed of --verify's random inputs (default 0)\n"
+	"      --timeout SECS  with --verify, stop with status 1 when the whole run\n"
+	"                      (reading, passes, verifying) takes over SECS seconds\n"
 	"      --verify        run the graph after every pass and fail (status 1) naming\n"
 	"                      the first pass that moves an output beyond the tolerance\n"
 	"  -v, --verbose       say what was read and written, on stderr\n"
@@ -210,7 +212,7 @@ int
 main(int argc, char **argv)
 {
 	enum { OPT_PASSES = 256, OPT_DISABLE, OPT_LIST, OPT_REPORT, OPT_JSON, OPT_VERIFY, OPT_RTOL,
-	       OPT_ATOL, OPT_SEED, OPT_DIM, OPT_MAX_ALLOC };
+	       OPT_ATOL, OPT_SEED, OPT_DIM, OPT_MAX_ALLOC, OPT_TIMEOUT };
 	static const struct option longopts[] = {
 		{ "atol", required_argument, NULL, OPT_ATOL },
 		{ "dim", required_argument, NULL, OPT_DIM },
@@ -229,6 +231,7 @@ main(int argc, char **argv)
 		{ "rtol", required_argument, NULL, OPT_RTOL },
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "verify", no_argument, NULL, OPT_VERIFY },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -238,7 +241,7 @@ main(int argc, char **argv)
 	const char *output = NULL;
 	bool force = false, list = false, report = false, json = false, verify = false;
 	bool version = false;
-	double rtol = 1e-4, atol = 1e-5;
+	double rtol = 1e-4, atol = 1e-5, timeout = 0;
 	int verbose = 0, quiet = 0, c;
 
 	cli_init(argc, argv);
@@ -300,6 +303,9 @@ main(int argc, char **argv)
 		case OPT_MAX_ALLOC:
 			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
 			break;
+		case OPT_TIMEOUT:
+			timeout = parse_timeout(optarg, synopsis);
+			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
 			exit(EXIT_USAGE);
@@ -323,6 +329,8 @@ main(int argc, char **argv)
 		usage_error(synopsis, "tolerances must not be negative");
 	if ((in.nbinds > 0 || in.ndims > 0) && !verify)
 		usage_error(synopsis, "-i and --dim need --verify");
+	if (timeout > 0 && !verify)
+		usage_error(synopsis, "--timeout needs --verify");
 	struct ml_err err = { 0 };
 	if (ml_opt_check_names(oo.passes, &err) < 0 || ml_opt_check_names(oo.disable, &err) < 0)
 		usage_error(synopsis, "%s", err.msg);
@@ -342,6 +350,7 @@ main(int argc, char **argv)
 		refuse_tty_stdout(output, force);
 
 	struct ml_graph *g = NULL;
+	cli_set_timeout(timeout);
 	double t0 = ml_now();
 	if (ml_model_load(&g, input, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
@@ -379,6 +388,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "%s: %d -> %d nodes in %d rounds (%.1f ms)%s\n", progname,
 			r.nodes_before, r.nodes_after, r.rounds, (ml_now() - t1) * 1e3,
 			verify ? ", every pass verified" : "");
+	cli_commit();
 	if (ml_model_save(g, output, to, &err) < 0)
 		die_err(&err);
 	if (report && !quiet) {

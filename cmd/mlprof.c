@@ -15,7 +15,7 @@ static const char synopsis[] =
 	"mlprof [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy]... [--random [--seed S]]\n"
 	"              [--dim NAME=N]... [--repeat N] [--warmup K] [--sort KEY] [--top N]\n"
 	"              [--group BY] [--json | --csv] [--memory] [--trace FILE] [--svg FILE]\n"
-	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [MODEL | -]\n"
+	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [--timeout SECS] [MODEL | -]\n"
 	"       mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json\n"
 	"       mlprof --devices";
 
@@ -47,6 +47,7 @@ static const char help_text[] =
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes;\n"
 	"                          default ML_MAX_ALLOC or 16G)\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
+	"      --timeout SECS      stop with status 1 when profiling takes over SECS seconds\n"
 	"      --device DEV        cpu (default), cl, cl:N, auto, or all: each device in turn\n"
 	"      --devices           list the devices and exit (status 3 without an OpenCL one)\n"
 	"  -q, --quiet             print nothing but errors\n"
@@ -255,7 +256,7 @@ main(int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
 	       OPT_DEVICE, OPT_DIM, OPT_CSV, OPT_SORT, OPT_TOP, OPT_GROUP, OPT_MEMORY, OPT_TRACE,
-	       OPT_SVG, OPT_CALIBRATE, OPT_DEVICES, OPT_MAX_ALLOC };
+	       OPT_SVG, OPT_CALIBRATE, OPT_DEVICES, OPT_MAX_ALLOC, OPT_TIMEOUT };
 	static const struct option longopts[] = {
 		{ "calibrate", no_argument, NULL, OPT_CALIBRATE },
 		{ "csv", no_argument, NULL, OPT_CSV },
@@ -276,6 +277,7 @@ main(int argc, char **argv)
 		{ "sort", required_argument, NULL, OPT_SORT },
 		{ "svg", required_argument, NULL, OPT_SVG },
 		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "top", required_argument, NULL, OPT_TOP },
 		{ "trace", required_argument, NULL, OPT_TRACE },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -287,6 +289,7 @@ main(int argc, char **argv)
 	struct ml_prof_opts po = { .sort = ML_PROF_SORT_TIME, .group = ML_PROF_BY_NODE };
 	int verbose = 0, quiet = 0, threads = 0, fmt = OUT_TABLE;
 	int64_t repeat = 10, warmup = 1;
+	double timeout = 0;
 	const char *device = "cpu", *outpath = NULL, *trace = NULL, *svg = NULL;
 	bool version = false, calibrate = false, list_devices = false;
 	int c;
@@ -366,6 +369,9 @@ main(int argc, char **argv)
 		case OPT_TRACE:
 			trace = optarg;
 			break;
+		case OPT_TIMEOUT:
+			timeout = parse_timeout(optarg, synopsis);
+			break;
 		case OPT_WARMUP:
 			warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
 			break;
@@ -422,6 +428,7 @@ main(int argc, char **argv)
 		outpath = NULL;
 	}
 	ml_set_threads(threads);
+	cli_set_timeout(timeout);
 
 	struct ml_err err = { 0 };
 	struct ml_graph *g = NULL;
@@ -476,6 +483,7 @@ main(int argc, char **argv)
 		warnx("no node is marked with a phase (training graphs name nodes forward/..., "
 		      "backward/..., optimizer/... or set metadata phase:NODE)");
 
+	cli_commit();
 	struct job j = { ps, nd, &po, OUT_TRACE };
 	if (trace != NULL)
 		write_out(trace, emit, &j);
@@ -496,6 +504,8 @@ main(int argc, char **argv)
 		write_out(outpath, emit, &j);
 	else if (!quiet)
 		write_out("-", emit, &j);
+	if (verbose && ml_cache_note_get() != NULL)
+		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	for (int k = 0; k < nd; k++)
 		ml_prof_free(ps[k]);
 	cli_inputs_free(&in);

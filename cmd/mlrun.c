@@ -13,7 +13,7 @@
 static const char synopsis[] =
 	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy]... [--random [--seed S]]\n"
 	"             [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]] [--json]\n"
-	"             [--max-alloc SIZE] [--plan] [--placement FILE] [MODEL | -]\n"
+	"             [--max-alloc SIZE] [--plan] [--placement FILE] [--timeout SECS] [MODEL | -]\n"
 	"       mlrun --devices [--json]";
 
 static const char help_text[] =
@@ -24,13 +24,16 @@ static const char help_text[] =
 	"      --random            make every input not given with -i from random numbers\n"
 	"      --seed S            seed for --random (default 0)\n"
 	"      --dim NAME=N        size of symbolic dim NAME for made-up inputs (default 1)\n"
-	"  -o, --output-dir DIR    write each output to DIR/NAME.npy\n"
+	"  -o, --output-dir DIR    write each output to DIR/NAME.npy (NAME with characters\n"
+	"                          other than A-Z a-z 0-9 . _ - made '_'; two outputs\n"
+	"                          whose names collide so are an error)\n"
 	"      --repeat N          run N times and report latency\n"
 	"      --warmup K          untimed runs before the timed ones (default 1 with --repeat)\n"
 	"      --json              print a JSON report on stdout\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes;\n"
 	"                          default ML_MAX_ALLOC or 16G)\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
+	"      --timeout SECS      stop with status 1 when the run takes over SECS seconds\n"
 	"      --device DEV        cpu (default), cl, cl:N or auto\n"
 	"      --devices           list the devices (CPU and every OpenCL device) and exit\n"
 	"      --plan              print each node's device, the bytes copied between\n"
@@ -60,6 +63,28 @@ safe_name(char *dst, size_t n, const char *src)
 		dst[i] = ok ? c : '_';
 	}
 	dst[i] = '\0';
+}
+
+/*
+ * check_names: die with status 3, naming both, when two outputs would be
+ * written to the same file of -o DIR once their names are made safe
+ * ("a/b" and "a_b" both give a_b.npy), before anything runs: one would
+ * silently overwrite the other. The same tensor listed twice is one file.
+ */
+static void
+check_names(const struct ml_graph *g, const char *outdir)
+{
+	for (int i = 0; i < g->n_outputs; i++) {
+		char a[512], b[512];
+		safe_name(a, sizeof a, g->tensors[g->outputs[i]]->name);
+		for (int j = 0; j < i; j++) {
+			safe_name(b, sizeof b, g->tensors[g->outputs[j]]->name);
+			if (g->outputs[i] != g->outputs[j] && strcmp(a, b) == 0)
+				die(EXIT_INVALID, "outputs '%s' and '%s' would both be written to %s/%s.npy",
+				    g->tensors[g->outputs[j]]->name, g->tensors[g->outputs[i]]->name,
+				    outdir, a);
+		}
+	}
 }
 
 static void
@@ -143,7 +168,8 @@ int
 main(int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
-	       OPT_DEVICE, OPT_DIM, OPT_MAX_ALLOC, OPT_DEVICES, OPT_PLAN, OPT_PLACEMENT };
+	       OPT_DEVICE, OPT_DIM, OPT_MAX_ALLOC, OPT_DEVICES, OPT_PLAN, OPT_PLACEMENT,
+	       OPT_TIMEOUT };
 	static const struct option longopts[] = {
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "devices", no_argument, NULL, OPT_DEVICES },
@@ -160,6 +186,7 @@ main(int argc, char **argv)
 		{ "repeat", required_argument, NULL, OPT_REPEAT },
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
@@ -168,6 +195,7 @@ main(int argc, char **argv)
 	struct cli_inputs in = { 0 };
 	int verbose = 0, quiet = 0, json = 0, threads = 0;
 	int64_t repeat = 0, warmup = -1;
+	double timeout = 0;
 	const char *outdir = NULL, *device = NULL, *placement = NULL;
 	bool version = false, list_devices = false, plan = false;
 	int c;
@@ -225,6 +253,9 @@ main(int argc, char **argv)
 		case OPT_THREADS:
 			threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
 			break;
+		case OPT_TIMEOUT:
+			timeout = parse_timeout(optarg, synopsis);
+			break;
 		case OPT_WARMUP:
 			warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
 			break;
@@ -261,8 +292,11 @@ main(int argc, char **argv)
 	struct ml_graph *g = NULL;
 	struct ml_session *s = NULL;
 	struct ml_session_opts so = { .device = device, .verbose = verbose };
+	cli_set_timeout(timeout);
 	if (ml_model_load(&g, path, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
+	if (outdir != NULL)
+		check_names(g, outdir);
 	double t_new = ml_now();
 	if (ml_session_new(&s, g, &so, &err) < 0)
 		die_err(&err);
@@ -315,6 +349,7 @@ main(int argc, char **argv)
 		lat[i] = (ml_now() - t0) * 1e3;
 	}
 
+	cli_commit();
 	if (outdir != NULL) {
 		for (int i = 0; i < g->n_outputs; i++) {
 			char name[512], file[4096];
@@ -386,6 +421,8 @@ main(int argc, char **argv)
 				fprintf(stderr, "%s: opencl: GEMM tile %s\n", progname, ds.gemm_tile);
 		}
 	}
+	if (verbose && ml_cache_note_get() != NULL)
+		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	free(lat);
 	cli_inputs_free(&in);
 	ml_session_free(s);

@@ -134,6 +134,15 @@ dist_resume_state(struct ml_graph *model)
 	free(cfg);
 }
 
+/*
+ * on_signal: SIGINT or SIGTERM asks the loop to stop after the step that
+ * runs, with a checkpoint; SIGUSR1 asks for a checkpoint. A step normally
+ * ends in milliseconds, but one can take much longer (a large batch, a
+ * product waiting for memory), so a watchdog (on_watchdog) ends the run a
+ * second after the signal if the loop has not taken it by then; a second
+ * SIGINT or SIGTERM ends it at once. Either way the temporary file of a
+ * checkpoint being written goes, and the last checkpoint written stays.
+ */
 static void
 on_signal(int sig)
 {
@@ -141,9 +150,23 @@ on_signal(int sig)
 		got_usr1 = 1;
 		return;
 	}
-	if (got_int)
+	if (got_int) {
+		ml_tmp_cleanup();
 		_exit(128 + sig);	/* a second interrupt: stop at once */
+	}
 	got_int = sig;
+	alarm(1);
+}
+
+static void
+on_watchdog(int sig)
+{
+	static const char msg[] = ": interrupted in the middle of a step; the last checkpoint is kept\n";
+	(void)sig;
+	ml_tmp_cleanup();
+	(void)!write(STDERR_FILENO, progname, strlen(progname));
+	(void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+	_exit(128 + (got_int ? got_int : SIGTERM));
 }
 
 /* cfg_num / cfg_str: a value of the flat JSON object the checkpoint keeps. */
@@ -667,6 +690,8 @@ train(struct run *r)
 			r->correct += nok;
 			tstep += ml_now() - ts;
 			if (stop) {
+				/* taken in time: the checkpoint is written, however long it takes */
+				alarm(0);
 				checkpoint(r, "interrupted");
 				if (!r->quiet)
 					fprintf(stderr, "%s: interrupted at step %llu; the checkpoint is %s\n",
@@ -867,8 +892,8 @@ main(int argc, char **argv)
 		usage_error(synopsis, "--nesterov needs --momentum");
 	if (r.ckpt == NULL)
 		r.ckpt = r.out;
-
 	struct ml_err err = { 0 };
+
 	struct ml_dist_info di;
 	if (dump == NULL) {
 		if (ml_dist_init(dmode, &di, &err) < 0)
@@ -886,6 +911,18 @@ main(int argc, char **argv)
 				die(EXIT_USAGE, "a global --batch of %lld is less than one sample per rank (%d)",
 				    (long long)o->batch, di.size);
 		}
+	}
+	/*
+	 * Every file the run writes (rank 0 alone writes) is checked before any
+	 * work, so that a bad path fails now, not after an epoch of training.
+	 */
+	if (ml_dist_rank() == 0) {
+		const char *outs[] = { dump, r.out, r.ckpt };
+		for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+			if (outs[i] != NULL && ml_write_check(outs[i], &err) < 0)
+				die_err(&err);
+		if (dump == NULL && logpath != NULL && (r.log = fopen(logpath, "a")) == NULL)
+			die(EXIT_FAIL, "cannot open '%s': %s", logpath, strerror(errno));
 	}
 	ml_set_threads(threads);
 	const char *from = resume != NULL ? resume : r.model_path;
@@ -997,8 +1034,6 @@ main(int argc, char **argv)
 			    resume, (long long)r.in_epoch, (long long)r.spe);
 	}
 	new_session(&r);
-	if (logpath != NULL && ml_dist_rank() == 0 && (r.log = fopen(logpath, "a")) == NULL)
-		die(EXIT_FAIL, "cannot open '%s': %s", logpath, strerror(errno));
 
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
@@ -1007,6 +1042,11 @@ main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGUSR1, &sa, NULL);
+	sa.sa_handler = on_watchdog;
+	sigaction(SIGALRM, &sa, NULL);
+	if (r.verbose)
+		fprintf(stderr, "%s: training from step %llu, %lld steps an epoch\n", progname,
+			(unsigned long long)r.step_no, (long long)r.spe);
 
 	double t0 = ml_now();
 	uint64_t s0 = r.step_no;
@@ -1032,6 +1072,8 @@ main(int argc, char **argv)
 	if (ml_dist_rank() == 0 && r.ckpt != r.out && strcmp(r.ckpt, r.out) != 0 &&
 	    ml_model_save(r.model, r.ckpt, ML_FMT_MLG, &err) < 0)
 		die_err(&err);
+	if (r.verbose && ml_cache_note_get() != NULL)
+		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	if (r.log != NULL && fclose(r.log) != 0)
 		die(EXIT_FAIL, "write error on '%s'", logpath);
 	if (json) {

@@ -454,9 +454,36 @@ int ml_read_file(const char *path, uint8_t **buf, size_t *len, struct ml_err *e)
 /*
  * ml_write_atomic: write buf to path through a temporary file in the same
  * folder and a rename, so readers never see a partial file; "-" writes to
- * stdout. On failure nothing is left behind.
+ * stdout. On failure nothing is left behind. A symbolic link is written
+ * through (its target is replaced; a dangling link is refused), the file
+ * replaced keeps its mode, and the folder is synced after the rename.
+ * Temporary files of path that a killed writer left (name path.tmp.XXXXXX,
+ * this user's, unlocked, a minute old) are removed first. Thread-safe.
  */
 int ml_write_atomic(const char *path, const void *buf, size_t len, struct ml_err *e);
+/*
+ * ml_tmp_cleanup: remove the temporary files that ml_write_atomic calls are
+ * writing at this moment. Async-signal-safe: for a handler of SIGINT,
+ * SIGTERM or a timer that ends the process, so that it leaves nothing
+ * behind. The interrupted writes then fail (their rename finds no file).
+ */
+void ml_tmp_cleanup(void);
+/*
+ * ml_write_check: whether ml_write_atomic could write path now, without
+ * writing anything: not a folder, not a dangling symbolic link, a device
+ * that can be opened for writing, or a regular file (or none) in a folder
+ * that exists and can be written. ML_EIO with the reason, as the write
+ * would say it. For tools that write at the end of long work.
+ */
+int ml_write_check(const char *path, struct ml_err *e);
+/*
+ * ml_cache_note: record, once per process, why a cache on disk (OpenCL
+ * program binaries, measured tuning) could not be written; later calls
+ * keep the first note. ml_cache_note_get: that note, or NULL; the tools
+ * print it under -v. Thread-safe.
+ */
+void ml_cache_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *ml_cache_note_get(void);
 enum ml_format ml_format_detect(const uint8_t *buf, size_t len, const char *path);
 /* ml_format_from_name: "mlg", "onnx", "mlt" (or a path's extension); AUTO when unknown. */
 enum ml_format ml_format_from_name(const char *s);

@@ -3,7 +3,9 @@
  * once per (device, file, options), their binaries cached on disk so that
  * a tool's second start loads instead of compiling, and their kernels kept
  * for reuse. Other per-device results (gemm.c's measured tile) are kept in
- * the same folder under the same kind of key (mlcl_cache_path).
+ * the same folder under the same kind of key (mlcl_cache_path). A cached
+ * binary carries its length and hash and is loaded only when both match;
+ * a cache folder that cannot be written is noted once (ml_cache_note).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -168,6 +170,44 @@ mkdirs(const char *dir)
 	mkdir(tmp, 0755);
 }
 
+/*
+ * A cached binary file is a header, then the binary: the magic "MLCLBIN1",
+ * the binary's length and its 64-bit FNV-1a hash, each as 8 little-endian
+ * bytes. The driver is never handed a file whose length or hash disagrees
+ * (a write cut short, a damaged disk, a file of an older build, one
+ * edited by hand): that is a miss, and the program is built from its
+ * source and the file written again. FNV-1a finds damage, not an
+ * attacker, who could write the hash too; the cache folder is the user's.
+ */
+#define BIN_MAGIC "MLCLBIN1"
+#define BIN_HDR 24
+
+static void
+put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+/* note_unwritable: say once (ml_cache_note) that the cache folder cannot be written. */
+static void
+note_unwritable(const char *dir, const struct ml_err *e)
+{
+	const char *why = strstr(e->msg, "': ");
+	ml_cache_note("the OpenCL cache folder '%s' cannot be written (%s): programs are built "
+		      "and tuning measured again at every start", dir,
+		      why != NULL ? why + 3 : e->msg);
+}
+
 /* load_binary: a program from the disk cache, built; NULL on any miss. */
 static cl_program
 load_binary(struct mlcl_dev *d, const char *path, const char *opts)
@@ -177,8 +217,14 @@ load_binary(struct mlcl_dev *d, const char *path, const char *opts)
 	struct ml_err e = { 0 };
 	if (access(path, R_OK) != 0 || ml_read_file(path, &buf, &len, &e) < 0)
 		return NULL;
+	if (len < BIN_HDR || memcmp(buf, BIN_MAGIC, 8) != 0 || get_le64(buf + 8) != len - BIN_HDR ||
+	    get_le64(buf + 16) != fnv(1469598103934665603ull, buf + BIN_HDR, len - BIN_HDR)) {
+		ml_free(buf);
+		return NULL;
+	}
 	cl_int st, bst;
-	const unsigned char *bin = buf;
+	const unsigned char *bin = buf + BIN_HDR;
+	len -= BIN_HDR;
 	cl_program p = clCreateProgramWithBinary(d->ctx, 1, &d->id, &len, &bin, &bst, &st);
 	ml_free(buf);
 	if (p == NULL || st != CL_SUCCESS || bst != CL_SUCCESS) {
@@ -201,16 +247,21 @@ save_binary(struct mlcl_dev *d, cl_program p, const char *dir, const char *path)
 	if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof len, &len, NULL) != CL_SUCCESS ||
 	    len == 0)
 		return;
-	unsigned char *bin = ml_malloc(len);
-	if (bin == NULL)
+	uint8_t *file = ml_malloc(len + BIN_HDR);
+	if (file == NULL)
 		return;
+	unsigned char *bin = file + BIN_HDR;
 	(void)d;
 	if (clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
 		struct ml_err e = { 0 };
+		memcpy(file, BIN_MAGIC, 8);
+		put_le64(file + 8, len);
+		put_le64(file + 16, fnv(1469598103934665603ull, bin, len));
 		mkdirs(dir);
-		ml_write_atomic(path, bin, len, &e);
+		if (ml_write_atomic(path, file, len + BIN_HDR, &e) < 0)
+			note_unwritable(dir, &e);
 	}
-	ml_free(bin);
+	ml_free(file);
 }
 
 /* build: program file from its source, gen (glen bytes) when not NULL */
@@ -362,5 +413,8 @@ mlcl_cache_write(const char *path, const void *data, size_t n)
 		*sl = '\0';
 		mkdirs(dir);
 	}
-	return ml_write_atomic(path, data, n, &e) == 0;
+	if (ml_write_atomic(path, data, n, &e) == 0)
+		return true;
+	note_unwritable(dir, &e);
+	return false;
 }

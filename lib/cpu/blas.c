@@ -10,13 +10,26 @@
  * cover the common convolutions). Where it cannot be loaded (or with
  * ML_BLAS=none) a portable loop computes the same products, slowly; -v
  * tools can tell from ml_blas_name().
+ *
+ * OpenBLAS maps a buffer of about 128 MiB for each thread that runs a
+ * product, and when that mmap fails it retries forever (blas_memory_alloc),
+ * a hang that only SIGKILL ends. Where memory is limited (ulimit -v or -d,
+ * strict overcommit) the buffers are checked for first: OpenBLAS is not
+ * loaded when its threads' buffers do not fit, and a product for which
+ * one more buffer does not fit goes to the portable loop, as do all
+ * products after it.
  */
 #include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -37,6 +50,63 @@ static struct {
 } L = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+/*
+ * OpenBLAS's buffer per thread: BUFFER_SIZE (128 MiB on x86-64) and the
+ * alignment it adds; HEADROOM is left for the rest of the process, which
+ * allocates while a product runs (pool threads, the data loader).
+ */
+#define OB_BUFFER (((size_t)128 << 20) + ((size_t)1 << 20))
+#define OB_HEADROOM ((size_t)64 << 20)
+
+static atomic_int mem_limited = -1;	/* whether an mmap can fail for want of memory; -1 unknown */
+static atomic_bool short_of_memory;	/* a check failed: the portable loop from then on */
+
+/* limited: whether address space or commit is bounded (ulimit -v, -d; overcommit 2). */
+static bool
+limited(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		return true;
+	if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		return true;
+	FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+	int mode = 0;
+	if (f != NULL) {
+		if (fscanf(f, "%d", &mode) != 1)
+			mode = 0;
+		fclose(f);
+	}
+	return mode == 2;
+}
+
+/*
+ * room_for: whether n OpenBLAS buffers and the headroom can be mapped now,
+ * asked as OpenBLAS asks (private, writable) and given back at once; true
+ * without a limit, where the system overcommits and OpenBLAS's mmap does
+ * not fail. A failed check is remembered.
+ */
+static bool
+room_for(size_t n)
+{
+	int lim = atomic_load(&mem_limited);
+	if (lim < 0)
+		atomic_store(&mem_limited, lim = limited());
+	if (!lim)
+		return true;
+	if (atomic_load(&short_of_memory))
+		return false;
+	size_t need = OB_BUFFER * n + OB_HEADROOM;
+	void *p = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		       -1, 0);
+	if (p == MAP_FAILED) {
+		atomic_store(&short_of_memory, true);
+		return false;
+	}
+	munmap(p, need);
+	return true;
+}
 
 /*
  * A DYNAMIC_ARCH OpenBLAS picks its kernels once, at load, from the CPU
@@ -80,6 +150,10 @@ load(void)
 
 	if (env != NULL && strcmp(env, "none") == 0)
 		return;
+	/* OpenBLAS starts a thread per core at load, each of which may map a buffer */
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	if (!room_for(cores > 0 ? (size_t)cores + 1 : 2))
+		return;
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && h == NULL; i++)
 		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL)
@@ -115,7 +189,7 @@ blas_init(void)
 const char *
 ml_blas_name(void)
 {
-	return blas_init() ? "openblas" : "portable";
+	return blas_init() && !atomic_load(&short_of_memory) ? "openblas" : "portable";
 }
 
 void
@@ -177,7 +251,7 @@ fits(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc)
 				c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j]; \
 		return true;							\
 	}									\
-	if (!blas_init()) {							\
+	if (!blas_init() || !room_for(1)) {					\
 		PORTABLE_GEMM(T)						\
 	}									\
 	if (m == 1) {								\

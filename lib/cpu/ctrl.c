@@ -4,7 +4,33 @@
  * values; carried values are copied out after each iteration because a
  * session's outputs live only until its next run.
  */
+#include <errno.h>
+
 #include "ml_impl.h"
+
+/*
+ * The most iterations a Loop may run: a trip count of 2^62, or a
+ * condition that never turns false, would otherwise run until the process
+ * is killed. Models that export a while loop give M = INT64_MAX and stop
+ * on the condition, so M itself is not refused: the loop fails when it
+ * reaches the cap and would go on. ML_MAX_LOOP sets it.
+ */
+#define ML_MAX_LOOP_DEFAULT ((int64_t)1 << 20)
+
+/* loop_cap: the cap on Loop iterations, from ML_MAX_LOOP; -1 when that is not a count. */
+static int64_t
+loop_cap(void)
+{
+	const char *s = getenv("ML_MAX_LOOP");
+	if (s == NULL || *s == '\0')
+		return ML_MAX_LOOP_DEFAULT;
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (*s < '0' || *s > '9' || *end != '\0' || errno == ERANGE || v <= 0)
+		return -1;
+	return v;
+}
 
 static struct ml_graph *
 body(struct ml_opctx *c, const char *name)
@@ -165,8 +191,11 @@ run_loop(struct ml_opctx *c)
 		return ml_opfail(c, ML_ENOTSUP, "needs a session");
 	struct ml_graph *b = body(c, "body");
 	int n = c->n_in - 2, k = c->n_out - n, rc = 0;
-	int64_t max = INT64_MAX;
+	int64_t max = INT64_MAX, cap = loop_cap();
 	uint8_t cond = 1;
+	if (cap < 0)
+		return ml_fail(c->err, ML_EINVAL, "ML_MAX_LOOP: '%s' is not a positive count",
+			       getenv("ML_MAX_LOOP"));
 	const struct ml_tval *mv = ML_IN(c, 0), *cv = ML_IN(c, 1);
 	if (mv != NULL) {
 		if (ml_tval_numel(mv) != 1)
@@ -196,6 +225,12 @@ run_loop(struct ml_opctx *c)
 	if ((rc = c->body->open(c->sess, b, &s, c->err)) < 0)
 		goto out;
 	for (int64_t it = 0; it < max && cond; it++) {
+		if (it == cap) {
+			rc = ml_opfail(c, ML_EINVAL,
+				       "the loop goes on past %lld iterations, the cap (ML_MAX_LOOP)",
+				       (long long)cap);
+			goto out;
+		}
 		int64_t itv = it;
 		uint8_t cin = cond;
 		struct ml_tval tv = { .dtype = ML_I64, .rank = 0, .data = &itv };

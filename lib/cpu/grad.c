@@ -552,6 +552,17 @@ pv_load(const float *p)
 	return v;
 }
 
+/*
+ * PV_SHUF: the lanes i0..i3 of the eight of a and b. GCC before 12 has
+ * only __builtin_shuffle with a mask vector, clang only
+ * __builtin_shufflevector with constant indices; both give one shufps.
+ */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define PV_SHUF(a, b, i0, i1, i2, i3) __builtin_shufflevector(a, b, i0, i1, i2, i3)
+#else
+#define PV_SHUF(a, b, i0, i1, i2, i3) __builtin_shuffle(a, b, (pv4i){ i0, i1, i2, i3 })
+#endif
+
 static inline pv4
 pv_and(pv4 a, pv4i m)
 {
@@ -568,7 +579,6 @@ maxpool_grad_2x2(const struct ml_conv3 *v, const float *restrict dy, const float
 		 float *restrict dx)
 {
 	int64_t W = v->in[2], oh = v->out[1], ow = v->out[2];
-	const pv4i ev = { 0, 2, 4, 6 }, od = { 1, 3, 5, 7 }, lo = { 0, 4, 1, 5 }, hi = { 2, 6, 3, 7 };
 	for (int64_t pl = 0; pl < v->n * v->cin; pl++) {
 		const float *xp = x + pl * v->insz, *dp = dy + pl * v->outsz;
 		float *gp = dx + pl * v->insz;
@@ -580,8 +590,9 @@ maxpool_grad_2x2(const struct ml_conv3 *v, const float *restrict dy, const float
 			for (; q + 4 <= ow; q += 4) {
 				pv4 p0 = pv_load(x0 + 2 * q), p1 = pv_load(x0 + 2 * q + 4);
 				pv4 p2 = pv_load(x1 + 2 * q), p3 = pv_load(x1 + 2 * q + 4);
-				pv4 a = __builtin_shuffle(p0, p1, ev), b = __builtin_shuffle(p0, p1, od);
-				pv4 c = __builtin_shuffle(p2, p3, ev), e = __builtin_shuffle(p2, p3, od);
+				/* even and odd lanes: the windows' left and right columns */
+				pv4 a = PV_SHUF(p0, p1, 0, 2, 4, 6), b = PV_SHUF(p0, p1, 1, 3, 5, 7);
+				pv4 c = PV_SHUF(p2, p3, 0, 2, 4, 6), e = PV_SHUF(p2, p3, 1, 3, 5, 7);
 				pv4i sb = b > a;
 				pv4 m = (pv4)(((pv4i)b & sb) | ((pv4i)a & ~sb));
 				pv4i sc = c > m;
@@ -591,8 +602,8 @@ maxpool_grad_2x2(const struct ml_conv3 *v, const float *restrict dy, const float
 				pv4 g = pv_load(d + q);
 				pv4 ga = pv_and(g, wa), gb = pv_and(g, wb), gc = pv_and(g, wc);
 				pv4 ge = pv_and(g, se);
-				pv4 o0 = __builtin_shuffle(ga, gb, lo), o1 = __builtin_shuffle(ga, gb, hi);
-				pv4 o2 = __builtin_shuffle(gc, ge, lo), o3 = __builtin_shuffle(gc, ge, hi);
+				pv4 o0 = PV_SHUF(ga, gb, 0, 4, 1, 5), o1 = PV_SHUF(ga, gb, 2, 6, 3, 7);
+				pv4 o2 = PV_SHUF(gc, ge, 0, 4, 1, 5), o3 = PV_SHUF(gc, ge, 2, 6, 3, 7);
 				memcpy(g0 + 2 * q, &o0, sizeof o0);
 				memcpy(g0 + 2 * q + 4, &o1, sizeof o1);
 				memcpy(g1 + 2 * q, &o2, sizeof o2);

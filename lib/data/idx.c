@@ -2,19 +2,31 @@
  * idx.c: IDX files, the format of MNIST and Fashion-MNIST, gzipped or not,
  * read into and written from struct ml_tval; and ml_gunzip, the inflater
  * the data readers share. Files are untrusted: the header's sizes are
- * multiplied with overflow checks and must account for every byte.
+ * multiplied with overflow checks and must account for every byte, and a
+ * gzipped file may not claim more than its stream can unpack to.
  */
 #include <zlib.h>
 
 #include "ml_impl.h"
 
 /*
- * ml_gunzip inflates into a buffer that doubles as it fills, so a small
- * file that claims to unpack into gigabytes costs only what it really
- * unpacks to, and the allocation cap bounds that.
+ * The most a deflate stream can unpack to per byte: a match of 258 bytes
+ * costs at least two bits, so 1032 to 1 (zlib's technical notes); plus
+ * room for the gzip headers of tiny files.
  */
-int
-ml_gunzip(const uint8_t *buf, size_t len, uint8_t **out, size_t *out_len, struct ml_err *e)
+#define DEFLATE_MAX_RATIO 1032
+#define DEFLATE_SLACK 4096
+
+/*
+ * gunzip_limit: ml_gunzip, with the output stopped after limit bytes
+ * (the caller then sees more data than it expected, and says so).
+ * It inflates into a buffer that doubles as it fills, so a small file
+ * that claims to unpack into gigabytes costs only what it really unpacks
+ * to, and the allocation cap bounds that.
+ */
+static int
+gunzip_limit(const uint8_t *buf, size_t len, size_t limit, uint8_t **out, size_t *out_len,
+	     struct ml_err *e)
 {
 	*out = NULL;
 	*out_len = 0;
@@ -26,6 +38,8 @@ ml_gunzip(const uint8_t *buf, size_t len, uint8_t **out, size_t *out_len, struct
 	if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK)
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	size_t cap = len < ((size_t)1 << 20) ? ((size_t)1 << 16) : len * 4, n = 0;
+	if (cap > limit)
+		cap = limit > 0 ? limit : 1;
 	uint8_t *p = ml_malloc(cap);
 	int rc = 0;
 	if (p == NULL) {
@@ -43,19 +57,22 @@ ml_gunzip(const uint8_t *buf, size_t len, uint8_t **out, size_t *out_len, struct
 			zs.avail_in = (uInt)k;
 			in += k;
 		}
+		if (n >= limit)
+			break;
 		if (n == cap) {
 			if (cap > SIZE_MAX / 2) {
 				rc = ml_fail(e, ML_ENOMEM, "decompressed data too large");
 				goto out;
 			}
-			uint8_t *q = ml_realloc(p, cap * 2);
+			size_t ncap = cap * 2 < limit ? cap * 2 : limit;
+			uint8_t *q = ml_realloc(p, ncap);
 			if (q == NULL) {
 				rc = ml_fail(e, ML_ENOMEM,
 					     "decompressed data larger than the allocation cap");
 				goto out;
 			}
 			p = q;
-			cap *= 2;
+			cap = ncap;
 		}
 		size_t room = cap - n;
 		if (room > ((size_t)1 << 30))
@@ -102,6 +119,38 @@ out:
 	*out = p;
 	*out_len = n;
 	return 1;
+}
+
+int
+ml_gunzip(const uint8_t *buf, size_t len, uint8_t **out, size_t *out_len, struct ml_err *e)
+{
+	return gunzip_limit(buf, len, SIZE_MAX, out, out_len, e);
+}
+
+/*
+ * gz_head: the first n bytes a gzip stream unpacks to, into head; the
+ * count it gave (fewer for a short or damaged stream, which the full
+ * inflate reports later).
+ */
+static size_t
+gz_head(const uint8_t *buf, size_t len, uint8_t *head, size_t n)
+{
+	z_stream zs;
+	memset(&zs, 0, sizeof zs);
+	if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK)
+		return 0;
+	zs.next_in = (Bytef *)buf;
+	zs.avail_in = len > ((size_t)1 << 30) ? (uInt)1 << 30 : (uInt)len;
+	zs.next_out = head;
+	zs.avail_out = (uInt)n;
+	while (zs.avail_out > 0) {
+		int z = inflate(&zs, Z_NO_FLUSH);
+		if (z != Z_OK)
+			break;
+	}
+	size_t got = n - zs.avail_out;
+	inflateEnd(&zs);
+	return got;
 }
 
 static const struct {
@@ -167,13 +216,58 @@ decode_raw(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err *e
 	return 0;
 }
 
+/*
+ * idx_claim: the bytes (header and data) the IDX header in head claims,
+ * or 0 when it is no header (decode_raw says what is wrong later).
+ */
+static uint64_t
+idx_claim(const uint8_t *head, size_t n)
+{
+	if (n < 4 || head[0] != 0 || head[1] != 0 || head[3] < 1 || head[3] > ML_MAX_RANK)
+		return 0;
+	size_t es = 0;
+	for (int i = 0; i < N_IDX_TYPES; i++)
+		if (idx_types[i].code == head[2])
+			es = ml_dtype_size(idx_types[i].dt);
+	size_t hdr = 4 + 4 * (size_t)head[3];
+	if (es == 0 || n < hdr)
+		return 0;
+	int64_t numel = (int64_t)es;
+	for (int d = 0; d < head[3]; d++)
+		if (!ml_mul_ok(numel, be32(head + 4 + 4 * d), &numel))
+			return UINT64_MAX;
+	return (uint64_t)numel + hdr;
+}
+
 int
 ml_idx_decode(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err *e)
 {
 	uint8_t *raw = NULL;
-	size_t rlen = 0;
+	size_t rlen = 0, limit = SIZE_MAX;
 	memset(out, 0, sizeof *out);
-	int z = ml_gunzip(buf, len, &raw, &rlen, e);
+	if (len >= 2 && buf[0] == 0x1f && buf[1] == 0x8b) {
+		/*
+		 * A gzipped file: its header is read first, and a size that the
+		 * stream cannot hold (over 1032 bytes out per byte in) is refused
+		 * before anything is allocated; the output then stops one byte
+		 * past the size claimed.
+		 */
+		uint8_t head[4 + 4 * ML_MAX_RANK];
+		size_t got = gz_head(buf, len, head, sizeof head);
+		uint64_t claim = idx_claim(head, got);
+		uint64_t most = (uint64_t)len * DEFLATE_MAX_RATIO + DEFLATE_SLACK;
+		if (claim > most)
+			return ml_fail(e, ML_EFORMAT,
+				       "IDX header says %llu bytes, more than %zu bytes of gzip data "
+				       "can unpack to",
+				       claim == UINT64_MAX ? (unsigned long long)UINT64_MAX
+							   : (unsigned long long)claim, len);
+		if (claim > 0 && claim < SIZE_MAX)
+			limit = (size_t)claim + 1;
+		else if (claim == 0 && got == sizeof head)
+			limit = sizeof head;	/* no IDX header: its first bytes say so */
+	}
+	int z = gunzip_limit(buf, len, limit, &raw, &rlen, e);
 	if (z < 0)
 		return z;
 	int rc = z > 0 ? decode_raw(out, raw, rlen, e) : decode_raw(out, buf, len, e);
