@@ -209,6 +209,15 @@ int ml_check_dtype(struct ml_opctx *c, const struct ml_tval *t, const enum ml_dt
 void ml_bcast_strides(const struct ml_tval *in, const struct ml_tval *out, int64_t *strides);
 
 /*
+ * ml_read_fd: read fd to its end into a new buffer (*buf, *len bytes, a
+ * NUL after them; the caller frees it), leaving `prefix` bytes free at its
+ * start for bytes the caller already read (counted in *len). shown names
+ * the file in errors, which are ml_read_file's (lib/util/file.c).
+ */
+int ml_read_fd(int fd, const char *shown, size_t prefix, uint8_t **buf, size_t *len,
+	       struct ml_err *e);
+
+/*
  * ml_mlg_read_fd: decode a graph file from fd, streaming, given the first
  * head_len (>= 16) bytes already read into head (lib/fmt/mlg.c).
  */

@@ -11,7 +11,9 @@
 # up ("lib/cpu/ctrl.o uses ml_session_run of lib/exec/session.o") and exits
 # 1 when there is one, 0 when the arrows all point down. The generated
 # protobuf code (BUILD/obj/gen) counts as core.
-# Usage: tools/layers.py [BUILD]
+# Objects whose source is gone (a file that moved) are stale and skipped;
+# sources are looked up under SRC (default: this repository).
+# Usage: tools/layers.py [BUILD [SRC]]
 import os
 import subprocess
 import sys
@@ -33,6 +35,8 @@ def layer_of(rel):
 
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    srcdir = sys.argv[2] if len(sys.argv) > 2 else \
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     root = os.path.join(build, "obj")
     objs = []
     for sub in ("lib", "gen"):
@@ -43,7 +47,8 @@ def main():
                 src = rel[:-2] + ".c"
                 # an object whose source is gone (a moved file) is stale, not the library's
                 if f.endswith(".o") and os.path.exists(os.path.join(build, src) if
-                                                       sub == "gen" else src):
+                                                       sub == "gen" else
+                                                       os.path.join(srcdir, src)):
                     objs.append(o)
     if not objs:
         print("layers: no objects under %s (make first)" % root, file=sys.stderr)
