@@ -5,6 +5,9 @@
  *   ml_conv_im2col_T  unfolds one group of a chunk of images into columns,
  *                     written in the GEMM's packed B layout; the GEMM
  *                     W_g * col (mlcl_gemm_pb) follows.
+ *   ml_conv_im2col_plain_T  the same columns as a plain row-major K x P
+ *                     matrix per image, for a GEMM engine that packs its
+ *                     own operands (CLBlast, through mlcl_gemm_ex).
  *   ml_conv_dw_T      depthwise convolution (group == C, one input channel
  *                     per output channel, channel multiplier M / C) done
  *                     directly: a GEMM with K = KH*KW would waste the
@@ -64,6 +67,32 @@ KN(ml_conv_im2col)(global const T *x, long xoff, long ximg, int c0, int CG, glob
 			oh++;
 		}
 	}
+}
+
+/*
+ * im2col into a plain matrix: row r = (ci*KH + kh)*KW + kw, column
+ * p = oh*OW + ow of image i at col[i*cstride + r*P + p], P = OH*OW, zero
+ * for padding. One work-item per element, consecutive work-items along p,
+ * so a GPU's loads (along iw, for stride 1) and stores coalesce.
+ * NDRange: (P rounded up to the work-group size, K, images).
+ */
+kernel void
+KN(ml_conv_im2col_plain)(global const T *x, long xoff, long ximg, int c0, int CG,
+			 global float *col, long cstride, int H, int W, int KH, int KW, int sh,
+			 int sw, int dh, int dw, int pt, int pl, int OH, int OW)
+{
+	int p = get_global_id(0), r = get_global_id(1);
+	long img = get_global_id(2);
+	int P = OH * OW;
+	if (p >= P)
+		return;
+	int kw = r % KW, kh = (r / KW) % KH, ci = r / (KW * KH);
+	int oh = p / OW, ow = p % OW;
+	int ih = oh * sh + kh * dh - pt, iw = ow * sw + kw * dw - pl;
+	float v = 0.0f;
+	if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+		v = LD(x + xoff + img * ximg + (long)(c0 + ci) * H * W, ih * W + iw);
+	col[img * cstride + (long)r * P + p] = v;
 }
 
 /*

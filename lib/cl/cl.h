@@ -378,6 +378,14 @@ int mlcl_gemm_prepare(struct mlcl_dev *d, bool f16, struct ml_err *e);
  * the first GEMM.
  */
 int mlcl_gemm_engine(struct mlcl_dev *d, struct ml_err *e);
+/*
+ * mlcl_gemm_on_clblast: in *yes, whether mlcl_gemm_ex would run an M x N
+ * product of batch batches on CLBlast (choosing d's engines first, so
+ * errors are mlcl_gemm_engine's). The convolution writes plain columns
+ * for CLBlast and packed ones for our kernels.
+ */
+int mlcl_gemm_on_clblast(struct mlcl_dev *d, bool f16, int64_t M, int64_t N, int64_t batch,
+			 bool *yes, struct ml_err *e);
 void mlcl_gemm_engine_forget(struct mlcl_dev *d);
 void mlcl_gemm_describe(const struct mlcl_dev *d, char *buf, size_t n);
 

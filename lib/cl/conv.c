@@ -100,6 +100,70 @@ im2col(struct mlcl_dev *d, cl_kernel k, const struct mlcl_conv *p, int64_t oh, i
 	return mlcl_launch(d, k, 3, gws, lws, e);
 }
 
+/* im2col_plain: group g of nimg images into plain K x P columns (kernels/conv.cl) */
+static int
+im2col_plain(struct mlcl_dev *d, cl_kernel k, const struct mlcl_conv *p, int64_t oh, int64_t ow,
+	     cl_mem x, size_t x_off, int64_t g, int64_t nimg, cl_mem col, int64_t cstride,
+	     struct ml_err *e)
+{
+	int64_t cg = p->c / p->group;
+	cl_long xo = (cl_long)x_off, ximg = p->c * p->h * p->w, cs = cstride;
+	cl_int c0 = (cl_int)(g * cg), ncg = (cl_int)cg;
+	cl_int geo[12] = { (cl_int)p->h, (cl_int)p->w, (cl_int)p->kh, (cl_int)p->kw,
+			   (cl_int)p->stride[0], (cl_int)p->stride[1], (cl_int)p->dil[0],
+			   (cl_int)p->dil[1], (cl_int)p->pad[0], (cl_int)p->pad[1], (cl_int)oh,
+			   (cl_int)ow };
+	const size_t sz[] = { sizeof(cl_mem), 8, 8, 4, 4, sizeof(cl_mem), 8 };
+	const void *const val[] = { &x, &xo, &ximg, &c0, &ncg, &col, &cs };
+	ML_TRY(set_args(k, 7, sz, val, e));
+	for (int i = 0; i < 12; i++)
+		ML_CL(e, clSetKernelArg(k, (cl_uint)(7 + i), sizeof(cl_int), &geo[i]));
+	size_t P = (size_t)(oh * ow), K = (size_t)(cg * p->kh * p->kw);
+	size_t lx = mlcl_wg(d, P);
+	size_t gws[3] = { mlcl_round_up(P, lx), K, (size_t)nimg };
+	size_t lws[3] = { lx, 1, 1 };
+	return mlcl_launch(d, k, 3, gws, lws, e);
+}
+
+/*
+ * conv_plain: the im2col convolution for a GEMM engine that packs its own
+ * operands (CLBlast): plain columns per image, then one product per group
+ * over the chunk's images, W_g shared (batch stride 0), with the epilogue
+ * of mlcl_gemm_ex. f32 only.
+ */
+static int
+conv_plain(struct mlcl_dev *d, const struct mlcl_conv *p, int64_t oh, int64_t ow, cl_mem x,
+	   size_t x_off, cl_mem w, size_t w_off, struct mlcl_epi *epi, size_t z_off, cl_mem y,
+	   size_t y_off, int64_t chunk, struct ml_err *e)
+{
+	int64_t cg = p->c / p->group, mg = p->m / p->group, kk = cg * p->kh * p->kw;
+	int64_t P = oh * ow, cstride = kk * P;
+	size_t b_off = epi->bias_off;
+	cl_kernel k;
+	ML_TRY(mlcl_kernel(d, "conv", "ml_conv_im2col_plain_f32", NULL, &k, e));
+	struct mlcl_buf *col = NULL;
+	ML_TRY(mlcl_buf_get(d, (size_t)cstride * sizeof(float) * (size_t)chunk, &col, e));
+	int rc = 0;
+	for (int64_t i0 = 0; i0 < p->n && rc == 0; i0 += chunk) {
+		int64_t nimg = p->n - i0 < chunk ? p->n - i0 : chunk;
+		size_t xo = x_off + (size_t)(i0 * p->c * p->h * p->w);
+		size_t yo = y_off + (size_t)(i0 * p->m * P), zo = z_off + (size_t)(i0 * p->m * P);
+		for (int64_t g = 0; g < p->group && rc == 0; g++) {
+			if ((rc = im2col_plain(d, k, p, oh, ow, x, xo, g, nimg, col->mem, cstride,
+					       e)) < 0)
+				break;
+			epi->bias_off = b_off + (size_t)(g * mg);
+			epi->z_off = zo + (size_t)(g * mg * P);
+			rc = mlcl_gemm_ex(d, false, false, false, mg, P, kk, 1.0f, w,
+					  w_off + (size_t)(g * mg * kk), kk, col->mem, 0, P, 0.0f, y,
+					  yo + (size_t)(g * mg * P), P, nimg, 0, cstride, p->m * P,
+					  epi, e);
+		}
+	}
+	mlcl_buf_put(d, col);
+	return rc;
+}
+
 int
 mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x, size_t x_off,
 	    cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem y, size_t y_off,
@@ -147,6 +211,22 @@ mlcl_conv2d_ex(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x
 		return 0;
 	}
 
+	/*
+	 * Where the device's GEMM for this shape is CLBlast (a GPU, as
+	 * measured), plain columns for it; else columns in our GEMM's packed
+	 * layout, which needs no packing pass of its own.
+	 */
+	if (!f16) {
+		int64_t chunk = (int64_t)(COL_MAX / (size_t)ML_MAX(kk * P * 4, 1));
+		chunk = chunk < 1 ? 1 : chunk > p->n ? p->n : chunk;
+		bool clb;
+		ML_TRY(mlcl_gemm_on_clblast(d, false, mg, P, chunk, &clb, e));
+		if (clb) {
+			epi.bias_off = b_off;
+			return conv_plain(d, p, oh, ow, x, x_off, w, w_off, &epi, z_off, y, y_off,
+					  chunk, e);
+		}
+	}
 	/* the packed columns are f32 whatever the storage */
 	int64_t nr = mlcl_gemm_nr(d), cstride = (P + nr - 1) / nr * nr * kk;
 	size_t per = (size_t)cstride * sizeof(float);

@@ -493,6 +493,18 @@ dispatch(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t N, i
 }
 
 int
+mlcl_gemm_on_clblast(struct mlcl_dev *d, bool f16, int64_t M, int64_t N, int64_t batch, bool *yes,
+		     struct ml_err *e)
+{
+	*yes = false;
+	ML_TRY(mlcl_gemm_engine(d, e));
+	int cls = shape_class(M, N, batch);
+	*yes = d->gemm_eng[cls] == MLCL_CLBLAST && !d->clb_failed[f16] &&
+	       (!f16 || d->eng_how == how_env);
+	return 0;
+}
+
+int
 mlcl_gemm_ex(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 	     float alpha, cl_mem A, size_t a_off, int64_t lda, cl_mem B, size_t b_off, int64_t ldb,
 	     float beta, cl_mem C, size_t c_off, int64_t ldc, int64_t batch, int64_t stride_a,
