@@ -560,6 +560,7 @@ emit_q8conv(struct rw *r, struct layer *L, struct ml_quant_layer *rep)
 	int xq = get_q8(r, x);
 	if (xq < 0)
 		return xq;
+	n = &q->nodes[L->node];	/* get_q8 may add a node, which may move the nodes */
 	struct qp xp = r->qpar[x];
 	if ((rc = weights_of(r, L, ML_Q8_WMAX, &W)) < 0)
 		goto out;
