@@ -21,11 +21,25 @@ case $cmd in
 prepare)
 	make -j"$(nproc)" || exit 1
 	[ -x ../shared/gpu/bundle ] || { echo "gpu-check: no ../shared/gpu/bundle" >&2; exit 2; }
-	../shared/gpu/bundle
+	../shared/gpu/bundle || exit 1
+	# OpenBLAS (the CPU side's BLAS, which clgemm_bench links and the tools
+	# load) and its Fortran runtime, gzipped: a bare GPU machine has none,
+	# and 36 MiB as they are would not fit in what travels
+	mkdir -p build/gpu/blas
+	for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+		p=$(ldconfig -p | awk -v l="$l" '$1 == l && /x86-64/ {print $NF; exit}')
+		[ -n "$p" ] && gzip -9 -c "$p" >"build/gpu/blas/$l.gz"
+	done
+	du -sm build/gpu | awk '{print "gpu-check: build/gpu is " $1 " MiB with OpenBLAS"}'
 	;;
 run)
 	[ -f build/gpu/env.sh ] || { echo "gpu-check: no build/gpu (prepare it and carry it)" >&2; exit 2; }
 	. build/gpu/env.sh
+	mkdir -p /tmp/gpu-blas
+	for f in build/gpu/blas/*.gz; do
+		[ -f "$f" ] && gzip -dc "$f" >"/tmp/gpu-blas/$(basename "$f" .gz)"
+	done
+	export LD_LIBRARY_PATH=/tmp/gpu-blas:$LD_LIBRARY_PATH
 	OUT=${OUT:-/tmp/out}
 	mkdir -p "$OUT"
 	log=$OUT/gpu-check.log
