@@ -28,7 +28,10 @@
  *			fprintf(stderr, "usage: run MODEL INPUT.npy OUTPUT.npy\n");
  *			return 2;
  *		}
- *		if (ml_model_load(&g, argv[1], ML_FMT_AUTO, &err) < 0 ||
+ *		if (ml_model_load(&g, argv[1], ML_FMT_AUTO, &err) == 0 &&
+ *		    (g->n_inputs < 1 || g->n_outputs < 1))
+ *			ml_fail(&err, ML_EINVAL, "%s has no input or no output", argv[1]);
+ *		if (err.code < 0 ||
  *		    ml_npy_load(&x, argv[2], &err) < 0 ||
  *		    ml_session_new(&s, g, NULL, &err) < 0 ||
  *		    ml_session_set_input(s, ml_graph_t(g, g->inputs[0])->name, &x, &err) < 0 ||

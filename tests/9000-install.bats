@@ -86,6 +86,16 @@ example() {
 	# the library's errors reach it, with the tools' exit status
 	run -3 ./run nope.mlg mlp.in/x.npy y.npy
 	[[ $output == "run: cannot open 'nope.mlg'"* ]]
+	# a model with no input (a Constant) is refused, not crashed on
+	"$PY" - <<'PY'
+import onnx
+from onnx import helper as h, TensorProto as T
+c = h.make_node('Constant', [], ['y'], value=h.make_tensor('v', T.FLOAT, [2], [1.0, 2.0]))
+g = h.make_graph([c], 'noin', [], [h.make_tensor_value_info('y', T.FLOAT, [2])])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), 'noin.onnx')
+PY
+	run -3 ./run noin.onnx mlp.in/x.npy y.npy
+	[ "$output" = "run: noin.onnx has no input or no output" ]
 	run -2 ./run mlp.mlg
 	[ "$output" = "usage: run MODEL INPUT.npy OUTPUT.npy" ]
 }
