@@ -1,8 +1,9 @@
 # The one build of the ml toolchain: library, tools, tests, docs.
-# make            build $(B)/lib/libml.a and $(B)/bin/*
+# make            build $(B)/lib/libml.a, $(B)/lib/libml.so and $(B)/bin/*
 # make deps       install the Debian packages the project needs
 # make test       run every test; ends with "N passed, M failed"
 # make install    PREFIX=/usr/local DESTDIR=
+# make uninstall  remove what make install put there (same PREFIX, DESTDIR)
 # make OPENCL=0   build without OpenCL
 # make asan       build in build-asan with AddressSanitizer and UBSan, run every test
 # make tsan       build in build-tsan with ThreadSanitizer, run the threaded C tests
@@ -51,7 +52,7 @@ ONNX_PROTO ?= /usr/include/onnx/onnx.proto
 DEPFLAGS = -MMD -MP
 GEN_H = $(B)/gen/mlg.pb-c.h $(B)/gen/onnx.pb-c.h
 
-all: $(BINS) $(TEST_TOOLS) $(B)/bin/fuzz_replay $(B)/ml.pc
+all: $(BINS) $(TEST_TOOLS) $(B)/bin/fuzz_replay $(B)/lib/libml.so $(B)/ml.pc
 
 # grouped targets (&:): one protoc-c run makes both files, so make -j never
 # runs it twice
@@ -88,6 +89,25 @@ $(B)/lib/libml.a: $(LIB_OBJS)
 	@mkdir -p $(@D)
 	rm -f $@
 	ar rcs $@ $(LIB_OBJS)
+
+# The shared library, from the same (-fPIC) objects: libml.so.$(VERSION),
+# its soname libml.so.$(SOVERSION) and the link-time name libml.so, both
+# links. It records its own dependencies (DT_NEEDED), so a program links
+# with -lml alone; --no-undefined checks that the list is complete. The
+# tools link libml.a, so an installed tool needs no library path.
+# SOVERSION changes when the ABI does (an enum renumbered, a struct or a
+# signature changed), VERSION with every release (ML_VERSION of ml.h).
+VERSION := $(shell sed -n 's/^\#define ML_VERSION "\(.*\)"$$/\1/p' lib/ml.h)
+SOVERSION = 0
+SONAME = libml.so.$(SOVERSION)
+$(B)/lib/libml.so.$(VERSION): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ALL) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -o $@ $(LIB_OBJS) \
+		$(LDFLAGS) $(LDLIBS_ALL)
+
+$(B)/lib/libml.so: $(B)/lib/libml.so.$(VERSION)
+	ln -sf libml.so.$(VERSION) $(B)/lib/$(SONAME)
+	ln -sf libml.so.$(VERSION) $@
 
 # the tools' objects are kept (not intermediate files), so their .d files hold
 .SECONDARY: $(TOOL_SRCS:%.c=$(B)/obj/%.o) $(CLI_OBJS)
@@ -170,12 +190,14 @@ tsan:
 		{ cat build-tsan/$$t.log; echo "tsan: $$t failed"; exit 1; }; \
 	done; echo "== tsan: $(words $(TSAN_TESTS) 1) tests clean"
 
-# rewritten every time, so `make install PREFIX=...` gets its own prefix;
-# a sanitized library (make asan) needs its sanitizer runtimes to link
+# rewritten every time, so `make install PREFIX=...` gets its own prefix.
+# Libs links libml.so, which names its own dependencies; Libs.private adds
+# them for a link of libml.a (pkg-config --static). A sanitized library
+# (make asan) needs its sanitizer runtimes in either link.
 SAN_LIBS = $(filter -fsanitize=%,$(CFLAGS))
 $(B)/ml.pc: FORCE
 	@mkdir -p $(B)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: 0.4.0\nLibs: -L$${libdir} -lml\nLibs.private: -lprotobuf-c -lzstd -ldl$(if $(CL_LIBS), $(CL_LIBS)) -lz -lm -pthread$(if $(SAN_LIBS), $(SAN_LIBS))\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: ml\nDescription: ml toolchain library\nVersion: $(VERSION)\nLibs: -L$${libdir} -lml$(if $(SAN_LIBS), $(SAN_LIBS))\nLibs.private: -lprotobuf-c -lzstd -ldl$(if $(CL_LIBS), $(CL_LIBS)) -lz -lm -pthread\nCflags: -I$${includedir}/ml\n' '$(PREFIX)' > $@
 
 deps:
 	sh tools/deps.sh
@@ -192,15 +214,34 @@ demo: deps
 bench: all
 	sh tests/bench/run.sh
 
+# What make install puts under $(DESTDIR)$(PREFIX), and make uninstall
+# removes: the tools, both libraries, the public headers (ml.h and the
+# headers and lists it includes; ml_impl.h, act.def and families.def are
+# the library's own), ml.pc and the man pages.
+INST = $(DESTDIR)$(PREFIX)
+INST_HDRS = $(filter-out lib/ml_impl.h,$(wildcard lib/ml*.h)) lib/ops.def
+INST_MAN1 = $(wildcard man/man1/*.1)
+INST_MAN5 = man/man5/mlg.5
+INST_LIBS = libml.a libml.so.$(VERSION) $(SONAME) libml.so
+
 install: all
-	mkdir -p $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/ml \
-		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
-	cp $(BINS) $(DESTDIR)$(PREFIX)/bin/
-	cp $(B)/lib/libml.a $(DESTDIR)$(PREFIX)/lib/
-	cp $(filter-out lib/ml_impl.h,$(wildcard lib/ml*.h)) lib/ops.def $(DESTDIR)$(PREFIX)/include/ml/
-	cp $(B)/ml.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/ml.pc
-	cp $(wildcard man/man1/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
-	cp man/man5/mlg.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	mkdir -p $(INST)/bin $(INST)/lib/pkgconfig $(INST)/include/ml \
+		$(INST)/share/man/man1 $(INST)/share/man/man5
+	cp $(BINS) $(INST)/bin/
+	cp $(B)/lib/libml.a $(B)/lib/libml.so.$(VERSION) $(INST)/lib/
+	ln -sf libml.so.$(VERSION) $(INST)/lib/$(SONAME)
+	ln -sf libml.so.$(VERSION) $(INST)/lib/libml.so
+	cp $(INST_HDRS) $(INST)/include/ml/
+	cp $(B)/ml.pc $(INST)/lib/pkgconfig/ml.pc
+	cp $(INST_MAN1) $(INST)/share/man/man1/
+	cp $(INST_MAN5) $(INST)/share/man/man5/
+
+# the standard folders stay; include/ml, ours, goes when it is empty
+uninstall:
+	rm -f $(BINS:$(B)/bin/%=$(INST)/bin/%) $(INST_LIBS:%=$(INST)/lib/%) \
+		$(INST)/lib/pkgconfig/ml.pc $(INST_HDRS:lib/%=$(INST)/include/ml/%) \
+		$(INST_MAN1:man/%=$(INST)/share/man/%) $(INST_MAN5:man/%=$(INST)/share/man/%)
+	-rmdir $(INST)/include/ml 2>/dev/null
 
 clean:
 	rm -rf build
@@ -210,4 +251,4 @@ FORCE:
 # the dependency files of the last build (none before the first)
 -include $(wildcard $(B)/obj/*/*.d $(B)/obj/*/*/*.d)
 
-.PHONY: FORCE all deps test demo bench install clean asan tsan fuzz
+.PHONY: FORCE all deps test demo bench install uninstall clean asan tsan fuzz

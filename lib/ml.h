@@ -6,19 +6,48 @@
  * one op registry, CPU kernels and an executor that runs a graph from an
  * arena planned by liveness.
  *
- * A short tour, loading a graph and running it once:
+ * A short tour: run.c runs a model once on an array bound to its first
+ * input and writes its first output (`run net.mlg x.npy y.npy`). It is
+ * the whole program; tests/9000-install.bats takes it from this comment,
+ * builds it against an installed tree and runs it (README, "Using the
+ * library from C", says how to build it).
  *
- *	struct ml_err err = { 0 };
- *	struct ml_graph *g = NULL;
- *	struct ml_session *s = NULL;
- *	if (ml_model_load(&g, "net.mlg", &err) < 0 ||
- *	    ml_session_new(&s, g, NULL, &err) < 0 ||
- *	    ml_session_set_input(s, "x", &x, &err) < 0 ||
- *	    ml_session_run(s, &err) < 0)
- *		fprintf(stderr, "error: %s\n", err.msg);
- *	const struct ml_tval *y = ml_session_output(s, 0);
- *	ml_session_free(s);
- *	ml_graph_free(g);
+ *	#include <ml.h>
+ *
+ *	int
+ *	main(int argc, char **argv)
+ *	{
+ *		struct ml_err err = { 0 };
+ *		struct ml_graph *g = NULL;
+ *		struct ml_session *s = NULL;
+ *		struct ml_tval x = { 0 };
+ *		char shape[64];
+ *		int rc = 0;
+ *
+ *		if (argc != 4) {
+ *			fprintf(stderr, "usage: run MODEL INPUT.npy OUTPUT.npy\n");
+ *			return 2;
+ *		}
+ *		if (ml_model_load(&g, argv[1], ML_FMT_AUTO, &err) == 0 &&
+ *		    (g->n_inputs < 1 || g->n_outputs < 1))
+ *			ml_fail(&err, ML_EINVAL, "%s has no input or no output", argv[1]);
+ *		if (err.code < 0 ||
+ *		    ml_npy_load(&x, argv[2], &err) < 0 ||
+ *		    ml_session_new(&s, g, NULL, &err) < 0 ||
+ *		    ml_session_set_input(s, ml_graph_t(g, g->inputs[0])->name, &x, &err) < 0 ||
+ *		    ml_session_run(s, &err) < 0 ||
+ *		    ml_npy_save(ml_session_output(s, 0), argv[3], &err) < 0) {
+ *			fprintf(stderr, "run: %s\n", err.msg);
+ *			rc = ml_exit_status(err.code);
+ *		} else {
+ *			printf("%s\n", ml_tval_shape_str(ml_session_output(s, 0), shape,
+ *							 sizeof shape));
+ *		}
+ *		ml_tval_clear(&x);
+ *		ml_session_free(s);
+ *		ml_graph_free(g);
+ *		return rc;
+ *	}
  *
  * Conventions: fallible calls return 0 or a negative ML_E* code and fill a
  * caller-owned struct ml_err; *_free accepts NULL; the library never prints
