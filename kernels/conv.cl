@@ -12,6 +12,11 @@
  *                     per output channel, channel multiplier M / C) done
  *                     directly: a GEMM with K = KH*KW would waste the
  *                     packing; bias, residual and activation are fused.
+ *                     One work-item per output row (a CPU device vectorises
+ *                     along it).
+ *   ml_conv_dw_px_T   the same, one work-item per output element, for a
+ *                     GPU: a 7x7 map of 960 channels is 47k work-items
+ *                     instead of 7k, and neighbours read neighbours.
  *
  * T is f32, or f16 storage with -DML_F16 (vload_half/vstore_half, f32
  * arithmetic and accumulation, no cl_khr_fp16 needed, so f16 runs on every
@@ -174,4 +179,44 @@ KN(ml_conv_dw)(global const T *restrict x, long xoff, global const T *restrict w
 				v += LD(pz, ow);
 			ST(py, ow, act_s(v, a, clo, chi));
 		}
+}
+
+/*
+ * Depthwise, one output element per work-item (the arguments of
+ * ml_conv_dw): p = oh*OW + ow. The taps are summed in ml_conv_dw's order
+ * (bias, then kh, kw with fma, then z), so the results are the same bits.
+ * Consecutive work-items take consecutive ow, so their loads and the store
+ * coalesce. NDRange: (OH*OW rounded up, N*M).
+ */
+kernel void
+KN(ml_conv_dw_px)(global const T *restrict x, long xoff, global const T *restrict w, long woff,
+		  global const T *restrict bias, long boff, global T *restrict y, long yoff,
+		  int C, int M, int H, int W, int KH, int KW, int sh, int sw, int dh, int dw,
+		  int pt, int pl, int OH, int OW, int flags, global const T *restrict z, long zoff,
+		  int a, float clo, float chi)
+{
+	int p = get_global_id(0);
+	if (p >= OH * OW)
+		return;
+	long nm = get_global_id(1);
+	long n = nm / M;
+	int oc = nm % M, ic = oc / (M / C);
+	int oh = p / OW, ow = p % OW;
+	global const T *px = x + xoff + (n * C + ic) * H * W;
+	global const T *pw = w + woff + (long)oc * KH * KW;
+	float acc = (flags & 1) ? LD(bias, boff + oc) : 0.0f;
+	for (int kh = 0; kh < KH; kh++) {
+		int ih = oh * sh - pt + kh * dh;
+		if (ih < 0 || ih >= H)
+			continue;
+		for (int kw = 0; kw < KW; kw++) {
+			int iw = ow * sw - pl + kw * dw;
+			if (iw >= 0 && iw < W)
+				acc = fma(LD(px, (long)ih * W + iw), LD(pw, kh * KW + kw), acc);
+		}
+	}
+	long yi = yoff + nm * OH * OW + p;
+	if (flags & 2)
+		acc += LD(z, zoff + nm * OH * OW + p);
+	ST(y, yi, act_s(acc, a, clo, chi));
 }

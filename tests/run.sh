@@ -84,6 +84,10 @@ for name in test_clgemm test_clparity test_clfused test_clquant; do
 	[ -x "$BIN/$name" ] || continue
 	unit_run "$BIN/$name" "$name-clblast" ML_CL_GEMM=clblast
 done
+# the depthwise cases again with the GPU's kernel (one work-item per output
+# element), which POCL, a CPU device, would not choose
+[ -x "$BIN/test_clparity" ] &&
+	unit_run "$BIN/test_clparity" "test_clparity-dwpx" ML_CL_DW=px CLPARITY_ONLY=depthwise
 note unit "$u_pass" "$u_fail"
 
 # (a2) the fuzz corpus (tests/fuzz/corpus: seeds and every crash found),

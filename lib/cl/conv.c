@@ -45,8 +45,17 @@ depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, int act, bool f16, int6
 	  int64_t ow, cl_mem x, size_t x_off, cl_mem w, size_t w_off, cl_mem bias, size_t b_off,
 	  cl_mem z, size_t z_off, cl_mem y, size_t y_off, struct ml_err *e)
 {
+	/*
+	 * a work-item per output row where the device vectorises along it (a
+	 * CPU), per output element on a GPU; ML_CL_DW=row|px decides instead
+	 */
+	const char *how = getenv("ML_CL_DW");
+	bool px = how != NULL && strcmp(how, "px") == 0 ? true :
+		  how != NULL && strcmp(how, "row") == 0 ? false :
+		  (d->type & CL_DEVICE_TYPE_GPU) != 0;
 	cl_kernel k;
-	ML_TRY(mlcl_kernel(d, "conv", f16 ? "ml_conv_dw_f16" : "ml_conv_dw_f32",
+	ML_TRY(mlcl_kernel(d, "conv", px ? (f16 ? "ml_conv_dw_px_f16" : "ml_conv_dw_px_f32") :
+					   (f16 ? "ml_conv_dw_f16" : "ml_conv_dw_f32"),
 			   f16 ? "-DML_F16=1" : NULL, &k, e));
 	cl_long xo = (cl_long)x_off, wo = (cl_long)w_off, bo = (cl_long)b_off, yo = (cl_long)y_off;
 	cl_int geo[14] = { (cl_int)p->c, (cl_int)p->m, (cl_int)p->h, (cl_int)p->w, (cl_int)p->kh,
@@ -68,8 +77,9 @@ depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, int act, bool f16, int6
 	const void *const val2[] = { &flags, &zm, &zo, &a, &p->lo, &p->hi };
 	for (int i = 0; i < 6; i++)
 		ML_CL(e, clSetKernelArg(k, (cl_uint)(22 + i), sz2[i], val2[i]));
-	size_t lx = mlcl_wg(d, (size_t)oh);
-	size_t gws[2] = { mlcl_round_up((size_t)oh, lx), (size_t)(p->n * p->m) };
+	size_t rows = px ? (size_t)(oh * ow) : (size_t)oh;
+	size_t lx = mlcl_wg(d, rows);
+	size_t gws[2] = { mlcl_round_up(rows, lx), (size_t)(p->n * p->m) };
 	size_t lws[2] = { lx, 1 };
 	return mlcl_launch(d, k, 2, gws, lws, e);
 }
