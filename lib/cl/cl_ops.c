@@ -13,6 +13,8 @@
  * (a broadcast MatMul batch, a 3-D pool, ...) returns ML_ENOTSUP and the
  * executor runs that node on the CPU.
  */
+#include <pthread.h>
+
 #include "cl/cl.h"
 #include "exec/device.h"
 #include "ops/fused.h"
@@ -909,16 +911,21 @@ static const struct clop clops[] = {
 	{ ML_OP_Q8_GLOBAL_AVG_POOL, mlcl_q8_run, "quant", false },
 };
 
+/* the table by op, made once per process by whichever thread asks first */
+static const struct clop *byop[ML_OP_COUNT];
+static pthread_once_t byop_once = PTHREAD_ONCE_INIT;
+
+static void
+byop_init(void)
+{
+	for (size_t i = 0; i < sizeof clops / sizeof clops[0]; i++)
+		byop[clops[i].op] = &clops[i];
+}
+
 static const struct clop *
 find(enum ml_op op)
 {
-	static const struct clop *byop[ML_OP_COUNT];
-	static bool init;
-	if (!init) {
-		for (size_t i = 0; i < sizeof clops / sizeof clops[0]; i++)
-			byop[clops[i].op] = &clops[i];
-		init = true;
-	}
+	pthread_once(&byop_once, byop_init);
 	return op > ML_OP_NONE && op < ML_OP_COUNT ? byop[op] : NULL;
 }
 
@@ -1032,7 +1039,7 @@ cl_prepare(void *ctx, const struct ml_graph *g, const struct ml_node *n, struct 
 		return 0;
 	enum ml_dtype dt = n->n_out > 0 && n->out[0] >= 0 ? g->tensors[n->out[0]]->dtype : ML_F32;
 	/* one kernel of the program builds (or loads) all of it */
-	static const char *first[][2] = { { "elem", "ml_unary" }, { "nn", "ml_softmax" },
+	static const char *const first[][2] = { { "elem", "ml_unary" }, { "nn", "ml_softmax" },
 					  { "reduce", "ml_reduce" } };
 	for (size_t i = 0; i < sizeof first / sizeof first[0]; i++)
 		if (strcmp(o->file, first[i][0]) == 0) {
