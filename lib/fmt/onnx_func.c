@@ -757,15 +757,14 @@ ml_onnx_func_call(struct ml_onnx_funcs *fs, const struct ml_graph *g, const stru
 	const char *y[4] = { NULL };
 
 	if (fs->opset < MIN_FUNC_OPSET) {
-		fs->rc = ml_fail(fs->e, ML_ENOTSUP,
-				 "cannot export ml.%s (node '%s') to ONNX opset %lld: its function "
-				 "needs opset %d or later", n->op_type, n->name ? n->name : "",
-				 (long long)fs->opset, MIN_FUNC_OPSET);
+		char why[96];
+		snprintf(why, sizeof why, "in opset %lld; its function needs opset %d or later",
+			 (long long)fs->opset, MIN_FUNC_OPSET);
+		fs->rc = notsup(&b, why);
 		return NULL;
 	}
 	if (n->n_out < 1 || n->n_out > 3) {
-		fs->rc = ml_fail(fs->e, ML_ENOTSUP, "cannot export ml.%s (node '%s') to ONNX: "
-				 "%d outputs", n->op_type, n->name ? n->name : "", n->n_out);
+		fs->rc = notsup(&b, "it has more outputs than a function of it can have");
 		return NULL;
 	}
 	int rc = body(&b, y);
