@@ -82,6 +82,54 @@ print(sorted(f.name for f in m.functions), m.ir_version >= 8,
 	[ "${#lines[@]}" -eq 3 ]
 }
 
+@test "packed FusedMatMul weights, the tanh Gelu and a scaled Attention run in ONNX Runtime" {
+	ort=$(ort_py) || skip "onnxruntime is not installed"
+	"$PY" - <<'PY'
+import numpy as np
+import onnx
+from onnx import helper as h, TensorProto as T, numpy_helper as nh
+r = np.random.default_rng(0)
+# a MatMul of 2^21 multiply-adds, which mlopt -O2 packs (packed_n)
+w = nh.from_array(r.standard_normal((1024, 200)).astype(np.float32) * 0.05, "w")
+b = nh.from_array(r.standard_normal(200).astype(np.float32), "b")
+g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["m"]), h.make_node("Add", ["m", "b"], ["a"]),
+                  h.make_node("Relu", ["a"], ["y"])], "g",
+                 [h.make_tensor_value_info("x", T.FLOAT, [2, 8, 1024])],
+                 [h.make_tensor_value_info("y", T.FLOAT, [2, 8, 200])], [w, b])
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), "mm.onnx")
+np.save("mx.npy", r.standard_normal((2, 8, 1024)).astype(np.float32))
+vals = lambda n: ", ".join("%.3f" % v for v in r.standard_normal(n))
+open("att.mlt", "w").write("""<
+    ir_version: 8,
+    opset_import: ["" : 13, "ml" : 1]
+>
+g (float[2,4] x) => (float[2,4] z, float[2,3,2] a)
+<
+    float[2,3,4] q = {%s},
+    float[2,4,5] k = {%s},
+    float[2,5,2] v = {%s}
+>
+{
+    z = ml.Gelu <approximate = "tanh"> (x)
+    a = ml.Attention <scale = 0.5> (q, k, v)
+}
+""" % (vals(24), vals(40), vals(20)))
+np.save("x.npy", r.standard_normal((2, 4)).astype(np.float32))
+PY
+	run -0 mlopt -O2 mm.onnx -o mm.mlg
+	run -0 mlconvert mm.mlg -o mm.mlt
+	run -0 grep -c 'ml.FusedMatMul <.*packed_n = 200>' mm.mlt
+	run -0 mlconvert mm.mlg -o mm2.onnx
+	run -0 "$PY" "$TOOLS_DIR/onnxrt.py" check mm2.onnx
+	run -0 mlrun -q mm.mlg -i x=mx.npy -o mref
+	run -0 "$ort" "$TOOLS_DIR/onnxrt.py" run mm2.onnx mx.npy mref --rtol 1e-5 --atol 1e-5
+	run -0 mlconvert att.mlt -o att.onnx
+	run -0 "$PY" "$TOOLS_DIR/onnxrt.py" check att.onnx
+	run -0 mlrun -q att.onnx -i x=x.npy -o aref
+	run -0 "$ort" "$TOOLS_DIR/onnxrt.py" run att.onnx x.npy aref --rtol 1e-5 --atol 1e-6
+	[ "${#lines[@]}" -eq 2 ]
+}
+
 @test "mlconvert refuses to export a training op to ONNX with status 4" {
 	cat >t.mlt <<'MLT'
 <
