@@ -208,7 +208,8 @@ a_copy(struct fb *b, const char *name)
 		a_ints(b, name, s->ints, s->n);
 		break;
 	case ML_ATTR_STRING: {
-		Onnx__AttributeProto *a = na(b, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+		Onnx__AttributeProto *a;
+		a = na(b, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
 		if (a != NULL) {
 			a->has_s = 1;
 			a->s.len = s->s_len;
@@ -303,7 +304,10 @@ tin(const struct fb *b, int j)
 	return has_in(b, j) ? b->g->tensors[b->n->in[j]] : NULL;
 }
 
-/* reduce: ReduceMean or ReduceSum of x over axes, kept; axes an input from opset 18 (13 for sums). */
+/*
+ * reduce: ReduceMean or ReduceSum of x over axes, kept; the axes are an
+ * input from opset 18 (13 for sums), an attribute before.
+ */
 static const char *
 reduce(struct fb *b, const char *type, const char *x, const int64_t *axes, int n)
 {
@@ -607,7 +611,8 @@ body_q8_conv(struct fb *b, const char **y)
 		return notsup(b, "its channel counts are unknown");
 	int64_t m = bias->dims[0], c = x->dims[rank - 1], kh = 1, kw = 1;
 	int64_t group = ml_attr_int(b->n, "group", 1), pads[4] = { 0 };
-	int64_t xz = ml_attr_int(b->n, "x_zero_point", 0), yz = ml_attr_int(b->n, "y_zero_point", 0);
+	int64_t xz = ml_attr_int(b->n, "x_zero_point", 0);
+	int64_t yz = ml_attr_int(b->n, "y_zero_point", 0);
 	const int64_t *v;
 	if (rank == 4 && ml_attr_ints(b->n, "kernel_shape", &v) == 2)
 		kh = v[0], kw = v[1];
@@ -615,6 +620,9 @@ body_q8_conv(struct fb *b, const char **y)
 		memcpy(pads, v, sizeof pads);
 	if (group != 1 && group != c)
 		return notsup(b, "group is neither 1 nor the channel count");
+	if (kh < 1 || kh > 64 || kw < 1 || kw > 64 || m < 1 || c < 1 || m > INT32_MAX ||
+	    c > INT32_MAX)
+		return notsup(b, "its kernel or channel counts are out of range");
 
 	const char *xi = rank == 4 ? PERM(b, in_(b, 0), 0, 3, 1, 2) :
 		reshape(b, in_(b, 0), KI64(b, 0, 0, 1, 1));
