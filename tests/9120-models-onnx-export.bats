@@ -11,7 +11,7 @@ bats_require_minimum_version 1.5.0
 load helpers
 
 ML_MODELS=${ML_MODELS:-$(dirname "$ML_BIN")/models}
-MODELS="resnet18 mobilenet_v2 transformer transformer_op17 efficientnet_b0 squeezenet1_1"
+MODELS="resnet18 mobilenet_v2 convnext_tiny transformer transformer_op17 efficientnet_b0 squeezenet1_1"
 ORT_PY=${ORT_PY:-$(dirname "$ML_BIN")/bench-venv/bin/python}
 
 setup_file() {
@@ -68,6 +68,10 @@ check_export() {
 
 @test "mobilenet_v2 exports to ONNX at -O2, -O3, int8 and fp16" {
 	for f in O2 O3 int8 fp16; do check_export mobilenet_v2 $f; done
+}
+
+@test "convnext_tiny (ConvNHWC, FusedMatMul, the ml LayerNormalization) exports to ONNX at -O2, -O3, int8 and fp16" {
+	for f in O2 O3 int8 fp16; do check_export convnext_tiny $f; done
 }
 
 @test "efficientnet_b0 (ConvNHWC) exports to ONNX at -O2, -O3, int8 and fp16" {
