@@ -10,9 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ml_impl.h"
-#include "onnx.pb-c.h"
-#include "pbcheck.h"
+#include "fmt/onnx_func.h"
 
 /*
  * ONNX stores raw_data and external data little-endian; the decoder and
@@ -25,6 +23,8 @@
 #define MAX_DEPTH 32
 #define DEFAULT_OPSET 17
 #define DEFAULT_IR 8
+/* IR 8 is the first with model-local functions. */
+#define FUNC_IR 8
 /* IR 4 is the first that lets initializers stay out of the graph inputs. */
 #define MIN_IR 4
 
@@ -40,6 +40,9 @@ nz(const char *s)
 struct dec {
 	const char *dir;	/* folder of external data files, NULL: none allowed */
 	struct ml_err *e;
+	/* the model's functions, all of them ones ml_onnx_func_call writes */
+	Onnx__FunctionProto **funcs;
+	size_t n_funcs;
 };
 
 static int dec_graph(struct dec *d, struct ml_graph *g, Onnx__GraphProto *gp, int depth);
@@ -591,7 +594,14 @@ dec_node(struct dec *d, struct ml_graph *g, Onnx__NodeProto *np, int depth)
 	if (np->n_input > (1u << 20) || np->n_output > (1u << 20))
 		return ml_fail(d->e, ML_EFORMAT, "node '%s': too many inputs or outputs",
 			       nz(np->name));
-	int ni = ml_graph_add_node(g, np->op_type, np->domain, np->name, (int)np->n_input,
+	/* a call of a function this library writes is the internal op it stands for */
+	const char *type = np->op_type;
+	for (size_t i = 0; i < d->n_funcs; i++)
+		if (strcmp(nz(np->domain), "ml") == 0 && strcmp(type, d->funcs[i]->name) == 0) {
+			type = ml_onnx_func_op(type);
+			break;
+		}
+	int ni = ml_graph_add_node(g, type, np->domain, np->name, (int)np->n_input,
 				   (const char *const *)np->input, (int)np->n_output,
 				   (const char *const *)np->output, d->e);
 	if (ni < 0)
@@ -693,8 +703,22 @@ dec_model(struct dec *d, struct ml_graph *g, Onnx__ModelProto *m)
 {
 	if (m->graph == NULL)
 		return ml_fail(d->e, ML_EFORMAT, "the model has no graph");
-	if (m->n_functions > 0)
-		return ml_fail(d->e, ML_ENOTSUP, "model-local functions are not supported");
+	/*
+	 * Functions: those of domain "ml" named after an internal op are the
+	 * ones the encoder writes, read back as their op; any other is refused.
+	 */
+	for (size_t i = 0; i < m->n_functions; i++) {
+		const Onnx__FunctionProto *f = m->functions[i];
+		if (f->name == NULL || ml_pb_has_ctl(f->name) || ml_pb_has_ctl(nz(f->domain)))
+			return ml_fail(d->e, ML_EFORMAT, "a model-local function has no valid name");
+		if (strcmp(nz(f->domain), "ml") != 0 || ml_onnx_func_op(f->name) == NULL)
+			return ml_fail(d->e, ML_ENOTSUP,
+				       "model-local function '%s' (domain '%s') is not supported; "
+				       "only the ml functions this library writes are read",
+				       f->name, nz(f->domain));
+	}
+	d->funcs = m->functions;
+	d->n_funcs = m->n_functions;
 	g->ir_version = m->has_ir_version ? m->ir_version : 0;
 	if (m->producer_name != NULL && m->producer_name[0] != '\0' &&
 	    (g->producer = ml_graph_strdup(g, m->producer_name)) == NULL)
@@ -758,6 +782,7 @@ struct enc {
 	const char **domains;
 	int n_domains;
 	bool default_domain;	/* whether a node uses ONNX's default domain */
+	struct ml_onnx_funcs fn;	/* the functions of the internal ops */
 };
 
 static Onnx__GraphProto *enc_graph(struct enc *x, const struct ml_graph *g, int depth);
@@ -958,6 +983,12 @@ enc_node(struct enc *x, const struct ml_graph *g, const struct ml_node *n, int d
 	np->op_type = n->op_type;
 	if (n->domain != NULL && n->domain[0] != '\0')
 		np->domain = n->domain;
+	/* an internal op calls the function that computes it in standard ops */
+	if (strcmp(nz(n->domain), "ml") == 0 &&
+	    (np->op_type = (char *)ml_onnx_func_call(&x->fn, g, n)) == NULL) {
+		x->rc = x->fn.rc;
+		return NULL;
+	}
 	if (note_domain(x, n->domain) < 0)
 		return NULL;
 	np->n_input = (size_t)n->n_in;
@@ -1060,10 +1091,18 @@ static Onnx__ModelProto *
 enc_model(struct enc *x, const struct ml_graph *g)
 {
 	Onnx__ModelProto *m = pnew(x, &onnx__model_proto__descriptor);
+	x->fn.s = &x->s;
+	x->fn.e = x->e;
+	x->fn.opset = ml_graph_opset(g, "", DEFAULT_OPSET);
 	if (m == NULL || (m->graph = enc_graph(x, g, 0)) == NULL)
 		return NULL;
 	m->has_ir_version = 1;
 	m->ir_version = g->ir_version > 0 ? ML_MAX(g->ir_version, MIN_IR) : DEFAULT_IR;
+	if (x->fn.n > 0) {
+		m->ir_version = ML_MAX(m->ir_version, FUNC_IR);
+		m->n_functions = (size_t)x->fn.n;
+		m->functions = x->fn.f;
+	}
 	if (g->producer != NULL && g->producer[0] != '\0') {
 		m->producer_name = g->producer;
 	} else {

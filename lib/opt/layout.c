@@ -444,7 +444,9 @@ to_conv(struct lay *l, int ni, const int *in, int nin, int out)
 	const char *name = o->g->nodes[ni].name;
 	ML_TRY(mlopt_rewrite(o, ni, "ConvNHWC", "ml", nin, ins, 1, &out, ni, &ni, 1));
 	o->g->nodes[ni].name = (char *)name;
-	ML_TRY(ml_node_set_ints(o->g, ni, "kernel_shape", 2, ks));
+	/* the Conv's own kernel_shape, when it has one, holds the same values */
+	if (ml_attr_find(&o->g->nodes[ni], "kernel_shape") == NULL)
+		ML_TRY(ml_node_set_ints(o->g, ni, "kernel_shape", 2, ks));
 	if (packed)
 		ML_TRY(ml_node_set_int(o->g, ni, "packed_n", m));
 	mlopt_note(o, "Conv to NHWC");
