@@ -215,6 +215,7 @@ struct run {
 	struct ml_batch_spec xs, ys;
 	int64_t classes;
 	int64_t spe;		/* steps per epoch */
+	struct ml_lr_schedule sched;	/* the learning rate of each step (make_schedule) */
 	uint64_t step_no;	/* optimizer steps taken */
 	uint64_t epoch;		/* epochs completed */
 	int64_t in_epoch;	/* batches of the current epoch done */
@@ -301,19 +302,27 @@ take_config(struct opts *o, const char *cfg)
 	}
 }
 
-/* lr_at: the learning rate of step s (0-based). */
-static double
-lr_at(const struct run *r, uint64_t s)
+/*
+ * make_schedule: the learning-rate schedule of the options (lib/train's
+ * ml_lr_at gives each step's rate), once the data have given the steps of
+ * an epoch. A checkpoint's unknown schedule name keeps the rate constant.
+ */
+static void
+make_schedule(struct run *r)
 {
 	const struct opts *o = &r->o;
-	double lr = o->lr, total = (double)o->epochs * (double)r->spe;
-	if (strcmp(o->schedule, "step") == 0)
-		lr *= pow(o->lr_gamma, floor((double)(s / (uint64_t)r->spe) / (double)o->lr_step));
-	else if (strcmp(o->schedule, "cosine") == 0 && total > 0)
-		lr = o->lr_min + (o->lr - o->lr_min) * 0.5 * (1 + cos(M_PI * (double)s / total));
-	if (o->warmup > 0 && s < (uint64_t)o->warmup)
-		lr *= (double)(s + 1) / (double)o->warmup;
-	return lr;
+	struct ml_lr_schedule *sc = &r->sched;
+	ml_lr_schedule_init(sc);
+	sc->kind = ml_lr_schedule_from_name(o->schedule);
+	if (sc->kind < 0)
+		sc->kind = ML_LR_CONSTANT;
+	sc->lr = o->lr;
+	sc->steps_per_epoch = r->spe;
+	sc->epochs = o->epochs;
+	sc->step_epochs = o->lr_step;
+	sc->gamma = o->lr_gamma;
+	sc->lr_min = o->lr_min;
+	sc->warmup = o->warmup;
 }
 
 static void
@@ -564,7 +573,7 @@ report_epoch(struct run *r, double secs, double sps)
 				fprintf(r->log, ", \"%s_accuracy\": %.6g", what, va);
 		}
 		fprintf(r->log, ", \"samples_per_s\": %.1f, \"seconds\": %.3f, \"lr\": %.6g", sps,
-			secs, lr_at(r, r->step_no ? r->step_no - 1 : 0));
+			secs, ml_lr_at(&r->sched, r->step_no ? r->step_no - 1 : 0));
 		if (ml_dist_size() > 1)
 			log_dist(r->log, secs, true);
 		fputs("}\n", r->log);
@@ -631,7 +640,7 @@ train(struct run *r)
 					new_session(r);
 				r->cur_batch = x->dims[0];
 			}
-			*(float *)lr.data = (float)lr_at(r, r->step_no);
+			*(float *)lr.data = (float)ml_lr_at(&r->sched, r->step_no);
 			struct ml_tval xv, yv;
 			double w = 1;
 			if (ml_dist_size() > 1) {
@@ -819,8 +828,7 @@ main(int argc, char **argv)
 			given[S_OPT] = true;
 			break;
 		case O_SCHED:
-			if (strcmp(optarg, "constant") && strcmp(optarg, "step") &&
-			    strcmp(optarg, "cosine") && strcmp(optarg, "warmup"))
+			if (ml_lr_schedule_from_name(optarg) < 0)
 				usage_error(synopsis, "unknown schedule '%s' (constant, step, cosine, warmup)", optarg);
 			o->schedule = optarg;
 			given[S_SCHED] = true;
@@ -956,7 +964,7 @@ main(int argc, char **argv)
 	if (strcmp(o->optimizer, "adamw") == 0 && !given[S_WD] && resume == NULL)
 		o->wd = 0.01;
 	if (strcmp(o->schedule, "warmup") == 0 && o->warmup == 0)
-		o->warmup = 100;
+		o->warmup = ML_LR_WARMUP_DEFAULT;
 	if (r.model->n_inputs != 1)
 		die(EXIT_UNSUP, "%s: models with %d inputs are not supported (one input takes the data)",
 		    from, r.model->n_inputs);
@@ -1024,6 +1032,7 @@ main(int argc, char **argv)
 				nb, nb == 1 ? "" : "s", dopt.bucket_mb);
 	}
 	setup_data(&r);
+	make_schedule(&r);
 	if (resume != NULL) {
 		double v;
 		if (cfg_num(r.model->train->config, "steps_per_epoch", &v) && (int64_t)v != r.spe)

@@ -164,4 +164,62 @@ int ml_train_export(struct ml_graph *model, const struct ml_graph *step, struct 
 void ml_train_param_count(const struct ml_graph *g, const struct ml_train_opts *o, int *n_params,
 			  int64_t *n_elems);
 
+/*
+ * Learning-rate schedules. The step graph reads its rate from the "lr"
+ * input, so a schedule is the caller's loop setting that input to
+ * ml_lr_at(&sched, step) before each run:
+ *
+ *	struct ml_lr_schedule sc;
+ *	ml_lr_schedule_init(&sc);
+ *	sc.kind = ML_LR_COSINE; sc.lr = 0.1; sc.epochs = 10; sc.steps_per_epoch = 500;
+ *	for (uint64_t s = 0; ...; s++)
+ *		*(float *)lr.data = (float)ml_lr_at(&sc, s);
+ */
+enum ml_lr_kind {
+	ML_LR_CONSTANT = 0,	/* lr at every step */
+	ML_LR_STEP = 1,		/* lr * gamma^floor(epoch / step_epochs) */
+	ML_LR_COSINE = 2,	/* lr_min + (lr - lr_min) (1 + cos(pi s / (epochs spe))) / 2 */
+	ML_LR_WARMUP = 3,	/* constant, with ML_LR_WARMUP_DEFAULT warm-up steps when warmup is 0 */
+};
+#define ML_LR_WARMUP_DEFAULT 100
+
+/*
+ * struct ml_lr_schedule: a schedule over optimizer steps s = 0, 1, ...;
+ * epoch of step s is s / steps_per_epoch. A linear warm-up multiplies the
+ * rate of any kind by (s + 1) / warmup for s < warmup.
+ */
+struct ml_lr_schedule {
+	int kind;		/* enum ml_lr_kind (default ML_LR_CONSTANT) */
+	double lr;		/* the base rate (default 0.01) */
+	int64_t steps_per_epoch;	/* step and cosine: optimizer steps an epoch */
+	int64_t epochs;		/* cosine: the epochs of the whole run (0: the rate stays lr) */
+	int64_t step_epochs;	/* step: epochs between decays (default 1) */
+	double gamma;		/* step: the factor of each decay (default 0.1) */
+	double lr_min;		/* cosine: the rate at the end (default 0) */
+	int64_t warmup;		/* linear warm-up steps (default 0: none, but see ML_LR_WARMUP) */
+};
+
+/* ml_lr_schedule_init: the defaults above. */
+void ml_lr_schedule_init(struct ml_lr_schedule *s);
+/*
+ * ml_lr_schedule_name: "constant", "step", "cosine", "warmup" (NULL for an
+ * unknown kind); ml_lr_schedule_from_name: the inverse, -1 when unknown.
+ */
+const char *ml_lr_schedule_name(int kind);
+int ml_lr_schedule_from_name(const char *name);
+/*
+ * ml_lr_schedule_check: ML_EINVAL, with the reason in e, for an unknown
+ * kind, a rate that is not finite, negative warm-up steps, a step schedule
+ * without steps_per_epoch and step_epochs of at least 1, or a cosine one
+ * with a negative length; else 0.
+ */
+int ml_lr_schedule_check(const struct ml_lr_schedule *s, struct ml_err *e);
+/*
+ * ml_lr_at: the learning rate of step (0-based). Defined for any s: a
+ * schedule that ml_lr_schedule_check refuses gives lr for the parts it
+ * cannot compute (no decay without steps_per_epoch, no cosine without a
+ * length), never a division by zero.
+ */
+double ml_lr_at(const struct ml_lr_schedule *s, uint64_t step);
+
 #endif

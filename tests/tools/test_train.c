@@ -6,7 +6,9 @@
  * and reader; an exported model runs in eval mode and resumes exactly;
  * side-effect nodes stay last in toposort; the CPU's fused step
  * (ml_train_fuse) trains as the plain one and its kernels compute what
- * they stand for; bad options fail cleanly. Prints TAP.
+ * they stand for; bad options fail cleanly; the learning-rate schedules
+ * (ml_lr_at) give the rates worked out by hand and mltrain's former ones.
+ * Prints TAP.
  */
 #include <math.h>
 #include <stdio.h>
@@ -710,6 +712,136 @@ test_fused_kernels(void)
 	ok(bad == 0, "TrainGemm and GemmSGDUpdate compute Gemm and its act, and the SGD update");
 }
 
+/*
+ * old_lr_at: mltrain's learning rate before the schedules moved into the
+ * library (cmd/mltrain.c lr_at, as of d40ee07), the reference ml_lr_at
+ * must equal bit for bit: a resumed run depends on it.
+ */
+static double
+old_lr_at(const char *schedule, double lr0, double gamma, double lr_min, int64_t lr_step,
+	  int64_t warmup, int64_t epochs, int64_t spe, uint64_t s)
+{
+	double lr = lr0, total = (double)epochs * (double)spe;
+	if (strcmp(schedule, "step") == 0)
+		lr *= pow(gamma, floor((double)(s / (uint64_t)spe) / (double)lr_step));
+	else if (strcmp(schedule, "cosine") == 0 && total > 0)
+		lr = lr_min + (lr0 - lr_min) * 0.5 * (1 + cos(M_PI * (double)s / total));
+	if (warmup > 0 && s < (uint64_t)warmup)
+		lr *= (double)(s + 1) / (double)warmup;
+	return lr;
+}
+
+/* near: a and b equal to 1e-12 relative (hand-computed values). */
+static bool
+near(double a, double b)
+{
+	return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b));
+}
+
+/*
+ * schedules: ml_lr_at of each kind at steps worked out by hand, equal to
+ * mltrain's former computation over many steps, and the names and checks.
+ */
+static void
+schedules(void)
+{
+	struct ml_err e = { 0 };
+	struct ml_lr_schedule sc;
+
+	ml_lr_schedule_init(&sc);
+	ok(sc.kind == ML_LR_CONSTANT && sc.lr == 0.01 && sc.step_epochs == 1 && sc.gamma == 0.1 &&
+	   sc.warmup == 0, "ml_lr_schedule_init gives mltrain's defaults");
+	sc.lr = 0.1;
+	ok(ml_lr_at(&sc, 0) == 0.1 && ml_lr_at(&sc, 12345) == 0.1, "constant: lr at every step");
+
+	/* step: 10 steps an epoch, halved every 2 epochs */
+	sc.kind = ML_LR_STEP;
+	sc.steps_per_epoch = 10;
+	sc.step_epochs = 2;
+	sc.gamma = 0.5;
+	ok(ml_lr_at(&sc, 0) == 0.1 && ml_lr_at(&sc, 19) == 0.1 && near(ml_lr_at(&sc, 20), 0.05) &&
+	   near(ml_lr_at(&sc, 39), 0.05) && near(ml_lr_at(&sc, 40), 0.025) &&
+	   near(ml_lr_at(&sc, 65), 0.0125), "step: lr 0.1 halved every 2 epochs of 10 steps");
+
+	/* cosine: from 0.1 to 0.01 over 2 epochs of 5 steps */
+	ml_lr_schedule_init(&sc);
+	sc.kind = ML_LR_COSINE;
+	sc.lr = 0.1;
+	sc.lr_min = 0.01;
+	sc.epochs = 2;
+	sc.steps_per_epoch = 5;
+	ok(near(ml_lr_at(&sc, 0), 0.1) && near(ml_lr_at(&sc, 5), 0.055) &&
+	   near(ml_lr_at(&sc, 10), 0.01) && near(ml_lr_at(&sc, 2), 0.01 + 0.045 * (1 + cos(M_PI / 5))),
+	   "cosine: 0.1 at the start, 0.055 half-way, 0.01 at the end");
+	sc.epochs = 0;
+	ok(ml_lr_at(&sc, 3) == 0.1, "cosine of no length: lr");
+
+	/* warmup: 100 steps by default, or as many as given, over any kind */
+	ml_lr_schedule_init(&sc);
+	sc.kind = ML_LR_WARMUP;
+	sc.lr = 0.1;
+	ok(near(ml_lr_at(&sc, 0), 0.001) && near(ml_lr_at(&sc, 49), 0.05) &&
+	   near(ml_lr_at(&sc, 99), 0.1) && ml_lr_at(&sc, 100) == 0.1,
+	   "warmup: linear over ML_LR_WARMUP_DEFAULT (100) steps, then lr");
+	sc.warmup = 4;
+	ok(near(ml_lr_at(&sc, 0), 0.025) && near(ml_lr_at(&sc, 3), 0.1) && ml_lr_at(&sc, 4) == 0.1,
+	   "warmup: linear over the steps given");
+	sc.kind = ML_LR_STEP;
+	sc.steps_per_epoch = 10;
+	sc.gamma = 0.5;
+	sc.warmup = 5;
+	ok(near(ml_lr_at(&sc, 2), 0.06) && near(ml_lr_at(&sc, 10), 0.05),
+	   "a warm-up applies to the step schedule too");
+
+	/* every kind, with and without warm-up, equals mltrain's former lr_at */
+	int bad = 0, n = 0;
+	for (int k = 0; k < 4; k++) {
+		for (int w = 0; w < 3; w++) {
+			int64_t warm = w == 0 ? 0 : w == 1 ? 7 : 130;
+			ml_lr_schedule_init(&sc);
+			sc.kind = k;
+			sc.lr = 0.05;
+			sc.gamma = 0.3;
+			sc.lr_min = 1e-4;
+			sc.step_epochs = 3;
+			sc.epochs = 5;
+			sc.steps_per_epoch = 37;
+			sc.warmup = warm;
+			/* mltrain turned --lr-schedule warmup without --warmup-steps into 100 */
+			int64_t oldwarm = k == ML_LR_WARMUP && warm == 0 ? 100 : warm;
+			for (uint64_t s = 0; s < 250; s++, n++) {
+				double want = old_lr_at(ml_lr_schedule_name(k), 0.05, 0.3, 1e-4, 3,
+							oldwarm, 5, 37, s);
+				if (ml_lr_at(&sc, s) != want)
+					bad++;
+			}
+		}
+	}
+	printf("# %d rates compared with the former mltrain, %d differ\n", n, bad);
+	ok(bad == 0, "ml_lr_at equals mltrain's former rate bit for bit, every kind and warm-up");
+
+	ok(ml_lr_schedule_from_name("cosine") == ML_LR_COSINE &&
+	   ml_lr_schedule_from_name("warmup") == ML_LR_WARMUP &&
+	   ml_lr_schedule_from_name("linear") == -1 && ml_lr_schedule_from_name(NULL) == -1 &&
+	   strcmp(ml_lr_schedule_name(ML_LR_STEP), "step") == 0 && ml_lr_schedule_name(9) == NULL,
+	   "schedule names map both ways");
+
+	ml_lr_schedule_init(&sc);
+	ok(ml_lr_schedule_check(&sc, &e) == 0, "the default schedule is valid");
+	sc.kind = ML_LR_STEP;
+	bool refused = ml_lr_schedule_check(&sc, &e) == ML_EINVAL;
+	ok(refused && ml_lr_at(&sc, 42) == 0.01,
+	   "a step schedule without steps an epoch is ML_EINVAL, and ml_lr_at gives lr");
+	sc.kind = 7;
+	ok(ml_lr_schedule_check(&sc, &e) == ML_EINVAL, "an unknown kind is ML_EINVAL");
+	ml_lr_schedule_init(&sc);
+	sc.warmup = -1;
+	ok(ml_lr_schedule_check(&sc, &e) == ML_EINVAL, "negative warm-up steps are ML_EINVAL");
+	sc.warmup = 0;
+	sc.lr = NAN;
+	ok(ml_lr_schedule_check(&sc, &e) == ML_EINVAL, "a rate that is not finite is ML_EINVAL");
+}
+
 int
 main(void)
 {
@@ -941,6 +1073,7 @@ main(void)
 		ok(np == 4 && ne == 4 * 16 + 16 + 16 * 3 + 3, "ml_train_param_count counts the MLP");
 		ml_graph_free(mlp);
 	}
+	schedules();
 	printf("1..%d\n", ntest);
 	return nfail != 0;
 }
