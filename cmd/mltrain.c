@@ -169,40 +169,6 @@ on_watchdog(int sig)
 	_exit(128 + (got_int ? got_int : SIGTERM));
 }
 
-/* cfg_num / cfg_str: a value of the flat JSON object the checkpoint keeps. */
-static bool
-cfg_num(const char *cfg, const char *key, double *v)
-{
-	char k[64];
-	snprintf(k, sizeof k, "\"%s\": ", key);
-	const char *p = cfg ? strstr(cfg, k) : NULL;
-	if (p == NULL)
-		return false;
-	char *end;
-	*v = strtod(p + strlen(k), &end);
-	return end != p + strlen(k);
-}
-
-static const char *
-cfg_str(const char *cfg, const char *key)
-{
-	static char buf[4][64];
-	static int next;
-	char k[64];
-	snprintf(k, sizeof k, "\"%s\": \"", key);
-	const char *p = cfg ? strstr(cfg, k) : NULL;
-	if (p == NULL)
-		return NULL;
-	p += strlen(k);
-	const char *q = strchr(p, '"');
-	if (q == NULL || q - p >= 63)
-		return NULL;
-	char *b = buf[next++ % 4];
-	memcpy(b, p, (size_t)(q - p));
-	b[q - p] = '\0';
-	return b;
-}
-
 /* The state of a run between steps. */
 struct run {
 	struct opts o;
@@ -222,6 +188,7 @@ struct run {
 	double loss_sum;	/* of the current epoch, over samples */
 	int64_t correct, seen;
 	uint64_t last_ckpt;	/* the step of the last checkpoint written, or UINT64_MAX */
+	struct ml_train_config cfg;	/* --resume: the checkpoint's training state, parsed */
 	int verbose, quiet;
 	const char *device;
 	FILE *log;
@@ -255,9 +222,26 @@ config_json(const struct run *r)
 	return buf;
 }
 
-/* take_config: the saved options for those not given on the command line. */
+/* state_int: an integer of the training state into *v if there; status 3 when not an integer. */
+static bool
+state_int(const struct ml_train_config *c, const char *key, int64_t *v, const char *resume)
+{
+	double d;
+	if (ml_train_config_int(c, key, v))
+		return true;
+	if (ml_train_config_num(c, key, &d))
+		die(EXIT_INVALID, "%s: damaged training state: %s is %g, not an integer", resume, key,
+		    d);
+	return false;
+}
+
+/*
+ * take_config: the options the checkpoint saved (cfg, its training state
+ * parsed) for those not given on the command line; options that fix the
+ * data order must not differ. resume names the checkpoint in errors.
+ */
 static void
-take_config(struct opts *o, const char *cfg)
+take_config(struct opts *o, const struct ml_train_config *cfg, const char *resume)
 {
 	static const char *const keys[S_N] = {
 		"loss", "optimizer", "lr_schedule", "lr", "momentum", "beta1", "beta2", "eps",
@@ -277,27 +261,30 @@ take_config(struct opts *o, const char *cfg)
 	const char **strs[S_N] = { [S_LOSS] = &o->loss, [S_OPT] = &o->optimizer,
 				   [S_SCHED] = &o->schedule };
 	for (int i = 0; i < S_N; i++) {
+		bool order = i == S_BATCH || i == S_SEED || i == S_SHUF || i == S_VAL;
 		double v;
+		int64_t n;
 		const char *s;
-		if (strs[i] != NULL && (s = cfg_str(cfg, keys[i])) != NULL) {
+		if (strs[i] != NULL && (s = ml_train_config_str(cfg, keys[i])) != NULL) {
 			if (given[i] && strcmp(s, *strs[i]) != 0 && i != S_SCHED)
 				die(EXIT_USAGE, "--%s %s differs from the checkpoint's %s", keys[i],
 				    *strs[i], s);
-			if (!given[i])
-				*strs[i] = strdup(s);
-		} else if (cfg_num(cfg, keys[i], &v)) {
-			bool order = i == S_BATCH || i == S_SEED || i == S_SHUF || i == S_VAL;
-			double cur = dbl[i] ? *dbl[i] : (double)*ints[i];
-			if (given[i] && order && cur != v)
+			if (!given[i] && (*strs[i] = strdup(s)) == NULL)
+				die(EXIT_FAIL, "out of memory");
+		} else if (dbl[i] != NULL && ml_train_config_num(cfg, keys[i], &v)) {
+			if (given[i] && order && *dbl[i] != v)
 				die(EXIT_USAGE,
 				    "--%s differs from the checkpoint's (%g); a resumed run keeps its data order",
 				    keys[i], v);
-			if (!given[i]) {
-				if (dbl[i])
-					*dbl[i] = v;
-				else
-					*ints[i] = (int64_t)v;
-			}
+			if (!given[i])
+				*dbl[i] = v;
+		} else if (ints[i] != NULL && state_int(cfg, keys[i], &n, resume)) {
+			if (given[i] && order && *ints[i] != n)
+				die(EXIT_USAGE,
+				    "--%s differs from the checkpoint's (%g); a resumed run keeps its data order",
+				    keys[i], (double)n);
+			if (!given[i])
+				*ints[i] = n;
 		}
 	}
 }
@@ -950,30 +937,32 @@ check_outputs(struct run *r, const struct args *a)
 }
 
 /*
- * take_state: --resume: the checkpoint's options for those not given, the
- * step and epoch it stopped at, and the position and sums of its epoch.
+ * take_state: --resume: the checkpoint's training state parsed (status 3
+ * when it is not a JSON object), its options for those not given, the step
+ * and epoch it stopped at, and the position and sums of its epoch.
  */
 static void
 take_state(struct run *r, const char *resume)
 {
+	struct ml_err err = { 0 };
 	struct ml_train *t = r->model->train;
-	double v;
 	if (t == NULL || t->config == NULL)
 		die(EXIT_INVALID, "%s: not a checkpoint of mltrain (no training state)", resume);
 	if (ml_dist_size() > 1)
 		dist_resume_state(r->model);
 	t = r->model->train;
-	take_config(&r->o, t->config);
+	if (ml_train_config_parse(&r->cfg, t->config, &err) < 0) {
+		if (err.code == ML_ENOMEM)
+			die_err(&err);
+		die(EXIT_INVALID, "%s: damaged %s", resume, err.msg);
+	}
+	take_config(&r->o, &r->cfg, resume);
 	r->step_no = t->step;
 	r->epoch = t->epoch;
-	if (cfg_num(t->config, "epoch_step", &v))
-		r->in_epoch = (int64_t)v;
-	if (cfg_num(t->config, "epoch_loss_sum", &v))
-		r->loss_sum = v;
-	if (cfg_num(t->config, "epoch_correct", &v))
-		r->correct = (int64_t)v;
-	if (cfg_num(t->config, "epoch_seen", &v))
-		r->seen = (int64_t)v;
+	state_int(&r->cfg, "epoch_step", &r->in_epoch, resume);
+	ml_train_config_num(&r->cfg, "epoch_loss_sum", &r->loss_sum);
+	state_int(&r->cfg, "epoch_correct", &r->correct, resume);
+	state_int(&r->cfg, "epoch_seen", &r->seen, resume);
 }
 
 /* train_opts: the library's step options from the command line's. */
@@ -1060,11 +1049,11 @@ distribute(struct run *r, struct args *a)
 static void
 check_resume(const struct run *r, const char *resume)
 {
-	double v;
-	if (cfg_num(r->model->train->config, "steps_per_epoch", &v) && (int64_t)v != r->spe)
+	int64_t v;
+	if (state_int(&r->cfg, "steps_per_epoch", &v, resume) && v != r->spe)
 		die(EXIT_INVALID, "%s: the data give %lld steps an epoch, the checkpoint had %lld",
 		    r->data_path, (long long)r->spe, (long long)v);
-	if (r->in_epoch > r->spe)
+	if (r->in_epoch < 0 || r->correct < 0 || r->seen < 0 || r->in_epoch > r->spe)
 		die(EXIT_INVALID, "%s: damaged training state (step %lld of an epoch of %lld)",
 		    resume, (long long)r->in_epoch, (long long)r->spe);
 }
@@ -1144,6 +1133,7 @@ free_run(struct run *r)
 	ml_dataset_free(r->eval);
 	ml_graph_free(r->step);
 	ml_graph_free(r->model);
+	ml_train_config_free(&r->cfg);
 }
 
 int
@@ -1194,8 +1184,7 @@ main(int argc, char **argv)
 	if (a.dump != NULL) {
 		if (ml_model_save(r.step, a.dump, ML_FMT_MLG, &err) < 0)
 			die_err(&err);
-		ml_graph_free(r.step);
-		ml_graph_free(r.model);
+		free_run(&r);
 		return finish_stdout();
 	}
 	if (ml_dist_size() > 1)

@@ -7,7 +7,8 @@
  * side-effect nodes stay last in toposort; the CPU's fused step
  * (ml_train_fuse) trains as the plain one and its kernels compute what
  * they stand for; bad options fail cleanly; the learning-rate schedules
- * (ml_lr_at) give the rates worked out by hand and mltrain's former ones.
+ * (ml_lr_at) give the rates worked out by hand and mltrain's former ones;
+ * a checkpoint's training state parses (ml_train_config_parse).
  * Prints TAP.
  */
 #include <math.h>
@@ -842,6 +843,101 @@ schedules(void)
 	ok(ml_lr_schedule_check(&sc, &e) == ML_EINVAL, "a rate that is not finite is ML_EINVAL");
 }
 
+/* parse_fails: text is refused with ML_EFORMAT and leaves the config empty. */
+static bool
+parse_fails(const char *text)
+{
+	struct ml_err e = { 0 };
+	struct ml_train_config c;
+	int rc = ml_train_config_parse(&c, text, &e);
+	bool good = rc == ML_EFORMAT && c.n == 0 && c.items == NULL &&
+		    strstr(e.msg, "training state: ") == e.msg;
+	if (!good)
+		printf("# '%s': rc %d (%s)\n", text, rc, e.msg);
+	ml_train_config_free(&c);
+	return good;
+}
+
+/*
+ * train_config: the checkpoint's training state as mltrain writes it reads
+ * back exactly; keys are found as keys only; bad JSON is refused.
+ */
+static void
+train_config(void)
+{
+	struct ml_err e = { 0 };
+	struct ml_train_config c;
+	double v;
+	int64_t n;
+
+	/* what mltrain's config_json writes (a resumed checkpoint of the SGD MLP) */
+	static const char written[] =
+		"{\"loss\": \"softmax-cross-entropy\", \"optimizer\": \"sgd\", \"lr_schedule\": "
+		"\"cosine\", \"lr\": 0.10000000000000001, \"momentum\": 0.90000000000000002, "
+		"\"beta1\": 0.90000000000000002, \"beta2\": 0.999, \"eps\": 1e-08, "
+		"\"weight_decay\": 0, \"clip_norm\": 0, \"lr_gamma\": 0.10000000000000001, "
+		"\"lr_min\": 0, \"val_split\": 0, \"nesterov\": 0, \"lr_step\": 1, "
+		"\"warmup_steps\": 0, \"batch\": 64, \"epochs\": 3, \"seed\": 9223372036854775807, "
+		"\"shuffle\": 1, \"checkpoint_every\": 0, \"steps_per_epoch\": 938, "
+		"\"epoch_step\": 17, \"epoch_loss_sum\": 1234.5678901234567, \"epoch_correct\": 1003, "
+		"\"epoch_seen\": 1088, \"keep_denormals\": 0}";
+	bool good = ml_train_config_parse(&c, written, &e) == 0 && c.n == 27;
+	good = good && strcmp(ml_train_config_str(&c, "loss"), "softmax-cross-entropy") == 0 &&
+	       strcmp(ml_train_config_str(&c, "lr_schedule"), "cosine") == 0 &&
+	       ml_train_config_num(&c, "lr", &v) && v == 0.1 &&
+	       ml_train_config_num(&c, "eps", &v) && v == 1e-8 &&
+	       ml_train_config_num(&c, "epoch_loss_sum", &v) && v == 1234.5678901234567 &&
+	       ml_train_config_int(&c, "steps_per_epoch", &n) && n == 938 &&
+	       ml_train_config_int(&c, "epoch_seen", &n) && n == 1088 &&
+	       ml_train_config_int(&c, "seed", &n) && n == INT64_MAX;
+	ok(good, "mltrain's training state reads back: strings, doubles bit for bit, a seed of "
+	   "2^63-1 exactly");
+	ok(ml_train_config_str(&c, "lr") == NULL && !ml_train_config_num(&c, "loss", &v) &&
+	   !ml_train_config_num(&c, "absent", &v) && !ml_train_config_int(&c, "lr", &n) &&
+	   !ml_train_config_int(&c, "epoch_loss_sum", &n) &&
+	   !ml_train_config_int(&c, "eps", &n),
+	   "a key of another type, absent, or a number that is not an integer is not found");
+	ml_train_config_free(&c);
+	ok(c.n == 0 && c.items == NULL, "ml_train_config_free leaves the config empty");
+
+	/* strstr found "lr": inside a string value; a parser finds keys only */
+	good = ml_train_config_parse(&c, "{\"note\": \"\\\"lr\\\": 5\", \"lr\": 0.25}", &e) == 0 &&
+	       ml_train_config_num(&c, "lr", &v) && v == 0.25 &&
+	       strcmp(ml_train_config_str(&c, "note"), "\"lr\": 5") == 0;
+	ml_train_config_free(&c);
+	ok(good, "a key is found as a key, not as text inside a string value");
+
+	good = ml_train_config_parse(&c, " \n{ \"a\" :1.5e2,\"b\":[1, {\"c\": [true]}],\"d\":{},"
+				     "\"e\": \"caf\\u00e9 \\ud83d\\ude00\\n\", \"f\": null, "
+				     "\"g\": false, \"a\": 7 }\t", &e) == 0 &&
+	       c.n == 7 && ml_train_config_num(&c, "a", &v) && v == 150 &&
+	       ml_train_config_int(&c, "a", &n) && n == 150 && c.items[1].type == ML_CFG_NESTED &&
+	       c.items[2].type == ML_CFG_NESTED && c.items[4].type == ML_CFG_NULL &&
+	       c.items[5].type == ML_CFG_BOOL && c.items[5].num == 0 &&
+	       strcmp(ml_train_config_str(&c, "e"), "caf\xc3\xa9 \xf0\x9f\x98\x80\n") == 0;
+	ml_train_config_free(&c);
+	ok(good, "blanks, exponents, nested values, escapes and surrogate pairs; the first of "
+	   "two equal keys wins");
+
+	good = ml_train_config_parse(&c, "", &e) == 0 && c.n == 0 &&
+	       ml_train_config_parse(&c, NULL, &e) == 0 && c.n == 0 &&
+	       ml_train_config_parse(&c, " {} ", &e) == 0 && c.n == 0;
+	ok(good, "an empty text (a model exported without a state) is an empty object");
+
+	char deep[300];
+	memset(deep, '[', sizeof deep);
+	memcpy(deep, "{\"a\": ", 6);
+	deep[sizeof deep - 1] = '\0';
+	ok(parse_fails("{\"a\": 1,}") && parse_fails("{\"a\" 1}") && parse_fails("[1]") &&
+	   parse_fails("{\"a\": 01}") && parse_fails("{\"a\": \"x") && parse_fails("{\"a\": \"\\u0000\"}") &&
+	   parse_fails("{\"a\": tru}") && parse_fails("{\"a\": 1} x") && parse_fails("{\"a\": }") &&
+	   parse_fails("{\"a\": -}") && parse_fails("{\"a\": 1.}") && parse_fails("{\"a\": .5}") &&
+	   parse_fails("{\"a\": \"\\x\"}") && parse_fails("{\"a\": \"\\ud800\"}") &&
+	   parse_fails("{\"a\": \"tab\there\"}") && parse_fails("{a: 1}") && parse_fails("{") &&
+	   parse_fails(deep),
+	   "malformed JSON is ML_EFORMAT, the config left empty");
+}
+
 int
 main(void)
 {
@@ -1074,6 +1170,7 @@ main(void)
 		ml_graph_free(mlp);
 	}
 	schedules();
+	train_config();
 	printf("1..%d\n", ntest);
 	return nfail != 0;
 }
