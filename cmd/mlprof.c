@@ -433,7 +433,8 @@ check_args(struct opts *o, int argc, char **argv)
 		if (xdg != NULL && xdg[0] == '/')
 			snprintf(o->costpath, sizeof o->costpath, "%s/ml/costmodel.json", xdg);
 		else if (home != NULL && home[0] != '\0')
-			snprintf(o->costpath, sizeof o->costpath, "%s/.cache/ml/costmodel.json", home);
+			snprintf(o->costpath, sizeof o->costpath, "%s/.cache/ml/costmodel.json",
+				 home);
 		else
 			usage_error(synopsis, "--calibrate: HOME is not set; give -o FILE");
 	}

@@ -300,7 +300,8 @@ warn_fused(const struct ml_graph *q)
 	if (nfused > 0)
 		fprintf(stderr, "%s: %d fused node%s (%s%s) stay%s float: quantise before mlopt to "
 			"quantise them\n", progname, nfused, nfused > 1 ? "s" : "",
-			fname != NULL ? fname : "?", nfused > 1 ? ", ..." : "", nfused > 1 ? "" : "s");
+			fname != NULL ? fname : "?", nfused > 1 ? ", ..." : "",
+			nfused > 1 ? "" : "s");
 }
 
 /* print_summary: -v's line: how many layers went int8 and the constants' sizes. */

@@ -230,8 +230,8 @@ state_int(const struct ml_train_config *c, const char *key, int64_t *v, const ch
 	if (ml_train_config_int(c, key, v))
 		return true;
 	if (ml_train_config_num(c, key, &d))
-		die(EXIT_INVALID, "%s: damaged training state: %s is %g, not an integer", resume, key,
-		    d);
+		die(EXIT_INVALID, "%s: damaged training state: %s is %g, not an integer",
+		    resume, key, d);
 	return false;
 }
 
@@ -909,7 +909,8 @@ setup_dist(struct run *r, struct args *a)
 	if (a->di.rank != 0)
 		r->quiet = 1, r->verbose = 0, a->json = 0;
 	if (a->threads == 0) {
-		long per = sysconf(_SC_NPROCESSORS_ONLN) / (a->di.local_size > 0 ? a->di.local_size : 1);
+		long local = a->di.local_size > 0 ? a->di.local_size : 1;
+		long per = sysconf(_SC_NPROCESSORS_ONLN) / local;
 		a->threads = per > 1 ? (int)per : 1;
 	}
 	if (r->o.batch < a->di.size)
@@ -1041,8 +1042,9 @@ distribute(struct run *r, struct args *a)
 		die_run(&err, NULL);
 	if (r->verbose)
 		fprintf(stderr, "%s: %d ranks (%s): gradients all-reduced in %d bucket%s of "
-			"about %g MiB\n", progname, a->di.size, a->di.library[0] ? a->di.library : "MPI",
-			nb, nb == 1 ? "" : "s", a->dopt.bucket_mb);
+			"about %g MiB\n", progname, a->di.size,
+			a->di.library[0] ? a->di.library : "MPI", nb, nb == 1 ? "" : "s",
+			a->dopt.bucket_mb);
 }
 
 /* check_resume: a resumed run's data must give the epochs its checkpoint had. */
@@ -1079,7 +1081,8 @@ check_ranks_agree(struct run *r)
 {
 	struct ml_err err = { 0 };
 	double d = 0;
-	if (ml_session_sync(r->sess, &err) < 0 || ml_dist_param_divergence(r->step, 0, &d, &err) < 0)
+	if (ml_session_sync(r->sess, &err) < 0 ||
+	    ml_dist_param_divergence(r->step, 0, &d, &err) < 0)
 		die_run(&err, NULL);
 	if (d > 0 && ml_dist_rank() == 0)
 		warnx("warning: the parameters differ across ranks by up to %g", d);

@@ -180,7 +180,7 @@ enum ml_lr_kind {
 	ML_LR_CONSTANT = 0,	/* lr at every step */
 	ML_LR_STEP = 1,		/* lr * gamma^floor(epoch / step_epochs) */
 	ML_LR_COSINE = 2,	/* lr_min + (lr - lr_min) (1 + cos(pi s / (epochs spe))) / 2 */
-	ML_LR_WARMUP = 3,	/* constant, with ML_LR_WARMUP_DEFAULT warm-up steps when warmup is 0 */
+	ML_LR_WARMUP = 3,	/* constant; warmup 0 means ML_LR_WARMUP_DEFAULT steps */
 };
 #define ML_LR_WARMUP_DEFAULT 100
 

@@ -70,7 +70,8 @@ ml_lr_at(const struct ml_lr_schedule *s, uint64_t step)
 		break;
 	case ML_LR_COSINE:
 		if (total > 0)
-			lr = s->lr_min + (s->lr - s->lr_min) * 0.5 * (1 + cos(M_PI * (double)step / total));
+			lr = s->lr_min +
+			     (s->lr - s->lr_min) * 0.5 * (1 + cos(M_PI * (double)step / total));
 		break;
 	case ML_LR_WARMUP:
 		if (warmup == 0)

@@ -772,7 +772,8 @@ schedules(void)
 	sc.epochs = 2;
 	sc.steps_per_epoch = 5;
 	ok(near(ml_lr_at(&sc, 0), 0.1) && near(ml_lr_at(&sc, 5), 0.055) &&
-	   near(ml_lr_at(&sc, 10), 0.01) && near(ml_lr_at(&sc, 2), 0.01 + 0.045 * (1 + cos(M_PI / 5))),
+	   near(ml_lr_at(&sc, 10), 0.01) &&
+	   near(ml_lr_at(&sc, 2), 0.01 + 0.045 * (1 + cos(M_PI / 5))),
 	   "cosine: 0.1 at the start, 0.055 half-way, 0.01 at the end");
 	sc.epochs = 0;
 	ok(ml_lr_at(&sc, 3) == 0.1, "cosine of no length: lr");
@@ -929,7 +930,8 @@ train_config(void)
 	memcpy(deep, "{\"a\": ", 6);
 	deep[sizeof deep - 1] = '\0';
 	ok(parse_fails("{\"a\": 1,}") && parse_fails("{\"a\" 1}") && parse_fails("[1]") &&
-	   parse_fails("{\"a\": 01}") && parse_fails("{\"a\": \"x") && parse_fails("{\"a\": \"\\u0000\"}") &&
+	   parse_fails("{\"a\": 01}") && parse_fails("{\"a\": \"x") &&
+	   parse_fails("{\"a\": \"\\u0000\"}") &&
 	   parse_fails("{\"a\": tru}") && parse_fails("{\"a\": 1} x") && parse_fails("{\"a\": }") &&
 	   parse_fails("{\"a\": -}") && parse_fails("{\"a\": 1.}") && parse_fails("{\"a\": .5}") &&
 	   parse_fails("{\"a\": \"\\x\"}") && parse_fails("{\"a\": \"\\ud800\"}") &&
