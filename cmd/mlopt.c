@@ -208,8 +208,20 @@ print_report(FILE *fp, const struct ml_opt_report *r, bool json, int level, cons
 		r->nodes_after, pct, r->rounds, r->rounds == 1 ? "" : "s");
 }
 
-int
-main(int argc, char **argv)
+/* The options of one run, as parsed. */
+struct opts {
+	struct cli_inputs in;
+	struct ml_opt_opts oo;
+	const char *input, *output;
+	enum ml_format to;
+	bool force, list, report, json, verify, version;
+	double rtol, atol, timeout;
+	int verbose, quiet;
+};
+
+/* parse_args: read argv into o; usage errors exit 2, -h exits 0. */
+static void
+parse_args(struct opts *o, int argc, char **argv)
 {
 	enum { OPT_PASSES = 256, OPT_DISABLE, OPT_LIST, OPT_REPORT, OPT_JSON, OPT_VERIFY, OPT_RTOL,
 	       OPT_ATOL, OPT_SEED, OPT_DIM, OPT_MAX_ALLOC, OPT_TIMEOUT };
@@ -236,173 +248,205 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct cli_inputs in = { 0 };
-	struct ml_opt_opts oo = { .level = 2 };
-	const char *output = NULL;
-	bool force = false, list = false, report = false, json = false, verify = false;
-	bool version = false;
-	double rtol = 1e-4, atol = 1e-5, timeout = 0;
-	int verbose = 0, quiet = 0, c;
-
-	cli_init(argc, argv);
+	int c;
 	while ((c = getopt_long(argc, argv, "fhi:O:o:qvV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'f':
-			force = true;
+			o->force = true;
 			break;
 		case 'h':
 			show_help(synopsis, help_text);
 		case 'i':
-			cli_add_input(&in, optarg, synopsis);
+			cli_add_input(&o->in, optarg, synopsis);
 			break;
 		case 'O':
-			oo.level = (int)parse_int("-O", optarg, 0, 3, synopsis);
+			o->oo.level = (int)parse_int("-O", optarg, 0, 3, synopsis);
 			break;
 		case 'o':
-			output = optarg;
+			o->output = optarg;
 			break;
 		case 'q':
-			quiet = 1;
+			o->quiet = 1;
 			break;
 		case 'v':
-			verbose++;
+			o->verbose++;
 			break;
 		case 'V':
-			version = true;
+			o->version = true;
 			break;
 		case OPT_PASSES:
-			oo.passes = optarg;
+			o->oo.passes = optarg;
 			break;
 		case OPT_DISABLE:
-			oo.disable = optarg;
+			o->oo.disable = optarg;
 			break;
 		case OPT_LIST:
-			list = true;
+			o->list = true;
 			break;
 		case OPT_REPORT:
-			report = true;
+			o->report = true;
 			break;
 		case OPT_JSON:
-			json = true;
+			o->json = true;
 			break;
 		case OPT_VERIFY:
-			verify = true;
+			o->verify = true;
 			break;
 		case OPT_RTOL:
-			rtol = parse_double("--rtol", optarg, synopsis);
+			o->rtol = parse_double("--rtol", optarg, synopsis);
 			break;
 		case OPT_ATOL:
-			atol = parse_double("--atol", optarg, synopsis);
+			o->atol = parse_double("--atol", optarg, synopsis);
 			break;
 		case OPT_SEED:
-			in.seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
+			o->in.seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
 			break;
 		case OPT_DIM:
-			cli_add_dim(&in, optarg, synopsis);
+			cli_add_dim(&o->in, optarg, synopsis);
 			break;
 		case OPT_MAX_ALLOC:
 			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
 			break;
 		case OPT_TIMEOUT:
-			timeout = parse_timeout(optarg, synopsis);
+			o->timeout = parse_timeout(optarg, synopsis);
 			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
 			exit(EXIT_USAGE);
 		}
 	}
-	if (version) {
-		print_version(verbose);
-		return finish_stdout();
-	}
-	if (list) {
-		if (optind < argc)
-			usage_error(synopsis, "--list-passes takes no operand");
-		list_passes(json);
-		return finish_stdout();
-	}
+}
+
+/*
+ * check_args: the combinations parse_args cannot see, the operand, and the
+ * output's format (from its extension; mlg for stdout or an unknown one).
+ */
+static void
+check_args(struct opts *o, int argc, char **argv)
+{
 	if (optind + 1 < argc)
 		usage_error(synopsis, "too many operands");
-	if (json && !report)
+	if (o->json && !o->report)
 		usage_error(synopsis, "--json needs --report or --list-passes");
-	if (rtol < 0 || atol < 0)
+	if (o->rtol < 0 || o->atol < 0)
 		usage_error(synopsis, "tolerances must not be negative");
-	if ((in.nbinds > 0 || in.ndims > 0) && !verify)
+	if ((o->in.nbinds > 0 || o->in.ndims > 0) && !o->verify)
 		usage_error(synopsis, "-i and --dim need --verify");
-	if (timeout > 0 && !verify)
+	if (o->timeout > 0 && !o->verify)
 		usage_error(synopsis, "--timeout needs --verify");
 	struct ml_err err = { 0 };
-	if (ml_opt_check_names(oo.passes, &err) < 0 || ml_opt_check_names(oo.disable, &err) < 0)
+	if (ml_opt_check_names(o->oo.passes, &err) < 0 ||
+	    ml_opt_check_names(o->oo.disable, &err) < 0)
 		usage_error(synopsis, "%s", err.msg);
-	const char *input = optind < argc ? argv[optind] : "-";
-	if (output != NULL && output[0] == '\0')
+	o->input = optind < argc ? argv[optind] : "-";
+	if (o->output != NULL && o->output[0] == '\0')
 		usage_error(synopsis, "-o: empty file name");
-	if (output == NULL)
-		output = "-";
-	enum ml_format to = ML_FMT_MLG;
-	if (strcmp(output, "-") != 0) {
-		const char *dot = strrchr(output, '.'), *slash = strrchr(output, '/');
+	if (o->output == NULL)
+		o->output = "-";
+	o->to = ML_FMT_MLG;
+	if (strcmp(o->output, "-") != 0) {
+		const char *dot = strrchr(o->output, '.'), *slash = strrchr(o->output, '/');
 		if (dot != NULL && (slash == NULL || dot > slash) &&
 		    ml_format_from_name(dot + 1) != ML_FMT_AUTO)
-			to = ml_format_from_name(dot + 1);
+			o->to = ml_format_from_name(dot + 1);
 	}
-	if (to != ML_FMT_MLT)
-		refuse_tty_stdout(output, force);
+	if (o->to != ML_FMT_MLT)
+		refuse_tty_stdout(o->output, o->force);
+}
 
-	struct ml_graph *g = NULL;
-	cli_set_timeout(timeout);
-	double t0 = ml_now();
-	if (ml_model_load(&g, input, ML_FMT_AUTO, &err) < 0)
+/*
+ * verify_setup: --verify: run g as read on the inputs (random for those
+ * not given) and keep its outputs as the reference every pass is checked
+ * against; dies when the graph as read does not run.
+ */
+static void
+verify_setup(struct verify *v, struct opts *o, struct ml_graph *g)
+{
+	struct ml_err err = { 0 };
+	o->in.random = true;
+	v->n = g->n_outputs;
+	v->ref = calloc((size_t)v->n + 1, sizeof *v->ref);
+	v->names = calloc((size_t)v->n + 1, sizeof *v->names);
+	if (v->ref == NULL || v->names == NULL)
+		die(EXIT_FAIL, "out of memory");
+	for (int i = 0; i < v->n; i++)
+		v->names[i] = strdup(g->tensors[g->outputs[i]]->name);
+	if (run_graph(v, g, v->ref, &err) < 0) {
+		ml_err_prefix(&err, "--verify: the graph as read");
 		die_err(&err);
-	const char *shown_in = strcmp(input, "-") == 0 ? "<stdin>" : input;
-	if (verbose && !quiet)
+	}
+	o->oo.check = check_pass;
+	o->oo.check_ctx = v;
+}
+
+/* verify_free: release what verify_setup kept. */
+static void
+verify_free(struct verify *v)
+{
+	for (int i = 0; i < v->n; i++) {
+		ml_tval_clear(&v->ref[i]);
+		free(v->names[i]);
+	}
+	free(v->ref);
+	free(v->names);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct opts o = { .oo.level = 2, .rtol = 1e-4, .atol = 1e-5 };
+
+	cli_init(argc, argv);
+	parse_args(&o, argc, argv);
+	if (o.version) {
+		print_version(o.verbose);
+		return finish_stdout();
+	}
+	if (o.list) {
+		if (optind < argc)
+			usage_error(synopsis, "--list-passes takes no operand");
+		list_passes(o.json);
+		return finish_stdout();
+	}
+	check_args(&o, argc, argv);
+
+	struct ml_err err = { 0 };
+	struct ml_graph *g = NULL;
+	bool talk = o.verbose && !o.quiet;
+	cli_set_timeout(o.timeout);
+	double t0 = ml_now();
+	if (ml_model_load(&g, o.input, ML_FMT_AUTO, &err) < 0)
+		die_err(&err);
+	const char *shown_in = strcmp(o.input, "-") == 0 ? "<stdin>" : o.input;
+	if (talk)
 		fprintf(stderr, "%s: read %s: %d nodes (%.1f ms)\n", progname, shown_in, g->n_nodes,
 			(ml_now() - t0) * 1e3);
 
-	struct verify v = { .path = shown_in, .in = &in, .rtol = rtol, .atol = atol,
-			    .verbose = verbose && !quiet };
-	if (verify) {
-		in.random = true;
-		v.n = g->n_outputs;
-		v.ref = calloc((size_t)v.n + 1, sizeof *v.ref);
-		v.names = calloc((size_t)v.n + 1, sizeof *v.names);
-		if (v.ref == NULL || v.names == NULL)
-			die(EXIT_FAIL, "out of memory");
-		for (int i = 0; i < v.n; i++)
-			v.names[i] = strdup(g->tensors[g->outputs[i]]->name);
-		if (run_graph(&v, g, v.ref, &err) < 0) {
-			ml_err_prefix(&err, "--verify: the graph as read");
-			die_err(&err);
-		}
-		oo.check = check_pass;
-		oo.check_ctx = &v;
-	}
+	struct verify v = { .path = shown_in, .in = &o.in, .rtol = o.rtol, .atol = o.atol,
+			    .verbose = talk };
+	if (o.verify)
+		verify_setup(&v, &o, g);
 	struct ml_opt_report r = { 0 };
 	double t1 = ml_now();
-	if (ml_opt_run(g, &oo, &r, &err) < 0) {
+	if (ml_opt_run(g, &o.oo, &r, &err) < 0) {
 		if (v.broke)
 			die(EXIT_FAIL, "%s: %s", shown_in, err.msg);
 		die_err(&err);
 	}
-	if (verbose && !quiet)
+	if (talk)
 		fprintf(stderr, "%s: %d -> %d nodes in %d rounds (%.1f ms)%s\n", progname,
 			r.nodes_before, r.nodes_after, r.rounds, (ml_now() - t1) * 1e3,
-			verify ? ", every pass verified" : "");
+			o.verify ? ", every pass verified" : "");
 	cli_commit();
-	if (ml_model_save(g, output, to, &err) < 0)
+	if (ml_model_save(g, o.output, o.to, &err) < 0)
 		die_err(&err);
-	if (report && !quiet) {
-		FILE *fp = strcmp(output, "-") == 0 ? stderr : stdout;
-		print_report(fp, &r, json, oo.level, oo.passes);
+	if (o.report && !o.quiet) {
+		FILE *fp = strcmp(o.output, "-") == 0 ? stderr : stdout;
+		print_report(fp, &r, o.json, o.oo.level, o.oo.passes);
 	}
 	ml_opt_report_free(&r);
-	for (int i = 0; i < v.n; i++) {
-		ml_tval_clear(&v.ref[i]);
-		free(v.names[i]);
-	}
-	free(v.ref);
-	free(v.names);
+	verify_free(&v);
 	ml_graph_free(g);
-	cli_inputs_free(&in);
+	cli_inputs_free(&o.in);
 	return finish_stdout();
 }

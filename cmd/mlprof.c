@@ -251,8 +251,22 @@ parse_group(const char *s, int *depth)
 	usage_error(synopsis, "--group: '%s' is not node, op, prefix[:DEPTH] or phase", s);
 }
 
-int
-main(int argc, char **argv)
+/* The options of one run, as parsed. */
+struct opts {
+	struct cli_inputs in;
+	struct ml_prof_opts po;
+	int verbose, quiet, threads, fmt;
+	int64_t repeat, warmup;
+	double timeout;
+	const char *device, *outpath, *trace, *svg, *path;
+	bool version, calibrate, list_devices;
+	char costpath[4096];	/* --calibrate: where the cost model goes */
+	bool cost_default;	/* costpath is the default one (its folders may need making) */
+};
+
+/* parse_args: read argv into o; usage errors exit 2, -h exits 0. */
+static void
+parse_args(struct opts *o, int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
 	       OPT_DEVICE, OPT_DIM, OPT_CSV, OPT_SORT, OPT_TOP, OPT_GROUP, OPT_MEMORY, OPT_TRACE,
@@ -285,230 +299,273 @@ main(int argc, char **argv)
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct cli_inputs in = { 0 };
-	struct ml_prof_opts po = { .sort = ML_PROF_SORT_TIME, .group = ML_PROF_BY_NODE };
-	int verbose = 0, quiet = 0, threads = 0, fmt = OUT_TABLE;
-	int64_t repeat = 10, warmup = 1;
-	double timeout = 0;
-	const char *device = "cpu", *outpath = NULL, *trace = NULL, *svg = NULL;
-	bool version = false, calibrate = false, list_devices = false;
 	int c;
-
-	cli_init(argc, argv);
-	if (argc > 1 && strcmp(argv[1], "diff") == 0)
-		return diff_main(argc - 1, argv + 1);
 	while ((c = getopt_long(argc, argv, "hi:o:qvV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
 			show_help(synopsis, help_text);
 		case 'i':
-			cli_add_input(&in, optarg, synopsis);
+			cli_add_input(&o->in, optarg, synopsis);
 			break;
 		case 'o':
-			outpath = optarg;
+			o->outpath = optarg;
 			break;
 		case 'q':
-			quiet = 1;
+			o->quiet = 1;
 			break;
 		case 'v':
-			verbose++;
+			o->verbose++;
 			break;
 		case 'V':
-			version = true;
+			o->version = true;
 			break;
 		case OPT_CALIBRATE:
-			calibrate = true;
+			o->calibrate = true;
 			break;
 		case OPT_CSV:
 		case OPT_JSON:
-			if (fmt != OUT_TABLE && fmt != (c == OPT_CSV ? OUT_CSV : OUT_JSON))
+			if (o->fmt != OUT_TABLE && o->fmt != (c == OPT_CSV ? OUT_CSV : OUT_JSON))
 				usage_error(synopsis, "--json and --csv exclude each other");
-			fmt = c == OPT_CSV ? OUT_CSV : OUT_JSON;
+			o->fmt = c == OPT_CSV ? OUT_CSV : OUT_JSON;
 			break;
 		case OPT_DEVICE:
-			device = optarg;
+			o->device = optarg;
 			break;
 		case OPT_DEVICES:
-			list_devices = true;
+			o->list_devices = true;
 			break;
 		case OPT_DIM:
-			cli_add_dim(&in, optarg, synopsis);
+			cli_add_dim(&o->in, optarg, synopsis);
 			break;
 		case OPT_GROUP:
-			po.group = parse_group(optarg, &po.prefix_depth);
+			o->po.group = parse_group(optarg, &o->po.prefix_depth);
 			break;
 		case OPT_MAX_ALLOC:
 			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
 			break;
 		case OPT_MEMORY:
-			po.memory = true;
+			o->po.memory = true;
 			break;
 		case OPT_RANDOM:
-			in.random = true;
+			o->in.random = true;
 			break;
 		case OPT_REPEAT:
-			repeat = parse_int("--repeat", optarg, 1, 1000000, synopsis);
+			o->repeat = parse_int("--repeat", optarg, 1, 1000000, synopsis);
 			break;
 		case OPT_SEED:
-			in.seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
+			o->in.seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
 			break;
 		case OPT_SORT:
-			if ((po.sort = ml_prof_sort_from_name(optarg)) < 0)
+			if ((o->po.sort = ml_prof_sort_from_name(optarg)) < 0)
 				usage_error(synopsis, "--sort: '%s' is not time, median, order, name, op, "
 					    "flops, bytes, gflops or gbps", optarg);
 			break;
 		case OPT_SVG:
-			svg = optarg;
+			o->svg = optarg;
 			break;
 		case OPT_THREADS:
-			threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
+			o->threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
 			break;
 		case OPT_TOP:
-			po.top = parse_int("--top", optarg, 1, INT32_MAX, synopsis);
+			o->po.top = parse_int("--top", optarg, 1, INT32_MAX, synopsis);
 			break;
 		case OPT_TRACE:
-			trace = optarg;
+			o->trace = optarg;
 			break;
 		case OPT_TIMEOUT:
-			timeout = parse_timeout(optarg, synopsis);
+			o->timeout = parse_timeout(optarg, synopsis);
 			break;
 		case OPT_WARMUP:
-			warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
+			o->warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
 			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
 			exit(EXIT_USAGE);
 		}
 	}
-	if (version) {
-		print_version(verbose);
-		return finish_stdout();
-	}
+}
+
+/* list_devices: --devices: one device a line; status 3 when there is no OpenCL one. */
+static int
+list_devices(const struct opts *o, int argc)
+{
 	char devs[MAX_DEVICES][64];
-	if (list_devices) {
-		struct ml_err why = { 0 };
-		if (optind < argc)
-			usage_error(synopsis, "--devices takes no model");
-		ml_set_threads(threads);
-		int nd = probe_devices(devs, &why);
-		for (int k = 0; k < nd; k++)
-			printf("%s\n", devs[k]);
-		finish_stdout();
-		if (nd == 1) {
-			fprintf(stderr, "%s: no OpenCL device: %s\n", progname,
-				why.msg[0] ? why.msg : "none found");
-			return EXIT_INVALID;
-		}
-		return EXIT_OK;
+	struct ml_err why = { 0 };
+	if (optind < argc)
+		usage_error(synopsis, "--devices takes no model");
+	ml_set_threads(o->threads);
+	int nd = probe_devices(devs, &why);
+	for (int k = 0; k < nd; k++)
+		printf("%s\n", devs[k]);
+	finish_stdout();
+	if (nd == 1) {
+		fprintf(stderr, "%s: no OpenCL device: %s\n", progname,
+			why.msg[0] ? why.msg : "none found");
+		return EXIT_INVALID;
 	}
+	return EXIT_OK;
+}
+
+/*
+ * check_args: the operand, the outputs to '-' (the trace or the picture
+ * there makes the run quiet), and --calibrate's file (-o FILE, else the
+ * cache folder's costmodel.json), which then takes -o from the report.
+ */
+static void
+check_args(struct opts *o, int argc, char **argv)
+{
 	if (optind + 1 < argc)
 		usage_error(synopsis, "too many operands");
-	const char *path = optind < argc ? argv[optind] : "-";
-	int to_stdout = (trace != NULL && strcmp(trace, "-") == 0) +
-			(svg != NULL && strcmp(svg, "-") == 0);
+	o->path = optind < argc ? argv[optind] : "-";
+	int to_stdout = (o->trace != NULL && strcmp(o->trace, "-") == 0) +
+			(o->svg != NULL && strcmp(o->svg, "-") == 0);
 	if (to_stdout > 1)
 		usage_error(synopsis, "only one of --trace and --svg can write to '-'");
-	if (to_stdout > 0 && outpath == NULL)
-		quiet = 1;	/* the trace or the picture is the output */
-	char costpath[4096] = "";
-	bool cost_default = false;
-	if (calibrate) {
-		cost_default = outpath == NULL;
-		if (outpath != NULL) {
-			snprintf(costpath, sizeof costpath, "%s", outpath);
-		} else {
-			const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-			if (xdg != NULL && xdg[0] == '/')
-				snprintf(costpath, sizeof costpath, "%s/ml/costmodel.json", xdg);
-			else if (home != NULL && home[0] != '\0')
-				snprintf(costpath, sizeof costpath, "%s/.cache/ml/costmodel.json", home);
-			else
-				usage_error(synopsis, "--calibrate: HOME is not set; give -o FILE");
-		}
-		outpath = NULL;
+	if (to_stdout > 0 && o->outpath == NULL)
+		o->quiet = 1;	/* the trace or the picture is the output */
+	if (!o->calibrate)
+		return;
+	o->cost_default = o->outpath == NULL;
+	if (o->outpath != NULL) {
+		snprintf(o->costpath, sizeof o->costpath, "%s", o->outpath);
+	} else {
+		const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+		if (xdg != NULL && xdg[0] == '/')
+			snprintf(o->costpath, sizeof o->costpath, "%s/ml/costmodel.json", xdg);
+		else if (home != NULL && home[0] != '\0')
+			snprintf(o->costpath, sizeof o->costpath, "%s/.cache/ml/costmodel.json",
+				 home);
+		else
+			usage_error(synopsis, "--calibrate: HOME is not set; give -o FILE");
 	}
-	ml_set_threads(threads);
-	cli_set_timeout(timeout);
+	o->outpath = NULL;
+}
+
+/*
+ * pick_devices: the devices to profile on into devs, their number
+ * returned: --device all gives every device found (said on stderr), else
+ * the one named.
+ */
+static int
+pick_devices(struct opts *o, char devs[MAX_DEVICES][64])
+{
+	if (strcmp(o->device, "all") != 0) {
+		snprintf(devs[0], sizeof devs[0], "%s", o->device);
+		if (strlen(o->device) >= sizeof devs[0])
+			usage_error(synopsis, "--device: '%s' is not a device", o->device);
+		return 1;
+	}
+	struct ml_err why = { 0 };
+	int nd = probe_devices(devs, &why);
+	if (!o->quiet || o->verbose)
+		fprintf(stderr, "%s: devices: %s", progname, devs[0]);
+	for (int k = 1; k < nd; k++)
+		fprintf(stderr, ", %s", devs[k]);
+	if (nd == 1)
+		fprintf(stderr, " (no OpenCL device: %s)", why.msg[0] ? why.msg : "none found");
+	fputc('\n', stderr);
+	o->po.compare = true;
+	return nd;
+}
+
+/* profile: the warmup and timed runs of g on device dev, recorded in a new *pp. */
+static void
+profile(struct ml_prof **pp, struct ml_graph *g, const char *dev, const struct opts *o)
+{
+	struct ml_err err = { 0 };
+	struct ml_session *s = NULL;
+	struct ml_session_opts so = { .device = dev, .verbose = o->verbose, .profile = true };
+	if (ml_session_new(&s, g, &so, &err) < 0)
+		die_err(&err);
+	cli_bind_inputs(s, g, o->path, &o->in);
+	if (ml_prof_new(pp, g, dev, o->repeat, &err) < 0)
+		die_err(&err);
+	for (int64_t i = 0; i < o->warmup; i++)
+		if (ml_session_run(s, &err) < 0)
+			die_err(&err);
+	for (int64_t i = 0; i < o->repeat; i++) {
+		double t0 = ml_now();
+		if (ml_session_run(s, &err) < 0)
+			die_err(&err);
+		double wall = ml_now() - t0;
+		if (ml_prof_record(*pp, s, t0, wall, &err) < 0)
+			die_err(&err);
+		if (o->verbose)
+			fprintf(stderr, "%s: %s run %lld: %.3f ms\n", progname, dev, (long long)i,
+				wall * 1e3);
+	}
+	ml_session_free(s);
+}
+
+/* write_reports: the trace, the picture, the cost model and the report, each where asked. */
+static void
+write_reports(struct opts *o, struct ml_prof **ps, int nd)
+{
+	struct job j = { ps, nd, &o->po, OUT_TRACE };
+	if (o->trace != NULL)
+		write_out(o->trace, emit, &j);
+	if (o->svg != NULL) {
+		j.what = OUT_SVG;
+		write_out(o->svg, emit, &j);
+	}
+	if (o->calibrate) {
+		if (o->cost_default)
+			mkdirs(o->costpath);
+		j.what = OUT_COST;
+		write_out(o->costpath, emit, &j);
+		if (o->verbose)
+			fprintf(stderr, "%s: wrote the cost model to %s\n", progname, o->costpath);
+	}
+	j.what = o->fmt;
+	if (o->outpath != NULL)
+		write_out(o->outpath, emit, &j);
+	else if (!o->quiet)
+		write_out("-", emit, &j);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct opts o = { .po = { .sort = ML_PROF_SORT_TIME, .group = ML_PROF_BY_NODE },
+			  .fmt = OUT_TABLE, .repeat = 10, .warmup = 1, .device = "cpu" };
+
+	cli_init(argc, argv);
+	if (argc > 1 && strcmp(argv[1], "diff") == 0)
+		return diff_main(argc - 1, argv + 1);
+	parse_args(&o, argc, argv);
+	if (o.version) {
+		print_version(o.verbose);
+		return finish_stdout();
+	}
+	if (o.list_devices)
+		return list_devices(&o, argc);
+	check_args(&o, argc, argv);
+	ml_set_threads(o.threads);
+	cli_set_timeout(o.timeout);
 
 	struct ml_err err = { 0 };
 	struct ml_graph *g = NULL;
-	int nd = 1;
-	if (strcmp(device, "all") == 0) {
-		struct ml_err why = { 0 };
-		nd = probe_devices(devs, &why);
-		if (!quiet || verbose)
-			fprintf(stderr, "%s: devices: %s", progname, devs[0]);
-		for (int k = 1; k < nd; k++)
-			fprintf(stderr, ", %s", devs[k]);
-		if (nd == 1)
-			fprintf(stderr, " (no OpenCL device: %s)", why.msg[0] ? why.msg : "none found");
-		fputc('\n', stderr);
-		po.compare = true;
-	} else {
-		snprintf(devs[0], sizeof devs[0], "%s", device);
-		if (strlen(device) >= sizeof devs[0])
-			usage_error(synopsis, "--device: '%s' is not a device", device);
-	}
-	if (ml_model_load(&g, path, ML_FMT_AUTO, &err) < 0)
+	char devs[MAX_DEVICES][64];
+	int nd = pick_devices(&o, devs);
+	if (ml_model_load(&g, o.path, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
 	struct ml_prof *ps[MAX_DEVICES] = { 0 };
-	for (int k = 0; k < nd; k++) {
-		struct ml_session *s = NULL;
-		struct ml_session_opts so = { .device = devs[k], .verbose = verbose, .profile = true };
-		if (ml_session_new(&s, g, &so, &err) < 0)
-			die_err(&err);
-		cli_bind_inputs(s, g, path, &in);
-		if (ml_prof_new(&ps[k], g, devs[k], repeat, &err) < 0)
-			die_err(&err);
-		for (int64_t i = 0; i < warmup; i++)
-			if (ml_session_run(s, &err) < 0)
-				die_err(&err);
-		for (int64_t i = 0; i < repeat; i++) {
-			double t0 = ml_now();
-			if (ml_session_run(s, &err) < 0)
-				die_err(&err);
-			double wall = ml_now() - t0;
-			if (ml_prof_record(ps[k], s, t0, wall, &err) < 0)
-				die_err(&err);
-			if (verbose)
-				fprintf(stderr, "%s: %s run %lld: %.3f ms\n", progname, devs[k],
-					(long long)i, wall * 1e3);
-		}
-		ml_session_free(s);
-	}
-	po.model = path;
-	po.threads = ml_get_threads();
-	po.warmup = warmup;
-	if (po.group == ML_PROF_BY_PHASE && !ml_prof_has_phases(ps[0]) && !quiet)
+	for (int k = 0; k < nd; k++)
+		profile(&ps[k], g, devs[k], &o);
+	o.po.model = o.path;
+	o.po.threads = ml_get_threads();
+	o.po.warmup = o.warmup;
+	if (o.po.group == ML_PROF_BY_PHASE && !ml_prof_has_phases(ps[0]) && !o.quiet)
 		warnx("no node is marked with a phase (training graphs name nodes forward/..., "
 		      "backward/..., optimizer/... or set metadata phase:NODE)");
 
 	cli_commit();
-	struct job j = { ps, nd, &po, OUT_TRACE };
-	if (trace != NULL)
-		write_out(trace, emit, &j);
-	if (svg != NULL) {
-		j.what = OUT_SVG;
-		write_out(svg, emit, &j);
-	}
-	if (calibrate) {
-		if (cost_default)
-			mkdirs(costpath);
-		j.what = OUT_COST;
-		write_out(costpath, emit, &j);
-		if (verbose)
-			fprintf(stderr, "%s: wrote the cost model to %s\n", progname, costpath);
-	}
-	j.what = fmt;
-	if (outpath != NULL)
-		write_out(outpath, emit, &j);
-	else if (!quiet)
-		write_out("-", emit, &j);
-	if (verbose && ml_cache_note_get() != NULL)
+	write_reports(&o, ps, nd);
+	if (o.verbose && ml_cache_note_get() != NULL)
 		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	for (int k = 0; k < nd; k++)
 		ml_prof_free(ps[k]);
-	cli_inputs_free(&in);
+	cli_inputs_free(&o.in);
 	ml_graph_free(g);
 	return finish_stdout();
 }

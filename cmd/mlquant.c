@@ -92,8 +92,66 @@ print_report(const struct ml_quant_report *r, bool json)
 	fprintf(fp, "\n");
 }
 
-int
-main(int argc, char **argv)
+/* The options of one run, as parsed. */
+struct opts {
+	struct ml_quant_opts q;
+	const char *calib, *output, *path;
+	const char **excl;
+	int nexcl, verbose, quiet, threads;
+	bool force, version, report, json, qdq, dynamic;
+	int64_t samples;
+	int half;
+};
+
+/* parse_dtype: --dtype T into o (the activations' sign, or a 16-bit form). */
+static void
+parse_dtype(struct opts *o, const char *s)
+{
+	if (strcmp(s, "uint8") == 0 || strcmp(s, "u8") == 0)
+		o->q.act_signed = false;
+	else if (strcmp(s, "int8") == 0 || strcmp(s, "i8") == 0)
+		o->q.act_signed = true;
+	else if (strcmp(s, "fp16") == 0 || strcmp(s, "f16") == 0)
+		o->half = ML_QFORM_F16;
+	else if (strcmp(s, "bf16") == 0)
+		o->half = ML_QFORM_BF16;
+	else
+		usage_error(synopsis, "unknown dtype '%s' (uint8, int8, fp16, bf16)", s);
+}
+
+/* parse_method: --method M into o. */
+static void
+parse_method(struct opts *o, const char *s)
+{
+	if (strcmp(s, "minmax") == 0)
+		o->q.method = ML_CALIB_MINMAX;
+	else if (strcmp(s, "percentile") == 0)
+		o->q.method = ML_CALIB_PERCENTILE;
+	else if (strcmp(s, "entropy") == 0 || strcmp(s, "kl") == 0)
+		o->q.method = ML_CALIB_ENTROPY;
+	else
+		usage_error(synopsis, "unknown method '%s' (minmax, percentile, entropy)", s);
+}
+
+/* add_excludes: the names of one --exclude LIST (split in place; empty ones skipped). */
+static void
+add_excludes(struct opts *o, char *s)
+{
+	char *tok;
+	while ((tok = strsep(&s, ",")) != NULL) {
+		if (*tok == '\0')
+			continue;
+		const char **n = realloc(o->excl, sizeof *o->excl * (size_t)(o->nexcl + 1));
+		if (n == NULL)
+			die(EXIT_FAIL, "out of memory");
+		o->excl = n;
+		o->excl[o->nexcl++] = tok;
+	}
+}
+
+/* parse_args: read argv into o; usage errors exit 2, -h exits 0. */
+static void
+parse_args(struct opts *o, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "budget", required_argument, NULL, OPT_BUDGET },
@@ -118,186 +176,193 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ml_quant_opts o = { .form = ML_QFORM_INT, .method = ML_CALIB_MINMAX };
-	const char *calib = NULL, *output = "-";
-	const char **excl = NULL;
-	int nexcl = 0, verbose = 0, quiet = 0, threads = 0, c;
-	bool force = false, version = false, report = false, json = false, qdq = false,
-	     dynamic = false;
-	int64_t samples = 256;
-	int half = 0;
-
-	cli_init(argc, argv);
+	int c;
 	while ((c = getopt_long(argc, argv, "c:fho:qvV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
-			calib = optarg;
+			o->calib = optarg;
 			break;
 		case 'f':
-			force = true;
+			o->force = true;
 			break;
 		case 'h':
 			show_help(synopsis, help_text);
 		case 'o':
-			output = optarg;
+			o->output = optarg;
 			break;
 		case 'q':
-			quiet = 1;
+			o->quiet = 1;
 			break;
 		case 'v':
-			verbose++;
+			o->verbose++;
 			break;
 		case 'V':
-			version = true;
+			o->version = true;
 			break;
 		case OPT_BUDGET:
-			o.budget = parse_double("--budget", optarg, synopsis);
-			if (o.budget <= 0)
+			o->q.budget = parse_double("--budget", optarg, synopsis);
+			if (o->q.budget <= 0)
 				usage_error(synopsis, "--budget must be positive");
 			break;
 		case OPT_DTYPE:
-			if (strcmp(optarg, "uint8") == 0 || strcmp(optarg, "u8") == 0)
-				o.act_signed = false;
-			else if (strcmp(optarg, "int8") == 0 || strcmp(optarg, "i8") == 0)
-				o.act_signed = true;
-			else if (strcmp(optarg, "fp16") == 0 || strcmp(optarg, "f16") == 0)
-				half = ML_QFORM_F16;
-			else if (strcmp(optarg, "bf16") == 0)
-				half = ML_QFORM_BF16;
-			else
-				usage_error(synopsis, "unknown dtype '%s' (uint8, int8, fp16, bf16)",
-					    optarg);
+			parse_dtype(o, optarg);
 			break;
 		case OPT_DYNAMIC:
-			dynamic = true;
+			o->dynamic = true;
 			break;
-		case OPT_EXCLUDE: {
-			char *s = optarg, *tok;
-			while ((tok = strsep(&s, ",")) != NULL) {
-				if (*tok == '\0')
-					continue;
-				const char **n = realloc(excl, sizeof *excl * (size_t)(nexcl + 1));
-				if (n == NULL)
-					die(EXIT_FAIL, "out of memory");
-				excl = n;
-				excl[nexcl++] = tok;
-			}
+		case OPT_EXCLUDE:
+			add_excludes(o, optarg);
 			break;
-		}
 		case OPT_JSON:
-			json = true;
+			o->json = true;
 			break;
 		case OPT_MAX_ALLOC:
 			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
 			break;
 		case OPT_METHOD:
-			if (strcmp(optarg, "minmax") == 0)
-				o.method = ML_CALIB_MINMAX;
-			else if (strcmp(optarg, "percentile") == 0)
-				o.method = ML_CALIB_PERCENTILE;
-			else if (strcmp(optarg, "entropy") == 0 || strcmp(optarg, "kl") == 0)
-				o.method = ML_CALIB_ENTROPY;
-			else
-				usage_error(synopsis, "unknown method '%s' (minmax, percentile, entropy)",
-					    optarg);
+			parse_method(o, optarg);
 			break;
 		case OPT_PERCENTILE:
-			o.percentile = parse_double("--percentile", optarg, synopsis);
-			if (o.percentile <= 50 || o.percentile > 100)
+			o->q.percentile = parse_double("--percentile", optarg, synopsis);
+			if (o->q.percentile <= 50 || o->q.percentile > 100)
 				usage_error(synopsis, "--percentile must be in (50, 100]");
 			break;
 		case OPT_POW2:
-			o.pow2 = true;
+			o->q.pow2 = true;
 			break;
 		case OPT_QDQ:
-			qdq = true;
+			o->qdq = true;
 			break;
 		case OPT_REPORT:
-			report = true;
+			o->report = true;
 			break;
 		case OPT_SAMPLES:
-			samples = parse_int("--samples", optarg, 1, 1000000000, synopsis);
+			o->samples = parse_int("--samples", optarg, 1, 1000000000, synopsis);
 			break;
 		case OPT_THREADS:
-			threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
+			o->threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
 			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
 			exit(EXIT_USAGE);
 		}
 	}
-	if (version) {
-		print_version(verbose);
-		return finish_stdout();
-	}
+}
+
+/*
+ * check_args: the operand and the combinations parse_args cannot see; sets
+ * the quantiser's form and report options from them.
+ */
+static void
+check_args(struct opts *o, int argc, char **argv)
+{
 	if (optind + 1 < argc)
 		usage_error(synopsis, "too many operands");
-	const char *path = optind < argc ? argv[optind] : "-";
-	if (qdq && dynamic)
+	o->path = optind < argc ? argv[optind] : "-";
+	if (o->qdq && o->dynamic)
 		usage_error(synopsis, "--qdq and --dynamic exclude each other");
-	if (half && (qdq || dynamic))
+	if (o->half && (o->qdq || o->dynamic))
 		usage_error(synopsis, "--dtype %s takes no --qdq or --dynamic",
-			    half == ML_QFORM_F16 ? "fp16" : "bf16");
-	o.form = half ? half : qdq ? ML_QFORM_QDQ : dynamic ? ML_QFORM_DYNAMIC : ML_QFORM_INT;
-	bool needcal = o.form == ML_QFORM_INT || o.form == ML_QFORM_QDQ;
-	if (calib != NULL && strcmp(calib, "-") == 0 && strcmp(path, "-") == 0)
+			    o->half == ML_QFORM_F16 ? "fp16" : "bf16");
+	if (o->half)
+		o->q.form = o->half;
+	else
+		o->q.form = o->qdq ? ML_QFORM_QDQ : o->dynamic ? ML_QFORM_DYNAMIC : ML_QFORM_INT;
+	if (o->calib != NULL && strcmp(o->calib, "-") == 0 && strcmp(o->path, "-") == 0)
 		usage_error(synopsis, "the model and the calibration data cannot both be stdin");
-	o.exclude = excl;
-	o.n_exclude = nexcl;
-	o.measure = report || json;
-	o.verbose = verbose;
-	refuse_tty_stdout(output, force);
-	ml_set_threads(threads);
+	o->q.exclude = o->excl;
+	o->q.n_exclude = o->nexcl;
+	o->q.measure = o->report || o->json;
+	o->q.verbose = o->verbose;
+}
 
-	struct ml_err err = { 0 };
-	struct ml_graph *g = NULL, *q = NULL;
-	struct ml_calib *cal = NULL;
-	struct ml_quant_report rep = { 0 };
-	if (ml_model_load(&g, path, ML_FMT_AUTO, &err) < 0)
-		die_err(&err);
-	/* a model trained with mltrain --qat carries its ranges in its FakeQuant nodes */
-	bool qat = false;
-	for (int i = 0; i < g->n_nodes && !qat; i++)
-		qat = strcmp(g->nodes[i].op_type, "FakeQuant") == 0 &&
-		      strcmp(g->nodes[i].domain, "ml") == 0;
-	if (needcal && calib == NULL && !qat)
-		usage_error(synopsis, "int8 activations need calibration data (-c DATA), "
-			    "or use --dynamic or --dtype fp16");
-	if (calib != NULL && ml_calib_load(&cal, g, calib, samples, &err) < 0)
-		die_err(&err);
-	if (ml_quantize(&q, g, cal, &o, &rep, &err) < 0) {
-		ml_err_prefix(&err, strcmp(path, "-") == 0 ? "<stdin>" : path);
-		die_err(&err);
-	}
-	enum ml_format fmt = strcmp(output, "-") == 0 ? ML_FMT_MLG : ml_format_from_name(output);
-	if (fmt == ML_FMT_AUTO)
-		fmt = ML_FMT_MLG;
-	if (ml_model_save(q, output, fmt, &err) < 0)
-		die_err(&err);
-	if ((report || json) && !quiet)
-		print_report(&rep, json);
-	/* mlopt's fused nodes that the quantiser does not split stay float: say so */
+/* has_fakequant: whether g was trained with mltrain --qat (its ranges are in FakeQuant nodes). */
+static bool
+has_fakequant(const struct ml_graph *g)
+{
+	for (int i = 0; i < g->n_nodes; i++)
+		if (strcmp(g->nodes[i].op_type, "FakeQuant") == 0 &&
+		    strcmp(g->nodes[i].domain, "ml") == 0)
+			return true;
+	return false;
+}
+
+/* warn_fused: mlopt's fused nodes that the quantiser does not split stay float: say so. */
+static void
+warn_fused(const struct ml_graph *q)
+{
 	int nfused = 0;
 	const char *fname = NULL;
 	for (int i = 0; i < q->n_nodes; i++)
 		if (strcmp(q->nodes[i].domain, "ml") == 0 &&
 		    strncmp(q->nodes[i].op_type, "Fused", 5) == 0 && nfused++ == 0)
 			fname = q->nodes[i].name;
-	if (nfused > 0 && !quiet)
+	if (nfused > 0)
 		fprintf(stderr, "%s: %d fused node%s (%s%s) stay%s float: quantise before mlopt to "
 			"quantise them\n", progname, nfused, nfused > 1 ? "s" : "",
-			fname != NULL ? fname : "?", nfused > 1 ? ", ..." : "", nfused > 1 ? "" : "s");
-	if (verbose && !quiet) {
-		int nq = 0;
-		for (int i = 0; i < rep.n; i++)
-			nq += rep.layers[i].quantized;
-		fprintf(stderr, "%s: %d of %d layers quantised, constants %lld -> %lld bytes\n",
-			progname, nq, rep.n, (long long)rep.bytes_in, (long long)rep.bytes_out);
+			fname != NULL ? fname : "?", nfused > 1 ? ", ..." : "",
+			nfused > 1 ? "" : "s");
+}
+
+/* print_summary: -v's line: how many layers went int8 and the constants' sizes. */
+static void
+print_summary(const struct ml_quant_report *rep)
+{
+	int nq = 0;
+	for (int i = 0; i < rep->n; i++)
+		nq += rep->layers[i].quantized;
+	fprintf(stderr, "%s: %d of %d layers quantised, constants %lld -> %lld bytes\n", progname,
+		nq, rep->n, (long long)rep->bytes_in, (long long)rep->bytes_out);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct opts o = { .q = { .form = ML_QFORM_INT, .method = ML_CALIB_MINMAX },
+			  .output = "-", .samples = 256 };
+
+	cli_init(argc, argv);
+	parse_args(&o, argc, argv);
+	if (o.version) {
+		print_version(o.verbose);
+		return finish_stdout();
 	}
+	check_args(&o, argc, argv);
+	bool needcal = o.q.form == ML_QFORM_INT || o.q.form == ML_QFORM_QDQ;
+	refuse_tty_stdout(o.output, o.force);
+	ml_set_threads(o.threads);
+
+	struct ml_err err = { 0 };
+	struct ml_graph *g = NULL, *q = NULL;
+	struct ml_calib *cal = NULL;
+	struct ml_quant_report rep = { 0 };
+	if (ml_model_load(&g, o.path, ML_FMT_AUTO, &err) < 0)
+		die_err(&err);
+	if (needcal && o.calib == NULL && !has_fakequant(g))
+		usage_error(synopsis, "int8 activations need calibration data (-c DATA), "
+			    "or use --dynamic or --dtype fp16");
+	if (o.calib != NULL && ml_calib_load(&cal, g, o.calib, o.samples, &err) < 0)
+		die_err(&err);
+	if (ml_quantize(&q, g, cal, &o.q, &rep, &err) < 0) {
+		ml_err_prefix(&err, strcmp(o.path, "-") == 0 ? "<stdin>" : o.path);
+		die_err(&err);
+	}
+	enum ml_format fmt = strcmp(o.output, "-") == 0 ? ML_FMT_MLG :
+							  ml_format_from_name(o.output);
+	if (fmt == ML_FMT_AUTO)
+		fmt = ML_FMT_MLG;
+	if (ml_model_save(q, o.output, fmt, &err) < 0)
+		die_err(&err);
+	if ((o.report || o.json) && !o.quiet)
+		print_report(&rep, o.json);
+	if (!o.quiet)
+		warn_fused(q);
+	if (o.verbose && !o.quiet)
+		print_summary(&rep);
 	ml_quant_report_free(&rep);
 	ml_calib_free(cal);
 	ml_graph_free(q);
 	ml_graph_free(g);
-	free(excl);
+	free(o.excl);
 	return finish_stdout();
 }

@@ -164,8 +164,19 @@ print_devices(int json, int verbose)
 	return finish_stdout();
 }
 
-int
-main(int argc, char **argv)
+/* The options of one run, as parsed. */
+struct opts {
+	struct cli_inputs in;
+	int verbose, quiet, json, threads;
+	int64_t repeat, warmup;
+	double timeout;
+	const char *outdir, *device, *placement, *path;
+	bool version, list_devices, plan;
+};
+
+/* parse_args: read argv into o; usage errors exit 2, -h exits 0. */
+static void
+parse_args(struct opts *o, int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
 	       OPT_DEVICE, OPT_DIM, OPT_MAX_ALLOC, OPT_DEVICES, OPT_PLAN, OPT_PLACEMENT,
@@ -192,150 +203,132 @@ main(int argc, char **argv)
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct cli_inputs in = { 0 };
-	int verbose = 0, quiet = 0, json = 0, threads = 0;
-	int64_t repeat = 0, warmup = -1;
-	double timeout = 0;
-	const char *outdir = NULL, *device = NULL, *placement = NULL;
-	bool version = false, list_devices = false, plan = false;
 	int c;
-
-	cli_init(argc, argv);
 	while ((c = getopt_long(argc, argv, "hi:o:qvV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
 			show_help(synopsis, help_text);
 		case 'i':
-			cli_add_input(&in, optarg, synopsis);
+			cli_add_input(&o->in, optarg, synopsis);
 			break;
 		case 'o':
-			outdir = optarg;
+			o->outdir = optarg;
 			break;
 		case 'q':
-			quiet = 1;
+			o->quiet = 1;
 			break;
 		case 'v':
-			verbose++;
+			o->verbose++;
 			break;
 		case 'V':
-			version = true;
+			o->version = true;
 			break;
 		case OPT_DEVICE:
-			device = optarg;
+			o->device = optarg;
 			break;
 		case OPT_DEVICES:
-			list_devices = true;
+			o->list_devices = true;
 			break;
 		case OPT_PLAN:
-			plan = true;
+			o->plan = true;
 			break;
 		case OPT_PLACEMENT:
-			placement = optarg;
+			o->placement = optarg;
 			break;
 		case OPT_DIM:
-			cli_add_dim(&in, optarg, synopsis);
+			cli_add_dim(&o->in, optarg, synopsis);
 			break;
 		case OPT_JSON:
-			json = 1;
+			o->json = 1;
 			break;
 		case OPT_MAX_ALLOC:
 			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
 			break;
 		case OPT_RANDOM:
-			in.random = true;
+			o->in.random = true;
 			break;
 		case OPT_REPEAT:
-			repeat = parse_int("--repeat", optarg, 1, 1000000000, synopsis);
+			o->repeat = parse_int("--repeat", optarg, 1, 1000000000, synopsis);
 			break;
 		case OPT_SEED:
-			in.seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
+			o->in.seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
 			break;
 		case OPT_THREADS:
-			threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
+			o->threads = (int)parse_int("--threads", optarg, 1, 256, synopsis);
 			break;
 		case OPT_TIMEOUT:
-			timeout = parse_timeout(optarg, synopsis);
+			o->timeout = parse_timeout(optarg, synopsis);
 			break;
 		case OPT_WARMUP:
-			warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
+			o->warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
 			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
 			exit(EXIT_USAGE);
 		}
 	}
-	if (version) {
-		print_version(verbose);
-		return finish_stdout();
-	}
-	if (list_devices) {
-		if (optind < argc)
-			usage_error(synopsis, "--devices takes no model");
-		return print_devices(json, verbose);
-	}
+}
+
+/* check_args: the operand, --warmup's default and the device (ML_DEVICE, else cpu). */
+static void
+check_args(struct opts *o, int argc, char **argv)
+{
 	if (optind + 1 < argc)
 		usage_error(synopsis, "too many operands");
-	const char *path = optind < argc ? argv[optind] : "-";
-	if (warmup >= 0 && repeat == 0)
+	o->path = optind < argc ? argv[optind] : "-";
+	if (o->warmup >= 0 && o->repeat == 0)
 		usage_error(synopsis, "--warmup needs --repeat");
-	if (warmup < 0)
-		warmup = repeat > 0 ? 1 : 0;
-	ml_set_threads(threads);
-	if (device == NULL) {
+	if (o->warmup < 0)
+		o->warmup = o->repeat > 0 ? 1 : 0;
+	if (o->device == NULL) {
 		/* ML_DEVICE: the default device (the conformance runner passes no options) */
-		device = getenv("ML_DEVICE");
-		if (device == NULL || device[0] == '\0')
-			device = "cpu";
+		o->device = getenv("ML_DEVICE");
+		if (o->device == NULL || o->device[0] == '\0')
+			o->device = "cpu";
 	}
+}
 
+/* apply_placement: --placement FILE: move the nodes of s to the devices FILE names. */
+static void
+apply_placement(struct ml_session *s, const struct ml_graph *g, const char *file)
+{
 	struct ml_err err = { 0 };
-	struct ml_graph *g = NULL;
-	struct ml_session *s = NULL;
-	struct ml_session_opts so = { .device = device, .verbose = verbose };
-	cli_set_timeout(timeout);
-	if (ml_model_load(&g, path, ML_FMT_AUTO, &err) < 0)
+	int *pl = calloc((size_t)g->n_nodes + 1, sizeof *pl);
+	if (pl == NULL)
+		die(EXIT_FAIL, "out of memory");
+	for (int i = 0; i < g->n_nodes; i++)
+		pl[i] = ml_session_node_device(s, i);
+	if (ml_placement_read(g, file, pl, &err) < 0 || ml_session_place(s, pl, &err) < 0)
 		die_err(&err);
-	if (outdir != NULL)
-		check_names(g, outdir);
-	double t_new = ml_now();
-	if (ml_session_new(&s, g, &so, &err) < 0)
-		die_err(&err);
-	t_new = ml_now() - t_new;
-	if (placement != NULL) {
-		int *pl = calloc((size_t)g->n_nodes + 1, sizeof *pl);
-		if (pl == NULL)
-			die(EXIT_FAIL, "out of memory");
-		for (int i = 0; i < g->n_nodes; i++)
-			pl[i] = ml_session_node_device(s, i);
-		if (ml_placement_read(g, placement, pl, &err) < 0 ||
-		    ml_session_place(s, pl, &err) < 0)
-			die_err(&err);
-		free(pl);
-	}
-	if (plan) {
-		if (verbose && ml_session_note(s) != NULL)
-			fprintf(stderr, "%s: %s\n", progname, ml_session_note(s));
-		if (ml_session_plan_write(s, stdout, json, &err) < 0)
-			die_err(&err);
-		ml_session_free(s);
-		ml_graph_free(g);
-		cli_inputs_free(&in);
-		return finish_stdout();
-	}
-	cli_bind_inputs(s, g, path, &in);
-	if (outdir != NULL) {
-		struct stat st;
-		if (stat(outdir, &st) < 0) {
-			/* another mlrun may make it at the same moment */
-			if (mkdir(outdir, 0777) < 0 &&
-			    (errno != EEXIST || stat(outdir, &st) < 0 || !S_ISDIR(st.st_mode)))
-				die(EXIT_FAIL, "cannot create '%s': %s", outdir, strerror(errno));
-		} else if (!S_ISDIR(st.st_mode)) {
-			die(EXIT_FAIL, "'%s' is not a directory", outdir);
-		}
-	}
+	free(pl);
+}
 
-	int64_t nrun = repeat > 0 ? repeat : 1;
+/* make_outdir: -o DIR: create DIR unless it is there; dies when it is not a directory. */
+static void
+make_outdir(const char *outdir)
+{
+	struct stat st;
+	if (stat(outdir, &st) < 0) {
+		/* another mlrun may make it at the same moment */
+		if (mkdir(outdir, 0777) < 0 &&
+		    (errno != EEXIST || stat(outdir, &st) < 0 || !S_ISDIR(st.st_mode)))
+			die(EXIT_FAIL, "cannot create '%s': %s", outdir, strerror(errno));
+	} else if (!S_ISDIR(st.st_mode)) {
+		die(EXIT_FAIL, "'%s' is not a directory", outdir);
+	}
+}
+
+/* The latencies of the timed runs, in ms. */
+struct lat {
+	int64_t nrun;
+	double min, med, p90, max, total, thr;
+};
+
+/* run_timed: warmup untimed runs, then nrun timed ones; their latency statistics in l. */
+static void
+run_timed(struct ml_session *s, int64_t warmup, int64_t nrun, struct lat *l)
+{
+	struct ml_err err = { 0 };
 	double *lat = calloc((size_t)nrun, sizeof *lat);
 	if (lat == NULL)
 		die(EXIT_FAIL, "out of memory");
@@ -348,83 +341,169 @@ main(int argc, char **argv)
 			die_err(&err);
 		lat[i] = (ml_now() - t0) * 1e3;
 	}
-
-	cli_commit();
-	if (outdir != NULL) {
-		for (int i = 0; i < g->n_outputs; i++) {
-			char name[512], file[4096];
-			safe_name(name, sizeof name, g->tensors[g->outputs[i]]->name);
-			snprintf(file, sizeof file, "%s/%s.npy", outdir, name);
-			if (ml_npy_save(ml_session_output(s, i), file, &err) < 0)
-				die_err(&err);
-		}
-	}
 	qsort(lat, (size_t)nrun, sizeof *lat, cmp_double);
-	double lmin = lat[0], lmax = lat[nrun - 1], lmed = nrun % 2 ? lat[nrun / 2] :
-		(lat[nrun / 2 - 1] + lat[nrun / 2]) / 2;
-	double p90 = lat[(int64_t)((double)(nrun - 1) * 0.9 + 0.5)];
-	double total = 0;
+	l->nrun = nrun;
+	l->min = lat[0];
+	l->max = lat[nrun - 1];
+	l->med = nrun % 2 ? lat[nrun / 2] : (lat[nrun / 2 - 1] + lat[nrun / 2]) / 2;
+	l->p90 = lat[(int64_t)((double)(nrun - 1) * 0.9 + 0.5)];
+	l->total = 0;
 	for (int64_t i = 0; i < nrun; i++)
-		total += lat[i];
-	double thr = total > 0 ? (double)nrun / (total / 1e3) : 0;
+		l->total += lat[i];
+	l->thr = l->total > 0 ? (double)nrun / (l->total / 1e3) : 0;
+	free(lat);
+}
 
-	if (json) {
-		printf("{\"model\": ");
-		ml_json_str(stdout, path);
-		printf(", \"device\": ");
-		ml_json_str(stdout, device);
-		printf(", \"threads\": %d, \"runs\": %lld, \"warmup\": %lld", ml_get_threads(),
-		       (long long)nrun, (long long)warmup);
-		printf(", \"latency_ms\": {\"min\": %.4f, \"median\": %.4f, \"p90\": %.4f, \"max\": %.4f, \"mean\": %.4f}",
-		       lmin, lmed, p90, lmax, total / (double)nrun);
-		printf(", \"throughput_per_s\": %.3f, \"arena_bytes\": %lld, \"outputs\": [", thr,
-		       (long long)ml_session_arena_bytes(s));
+/* write_outputs: -o DIR: each output of s to DIR/NAME.npy (NAME made safe). */
+static void
+write_outputs(struct ml_session *s, const struct ml_graph *g, const char *outdir)
+{
+	struct ml_err err = { 0 };
+	for (int i = 0; i < g->n_outputs; i++) {
+		char name[512], file[4096];
+		safe_name(name, sizeof name, g->tensors[g->outputs[i]]->name);
+		snprintf(file, sizeof file, "%s/%s.npy", outdir, name);
+		if (ml_npy_save(ml_session_output(s, i), file, &err) < 0)
+			die_err(&err);
+	}
+}
+
+/* print_json: --json: the run's report on stdout. */
+static void
+print_json(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
+	   const struct lat *l)
+{
+	printf("{\"model\": ");
+	ml_json_str(stdout, o->path);
+	printf(", \"device\": ");
+	ml_json_str(stdout, o->device);
+	printf(", \"threads\": %d, \"runs\": %lld, \"warmup\": %lld", ml_get_threads(),
+	       (long long)l->nrun, (long long)o->warmup);
+	printf(", \"latency_ms\": {\"min\": %.4f, \"median\": %.4f, \"p90\": %.4f, \"max\": %.4f, \"mean\": %.4f}",
+	       l->min, l->med, l->p90, l->max, l->total / (double)l->nrun);
+	printf(", \"throughput_per_s\": %.3f, \"arena_bytes\": %lld, \"outputs\": [", l->thr,
+	       (long long)ml_session_arena_bytes(s));
+	for (int i = 0; i < g->n_outputs; i++) {
+		const struct ml_tval *v = ml_session_output(s, i);
+		printf("%s{\"name\": ", i ? ", " : "");
+		ml_json_str(stdout, g->tensors[g->outputs[i]]->name);
+		printf(", \"dtype\": \"%s\", \"shape\": [", ml_dtype_name(v->dtype));
+		for (int d = 0; d < v->rank; d++)
+			printf("%s%lld", d ? ", " : "", (long long)v->dims[d]);
+		printf("]}");
+	}
+	printf("]}\n");
+}
+
+/*
+ * print_text: the outputs' values (without -o), the latencies (with
+ * --repeat) on stdout; with -v the arena, the session's note and the
+ * OpenCL set-up times (t_new: the session's creation) on stderr.
+ */
+static void
+print_text(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
+	   const struct lat *l, double t_new)
+{
+	if (o->outdir == NULL) {
 		for (int i = 0; i < g->n_outputs; i++) {
 			const struct ml_tval *v = ml_session_output(s, i);
-			printf("%s{\"name\": ", i ? ", " : "");
-			ml_json_str(stdout, g->tensors[g->outputs[i]]->name);
-			printf(", \"dtype\": \"%s\", \"shape\": [", ml_dtype_name(v->dtype));
-			for (int d = 0; d < v->rank; d++)
-				printf("%s%lld", d ? ", " : "", (long long)v->dims[d]);
-			printf("]}");
-		}
-		printf("]}\n");
-	} else if (!quiet) {
-		if (outdir == NULL) {
-			for (int i = 0; i < g->n_outputs; i++) {
-				const struct ml_tval *v = ml_session_output(s, i);
-				char shape[256];
-				printf("%s %s\n", g->tensors[g->outputs[i]]->name,
-				       ml_tval_shape_str(v, shape, sizeof shape));
-				print_values(v);
-			}
-		}
-		if (repeat > 0) {
-			printf("latency ms: min %.3f  median %.3f  p90 %.3f  max %.3f  (%lld runs, %lld warmup, %d threads)\n",
-			       lmin, lmed, p90, lmax, (long long)nrun, (long long)warmup,
-			       ml_get_threads());
-			printf("throughput: %.2f runs/s\n", thr);
-		}
-		if (verbose)
-			fprintf(stderr, "%s: arena %lld bytes\n", progname,
-				(long long)ml_session_arena_bytes(s));
-		if (verbose && ml_session_note(s) != NULL)
-			fprintf(stderr, "%s: %s\n", progname, ml_session_note(s));
-		if (verbose && strcmp(device, "cpu") != 0) {
-			struct ml_session_devstats ds;
-			ml_session_device_stats(s, &ds);
-			fprintf(stderr, "%s: opencl: probe %.1f ms, set-up %.1f ms, programs %.1f ms "
-				"(%d built, %d from the cache), session %.1f ms\n", progname,
-				ds.t_probe * 1e3, ds.t_setup * 1e3, ds.t_programs * 1e3, ds.n_built,
-				ds.n_cached, t_new * 1e3);
-			if (ds.gemm_tile[0] != '\0')
-				fprintf(stderr, "%s: opencl: GEMM tile %s\n", progname, ds.gemm_tile);
+			char shape[256];
+			printf("%s %s\n", g->tensors[g->outputs[i]]->name,
+			       ml_tval_shape_str(v, shape, sizeof shape));
+			print_values(v);
 		}
 	}
-	if (verbose && ml_cache_note_get() != NULL)
+	if (o->repeat > 0) {
+		printf("latency ms: min %.3f  median %.3f  p90 %.3f  max %.3f  (%lld runs, %lld warmup, %d threads)\n",
+		       l->min, l->med, l->p90, l->max, (long long)l->nrun, (long long)o->warmup,
+		       ml_get_threads());
+		printf("throughput: %.2f runs/s\n", l->thr);
+	}
+	if (!o->verbose)
+		return;
+	fprintf(stderr, "%s: arena %lld bytes\n", progname, (long long)ml_session_arena_bytes(s));
+	if (ml_session_note(s) != NULL)
+		fprintf(stderr, "%s: %s\n", progname, ml_session_note(s));
+	if (strcmp(o->device, "cpu") != 0) {
+		struct ml_session_devstats ds;
+		ml_session_device_stats(s, &ds);
+		fprintf(stderr, "%s: opencl: probe %.1f ms, set-up %.1f ms, programs %.1f ms "
+			"(%d built, %d from the cache), session %.1f ms\n", progname,
+			ds.t_probe * 1e3, ds.t_setup * 1e3, ds.t_programs * 1e3, ds.n_built,
+			ds.n_cached, t_new * 1e3);
+		if (ds.gemm_tile[0] != '\0')
+			fprintf(stderr, "%s: opencl: GEMM tile %s\n", progname, ds.gemm_tile);
+	}
+}
+
+/* print_plan: --plan: each node's device and the predicted cost, on stdout. */
+static void
+print_plan(struct ml_session *s, const struct opts *o)
+{
+	struct ml_err err = { 0 };
+	if (o->verbose && ml_session_note(s) != NULL)
+		fprintf(stderr, "%s: %s\n", progname, ml_session_note(s));
+	if (ml_session_plan_write(s, stdout, o->json, &err) < 0)
+		die_err(&err);
+}
+
+int
+main(int argc, char **argv)
+{
+	struct opts o = { .warmup = -1 };
+
+	cli_init(argc, argv);
+	parse_args(&o, argc, argv);
+	if (o.version) {
+		print_version(o.verbose);
+		return finish_stdout();
+	}
+	if (o.list_devices) {
+		if (optind < argc)
+			usage_error(synopsis, "--devices takes no model");
+		return print_devices(o.json, o.verbose);
+	}
+	check_args(&o, argc, argv);
+	ml_set_threads(o.threads);
+
+	struct ml_err err = { 0 };
+	struct ml_graph *g = NULL;
+	struct ml_session *s = NULL;
+	struct ml_session_opts so = { .device = o.device, .verbose = o.verbose };
+	cli_set_timeout(o.timeout);
+	if (ml_model_load(&g, o.path, ML_FMT_AUTO, &err) < 0)
+		die_err(&err);
+	if (o.outdir != NULL)
+		check_names(g, o.outdir);
+	double t_new = ml_now();
+	if (ml_session_new(&s, g, &so, &err) < 0)
+		die_err(&err);
+	t_new = ml_now() - t_new;
+	if (o.placement != NULL)
+		apply_placement(s, g, o.placement);
+	if (o.plan) {
+		print_plan(s, &o);
+		ml_session_free(s);
+		ml_graph_free(g);
+		cli_inputs_free(&o.in);
+		return finish_stdout();
+	}
+	cli_bind_inputs(s, g, o.path, &o.in);
+	if (o.outdir != NULL)
+		make_outdir(o.outdir);
+
+	struct lat l;
+	run_timed(s, o.warmup, o.repeat > 0 ? o.repeat : 1, &l);
+	cli_commit();
+	if (o.outdir != NULL)
+		write_outputs(s, g, o.outdir);
+	if (o.json)
+		print_json(s, g, &o, &l);
+	else if (!o.quiet)
+		print_text(s, g, &o, &l, t_new);
+	if (o.verbose && ml_cache_note_get() != NULL)
 		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
-	free(lat);
-	cli_inputs_free(&in);
+	cli_inputs_free(&o.in);
 	ml_session_free(s);
 	ml_graph_free(g);
 	return finish_stdout();

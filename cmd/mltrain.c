@@ -169,40 +169,6 @@ on_watchdog(int sig)
 	_exit(128 + (got_int ? got_int : SIGTERM));
 }
 
-/* cfg_num / cfg_str: a value of the flat JSON object the checkpoint keeps. */
-static bool
-cfg_num(const char *cfg, const char *key, double *v)
-{
-	char k[64];
-	snprintf(k, sizeof k, "\"%s\": ", key);
-	const char *p = cfg ? strstr(cfg, k) : NULL;
-	if (p == NULL)
-		return false;
-	char *end;
-	*v = strtod(p + strlen(k), &end);
-	return end != p + strlen(k);
-}
-
-static const char *
-cfg_str(const char *cfg, const char *key)
-{
-	static char buf[4][64];
-	static int next;
-	char k[64];
-	snprintf(k, sizeof k, "\"%s\": \"", key);
-	const char *p = cfg ? strstr(cfg, k) : NULL;
-	if (p == NULL)
-		return NULL;
-	p += strlen(k);
-	const char *q = strchr(p, '"');
-	if (q == NULL || q - p >= 63)
-		return NULL;
-	char *b = buf[next++ % 4];
-	memcpy(b, p, (size_t)(q - p));
-	b[q - p] = '\0';
-	return b;
-}
-
 /* The state of a run between steps. */
 struct run {
 	struct opts o;
@@ -215,12 +181,14 @@ struct run {
 	struct ml_batch_spec xs, ys;
 	int64_t classes;
 	int64_t spe;		/* steps per epoch */
+	struct ml_lr_schedule sched;	/* the learning rate of each step (make_schedule) */
 	uint64_t step_no;	/* optimizer steps taken */
 	uint64_t epoch;		/* epochs completed */
 	int64_t in_epoch;	/* batches of the current epoch done */
 	double loss_sum;	/* of the current epoch, over samples */
 	int64_t correct, seen;
 	uint64_t last_ckpt;	/* the step of the last checkpoint written, or UINT64_MAX */
+	struct ml_train_config cfg;	/* --resume: the checkpoint's training state, parsed */
 	int verbose, quiet;
 	const char *device;
 	FILE *log;
@@ -254,9 +222,26 @@ config_json(const struct run *r)
 	return buf;
 }
 
-/* take_config: the saved options for those not given on the command line. */
+/* state_int: an integer of the training state into *v if there; status 3 when not an integer. */
+static bool
+state_int(const struct ml_train_config *c, const char *key, int64_t *v, const char *resume)
+{
+	double d;
+	if (ml_train_config_int(c, key, v))
+		return true;
+	if (ml_train_config_num(c, key, &d))
+		die(EXIT_INVALID, "%s: damaged training state: %s is %g, not an integer",
+		    resume, key, d);
+	return false;
+}
+
+/*
+ * take_config: the options the checkpoint saved (cfg, its training state
+ * parsed) for those not given on the command line; options that fix the
+ * data order must not differ. resume names the checkpoint in errors.
+ */
 static void
-take_config(struct opts *o, const char *cfg)
+take_config(struct opts *o, const struct ml_train_config *cfg, const char *resume)
 {
 	static const char *const keys[S_N] = {
 		"loss", "optimizer", "lr_schedule", "lr", "momentum", "beta1", "beta2", "eps",
@@ -276,44 +261,55 @@ take_config(struct opts *o, const char *cfg)
 	const char **strs[S_N] = { [S_LOSS] = &o->loss, [S_OPT] = &o->optimizer,
 				   [S_SCHED] = &o->schedule };
 	for (int i = 0; i < S_N; i++) {
+		bool order = i == S_BATCH || i == S_SEED || i == S_SHUF || i == S_VAL;
 		double v;
+		int64_t n;
 		const char *s;
-		if (strs[i] != NULL && (s = cfg_str(cfg, keys[i])) != NULL) {
+		if (strs[i] != NULL && (s = ml_train_config_str(cfg, keys[i])) != NULL) {
 			if (given[i] && strcmp(s, *strs[i]) != 0 && i != S_SCHED)
 				die(EXIT_USAGE, "--%s %s differs from the checkpoint's %s", keys[i],
 				    *strs[i], s);
-			if (!given[i])
-				*strs[i] = strdup(s);
-		} else if (cfg_num(cfg, keys[i], &v)) {
-			bool order = i == S_BATCH || i == S_SEED || i == S_SHUF || i == S_VAL;
-			double cur = dbl[i] ? *dbl[i] : (double)*ints[i];
-			if (given[i] && order && cur != v)
+			if (!given[i] && (*strs[i] = strdup(s)) == NULL)
+				die(EXIT_FAIL, "out of memory");
+		} else if (dbl[i] != NULL && ml_train_config_num(cfg, keys[i], &v)) {
+			if (given[i] && order && *dbl[i] != v)
 				die(EXIT_USAGE,
 				    "--%s differs from the checkpoint's (%g); a resumed run keeps its data order",
 				    keys[i], v);
-			if (!given[i]) {
-				if (dbl[i])
-					*dbl[i] = v;
-				else
-					*ints[i] = (int64_t)v;
-			}
+			if (!given[i])
+				*dbl[i] = v;
+		} else if (ints[i] != NULL && state_int(cfg, keys[i], &n, resume)) {
+			if (given[i] && order && *ints[i] != n)
+				die(EXIT_USAGE,
+				    "--%s differs from the checkpoint's (%g); a resumed run keeps its data order",
+				    keys[i], (double)n);
+			if (!given[i])
+				*ints[i] = n;
 		}
 	}
 }
 
-/* lr_at: the learning rate of step s (0-based). */
-static double
-lr_at(const struct run *r, uint64_t s)
+/*
+ * make_schedule: the learning-rate schedule of the options (lib/train's
+ * ml_lr_at gives each step's rate), once the data have given the steps of
+ * an epoch. A checkpoint's unknown schedule name keeps the rate constant.
+ */
+static void
+make_schedule(struct run *r)
 {
 	const struct opts *o = &r->o;
-	double lr = o->lr, total = (double)o->epochs * (double)r->spe;
-	if (strcmp(o->schedule, "step") == 0)
-		lr *= pow(o->lr_gamma, floor((double)(s / (uint64_t)r->spe) / (double)o->lr_step));
-	else if (strcmp(o->schedule, "cosine") == 0 && total > 0)
-		lr = o->lr_min + (o->lr - o->lr_min) * 0.5 * (1 + cos(M_PI * (double)s / total));
-	if (o->warmup > 0 && s < (uint64_t)o->warmup)
-		lr *= (double)(s + 1) / (double)o->warmup;
-	return lr;
+	struct ml_lr_schedule *sc = &r->sched;
+	ml_lr_schedule_init(sc);
+	sc->kind = ml_lr_schedule_from_name(o->schedule);
+	if (sc->kind < 0)
+		sc->kind = ML_LR_CONSTANT;
+	sc->lr = o->lr;
+	sc->steps_per_epoch = r->spe;
+	sc->epochs = o->epochs;
+	sc->step_epochs = o->lr_step;
+	sc->gamma = o->lr_gamma;
+	sc->lr_min = o->lr_min;
+	sc->warmup = o->warmup;
 }
 
 static void
@@ -564,7 +560,7 @@ report_epoch(struct run *r, double secs, double sps)
 				fprintf(r->log, ", \"%s_accuracy\": %.6g", what, va);
 		}
 		fprintf(r->log, ", \"samples_per_s\": %.1f, \"seconds\": %.3f, \"lr\": %.6g", sps,
-			secs, lr_at(r, r->step_no ? r->step_no - 1 : 0));
+			secs, ml_lr_at(&r->sched, r->step_no ? r->step_no - 1 : 0));
 		if (ml_dist_size() > 1)
 			log_dist(r->log, secs, true);
 		fputs("}\n", r->log);
@@ -631,7 +627,7 @@ train(struct run *r)
 					new_session(r);
 				r->cur_batch = x->dims[0];
 			}
-			*(float *)lr.data = (float)lr_at(r, r->step_no);
+			*(float *)lr.data = (float)ml_lr_at(&r->sched, r->step_no);
 			struct ml_tval xv, yv;
 			double w = 1;
 			if (ml_dist_size() > 1) {
@@ -733,8 +729,19 @@ train(struct run *r)
 	ml_tval_clear(&lr);
 }
 
-int
-main(int argc, char **argv)
+/* What the command line gives besides the training options (struct opts). */
+struct args {
+	const char *resume, *dump, *logpath;
+	const char *from;	/* the model read: the checkpoint resumed, else MODEL */
+	int threads, json, dmode;
+	bool qat, version;
+	struct ml_dist_opts dopt;
+	struct ml_dist_info di;
+};
+
+/* parse_args: read argv into r's options and a; usage errors exit 2, -h exits 0. */
+static void
+parse_args(struct run *r, struct args *a, int argc, char **argv)
 {
 	enum { O_LOSS = 256, O_OPT, O_LR, O_MOM, O_NEST, O_B1, O_B2, O_EPS, O_WD, O_CLIP, O_SCHED,
 	       O_LRSTEP, O_GAMMA, O_LRMIN, O_WARM, O_BATCH, O_EPOCHS, O_SEED, O_NOSHUF, O_VAL,
@@ -782,30 +789,16 @@ main(int argc, char **argv)
 		{ "weight-decay", required_argument, NULL, O_WD },
 		{ NULL, 0, NULL, 0 },
 	};
-	static struct run r;
-	struct opts *o = &r.o;
-	*o = (struct opts){ .loss = "softmax-cross-entropy", .optimizer = "sgd",
-			    .schedule = "constant", .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999,
-			    .eps = 1e-8, .lr_gamma = 0.1, .lr_step = 1, .batch = 64, .epochs = 1,
-			    .shuffle = 1 };
-	const char *resume = NULL, *dump = NULL, *logpath = NULL;
-	int threads = 0, json = 0, c, dmode = ML_DIST_AUTO;
-	bool qat = false;
-	struct ml_dist_opts dopt;
-	ml_dist_opts_init(&dopt);
-	bool version = false;
-	r.device = "cpu";
-	r.last_ckpt = UINT64_MAX;
-
-	cli_init(argc, argv);
+	struct opts *o = &r->o;
+	int c;
 	while ((c = getopt_long(argc, argv, "d:ho:qvV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'd': r.data_path = optarg; break;
+		case 'd': r->data_path = optarg; break;
 		case 'h': show_help(synopsis, help_text);
-		case 'o': r.out = optarg; break;
-		case 'q': r.quiet = 1; break;
-		case 'v': r.verbose++; break;
-		case 'V': version = true; break;
+		case 'o': r->out = optarg; break;
+		case 'q': r->quiet = 1; break;
+		case 'v': r->verbose++; break;
+		case 'V': a->version = true; break;
 		case O_LOSS:
 			if (ml_loss_from_name(optarg) < 0)
 				usage_error(synopsis, "unknown loss '%s' (softmax-cross-entropy, nll, mse, bce-with-logits)", optarg);
@@ -819,8 +812,7 @@ main(int argc, char **argv)
 			given[S_OPT] = true;
 			break;
 		case O_SCHED:
-			if (strcmp(optarg, "constant") && strcmp(optarg, "step") &&
-			    strcmp(optarg, "cosine") && strcmp(optarg, "warmup"))
+			if (ml_lr_schedule_from_name(optarg) < 0)
 				usage_error(synopsis, "unknown schedule '%s' (constant, step, cosine, warmup)", optarg);
 			o->schedule = optarg;
 			given[S_SCHED] = true;
@@ -847,21 +839,21 @@ main(int argc, char **argv)
 #undef INT
 		case O_NEST: o->nesterov = 1; given[S_NEST] = true; break;
 		case O_NOSHUF: o->shuffle = 0; given[S_SHUF] = true; break;
-		case O_CKPT: r.ckpt = optarg; break;
-		case O_RESUME: resume = optarg; break;
-		case O_DUMP: dump = optarg; break;
-		case O_DEVICE: r.device = optarg; break;
-		case O_THREADS: threads = (int)parse_int("--threads", optarg, 1, 256, synopsis); break;
-		case O_LOG: logpath = optarg; break;
-		case O_JSON: json = 1; break;
+		case O_CKPT: r->ckpt = optarg; break;
+		case O_RESUME: a->resume = optarg; break;
+		case O_DUMP: a->dump = optarg; break;
+		case O_DEVICE: r->device = optarg; break;
+		case O_THREADS: a->threads = (int)parse_int("--threads", optarg, 1, 256, synopsis); break;
+		case O_LOG: a->logpath = optarg; break;
+		case O_JSON: a->json = 1; break;
 		case O_BUCKET:
-			dopt.bucket_mb = parse_double("--bucket-mb", optarg, synopsis);
-			if (dopt.bucket_mb < 0 || dopt.bucket_mb > 1 << 20)
+			a->dopt.bucket_mb = parse_double("--bucket-mb", optarg, synopsis);
+			if (a->dopt.bucket_mb < 0 || a->dopt.bucket_mb > 1 << 20)
 				usage_error(synopsis, "--bucket-mb: %g is out of range [0, %d]",
-					    dopt.bucket_mb, 1 << 20);
+					    a->dopt.bucket_mb, 1 << 20);
 			break;
-		case O_MPI: dmode = ML_DIST_REQUIRE; break;
-		case O_QAT: qat = true; break;
+		case O_MPI: a->dmode = ML_DIST_REQUIRE; break;
+		case O_QAT: a->qat = true; break;
 		case O_KEEPDN: o->keep_dn = 1; given[S_KEEPDN] = true; break;
 		case O_MAXALLOC: ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis)); break;
 		default:
@@ -869,172 +861,209 @@ main(int argc, char **argv)
 			exit(EXIT_USAGE);
 		}
 	}
-	if (version) {
-		print_version(r.verbose);
-		return finish_stdout();
-	}
+}
+
+/* check_args: the operand and the combinations of options parse_args cannot see. */
+static void
+check_args(struct run *r, struct args *a, int argc, char **argv)
+{
+	const struct opts *o = &r->o;
 	if (optind + 1 < argc)
 		usage_error(synopsis, "too many operands");
-	r.model_path = optind < argc ? argv[optind] : NULL;
-	if (r.model_path == NULL && resume == NULL)
+	r->model_path = optind < argc ? argv[optind] : NULL;
+	if (r->model_path == NULL && a->resume == NULL)
 		usage_error(synopsis, "no model given");
-	if (dump == NULL && r.data_path == NULL)
+	if (a->dump == NULL && r->data_path == NULL)
 		usage_error(synopsis, "--data is required");
-	if (dump == NULL && r.out == NULL)
+	if (a->dump == NULL && r->out == NULL)
 		usage_error(synopsis, "-o OUT.mlg is required");
-	if (r.out != NULL && strcmp(r.out, "-") == 0)
+	if (r->out != NULL && strcmp(r->out, "-") == 0)
 		usage_error(synopsis, "the output is also the checkpoint: give a file, not '-'");
 	if (o->val_split != 0 && !(o->val_split > 0 && o->val_split < 1))
 		usage_error(synopsis, "--val-split takes a fraction between 0 and 1");
 	if (o->lr <= 0 || o->momentum < 0 || o->wd < 0 || o->clip < 0)
 		usage_error(synopsis, "--lr must be positive; --momentum, --weight-decay and --clip-norm not negative");
-	if (o->nesterov && o->momentum <= 0 && resume == NULL)
+	if (o->nesterov && o->momentum <= 0 && a->resume == NULL)
 		usage_error(synopsis, "--nesterov needs --momentum");
-	if (r.ckpt == NULL)
-		r.ckpt = r.out;
+	if (r->ckpt == NULL)
+		r->ckpt = r->out;
+	a->from = a->resume != NULL ? a->resume : r->model_path;
+}
+
+/*
+ * setup_dist: under an MPI launcher (or --mpi), join the job: a rank that
+ * dies ends all of them; ranks other than 0 are quiet; the cores are
+ * shared among the local ranks unless --threads says; every rank must get
+ * a sample of the global batch.
+ */
+static void
+setup_dist(struct run *r, struct args *a)
+{
 	struct ml_err err = { 0 };
-
-	struct ml_dist_info di;
-	if (dump == NULL) {
-		if (ml_dist_init(dmode, &di, &err) < 0)
-			die_err(&err);
-		if (di.size > 1) {
-			atexit(dist_atexit);
-			cli_set_exit_hook(dist_exit);
-			if (di.rank != 0)
-				r.quiet = 1, r.verbose = 0, json = 0;
-			if (threads == 0) {
-				long per = sysconf(_SC_NPROCESSORS_ONLN) / (di.local_size > 0 ? di.local_size : 1);
-				threads = per > 1 ? (int)per : 1;
-			}
-			if (o->batch < di.size)
-				die(EXIT_USAGE, "a global --batch of %lld is less than one sample per rank (%d)",
-				    (long long)o->batch, di.size);
-		}
-	}
-	/*
-	 * Every file the run writes (rank 0 alone writes) is checked before any
-	 * work, so that a bad path fails now, not after an epoch of training.
-	 */
-	if (ml_dist_rank() == 0) {
-		const char *outs[] = { dump, r.out, r.ckpt };
-		for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
-			if (outs[i] != NULL && ml_write_check(outs[i], &err) < 0)
-				die_err(&err);
-		if (dump == NULL && logpath != NULL && (r.log = fopen(logpath, "a")) == NULL)
-			die(EXIT_FAIL, "cannot open '%s': %s", logpath, strerror(errno));
-	}
-	ml_set_threads(threads);
-	const char *from = resume != NULL ? resume : r.model_path;
-	if (ml_model_load(&r.model, from, ML_FMT_AUTO, &err) < 0)
+	if (ml_dist_init(a->dmode, &a->di, &err) < 0)
 		die_err(&err);
-	if (resume != NULL) {
-		if (r.model->train == NULL || r.model->train->config == NULL)
-			die(EXIT_INVALID, "%s: not a checkpoint of mltrain (no training state)", resume);
-		if (ml_dist_size() > 1)
-			dist_resume_state(r.model);
-		take_config(o, r.model->train->config);
-		double v;
-		r.step_no = r.model->train->step;
-		r.epoch = r.model->train->epoch;
-		if (cfg_num(r.model->train->config, "epoch_step", &v))
-			r.in_epoch = (int64_t)v;
-		if (cfg_num(r.model->train->config, "epoch_loss_sum", &v))
-			r.loss_sum = v;
-		if (cfg_num(r.model->train->config, "epoch_correct", &v))
-			r.correct = (int64_t)v;
-		if (cfg_num(r.model->train->config, "epoch_seen", &v))
-			r.seen = (int64_t)v;
+	if (a->di.size <= 1)
+		return;
+	atexit(dist_atexit);
+	cli_set_exit_hook(dist_exit);
+	if (a->di.rank != 0)
+		r->quiet = 1, r->verbose = 0, a->json = 0;
+	if (a->threads == 0) {
+		long local = a->di.local_size > 0 ? a->di.local_size : 1;
+		long per = sysconf(_SC_NPROCESSORS_ONLN) / local;
+		a->threads = per > 1 ? (int)per : 1;
 	}
-	/*
-	 * Subnormal floats flushed to zero in this thread and the kernels'
-	 * (FTZ/DAZ): late in training, gradients and softmax tails underflow,
-	 * and each operation on a subnormal then costs a microcode assist (the
-	 * Fashion-MNIST MLP's second epoch ran 15% slower with them).
-	 */
-	ml_set_flush_denormals(o->keep_dn == 0);
-	if (strcmp(o->optimizer, "adamw") == 0 && !given[S_WD] && resume == NULL)
-		o->wd = 0.01;
-	if (strcmp(o->schedule, "warmup") == 0 && o->warmup == 0)
-		o->warmup = 100;
-	if (r.model->n_inputs != 1)
-		die(EXIT_UNSUP, "%s: models with %d inputs are not supported (one input takes the data)",
-		    from, r.model->n_inputs);
+	if (r->o.batch < a->di.size)
+		die(EXIT_USAGE, "a global --batch of %lld is less than one sample per rank (%d)",
+		    (long long)r->o.batch, a->di.size);
+}
 
-	struct ml_train_opts to;
-	ml_train_opts_init(&to);
-	to.loss = ml_loss_from_name(o->loss);
-	to.optimizer = ml_optim_from_name(o->optimizer);
-	to.momentum = o->momentum;
-	to.nesterov = o->nesterov != 0;
-	to.beta1 = o->beta1;
-	to.beta2 = o->beta2;
-	to.eps = o->eps;
-	to.weight_decay = o->wd;
-	to.clip_norm = o->clip;
-	to.seed = (uint64_t)o->seed;
-	if (qat) {
-		/*
-		 * fake-quant ops on the weights (int8, 7 bits as mlquant's integer
-		 * form) and on the activations they read, whose ranges come from
-		 * the first batch of the data; a checkpoint of a --qat run has
-		 * them already, and inserting again adds nothing
-		 */
-		bool has = false;
-		for (int i = 0; i < r.model->n_nodes && !has; i++)
-			has = strcmp(r.model->nodes[i].op_type, "FakeQuant") == 0;
-		struct ml_calib *cal = NULL;
-		if (!has && ml_calib_load(&cal, r.model, r.data_path, o->batch, &err) < 0)
+/*
+ * check_outputs: every file the run writes (rank 0 alone writes) is checked
+ * before any work, so that a bad path fails now, not after an epoch of
+ * training; the --log file is opened.
+ */
+static void
+check_outputs(struct run *r, const struct args *a)
+{
+	struct ml_err err = { 0 };
+	if (ml_dist_rank() != 0)
+		return;
+	const char *outs[] = { a->dump, r->out, r->ckpt };
+	for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
+		if (outs[i] != NULL && ml_write_check(outs[i], &err) < 0)
 			die_err(&err);
-		struct ml_quant_qat_opts qo = { .cal = cal, .weight_qmax = 63 };
-		int qrc = ml_quant_insert_fakequant(r.model, &qo, &err);
-		ml_calib_free(cal);
-		if (qrc < 0)
-			die_run(&err, from);
+	if (a->dump == NULL && a->logpath != NULL && (r->log = fopen(a->logpath, "a")) == NULL)
+		die(EXIT_FAIL, "cannot open '%s': %s", a->logpath, strerror(errno));
+}
+
+/*
+ * take_state: --resume: the checkpoint's training state parsed (status 3
+ * when it is not a JSON object), its options for those not given, the step
+ * and epoch it stopped at, and the position and sums of its epoch.
+ */
+static void
+take_state(struct run *r, const char *resume)
+{
+	struct ml_err err = { 0 };
+	struct ml_train *t = r->model->train;
+	if (t == NULL || t->config == NULL)
+		die(EXIT_INVALID, "%s: not a checkpoint of mltrain (no training state)", resume);
+	if (ml_dist_size() > 1)
+		dist_resume_state(r->model);
+	t = r->model->train;
+	if (ml_train_config_parse(&r->cfg, t->config, &err) < 0) {
+		if (err.code == ML_ENOMEM)
+			die_err(&err);
+		die(EXIT_INVALID, "%s: damaged %s", resume, err.msg);
 	}
-	if (ml_train_step_graph(&r.step, r.model, &to, &err) < 0)
+	take_config(&r->o, &r->cfg, resume);
+	r->step_no = t->step;
+	r->epoch = t->epoch;
+	state_int(&r->cfg, "epoch_step", &r->in_epoch, resume);
+	ml_train_config_num(&r->cfg, "epoch_loss_sum", &r->loss_sum);
+	state_int(&r->cfg, "epoch_correct", &r->correct, resume);
+	state_int(&r->cfg, "epoch_seen", &r->seen, resume);
+}
+
+/* train_opts: the library's step options from the command line's. */
+static void
+train_opts(struct ml_train_opts *to, const struct opts *o)
+{
+	ml_train_opts_init(to);
+	to->loss = ml_loss_from_name(o->loss);
+	to->optimizer = ml_optim_from_name(o->optimizer);
+	to->momentum = o->momentum;
+	to->nesterov = o->nesterov != 0;
+	to->beta1 = o->beta1;
+	to->beta2 = o->beta2;
+	to->eps = o->eps;
+	to->weight_decay = o->wd;
+	to->clip_norm = o->clip;
+	to->seed = (uint64_t)o->seed;
+}
+
+/*
+ * insert_fakequant: --qat: fake-quant ops on the weights (int8, 7 bits as
+ * mlquant's integer form) and on the activations they read, whose ranges
+ * come from the first batch of the data; a checkpoint of a --qat run has
+ * them already, and inserting again adds nothing.
+ */
+static void
+insert_fakequant(struct run *r, const char *from)
+{
+	struct ml_err err = { 0 };
+	bool has = false;
+	for (int i = 0; i < r->model->n_nodes && !has; i++)
+		has = strcmp(r->model->nodes[i].op_type, "FakeQuant") == 0;
+	struct ml_calib *cal = NULL;
+	if (!has && ml_calib_load(&cal, r->model, r->data_path, r->o.batch, &err) < 0)
+		die_err(&err);
+	struct ml_quant_qat_opts qo = { .cal = cal, .weight_qmax = 63 };
+	int qrc = ml_quant_insert_fakequant(r->model, &qo, &err);
+	ml_calib_free(cal);
+	if (qrc < 0)
 		die_run(&err, from);
-	if (r.verbose) {
+}
+
+/*
+ * build_step: the training-step graph of the model (with --qat its
+ * fake-quant ops first); on the CPU, the dense layers' fused kernels.
+ */
+static void
+build_step(struct run *r, const struct args *a)
+{
+	struct ml_err err = { 0 };
+	struct ml_train_opts to;
+	train_opts(&to, &r->o);
+	if (a->qat)
+		insert_fakequant(r, a->from);
+	if (ml_train_step_graph(&r->step, r->model, &to, &err) < 0)
+		die_run(&err, a->from);
+	if (r->verbose) {
 		int np = 0;
 		int64_t ne = 0;
-		ml_train_param_count(r.step, &to, &np, &ne);
+		ml_train_param_count(r->step, &to, &np, &ne);
 		fprintf(stderr, "%s: %s: %d parameter tensors, %lld values; step graph of %d nodes\n",
-			progname, from, np, (long long)ne, r.step->n_nodes);
+			progname, a->from, np, (long long)ne, r->step->n_nodes);
 	}
-	/*
-	 * On the CPU, the dense layers' fused kernels; under MPI the updates
-	 * keep their nodes, since the gradients must be all-reduced first.
-	 */
-	if (strcmp(r.device, "cpu") == 0 && ml_train_fuse(r.step, ml_dist_size() <= 1, &err) < 0)
-		die_run(&err, from);
-	if (dump != NULL) {
-		if (ml_model_save(r.step, dump, ML_FMT_MLG, &err) < 0)
-			die_err(&err);
-		ml_graph_free(r.step);
-		ml_graph_free(r.model);
-		return finish_stdout();
-	}
-	if (ml_dist_size() > 1) {
-		int nb = ml_train_distribute(r.step, &dopt, &err);
-		if (nb < 0 || ml_dist_bcast_params(r.step, 0, &err) < 0)
-			die_run(&err, NULL);
-		if (r.verbose)
-			fprintf(stderr, "%s: %d ranks (%s): gradients all-reduced in %d bucket%s of "
-				"about %g MiB\n", progname, di.size, di.library[0] ? di.library : "MPI",
-				nb, nb == 1 ? "" : "s", dopt.bucket_mb);
-	}
-	setup_data(&r);
-	if (resume != NULL) {
-		double v;
-		if (cfg_num(r.model->train->config, "steps_per_epoch", &v) && (int64_t)v != r.spe)
-			die(EXIT_INVALID, "%s: the data give %lld steps an epoch, the checkpoint had %lld",
-			    r.data_path, (long long)r.spe, (long long)v);
-		if (r.in_epoch > r.spe)
-			die(EXIT_INVALID, "%s: damaged training state (step %lld of an epoch of %lld)",
-			    resume, (long long)r.in_epoch, (long long)r.spe);
-	}
-	new_session(&r);
+	/* under MPI the updates keep their nodes, since the gradients must be all-reduced first */
+	if (strcmp(r->device, "cpu") == 0 && ml_train_fuse(r->step, ml_dist_size() <= 1, &err) < 0)
+		die_run(&err, a->from);
+}
 
+/* distribute: under MPI, the gradients' all-reduces, and rank 0's parameters on every rank. */
+static void
+distribute(struct run *r, struct args *a)
+{
+	struct ml_err err = { 0 };
+	int nb = ml_train_distribute(r->step, &a->dopt, &err);
+	if (nb < 0 || ml_dist_bcast_params(r->step, 0, &err) < 0)
+		die_run(&err, NULL);
+	if (r->verbose)
+		fprintf(stderr, "%s: %d ranks (%s): gradients all-reduced in %d bucket%s of "
+			"about %g MiB\n", progname, a->di.size,
+			a->di.library[0] ? a->di.library : "MPI", nb, nb == 1 ? "" : "s",
+			a->dopt.bucket_mb);
+}
+
+/* check_resume: a resumed run's data must give the epochs its checkpoint had. */
+static void
+check_resume(const struct run *r, const char *resume)
+{
+	int64_t v;
+	if (state_int(&r->cfg, "steps_per_epoch", &v, resume) && v != r->spe)
+		die(EXIT_INVALID, "%s: the data give %lld steps an epoch, the checkpoint had %lld",
+		    r->data_path, (long long)r->spe, (long long)v);
+	if (r->in_epoch < 0 || r->correct < 0 || r->seen < 0 || r->in_epoch > r->spe)
+		die(EXIT_INVALID, "%s: damaged training state (step %lld of an epoch of %lld)",
+		    resume, (long long)r->in_epoch, (long long)r->spe);
+}
+
+/* catch_signals: on_signal for SIGINT, SIGTERM and SIGUSR1; on_watchdog for SIGALRM. */
+static void
+catch_signals(void)
+{
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_signal;
@@ -1044,6 +1073,131 @@ main(int argc, char **argv)
 	sigaction(SIGUSR1, &sa, NULL);
 	sa.sa_handler = on_watchdog;
 	sigaction(SIGALRM, &sa, NULL);
+}
+
+/* check_ranks_agree: every rank applied the same averaged gradients: check that they agree. */
+static void
+check_ranks_agree(struct run *r)
+{
+	struct ml_err err = { 0 };
+	double d = 0;
+	if (ml_session_sync(r->sess, &err) < 0 ||
+	    ml_dist_param_divergence(r->step, 0, &d, &err) < 0)
+		die_run(&err, NULL);
+	if (d > 0 && ml_dist_rank() == 0)
+		warnx("warning: the parameters differ across ranks by up to %g", d);
+	else if (r->verbose)
+		fprintf(stderr, "%s: the %d ranks hold identical parameters\n", progname,
+			ml_dist_size());
+}
+
+/* save_final: the final model (eval mode, with the state to resume from), and the checkpoint. */
+static void
+save_final(struct run *r)
+{
+	struct ml_err err = { 0 };
+	r->in_epoch = 0;
+	export_state(r);
+	if (ml_dist_rank() == 0 && ml_model_save(r->model, r->out, ML_FMT_MLG, &err) < 0)
+		die_err(&err);
+	if (ml_dist_rank() == 0 && r->ckpt != r->out && strcmp(r->ckpt, r->out) != 0 &&
+	    ml_model_save(r->model, r->ckpt, ML_FMT_MLG, &err) < 0)
+		die_err(&err);
+}
+
+/* print_json: --json: the run's report on stdout (s0: the step it started at). */
+static void
+print_json(const struct run *r, const char *from, uint64_t s0, double secs)
+{
+	printf("{\"model\": ");
+	ml_json_str(stdout, from);
+	printf(", \"output\": ");
+	ml_json_str(stdout, r->out);
+	printf(", \"epochs\": %llu, \"steps\": %llu, \"steps_run\": %llu, \"seconds\": %.3f",
+	       (unsigned long long)r->epoch, (unsigned long long)r->step_no,
+	       (unsigned long long)(r->step_no - s0), secs);
+	json_num(stdout, "loss", r->last_loss);
+	json_num(stdout, "accuracy", r->last_acc);
+	json_num(stdout, r->o.val_split > 0 ? "val_loss" : "test_loss", r->last_eval_loss);
+	json_num(stdout, r->o.val_split > 0 ? "val_accuracy" : "test_accuracy", r->last_eval_acc);
+	json_num(stdout, "samples_per_s", r->last_sps);
+	json_num(stdout, "train_samples_per_s",
+		 r->train_secs > 0 ? (double)r->train_samples / r->train_secs : NAN);
+	printf("}\n");
+}
+
+/* free_run: release the run's sessions, data and graphs. */
+static void
+free_run(struct run *r)
+{
+	ml_session_free(r->sess);
+	ml_loader_free(r->ld);
+	ml_dataset_free(r->train);
+	ml_dataset_free(r->eval);
+	ml_graph_free(r->step);
+	ml_graph_free(r->model);
+	ml_train_config_free(&r->cfg);
+}
+
+int
+main(int argc, char **argv)
+{
+	static struct run r;
+	static struct args a = { .dmode = ML_DIST_AUTO };
+	struct ml_err err = { 0 };
+
+	r.o = (struct opts){ .loss = "softmax-cross-entropy", .optimizer = "sgd",
+			     .schedule = "constant", .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999,
+			     .eps = 1e-8, .lr_gamma = 0.1, .lr_step = 1, .batch = 64, .epochs = 1,
+			     .shuffle = 1 };
+	ml_dist_opts_init(&a.dopt);
+	r.device = "cpu";
+	r.last_ckpt = UINT64_MAX;
+
+	cli_init(argc, argv);
+	parse_args(&r, &a, argc, argv);
+	if (a.version) {
+		print_version(r.verbose);
+		return finish_stdout();
+	}
+	check_args(&r, &a, argc, argv);
+	if (a.dump == NULL)
+		setup_dist(&r, &a);
+	check_outputs(&r, &a);
+	ml_set_threads(a.threads);
+	if (ml_model_load(&r.model, a.from, ML_FMT_AUTO, &err) < 0)
+		die_err(&err);
+	if (a.resume != NULL)
+		take_state(&r, a.resume);
+	/*
+	 * Subnormal floats flushed to zero in this thread and the kernels'
+	 * (FTZ/DAZ): late in training, gradients and softmax tails underflow,
+	 * and each operation on a subnormal then costs a microcode assist (the
+	 * Fashion-MNIST MLP's second epoch ran 15% slower with them).
+	 */
+	ml_set_flush_denormals(r.o.keep_dn == 0);
+	if (strcmp(r.o.optimizer, "adamw") == 0 && !given[S_WD] && a.resume == NULL)
+		r.o.wd = 0.01;
+	if (strcmp(r.o.schedule, "warmup") == 0 && r.o.warmup == 0)
+		r.o.warmup = ML_LR_WARMUP_DEFAULT;
+	if (r.model->n_inputs != 1)
+		die(EXIT_UNSUP, "%s: models with %d inputs are not supported (one input takes the data)",
+		    a.from, r.model->n_inputs);
+	build_step(&r, &a);
+	if (a.dump != NULL) {
+		if (ml_model_save(r.step, a.dump, ML_FMT_MLG, &err) < 0)
+			die_err(&err);
+		free_run(&r);
+		return finish_stdout();
+	}
+	if (ml_dist_size() > 1)
+		distribute(&r, &a);
+	setup_data(&r);
+	make_schedule(&r);
+	if (a.resume != NULL)
+		check_resume(&r, a.resume);
+	new_session(&r);
+	catch_signals();
 	if (r.verbose)
 		fprintf(stderr, "%s: training from step %llu, %lld steps an epoch\n", progname,
 			(unsigned long long)r.step_no, (long long)r.spe);
@@ -1052,54 +1206,16 @@ main(int argc, char **argv)
 	uint64_t s0 = r.step_no;
 	train(&r);
 	double secs = ml_now() - t0;
-	if (ml_dist_size() > 1) {
-		/* every rank applied the same averaged gradients: check that they agree */
-		double d = 0;
-		if (ml_session_sync(r.sess, &err) < 0 ||
-		    ml_dist_param_divergence(r.step, 0, &d, &err) < 0)
-			die_run(&err, NULL);
-		if (d > 0 && ml_dist_rank() == 0)
-			warnx("warning: the parameters differ across ranks by up to %g", d);
-		else if (r.verbose)
-			fprintf(stderr, "%s: the %d ranks hold identical parameters\n", progname,
-				ml_dist_size());
-	}
-	/* the final model: eval mode, with the state to resume from */
-	r.in_epoch = 0;
-	export_state(&r);
-	if (ml_dist_rank() == 0 && ml_model_save(r.model, r.out, ML_FMT_MLG, &err) < 0)
-		die_err(&err);
-	if (ml_dist_rank() == 0 && r.ckpt != r.out && strcmp(r.ckpt, r.out) != 0 &&
-	    ml_model_save(r.model, r.ckpt, ML_FMT_MLG, &err) < 0)
-		die_err(&err);
+	if (ml_dist_size() > 1)
+		check_ranks_agree(&r);
+	save_final(&r);
 	if (r.verbose && ml_cache_note_get() != NULL)
 		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	if (r.log != NULL && fclose(r.log) != 0)
-		die(EXIT_FAIL, "write error on '%s'", logpath);
-	if (json) {
-		printf("{\"model\": ");
-		ml_json_str(stdout, from);
-		printf(", \"output\": ");
-		ml_json_str(stdout, r.out);
-		printf(", \"epochs\": %llu, \"steps\": %llu, \"steps_run\": %llu, \"seconds\": %.3f",
-		       (unsigned long long)r.epoch, (unsigned long long)r.step_no,
-		       (unsigned long long)(r.step_no - s0), secs);
-		json_num(stdout, "loss", r.last_loss);
-		json_num(stdout, "accuracy", r.last_acc);
-		json_num(stdout, r.o.val_split > 0 ? "val_loss" : "test_loss", r.last_eval_loss);
-		json_num(stdout, r.o.val_split > 0 ? "val_accuracy" : "test_accuracy",
-			 r.last_eval_acc);
-		json_num(stdout, "samples_per_s", r.last_sps);
-		json_num(stdout, "train_samples_per_s",
-			 r.train_secs > 0 ? (double)r.train_samples / r.train_secs : NAN);
-		printf("}\n");
-	}
-	ml_session_free(r.sess);
-	ml_loader_free(r.ld);
-	ml_dataset_free(r.train);
-	ml_dataset_free(r.eval);
-	ml_graph_free(r.step);
-	ml_graph_free(r.model);
+		die(EXIT_FAIL, "write error on '%s'", a.logpath);
+	if (a.json)
+		print_json(&r, a.from, s0, secs);
+	free_run(&r);
 	if (ml_dist_size() > 1 && (ml_dist_barrier(&err) < 0 || ml_dist_finalize(&err) < 0))
 		die_err(&err);
 	dist_clean = true;

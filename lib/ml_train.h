@@ -1,7 +1,8 @@
 /*
  * ml_train.h: training (lib/train): reverse-mode autodiff as a graph to
- * graph transformation, losses, optimizers, training-step graphs.
- * Included by ml.h. Owner: autodiff (issue 5).
+ * graph transformation, losses, optimizers, training-step graphs,
+ * learning-rate schedules (schedule.c) and the training state a checkpoint
+ * keeps, read back (state.c). Included by ml.h. Owner: autodiff (issue 5).
  *
  * A training step is an ordinary graph. ml_train_step_graph copies a model,
  * puts BatchNormalization and Dropout into training mode, appends a loss,
@@ -163,5 +164,115 @@ int ml_train_export(struct ml_graph *model, const struct ml_graph *step, struct 
  */
 void ml_train_param_count(const struct ml_graph *g, const struct ml_train_opts *o, int *n_params,
 			  int64_t *n_elems);
+
+/*
+ * Learning-rate schedules. The step graph reads its rate from the "lr"
+ * input, so a schedule is the caller's loop setting that input to
+ * ml_lr_at(&sched, step) before each run:
+ *
+ *	struct ml_lr_schedule sc;
+ *	ml_lr_schedule_init(&sc);
+ *	sc.kind = ML_LR_COSINE; sc.lr = 0.1; sc.epochs = 10; sc.steps_per_epoch = 500;
+ *	for (uint64_t s = 0; ...; s++)
+ *		*(float *)lr.data = (float)ml_lr_at(&sc, s);
+ */
+enum ml_lr_kind {
+	ML_LR_CONSTANT = 0,	/* lr at every step */
+	ML_LR_STEP = 1,		/* lr * gamma^floor(epoch / step_epochs) */
+	ML_LR_COSINE = 2,	/* lr_min + (lr - lr_min) (1 + cos(pi s / (epochs spe))) / 2 */
+	ML_LR_WARMUP = 3,	/* constant; warmup 0 means ML_LR_WARMUP_DEFAULT steps */
+};
+#define ML_LR_WARMUP_DEFAULT 100
+
+/*
+ * struct ml_lr_schedule: a schedule over optimizer steps s = 0, 1, ...;
+ * epoch of step s is s / steps_per_epoch. A linear warm-up multiplies the
+ * rate of any kind by (s + 1) / warmup for s < warmup.
+ */
+struct ml_lr_schedule {
+	int kind;		/* enum ml_lr_kind (default ML_LR_CONSTANT) */
+	double lr;		/* the base rate (default 0.01) */
+	int64_t steps_per_epoch;	/* step and cosine: optimizer steps an epoch */
+	int64_t epochs;		/* cosine: the epochs of the whole run (0: the rate stays lr) */
+	int64_t step_epochs;	/* step: epochs between decays (default 1) */
+	double gamma;		/* step: the factor of each decay (default 0.1) */
+	double lr_min;		/* cosine: the rate at the end (default 0) */
+	int64_t warmup;		/* linear warm-up steps (default 0: none, but see ML_LR_WARMUP) */
+};
+
+/* ml_lr_schedule_init: the defaults above. */
+void ml_lr_schedule_init(struct ml_lr_schedule *s);
+/*
+ * ml_lr_schedule_name: "constant", "step", "cosine", "warmup" (NULL for an
+ * unknown kind); ml_lr_schedule_from_name: the inverse, -1 when unknown.
+ */
+const char *ml_lr_schedule_name(int kind);
+int ml_lr_schedule_from_name(const char *name);
+/*
+ * ml_lr_schedule_check: ML_EINVAL, with the reason in e, for an unknown
+ * kind, a rate that is not finite, negative warm-up steps, a step schedule
+ * without steps_per_epoch and step_epochs of at least 1, or a cosine one
+ * with a negative length; else 0.
+ */
+int ml_lr_schedule_check(const struct ml_lr_schedule *s, struct ml_err *e);
+/*
+ * ml_lr_at: the learning rate of step (0-based). Defined for any s: a
+ * schedule that ml_lr_schedule_check refuses gives lr for the parts it
+ * cannot compute (no decay without steps_per_epoch, no cosine without a
+ * length), never a division by zero.
+ */
+double ml_lr_at(const struct ml_lr_schedule *s, uint64_t step);
+
+/*
+ * The training state of a checkpoint, read back. model->train->config is
+ * free text; mltrain keeps one flat JSON object there: its options
+ * ("loss", "lr", "batch", ...) and its place in the epoch
+ * ("steps_per_epoch", "epoch_step", "epoch_loss_sum", ...). A resuming
+ * caller parses it once and looks its keys up:
+ *
+ *	struct ml_train_config c;
+ *	if (ml_train_config_parse(&c, model->train->config, &err) < 0) ...
+ *	int64_t b;
+ *	if (ml_train_config_int(&c, "batch", &b)) ...
+ *	ml_train_config_free(&c);
+ */
+enum ml_cfg_type {
+	ML_CFG_NUM = 1, ML_CFG_STR = 2, ML_CFG_BOOL = 3, ML_CFG_NULL = 4,
+	ML_CFG_NESTED = 5,	/* an object or an array: checked, not kept */
+};
+struct ml_train_config_item {
+	char *key;
+	int type;		/* enum ml_cfg_type */
+	double num;		/* ML_CFG_NUM (strtod of the text), ML_CFG_BOOL (0 or 1) */
+	bool exact;		/* a number written as an integer that fits int64: i */
+	int64_t i;
+	char *str;		/* ML_CFG_STR, unescaped (UTF-8) */
+};
+struct ml_train_config {
+	int n;
+	struct ml_train_config_item *items;	/* in the order of the text */
+};
+
+/*
+ * ml_train_config_parse: parse text (RFC 8259; NULL, empty or blank text
+ * is an empty object) into *c, which the caller frees with
+ * ml_train_config_free. The top level must be one object; its values may be
+ * strings, numbers, true, false, null, or nested objects and arrays (kept
+ * as ML_CFG_NESTED). ML_EFORMAT, with the offset of the error, for anything
+ * else (a string with \u0000 among it); ML_ENOMEM. On failure *c is empty.
+ */
+int ml_train_config_parse(struct ml_train_config *c, const char *text, struct ml_err *e);
+/*
+ * ml_train_config_num / _int / _str: the value of key (the first, when the
+ * text has it twice): false (NULL) when absent or of another type;
+ * ml_train_config_int also when the number is not an integer in int64
+ * range. An integer written without fraction or exponent is exact (a seed
+ * above 2^53 too). The string is c's.
+ */
+bool ml_train_config_num(const struct ml_train_config *c, const char *key, double *v);
+bool ml_train_config_int(const struct ml_train_config *c, const char *key, int64_t *v);
+const char *ml_train_config_str(const struct ml_train_config *c, const char *key);
+/* ml_train_config_free: release c's items; c is left empty (NULL is a no-op). */
+void ml_train_config_free(struct ml_train_config *c);
 
 #endif

@@ -6,7 +6,10 @@
  * and reader; an exported model runs in eval mode and resumes exactly;
  * side-effect nodes stay last in toposort; the CPU's fused step
  * (ml_train_fuse) trains as the plain one and its kernels compute what
- * they stand for; bad options fail cleanly. Prints TAP.
+ * they stand for; bad options fail cleanly; the learning-rate schedules
+ * (ml_lr_at) give the rates worked out by hand and mltrain's former ones;
+ * a checkpoint's training state parses (ml_train_config_parse).
+ * Prints TAP.
  */
 #include <math.h>
 #include <stdio.h>
@@ -710,6 +713,233 @@ test_fused_kernels(void)
 	ok(bad == 0, "TrainGemm and GemmSGDUpdate compute Gemm and its act, and the SGD update");
 }
 
+/*
+ * old_lr_at: mltrain's learning rate before the schedules moved into the
+ * library (cmd/mltrain.c lr_at, as of d40ee07), the reference ml_lr_at
+ * must equal bit for bit: a resumed run depends on it.
+ */
+static double
+old_lr_at(const char *schedule, double lr0, double gamma, double lr_min, int64_t lr_step,
+	  int64_t warmup, int64_t epochs, int64_t spe, uint64_t s)
+{
+	double lr = lr0, total = (double)epochs * (double)spe;
+	if (strcmp(schedule, "step") == 0)
+		lr *= pow(gamma, floor((double)(s / (uint64_t)spe) / (double)lr_step));
+	else if (strcmp(schedule, "cosine") == 0 && total > 0)
+		lr = lr_min + (lr0 - lr_min) * 0.5 * (1 + cos(M_PI * (double)s / total));
+	if (warmup > 0 && s < (uint64_t)warmup)
+		lr *= (double)(s + 1) / (double)warmup;
+	return lr;
+}
+
+/* near: a and b equal to 1e-12 relative (hand-computed values). */
+static bool
+near(double a, double b)
+{
+	return fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b));
+}
+
+/*
+ * schedules: ml_lr_at of each kind at steps worked out by hand, equal to
+ * mltrain's former computation over many steps, and the names and checks.
+ */
+static void
+schedules(void)
+{
+	struct ml_err e = { 0 };
+	struct ml_lr_schedule sc;
+
+	ml_lr_schedule_init(&sc);
+	ok(sc.kind == ML_LR_CONSTANT && sc.lr == 0.01 && sc.step_epochs == 1 && sc.gamma == 0.1 &&
+	   sc.warmup == 0, "ml_lr_schedule_init gives mltrain's defaults");
+	sc.lr = 0.1;
+	ok(ml_lr_at(&sc, 0) == 0.1 && ml_lr_at(&sc, 12345) == 0.1, "constant: lr at every step");
+
+	/* step: 10 steps an epoch, halved every 2 epochs */
+	sc.kind = ML_LR_STEP;
+	sc.steps_per_epoch = 10;
+	sc.step_epochs = 2;
+	sc.gamma = 0.5;
+	ok(ml_lr_at(&sc, 0) == 0.1 && ml_lr_at(&sc, 19) == 0.1 && near(ml_lr_at(&sc, 20), 0.05) &&
+	   near(ml_lr_at(&sc, 39), 0.05) && near(ml_lr_at(&sc, 40), 0.025) &&
+	   near(ml_lr_at(&sc, 65), 0.0125), "step: lr 0.1 halved every 2 epochs of 10 steps");
+
+	/* cosine: from 0.1 to 0.01 over 2 epochs of 5 steps */
+	ml_lr_schedule_init(&sc);
+	sc.kind = ML_LR_COSINE;
+	sc.lr = 0.1;
+	sc.lr_min = 0.01;
+	sc.epochs = 2;
+	sc.steps_per_epoch = 5;
+	ok(near(ml_lr_at(&sc, 0), 0.1) && near(ml_lr_at(&sc, 5), 0.055) &&
+	   near(ml_lr_at(&sc, 10), 0.01) &&
+	   near(ml_lr_at(&sc, 2), 0.01 + 0.045 * (1 + cos(M_PI / 5))),
+	   "cosine: 0.1 at the start, 0.055 half-way, 0.01 at the end");
+	sc.epochs = 0;
+	ok(ml_lr_at(&sc, 3) == 0.1, "cosine of no length: lr");
+
+	/* warmup: 100 steps by default, or as many as given, over any kind */
+	ml_lr_schedule_init(&sc);
+	sc.kind = ML_LR_WARMUP;
+	sc.lr = 0.1;
+	ok(near(ml_lr_at(&sc, 0), 0.001) && near(ml_lr_at(&sc, 49), 0.05) &&
+	   near(ml_lr_at(&sc, 99), 0.1) && ml_lr_at(&sc, 100) == 0.1,
+	   "warmup: linear over ML_LR_WARMUP_DEFAULT (100) steps, then lr");
+	sc.warmup = 4;
+	ok(near(ml_lr_at(&sc, 0), 0.025) && near(ml_lr_at(&sc, 3), 0.1) && ml_lr_at(&sc, 4) == 0.1,
+	   "warmup: linear over the steps given");
+	sc.kind = ML_LR_STEP;
+	sc.steps_per_epoch = 10;
+	sc.gamma = 0.5;
+	sc.warmup = 5;
+	ok(near(ml_lr_at(&sc, 2), 0.06) && near(ml_lr_at(&sc, 10), 0.05),
+	   "a warm-up applies to the step schedule too");
+
+	/* every kind, with and without warm-up, equals mltrain's former lr_at */
+	int bad = 0, n = 0;
+	for (int k = 0; k < 4; k++) {
+		for (int w = 0; w < 3; w++) {
+			int64_t warm = w == 0 ? 0 : w == 1 ? 7 : 130;
+			ml_lr_schedule_init(&sc);
+			sc.kind = k;
+			sc.lr = 0.05;
+			sc.gamma = 0.3;
+			sc.lr_min = 1e-4;
+			sc.step_epochs = 3;
+			sc.epochs = 5;
+			sc.steps_per_epoch = 37;
+			sc.warmup = warm;
+			/* mltrain turned --lr-schedule warmup without --warmup-steps into 100 */
+			int64_t oldwarm = k == ML_LR_WARMUP && warm == 0 ? 100 : warm;
+			for (uint64_t s = 0; s < 250; s++, n++) {
+				double want = old_lr_at(ml_lr_schedule_name(k), 0.05, 0.3, 1e-4, 3,
+							oldwarm, 5, 37, s);
+				if (ml_lr_at(&sc, s) != want)
+					bad++;
+			}
+		}
+	}
+	printf("# %d rates compared with the former mltrain, %d differ\n", n, bad);
+	ok(bad == 0, "ml_lr_at equals mltrain's former rate bit for bit, every kind and warm-up");
+
+	ok(ml_lr_schedule_from_name("cosine") == ML_LR_COSINE &&
+	   ml_lr_schedule_from_name("warmup") == ML_LR_WARMUP &&
+	   ml_lr_schedule_from_name("linear") == -1 && ml_lr_schedule_from_name(NULL) == -1 &&
+	   strcmp(ml_lr_schedule_name(ML_LR_STEP), "step") == 0 && ml_lr_schedule_name(9) == NULL,
+	   "schedule names map both ways");
+
+	ml_lr_schedule_init(&sc);
+	ok(ml_lr_schedule_check(&sc, &e) == 0, "the default schedule is valid");
+	sc.kind = ML_LR_STEP;
+	bool refused = ml_lr_schedule_check(&sc, &e) == ML_EINVAL;
+	ok(refused && ml_lr_at(&sc, 42) == 0.01,
+	   "a step schedule without steps an epoch is ML_EINVAL, and ml_lr_at gives lr");
+	sc.kind = 7;
+	ok(ml_lr_schedule_check(&sc, &e) == ML_EINVAL, "an unknown kind is ML_EINVAL");
+	ml_lr_schedule_init(&sc);
+	sc.warmup = -1;
+	ok(ml_lr_schedule_check(&sc, &e) == ML_EINVAL, "negative warm-up steps are ML_EINVAL");
+	sc.warmup = 0;
+	sc.lr = NAN;
+	ok(ml_lr_schedule_check(&sc, &e) == ML_EINVAL, "a rate that is not finite is ML_EINVAL");
+}
+
+/* parse_fails: text is refused with ML_EFORMAT and leaves the config empty. */
+static bool
+parse_fails(const char *text)
+{
+	struct ml_err e = { 0 };
+	struct ml_train_config c;
+	int rc = ml_train_config_parse(&c, text, &e);
+	bool good = rc == ML_EFORMAT && c.n == 0 && c.items == NULL &&
+		    strstr(e.msg, "training state: ") == e.msg;
+	if (!good)
+		printf("# '%s': rc %d (%s)\n", text, rc, e.msg);
+	ml_train_config_free(&c);
+	return good;
+}
+
+/*
+ * train_config: the checkpoint's training state as mltrain writes it reads
+ * back exactly; keys are found as keys only; bad JSON is refused.
+ */
+static void
+train_config(void)
+{
+	struct ml_err e = { 0 };
+	struct ml_train_config c;
+	double v;
+	int64_t n;
+
+	/* what mltrain's config_json writes (a resumed checkpoint of the SGD MLP) */
+	static const char written[] =
+		"{\"loss\": \"softmax-cross-entropy\", \"optimizer\": \"sgd\", \"lr_schedule\": "
+		"\"cosine\", \"lr\": 0.10000000000000001, \"momentum\": 0.90000000000000002, "
+		"\"beta1\": 0.90000000000000002, \"beta2\": 0.999, \"eps\": 1e-08, "
+		"\"weight_decay\": 0, \"clip_norm\": 0, \"lr_gamma\": 0.10000000000000001, "
+		"\"lr_min\": 0, \"val_split\": 0, \"nesterov\": 0, \"lr_step\": 1, "
+		"\"warmup_steps\": 0, \"batch\": 64, \"epochs\": 3, \"seed\": 9223372036854775807, "
+		"\"shuffle\": 1, \"checkpoint_every\": 0, \"steps_per_epoch\": 938, "
+		"\"epoch_step\": 17, \"epoch_loss_sum\": 1234.5678901234567, \"epoch_correct\": 1003, "
+		"\"epoch_seen\": 1088, \"keep_denormals\": 0}";
+	bool good = ml_train_config_parse(&c, written, &e) == 0 && c.n == 27;
+	good = good && strcmp(ml_train_config_str(&c, "loss"), "softmax-cross-entropy") == 0 &&
+	       strcmp(ml_train_config_str(&c, "lr_schedule"), "cosine") == 0 &&
+	       ml_train_config_num(&c, "lr", &v) && v == 0.1 &&
+	       ml_train_config_num(&c, "eps", &v) && v == 1e-8 &&
+	       ml_train_config_num(&c, "epoch_loss_sum", &v) && v == 1234.5678901234567 &&
+	       ml_train_config_int(&c, "steps_per_epoch", &n) && n == 938 &&
+	       ml_train_config_int(&c, "epoch_seen", &n) && n == 1088 &&
+	       ml_train_config_int(&c, "seed", &n) && n == INT64_MAX;
+	ok(good, "mltrain's training state reads back: strings, doubles bit for bit, a seed of "
+	   "2^63-1 exactly");
+	ok(ml_train_config_str(&c, "lr") == NULL && !ml_train_config_num(&c, "loss", &v) &&
+	   !ml_train_config_num(&c, "absent", &v) && !ml_train_config_int(&c, "lr", &n) &&
+	   !ml_train_config_int(&c, "epoch_loss_sum", &n) &&
+	   !ml_train_config_int(&c, "eps", &n),
+	   "a key of another type, absent, or a number that is not an integer is not found");
+	ml_train_config_free(&c);
+	ok(c.n == 0 && c.items == NULL, "ml_train_config_free leaves the config empty");
+
+	/* strstr found "lr": inside a string value; a parser finds keys only */
+	good = ml_train_config_parse(&c, "{\"note\": \"\\\"lr\\\": 5\", \"lr\": 0.25}", &e) == 0 &&
+	       ml_train_config_num(&c, "lr", &v) && v == 0.25 &&
+	       strcmp(ml_train_config_str(&c, "note"), "\"lr\": 5") == 0;
+	ml_train_config_free(&c);
+	ok(good, "a key is found as a key, not as text inside a string value");
+
+	good = ml_train_config_parse(&c, " \n{ \"a\" :1.5e2,\"b\":[1, {\"c\": [true]}],\"d\":{},"
+				     "\"e\": \"caf\\u00e9 \\ud83d\\ude00\\n\", \"f\": null, "
+				     "\"g\": false, \"a\": 7 }\t", &e) == 0 &&
+	       c.n == 7 && ml_train_config_num(&c, "a", &v) && v == 150 &&
+	       ml_train_config_int(&c, "a", &n) && n == 150 && c.items[1].type == ML_CFG_NESTED &&
+	       c.items[2].type == ML_CFG_NESTED && c.items[4].type == ML_CFG_NULL &&
+	       c.items[5].type == ML_CFG_BOOL && c.items[5].num == 0 &&
+	       strcmp(ml_train_config_str(&c, "e"), "caf\xc3\xa9 \xf0\x9f\x98\x80\n") == 0;
+	ml_train_config_free(&c);
+	ok(good, "blanks, exponents, nested values, escapes and surrogate pairs; the first of "
+	   "two equal keys wins");
+
+	good = ml_train_config_parse(&c, "", &e) == 0 && c.n == 0 &&
+	       ml_train_config_parse(&c, NULL, &e) == 0 && c.n == 0 &&
+	       ml_train_config_parse(&c, " {} ", &e) == 0 && c.n == 0;
+	ok(good, "an empty text (a model exported without a state) is an empty object");
+
+	char deep[300];
+	memset(deep, '[', sizeof deep);
+	memcpy(deep, "{\"a\": ", 6);
+	deep[sizeof deep - 1] = '\0';
+	ok(parse_fails("{\"a\": 1,}") && parse_fails("{\"a\" 1}") && parse_fails("[1]") &&
+	   parse_fails("{\"a\": 01}") && parse_fails("{\"a\": \"x") &&
+	   parse_fails("{\"a\": \"\\u0000\"}") &&
+	   parse_fails("{\"a\": tru}") && parse_fails("{\"a\": 1} x") && parse_fails("{\"a\": }") &&
+	   parse_fails("{\"a\": -}") && parse_fails("{\"a\": 1.}") && parse_fails("{\"a\": .5}") &&
+	   parse_fails("{\"a\": \"\\x\"}") && parse_fails("{\"a\": \"\\ud800\"}") &&
+	   parse_fails("{\"a\": \"tab\there\"}") && parse_fails("{a: 1}") && parse_fails("{") &&
+	   parse_fails(deep),
+	   "malformed JSON is ML_EFORMAT, the config left empty");
+}
+
 int
 main(void)
 {
@@ -941,6 +1171,8 @@ main(void)
 		ok(np == 4 && ne == 4 * 16 + 16 + 16 * 3 + 3, "ml_train_param_count counts the MLP");
 		ml_graph_free(mlp);
 	}
+	schedules();
+	train_config();
 	printf("1..%d\n", ntest);
 	return nfail != 0;
 }
