@@ -81,6 +81,8 @@ enum { S_LOSS, S_OPT, S_SCHED, S_LR, S_MOM, S_B1, S_B2, S_EPS, S_WD, S_CLIP, S_G
 static bool given[S_N];
 
 static volatile sig_atomic_t got_int, got_usr1;
+/* -q: the watchdog ends the run without its line (an MPI job torn down by mpirun -q) */
+static volatile sig_atomic_t quiet_watchdog;
 /*
  * distributed: a rank that dies ends every rank (MPI_Abort), with its own
  * exit status (die, die_err and usage_error go through dist_exit; any other
@@ -164,8 +166,10 @@ on_watchdog(int sig)
 	static const char msg[] = ": interrupted in the middle of a step; the last checkpoint is kept\n";
 	(void)sig;
 	ml_tmp_cleanup();
-	(void)!write(STDERR_FILENO, progname, strlen(progname));
-	(void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+	if (!quiet_watchdog) {
+		(void)!write(STDERR_FILENO, progname, strlen(progname));
+		(void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+	}
 	_exit(128 + (got_int ? got_int : SIGTERM));
 }
 
@@ -796,7 +800,7 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		case 'd': r->data_path = optarg; break;
 		case 'h': show_help(synopsis, help_text);
 		case 'o': r->out = optarg; break;
-		case 'q': r->quiet = 1; break;
+		case 'q': r->quiet = 1, quiet_watchdog = 1; break;
 		case 'v': r->verbose++; break;
 		case 'V': a->version = true; break;
 		case O_LOSS:
@@ -907,7 +911,7 @@ setup_dist(struct run *r, struct args *a)
 	atexit(dist_atexit);
 	cli_set_exit_hook(dist_exit);
 	if (a->di.rank != 0)
-		r->quiet = 1, r->verbose = 0, a->json = 0;
+		r->quiet = 1, r->verbose = 0, a->json = 0, quiet_watchdog = 1;
 	if (a->threads == 0) {
 		long local = a->di.local_size > 0 ? a->di.local_size : 1;
 		long per = sysconf(_SC_NPROCESSORS_ONLN) / local;
