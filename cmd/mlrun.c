@@ -9,24 +9,29 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "ml_data.h"
 
 static const char synopsis[] =
-	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy]... [--random [--seed S]]\n"
-	"             [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]] [--json]\n"
-	"             [--max-alloc SIZE] [--plan] [--placement FILE] [--timeout SECS] [MODEL | -]\n"
+	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy | -i FILE.npz]...\n"
+	"             [--random [--seed S]] [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]]\n"
+	"             [--json] [--max-alloc SIZE] [--plan] [--placement FILE] [--timeout SECS]\n"
+	"             [MODEL | -]\n"
 	"       mlrun --devices [--json]";
 
 static const char help_text[] =
 	"Run a model (.mlg, .onnx or .mlt; '-' reads stdin) on the CPU or OpenCL devices.\n"
 	"\n"
-	"  -i, --input NAME=FILE   bind graph input NAME to a .npy file; FILE may also be\n"
-	"                          zeros, ones or random (shape from the model)\n"
+	"  -i, --input NAME=FILE   bind graph input NAME to a .npy file (any numeric dtype,\n"
+	"                          converted to the input's; C or Fortran order); FILE may\n"
+	"                          also be zeros, ones or random (shape from the model)\n"
+	"  -i, --input FILE.npz    bind each array of FILE.npz to the input of its name\n"
 	"      --random            make every input not given with -i from random numbers\n"
 	"      --seed S            seed for --random (default 0)\n"
 	"      --dim NAME=N        size of symbolic dim NAME for made-up inputs (default 1)\n"
-	"  -o, --output-dir DIR    write each output to DIR/NAME.npy (NAME with characters\n"
-	"                          other than A-Z a-z 0-9 . _ - made '_'; two outputs\n"
-	"                          whose names collide so are an error)\n"
+	"  -o, --output-dir DIR    write each output to DIR/NAME.npy, making DIR and its\n"
+	"                          missing parents (NAME with characters other than\n"
+	"                          A-Z a-z 0-9 . _ - made '_'; two outputs whose names\n"
+	"                          collide so are an error)\n"
 	"      --repeat N          run N times and report latency\n"
 	"      --warmup K          untimed runs before the timed ones (default 1 with --repeat)\n"
 	"      --json              print a JSON report on stdout\n"
@@ -165,8 +170,22 @@ print_devices(int json, int verbose)
 }
 
 /* The options of one run, as parsed. */
+struct opts;
+static void add_npz(struct opts *o, const char *path);
+
+/* is_npz: whether path names a .npz file (by its suffix). */
+static bool
+is_npz(const char *path)
+{
+	size_t n = strlen(path);
+	return n > 4 && strcmp(path + n - 4, ".npz") == 0;
+}
+
+/* The options of one run, as parsed. */
 struct opts {
 	struct cli_inputs in;
+	const char **npz;	/* -i FILE.npz */
+	int nnpz;
 	int verbose, quiet, json, threads;
 	int64_t repeat, warmup;
 	double timeout;
@@ -209,7 +228,10 @@ parse_args(struct opts *o, int argc, char **argv)
 		case 'h':
 			show_help(synopsis, help_text);
 		case 'i':
-			cli_add_input(&o->in, optarg, synopsis);
+			if (strchr(optarg, '=') == NULL && is_npz(optarg))
+				add_npz(o, optarg);
+			else
+				cli_add_input(&o->in, optarg, synopsis);
 			break;
 		case 'o':
 			o->outdir = optarg;
@@ -303,19 +325,44 @@ apply_placement(struct ml_session *s, const struct ml_graph *g, const char *file
 	free(pl);
 }
 
-/* make_outdir: -o DIR: create DIR unless it is there; dies when it is not a directory. */
+/*
+ * make_dir: create outdir (a prefix of -o DIR full) unless it is there;
+ * dies with status 1, naming full, when it cannot or it is not a directory.
+ */
 static void
-make_outdir(const char *outdir)
+make_dir(const char *outdir, const char *full)
 {
 	struct stat st;
 	if (stat(outdir, &st) < 0) {
 		/* another mlrun may make it at the same moment */
 		if (mkdir(outdir, 0777) < 0 &&
 		    (errno != EEXIST || stat(outdir, &st) < 0 || !S_ISDIR(st.st_mode)))
-			die(EXIT_FAIL, "cannot create '%s': %s", outdir, strerror(errno));
+			die(EXIT_FAIL, "cannot create '%s': %s", full, strerror(errno));
 	} else if (!S_ISDIR(st.st_mode)) {
-		die(EXIT_FAIL, "'%s' is not a directory", outdir);
+		if (strcmp(outdir, full) == 0)
+			die(EXIT_FAIL, "'%s' is not a directory", full);
+		die(EXIT_FAIL, "cannot create '%s': '%s' is not a directory", full, outdir);
 	}
+}
+
+/* make_outdir: -o DIR: create DIR and its missing parents (as mkdir -p). */
+static void
+make_outdir(const char *outdir)
+{
+	size_t n = strlen(outdir);
+	char *p = malloc(n + 1);
+	if (p == NULL)
+		die(EXIT_FAIL, "out of memory");
+	memcpy(p, outdir, n + 1);
+	for (size_t i = 1; i < n; i++) {
+		if (p[i] != '/' || p[i - 1] == '/')
+			continue;
+		p[i] = '\0';
+		make_dir(p, outdir);
+		p[i] = '/';
+	}
+	make_dir(p, outdir);
+	free(p);
 }
 
 /* The latencies of the timed runs, in ms. */
@@ -447,6 +494,213 @@ print_plan(struct ml_session *s, const struct opts *o)
 		die_err(&err);
 }
 
+/* add_npz: take -i FILE.npz. */
+static void
+add_npz(struct opts *o, const char *path)
+{
+	const char **n = realloc(o->npz, sizeof *n * (size_t)(o->nnpz + 1));
+	if (n == NULL)
+		die(EXIT_FAIL, "out of memory");
+	o->npz = n;
+	o->npz[o->nnpz++] = path;
+}
+
+/* input_of: the input tensor of g named name, or NULL. */
+static const struct ml_tensor *
+input_of(const struct ml_graph *g, const char *name)
+{
+	for (int i = 0; i < g->n_inputs; i++)
+		if (strcmp(g->tensors[g->inputs[i]]->name, name) == 0)
+			return g->tensors[g->inputs[i]];
+	return NULL;
+}
+
+/* no_input: die with status 3: g has no input name (from where); list g's inputs. */
+static void
+no_input(const struct ml_graph *g, const char *path, const char *name, const char *where)
+{
+	char list[1024] = "";
+	size_t k = 0;
+	for (int i = 0; i < g->n_inputs && k < sizeof list; i++) {
+		const struct ml_tensor *t = g->tensors[g->inputs[i]];
+		if (t->kind == ML_TK_CONST || t->kind == ML_TK_PARAM)
+			continue;
+		k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", t->name);
+	}
+	die(EXIT_INVALID, "%s: the model has no input '%s'%s (its inputs: %s)", path, name, where,
+	    k ? list : "none");
+}
+
+/* A file array bound to an input, converted to its dtype. */
+struct bound {
+	const char *name, *file;
+	struct ml_tval v;
+};
+
+/*
+ * convert: v to the dtype of input t (unless it has it or none); under -v
+ * names the conversion and whether it changed values. Dies with status 4
+ * for a dtype that has no conversion (complex, bool to or from numbers).
+ */
+static void
+convert(struct ml_tval *v, const struct ml_tensor *t, const char *file, int verbose)
+{
+	struct ml_err err = { 0 };
+	enum ml_dtype to = t->dtype, from = v->dtype;
+	if (to == ML_UNDEF || to == from)
+		return;
+	bool fnum = ml_dtype_is_float(from) || ml_dtype_is_int(from);
+	bool tnum = ml_dtype_is_float(to) || ml_dtype_is_int(to);
+	if (!fnum || !tnum)
+		die(EXIT_UNSUP, "%s: input '%s' is %s; the model wants %s", file, t->name,
+		    ml_dtype_name(from), ml_dtype_name(to));
+	struct ml_tval c;
+	if (ml_tval_alloc(&c, to, v->rank, v->dims, &err) < 0)
+		die_err(&err);
+	int64_t n = ml_tval_numel(v), changed = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double x = ml_dtype_is_int(from) ? (double)ml_get_i64(v->data, from, i) :
+						   ml_get_f64(v->data, from, i);
+		if (ml_dtype_is_int(to)) {
+			/* the range that every integer dtype's cast keeps defined */
+			double lo = to == ML_U8 || to == ML_U16 || to == ML_U32 || to == ML_U64 ?
+					    0 : -9.2e18, hi = 1.8e19;
+			if (x != x || x < lo || x > hi)
+				die(EXIT_INVALID, "%s: value %g of input '%s' does not fit %s", file, x,
+				    t->name, ml_dtype_name(to));
+		}
+		ml_set_f64(c.data, to, i, x);
+		double y = ml_dtype_is_int(to) ? (double)ml_get_i64(c.data, to, i) :
+						 ml_get_f64(c.data, to, i);
+		changed += y != x && !(x != x && y != y);
+	}
+	if (verbose)
+		fprintf(stderr, "%s: input '%s': %s converted to %s (%s: %lld of %lld values changed)\n",
+			progname, t->name, ml_dtype_name(from), ml_dtype_name(to),
+			changed ? "lossy" : "exact", (long long)changed, (long long)n);
+	ml_tval_clear(v);
+	*v = c;
+}
+
+/* The arrays of -i FILE.npz, as read. */
+struct npz_ctx {
+	struct bound *b;
+	int n;
+	const char *file;
+};
+
+static int
+npz_take(void *ctx, const char *name, struct ml_tval *arr, struct ml_err *e)
+{
+	struct npz_ctx *c = ctx;
+	struct bound *nb = realloc(c->b, sizeof *nb * (size_t)(c->n + 1));
+	char *nm = strdup(name);
+	if (nb == NULL || nm == NULL) {
+		free(nm);
+		if (nb != NULL)
+			c->b = nb;
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	}
+	c->b = nb;
+	c->b[c->n] = (struct bound){ .name = nm, .file = c->file, .v = *arr };
+	memset(arr, 0, sizeof *arr);
+	c->n++;
+	return 0;
+}
+
+/* load_files: the .npy files of -i NAME=FILE and the arrays of -i FILE.npz, in c. */
+static void
+load_files(struct npz_ctx *c, const struct ml_graph *g, const struct opts *o)
+{
+	struct ml_err err = { 0 };
+	for (int i = 0; i < o->nnpz; i++) {
+		uint8_t *buf;
+		size_t len;
+		int n0 = c->n;
+		c->file = o->npz[i];
+		if (ml_read_file(o->npz[i], &buf, &len, &err) < 0)
+			die_err(&err);
+		int rc = ml_npz_decode(buf, len, npz_take, c, &err);
+		ml_free(buf);
+		if (rc < 0) {
+			ml_err_prefix(&err, o->npz[i]);
+			die_err(&err);
+		}
+		for (int k = n0; k < c->n; k++)
+			if (input_of(g, c->b[k].name) == NULL)
+				no_input(g, o->npz[i], c->b[k].name, " for its array");
+	}
+	for (int i = 0; i < o->in.nbinds; i++) {
+		const struct cli_bind *b = &o->in.binds[i];
+		const struct ml_tensor *t = input_of(g, b->name);
+		if (t == NULL)
+			no_input(g, o->path, b->name, "");
+		if (strcmp(b->file, "zeros") == 0 || strcmp(b->file, "ones") == 0 ||
+		    strcmp(b->file, "random") == 0 || t->rank < 0)
+			continue;
+		struct ml_tval v;
+		if (ml_npy_load(&v, b->file, &err) < 0)
+			die_err(&err);
+		struct bound *nb = realloc(c->b, sizeof *nb * (size_t)(c->n + 1));
+		char *nm = strdup(b->name);
+		if (nb == NULL || nm == NULL)
+			die(EXIT_FAIL, "out of memory");
+		c->b = nb;
+		c->b[c->n++] = (struct bound){ .name = nm, .file = b->file, .v = v };
+	}
+}
+
+/*
+ * bind_inputs: bind every input of s: the arrays of the files first
+ * converted to the inputs' dtypes, the rest (zeros, ones, random, --random)
+ * by cli_bind_inputs, whose made-up inputs take the symbolic dims of the
+ * files' arrays. An input bound twice takes its last array.
+ */
+static void
+bind_inputs(struct ml_session *s, const struct ml_graph *g, const struct opts *o)
+{
+	struct ml_err err = { 0 };
+	struct npz_ctx c = { 0 };
+	load_files(&c, g, o);
+	struct cli_inputs rest = { .random = o->in.random, .seed = o->in.seed };
+	rest.binds = calloc((size_t)(o->in.nbinds + c.n) + 1, sizeof *rest.binds);
+	int nd = o->in.ndims;
+	for (int i = 0; i < c.n; i++)
+		nd += c.b[i].v.rank;
+	rest.dims = calloc((size_t)nd + 1, sizeof *rest.dims);
+	if (rest.binds == NULL || rest.dims == NULL)
+		die(EXIT_FAIL, "out of memory");
+	for (int i = 0; i < o->in.nbinds; i++) {
+		const struct cli_bind *b = &o->in.binds[i];
+		if (input_of(g, b->name)->rank < 0 || strcmp(b->file, "zeros") == 0 ||
+		    strcmp(b->file, "ones") == 0 || strcmp(b->file, "random") == 0)
+			rest.binds[rest.nbinds++] = *b;
+	}
+	for (int i = 0; i < o->in.ndims; i++)
+		rest.dims[rest.ndims++] = o->in.dims[i];
+	for (int i = 0; i < c.n; i++) {
+		const struct ml_tensor *t = input_of(g, c.b[i].name);
+		convert(&c.b[i].v, t, c.b[i].file, o->verbose);
+		/* a placeholder of the array's shape, replaced below */
+		rest.binds[rest.nbinds++] = (struct cli_bind){ .name = (char *)c.b[i].name, .file = (char *)"zeros" };
+		for (int d = 0; d < t->rank && d < c.b[i].v.rank; d++)
+			if (t->sym[d] != NULL)
+				rest.dims[rest.ndims++] =
+					(struct cli_dim){ .name = (char *)t->sym[d], .v = c.b[i].v.dims[d] };
+	}
+	cli_bind_inputs(s, g, o->path, &rest);
+	for (int i = 0; i < c.n; i++) {
+		if (ml_session_set_input(s, c.b[i].name, &c.b[i].v, &err) < 0) {
+			ml_err_prefix(&err, c.b[i].file);
+			die_err(&err);
+		}
+		ml_tval_clear(&c.b[i].v);
+		free((char *)c.b[i].name);
+	}
+	free(c.b);
+	cli_inputs_free(&rest);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -488,7 +742,7 @@ main(int argc, char **argv)
 		cli_inputs_free(&o.in);
 		return finish_stdout();
 	}
-	cli_bind_inputs(s, g, o.path, &o.in);
+	bind_inputs(s, g, &o);
 	if (o.outdir != NULL)
 		make_outdir(o.outdir);
 
@@ -504,6 +758,7 @@ main(int argc, char **argv)
 	if (o.verbose && ml_cache_note_get() != NULL)
 		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	cli_inputs_free(&o.in);
+	free(o.npz);
 	ml_session_free(s);
 	ml_graph_free(g);
 	return finish_stdout();

@@ -545,7 +545,7 @@ int ml_model_save(const struct ml_graph *g, const char *path, enum ml_format fmt
 
 /*
  * NumPy arrays (lib/fmt/npy.c). ml_npy_decode reads a .npy image into an
- * owned tval; ml_npy_encode writes one. ml_npz_decode reads the arrays of
+ * owned tval (Fortran order read into C order); ml_npy_encode writes one. ml_npz_decode reads the arrays of
  * an uncompressed or deflated .npz, calling fn for each (name, array).
  */
 int ml_npy_decode(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err *e);

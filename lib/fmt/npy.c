@@ -167,6 +167,33 @@ parse_header(const char *p, const char *end, struct npy_hdr *h, struct ml_err *e
 	return 0;
 }
 
+/*
+ * from_fortran: the elements of src, a Fortran-order (column-major) array
+ * of rank dims of es bytes each, into dst in C order: dst's last index
+ * runs fastest; in src the first does. No dim is 0 (the caller's check).
+ */
+static void
+from_fortran(uint8_t *dst, const uint8_t *src, size_t es, int rank, const int64_t *dims)
+{
+	int64_t idx[ML_MAX_RANK] = { 0 }, fstride[ML_MAX_RANK], n = 1;
+	for (int d = 0; d < rank; d++) {
+		fstride[d] = n;
+		n *= dims[d];
+	}
+	int64_t off = 0;	/* element offset of idx in src */
+	for (int64_t i = 0; i < n; i++) {
+		memcpy(dst + (size_t)i * es, src + (size_t)off * es, es);
+		for (int d = rank - 1; d >= 0; d--) {
+			if (++idx[d] < dims[d]) {
+				off += fstride[d];
+				break;
+			}
+			off -= fstride[d] * (dims[d] - 1);
+			idx[d] = 0;
+		}
+	}
+}
+
 int
 ml_npy_decode(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err *e)
 {
@@ -225,11 +252,12 @@ ml_npy_decode(struct ml_tval *out, const uint8_t *buf, size_t len, struct ml_err
 			       len - data_off - (size_t)nb);
 	if (dt == ML_C64 || dt == ML_C128)
 		return ml_fail(e, ML_ENOTSUP, "complex .npy arrays are not supported");
-	if (fortran && rank > 1)
-		return ml_fail(e, ML_ENOTSUP, "Fortran-order .npy arrays are not supported");
 	ML_TRY(ml_tval_alloc(out, dt, rank, dims, e));
-	memcpy(out->data, buf + data_off, (size_t)nb);
 	size_t es = ml_dtype_size(dt);
+	if (fortran && rank > 1 && nb > 0)
+		from_fortran(out->data, buf + data_off, es, rank, dims);
+	else
+		memcpy(out->data, buf + data_off, (size_t)nb);
 	if (order == '>' && es > 1) {
 		uint8_t *p = out->data;
 		for (int64_t i = 0; i < nb; i += (int64_t)es)
