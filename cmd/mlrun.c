@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 static const char synopsis[] =
 	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy | -i FILE.npz]...\n"
 	"             [--random [--seed S]] [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]]\n"
+	"             [--compare DIR|FILE.npz [--rtol R] [--atol A]] [--top K]\n"
 	"             [--json] [--max-alloc SIZE] [--plan] [--placement FILE] [--timeout SECS]\n"
 	"             [MODEL | -]\n"
 	"       mlrun --devices [--json]";
@@ -32,6 +34,14 @@ static const char help_text[] =
 	"                          missing parents (NAME with characters other than\n"
 	"                          A-Z a-z 0-9 . _ - made '_'; two outputs whose names\n"
 	"                          collide so are an error)\n"
+	"      --compare REF       compare each output with REF/NAME.npy (REF a folder, NAME\n"
+	"                          as -o writes it) or the array NAME of REF.npz: print\n"
+	"                          the max abs and rel errors and their indices; status 1\n"
+	"                          when an element is beyond both --atol and --rtol\n"
+	"      --rtol R            --compare's relative tolerance (default 1e-5)\n"
+	"      --atol A            --compare's absolute tolerance (default 1e-5)\n"
+	"      --top K             print the K largest values of each row of each output\n"
+	"                          (the last dim) with their indices\n"
 	"      --repeat N          run N times and report latency\n"
 	"      --warmup K          untimed runs before the timed ones (default 1 with --repeat)\n"
 	"      --json              print a JSON report on stdout\n"
@@ -187,8 +197,9 @@ struct opts {
 	const char **npz;	/* -i FILE.npz */
 	int nnpz;
 	int verbose, quiet, json, threads;
-	int64_t repeat, warmup;
-	double timeout;
+	int64_t repeat, warmup, top;
+	double timeout, rtol, atol;
+	const char *compare;	/* --compare REF */
 	const char *outdir, *device, *placement, *path;
 	bool version, list_devices, plan;
 };
@@ -199,8 +210,10 @@ parse_args(struct opts *o, int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
 	       OPT_DEVICE, OPT_DIM, OPT_MAX_ALLOC, OPT_DEVICES, OPT_PLAN, OPT_PLACEMENT,
-	       OPT_TIMEOUT };
+	       OPT_TIMEOUT, OPT_COMPARE, OPT_RTOL, OPT_ATOL, OPT_TOP };
 	static const struct option longopts[] = {
+		{ "atol", required_argument, NULL, OPT_ATOL },
+		{ "compare", required_argument, NULL, OPT_COMPARE },
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "devices", no_argument, NULL, OPT_DEVICES },
 		{ "dim", required_argument, NULL, OPT_DIM },
@@ -214,9 +227,11 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "random", no_argument, NULL, OPT_RANDOM },
 		{ "repeat", required_argument, NULL, OPT_REPEAT },
+		{ "rtol", required_argument, NULL, OPT_RTOL },
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+		{ "top", required_argument, NULL, OPT_TOP },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
@@ -281,6 +296,22 @@ parse_args(struct opts *o, int argc, char **argv)
 		case OPT_TIMEOUT:
 			o->timeout = parse_timeout(optarg, synopsis);
 			break;
+		case OPT_COMPARE:
+			o->compare = optarg;
+			break;
+		case OPT_RTOL:
+			o->rtol = parse_double("--rtol", optarg, synopsis);
+			if (!(o->rtol >= 0))
+				usage_error(synopsis, "--rtol must be 0 or more");
+			break;
+		case OPT_ATOL:
+			o->atol = parse_double("--atol", optarg, synopsis);
+			if (!(o->atol >= 0))
+				usage_error(synopsis, "--atol must be 0 or more");
+			break;
+		case OPT_TOP:
+			o->top = parse_int("--top", optarg, 1, 1000000, synopsis);
+			break;
 		case OPT_WARMUP:
 			o->warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
 			break;
@@ -302,6 +333,13 @@ check_args(struct opts *o, int argc, char **argv)
 		usage_error(synopsis, "--warmup needs --repeat");
 	if (o->warmup < 0)
 		o->warmup = o->repeat > 0 ? 1 : 0;
+	if ((o->rtol != -1 || o->atol != -1) && o->compare == NULL)
+		usage_error(synopsis, "--rtol and --atol need --compare");
+	/* polygraphy's defaults */
+	if (o->rtol == -1)
+		o->rtol = 1e-5;
+	if (o->atol == -1)
+		o->atol = 1e-5;
 	if (o->device == NULL) {
 		/* ML_DEVICE: the default device (the conformance runner passes no options) */
 		o->device = getenv("ML_DEVICE");
@@ -701,10 +739,211 @@ bind_inputs(struct ml_session *s, const struct ml_graph *g, const struct opts *o
 	cli_inputs_free(&rest);
 }
 
+/* fmt_index: element i of v as "[a,b,c]" in buf. */
+static const char *
+fmt_index(const struct ml_tval *v, int64_t i, char *buf, size_t n)
+{
+	int64_t idx[ML_MAX_RANK];
+	for (int d = v->rank - 1; d >= 0; d--) {
+		idx[d] = v->dims[d] > 0 ? i % v->dims[d] : 0;
+		i = v->dims[d] > 0 ? i / v->dims[d] : 0;
+	}
+	size_t k = (size_t)snprintf(buf, n, "[");
+	for (int d = 0; d < v->rank && k < n; d++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? "," : "", (long long)idx[d]);
+	if (k < n)
+		snprintf(buf + k, n - k, "]");
+	return buf;
+}
+
+/* value: element i of v as a double (integers exactly up to 2^53). */
+static double
+value(const struct ml_tval *v, int64_t i)
+{
+	return ml_dtype_is_float(v->dtype) ? ml_get_f64(v->data, v->dtype, i) :
+					     (double)ml_get_i64(v->data, v->dtype, i);
+}
+
+/*
+ * compare_one: output v (named name) against ref, as polygraphy does: an
+ * element fails when its absolute error |v-ref| is above atol and its
+ * relative error |v-ref|/|ref| is above rtol; NaN matches only NaN. Prints
+ * the largest errors and their indices unless quiet; returns whether it passed.
+ */
+static bool
+compare_one(const char *name, const struct ml_tval *v, const struct ml_tval *ref,
+	    const struct opts *o)
+{
+	char a[256], b[256];
+	bool same = v->rank == ref->rank;
+	for (int d = 0; same && d < v->rank; d++)
+		same = v->dims[d] == ref->dims[d];
+	bool num = (ml_dtype_is_float(ref->dtype) || ml_dtype_is_int(ref->dtype) ||
+		    ref->dtype == ML_BOOL);
+	if (!same || !num) {
+		if (!o->quiet)
+			printf("compare %s: FAIL: output is %s, reference is %s\n", name,
+			       ml_tval_shape_str(v, a, sizeof a), ml_tval_shape_str(ref, b, sizeof b));
+		return false;
+	}
+	int64_t n = ml_tval_numel(v), bad = 0, iabs = 0, irel = 0;
+	double mabs = 0, mrel = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double x = value(v, i), y = value(ref, i);
+		double ad = x == y || (x != x && y != y) ? 0 : fabs(x - y);
+		if (ad != ad)
+			ad = INFINITY;	/* NaN against a number */
+		double rd = ad == 0 ? 0 : ad / fabs(y);
+		if (rd != rd)
+			rd = INFINITY;
+		if (ad > mabs) {
+			mabs = ad;
+			iabs = i;
+		}
+		if (rd > mrel) {
+			mrel = rd;
+			irel = i;
+		}
+		bad += ad > o->atol && rd > o->rtol;
+	}
+	if (!o->quiet)
+		fprintf(o->json ? stderr : stdout, "compare %s: max abs err %.6g at %s, max rel err %.6g at %s: %s (%lld of %lld beyond rtol %g, atol %g)\n",
+		       name, mabs, fmt_index(v, iabs, a, sizeof a), mrel, fmt_index(v, irel, b, sizeof b),
+		       bad ? "FAIL" : "PASS", (long long)bad, (long long)n, o->rtol, o->atol);
+	return bad == 0;
+}
+
+/* The arrays of a --compare FILE.npz. */
+struct refs {
+	char **names;
+	struct ml_tval *v;
+	int n;
+};
+
+static int
+ref_take(void *ctx, const char *name, struct ml_tval *arr, struct ml_err *e)
+{
+	struct refs *r = ctx;
+	char **nn = realloc(r->names, sizeof *nn * (size_t)(r->n + 1));
+	if (nn != NULL)
+		r->names = nn;
+	struct ml_tval *nv = realloc(r->v, sizeof *nv * (size_t)(r->n + 1));
+	if (nv != NULL)
+		r->v = nv;
+	char *s = strdup(name);
+	if (nn == NULL || nv == NULL || s == NULL) {
+		free(s);
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	}
+	r->names[r->n] = s;
+	r->v[r->n++] = *arr;
+	memset(arr, 0, sizeof *arr);
+	return 0;
+}
+
+/*
+ * compare_outputs: --compare REF: each output of s against REF/NAME.npy
+ * (NAME made safe as -o makes it) or the array of its name in REF.npz.
+ * A missing or unreadable reference dies with status 3; returns whether
+ * every output is within tolerance.
+ */
+static bool
+compare_outputs(struct ml_session *s, const struct ml_graph *g, const struct opts *o)
+{
+	struct ml_err err = { 0 };
+	struct refs r = { 0 };
+	bool npz = is_npz(o->compare), ok = true;
+	if (npz) {
+		uint8_t *buf;
+		size_t len;
+		if (ml_read_file(o->compare, &buf, &len, &err) < 0)
+			die_err(&err);
+		int rc = ml_npz_decode(buf, len, ref_take, &r, &err);
+		ml_free(buf);
+		if (rc < 0) {
+			ml_err_prefix(&err, o->compare);
+			die_err(&err);
+		}
+	}
+	for (int i = 0; i < g->n_outputs; i++) {
+		const char *name = g->tensors[g->outputs[i]]->name;
+		struct ml_tval ref = { 0 }, *rp = NULL;
+		if (npz) {
+			for (int k = 0; k < r.n; k++)
+				if (strcmp(r.names[k], name) == 0)
+					rp = &r.v[k];
+			if (rp == NULL)
+				die(EXIT_INVALID, "%s: no array '%s' for output '%s'", o->compare, name,
+				    name);
+		} else {
+			char sn[512], file[4096];
+			safe_name(sn, sizeof sn, name);
+			snprintf(file, sizeof file, "%s/%s.npy", o->compare, sn);
+			if (ml_npy_load(&ref, file, &err) < 0)
+				die_err(&err);
+			rp = &ref;
+		}
+		ok &= compare_one(name, ml_session_output(s, i), rp, o);
+		ml_tval_clear(&ref);
+	}
+	for (int k = 0; k < r.n; k++) {
+		free(r.names[k]);
+		ml_tval_clear(&r.v[k]);
+	}
+	free(r.names);
+	free(r.v);
+	return ok;
+}
+
+/*
+ * print_top: --top K: for each output, the K largest values of each row
+ * (the last dim; a scalar is one row) with their indices in the row, largest
+ * first, ties to the lower index.
+ */
+static void
+print_top(struct ml_session *s, const struct ml_graph *g, int64_t k)
+{
+	for (int i = 0; i < g->n_outputs; i++) {
+		const struct ml_tval *v = ml_session_output(s, i);
+		int64_t n = ml_tval_numel(v), w = v->rank > 0 ? v->dims[v->rank - 1] : 1;
+		int64_t kk = k < w ? k : w;
+		printf("%s top %lld\n", g->tensors[g->outputs[i]]->name, (long long)kk);
+		if (w == 0)
+			continue;
+		int64_t *top = calloc((size_t)kk + 1, sizeof *top);
+		if (top == NULL)
+			die(EXIT_FAIL, "out of memory");
+		for (int64_t row = 0; row < n / w; row++) {
+			int64_t base = row * w, m = 0;
+			/* insertion into the k best, kept sorted: O(w k), k is small */
+			for (int64_t j = 0; j < w; j++) {
+				double x = value(v, base + j);
+				if (x != x)
+					continue;
+				int64_t p = m < kk ? m : kk;
+				while (p > 0 && value(v, base + top[p - 1]) < x)
+					p--;
+				if (p >= kk)
+					continue;
+				for (int64_t q = (m < kk ? m : kk - 1); q > p; q--)
+					top[q] = top[q - 1];
+				top[p] = j;
+				if (m < kk)
+					m++;
+			}
+			printf("  row %lld:", (long long)row);
+			for (int64_t q = 0; q < m; q++)
+				printf(" %lld=%.6g", (long long)top[q], value(v, base + top[q]));
+			putchar('\n');
+		}
+		free(top);
+	}
+}
+
 int
 main(int argc, char **argv)
 {
-	struct opts o = { .warmup = -1 };
+	struct opts o = { .warmup = -1, .rtol = -1, .atol = -1 };
 
 	cli_init(argc, argv);
 	parse_args(&o, argc, argv);
@@ -755,11 +994,15 @@ main(int argc, char **argv)
 		print_json(s, g, &o, &l);
 	else if (!o.quiet)
 		print_text(s, g, &o, &l, t_new);
+	if (o.top > 0 && !o.json && !o.quiet)
+		print_top(s, g, o.top);
+	bool ok = o.compare == NULL || compare_outputs(s, g, &o);
 	if (o.verbose && ml_cache_note_get() != NULL)
 		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	cli_inputs_free(&o.in);
 	free(o.npz);
 	ml_session_free(s);
 	ml_graph_free(g);
-	return finish_stdout();
+	finish_stdout();
+	return ok ? EXIT_OK : EXIT_FAIL;
 }

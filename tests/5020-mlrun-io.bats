@@ -104,3 +104,59 @@ np.savez("bad.npz", x=np.load("add.in/x.npy"), w=np.zeros(3))'
 	run -3 --separate-stderr mlrun add.mlg -i w=zeros --random
 	[[ $stderr == "mlrun: add.mlg: the model has no input 'w' (its inputs: x, y)" ]]
 }
+
+@test "mlrun --compare exits 0 on the reference and 1 on a perturbed one" {
+	mkmodel mlp
+	mlconvert mlp.onnx -o mlp.mlg
+	"$PY" -c '
+import numpy as np
+y = np.load("mlp.ref/y.npy"); p = y.copy(); p[1, 2] += 0.01
+np.savez("r.npz", y=y); np.savez("p.npz", y=p); np.savez("o.npz", z=y)
+np.savez("s.npz", y=y[:1])
+import os; os.mkdir("pd"); np.save("pd/y.npy", p)'
+	run -0 mlrun mlp.mlg -i x=mlp.in/x.npy --compare mlp.ref
+	[[ ${lines[-1]} == "compare y: max abs err 0 at [0,0], max rel err 0 at [0,0]: PASS (0 of 6 beyond rtol 1e-05, atol 1e-05)" ]]
+	run -0 mlrun mlp.mlg -i x=mlp.in/x.npy --compare r.npz
+	run -1 mlrun mlp.mlg -i x=mlp.in/x.npy --compare p.npz
+	[[ ${lines[-1]} == "compare y: max abs err 0.01 at [1,2], max rel err "*" at [1,2]: FAIL (1 of 6 beyond rtol 1e-05, atol 1e-05)" ]]
+	run -1 mlrun mlp.mlg -i x=mlp.in/x.npy --compare pd
+	run -0 --separate-stderr mlrun -q mlp.mlg -i x=mlp.in/x.npy --compare pd --atol 0.02
+	[ -z "$output" ] && [ -z "$stderr" ]
+	run -0 mlrun mlp.mlg -i x=mlp.in/x.npy --compare pd --rtol 1
+	# the comparison goes to stderr under --json, which stays JSON
+	run -1 --separate-stderr mlrun --json mlp.mlg -i x=mlp.in/x.npy --compare p.npz
+	"$PY" -c 'import json, sys; json.loads(sys.argv[1])' "$output"
+	[[ $stderr == "compare y: "*FAIL* ]]
+	run -1 mlrun mlp.mlg -i x=mlp.in/x.npy --compare s.npz
+	[[ ${lines[-1]} == "compare y: FAIL: output is f32[2,3], reference is f32[1,3]" ]]
+	run -3 --separate-stderr mlrun mlp.mlg -i x=mlp.in/x.npy --compare o.npz
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ $stderr == "mlrun: o.npz: no array 'y' for output 'y'" ]]
+	run -3 --separate-stderr mlrun mlp.mlg -i x=mlp.in/x.npy --compare nowhere
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	run -2 --separate-stderr mlrun mlp.mlg -i x=mlp.in/x.npy --rtol 1e-3
+	[[ ${stderr_lines[0]} == "mlrun: --rtol and --atol need --compare" ]]
+	run -2 --separate-stderr mlrun mlp.mlg -i x=mlp.in/x.npy --compare r.npz --atol -1
+	[[ ${stderr_lines[0]} == "mlrun: --atol must be 0 or more" ]]
+}
+
+@test "mlrun --top K prints the K largest values of each row with their indices" {
+	"$PY" - <<-'EOF2'
+	import numpy as np, onnx
+	from onnx import helper, TensorProto as T
+	g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+	    [helper.make_tensor_value_info("x", T.FLOAT, [2, 4])],
+	    [helper.make_tensor_value_info("y", T.FLOAT, [2, 4])])
+	onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), "id.onnx")
+	np.save("x.npy", np.array([[0.1, 0.7, 0.7, 0.2], [3, -1, 5, np.nan]], dtype=np.float32))
+	EOF2
+	run -0 mlrun id.onnx -i x=x.npy --top 2
+	[ "${lines[2]}" = "y top 2" ]
+	[ "${lines[3]}" = "  row 0: 1=0.7 2=0.7" ]
+	[ "${lines[4]}" = "  row 1: 2=5 0=3" ]
+	run -0 mlrun id.onnx -i x=x.npy --top 9
+	[ "${lines[2]}" = "y top 4" ]
+	[ "${lines[3]}" = "  row 0: 1=0.7 2=0.7 3=0.2 0=0.1" ]
+	[ "${lines[4]}" = "  row 1: 2=5 0=3 1=-1" ]
+	run -2 mlrun id.onnx -i x=x.npy --top 0
+}
