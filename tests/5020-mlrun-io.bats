@@ -58,6 +58,23 @@ import numpy as np
 np.save("mx.npy", np.asfortranarray(np.load("mlp.in/x.npy")))'
 	run -0 mlrun mlp.mlg -i x=mx.npy -o out
 	npcmp out/y.npy mlp.ref/y.npy
+	# rank 3, big-endian, and rank 3 int16 converted to the float64 input
+	"$PY" - <<-'EOF2'
+	import numpy as np, onnx
+	from onnx import helper, TensorProto as T
+	g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+	    [helper.make_tensor_value_info("x", T.DOUBLE, [2, 3, 4])],
+	    [helper.make_tensor_value_info("y", T.DOUBLE, [2, 3, 4])])
+	onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), "id3.onnx")
+	x = np.arange(24, dtype=">f8").reshape(2, 3, 4) * 1.5
+	np.save("x3.npy", np.asfortranarray(x)); np.save("x3ref.npy", x.astype("<f8"))
+	np.save("x3i.npy", np.asfortranarray(np.arange(24, dtype="<i2").reshape(2, 3, 4)))
+	np.save("x3iref.npy", np.arange(24, dtype="<f8").reshape(2, 3, 4))
+	EOF2
+	run -0 mlrun id3.onnx -i x=x3.npy -o out
+	npcmp out/y.npy x3ref.npy --rtol 0 --atol 0
+	run -0 mlrun id3.onnx -i x=x3i.npy -o out
+	npcmp out/y.npy x3iref.npy --rtol 0 --atol 0
 }
 
 @test "mlrun binds the arrays of -i FILE.npz by name" {
