@@ -720,7 +720,8 @@ bind_inputs(struct ml_session *s, const struct ml_graph *g, const struct opts *o
 		const struct ml_tensor *t = input_of(g, c.b[i].name);
 		convert(&c.b[i].v, t, c.b[i].file, o->verbose);
 		/* a placeholder of the array's shape, replaced below */
-		rest.binds[rest.nbinds++] = (struct cli_bind){ .name = (char *)c.b[i].name, .file = (char *)"zeros" };
+		rest.binds[rest.nbinds++] =
+			(struct cli_bind){ .name = (char *)c.b[i].name, .file = (char *)"zeros" };
 		for (int d = 0; d < t->rank && d < c.b[i].v.rank; d++)
 			if (t->sym[d] != NULL)
 				rest.dims[rest.ndims++] =
@@ -807,9 +808,11 @@ compare_one(const char *name, const struct ml_tval *v, const struct ml_tval *ref
 		bad += ad > o->atol && rd > o->rtol;
 	}
 	if (!o->quiet)
-		fprintf(o->json ? stderr : stdout, "compare %s: max abs err %.6g at %s, max rel err %.6g at %s: %s (%lld of %lld beyond rtol %g, atol %g)\n",
-		       name, mabs, fmt_index(v, iabs, a, sizeof a), mrel, fmt_index(v, irel, b, sizeof b),
-		       bad ? "FAIL" : "PASS", (long long)bad, (long long)n, o->rtol, o->atol);
+		fprintf(o->json ? stderr : stdout,
+			"compare %s: max abs err %.6g at %s, max rel err %.6g at %s: %s "
+			"(%lld of %lld beyond rtol %g, atol %g)\n",
+			name, mabs, fmt_index(v, iabs, a, sizeof a), mrel, fmt_index(v, irel, b, sizeof b),
+			bad ? "FAIL" : "PASS", (long long)bad, (long long)n, o->rtol, o->atol);
 	return bad == 0;
 }
 
