@@ -672,6 +672,15 @@ ml_attr_find(const struct ml_node *n, const char *name)
 	return NULL;
 }
 
+bool
+ml_node_has_body(const struct ml_node *n)
+{
+	for (int a = 0; a < n->n_attr; a++)
+		if (n->attrs[a].type == ML_ATTR_GRAPH || n->attrs[a].type == ML_ATTR_GRAPHS)
+			return true;
+	return false;
+}
+
 int64_t
 ml_attr_int(const struct ml_node *n, const char *name, int64_t def)
 {

@@ -164,6 +164,11 @@ int ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_er
 void ml_cpu_scratch_lend(void *base, size_t len);
 /* ml_cpu_kernel_get: the CPU kernel of op, or NULL. */
 int (*ml_cpu_kernel_get(enum ml_op op))(struct ml_opctx *c);
+/*
+ * ml_node_has_body: whether n holds subgraphs (GRAPH or GRAPHS attributes:
+ * If, Loop, Scan), which read enclosing values by name (lib/graph.c).
+ */
+bool ml_node_has_body(const struct ml_node *n);
 /* ml_node_ctx: fill c for node n of g over the given tval arrays. */
 int ml_node_ctx(struct ml_opctx *c, const struct ml_graph *g, const struct ml_node *n,
 		struct ml_tval **in, struct ml_tval **out, struct ml_err *e);

@@ -84,37 +84,17 @@ depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, int act, bool f16, int6
 	return mlcl_launch(d, k, 2, gws, lws, e);
 }
 
+/*
+ * im2col: group g of nimg images unfolded into columns by kernel k of
+ * kernels/conv.cl: ml_conv_im2col (packed, plain false: NR-column panels of
+ * our GEMM, a work-item per row and panel) or ml_conv_im2col_plain (plain
+ * K x P columns, a work-item per element). Both take the same leading
+ * arguments; the packed one also takes NR.
+ */
 static int
-im2col(struct mlcl_dev *d, cl_kernel k, const struct mlcl_conv *p, int64_t oh, int64_t ow,
-       cl_mem x, size_t x_off, int64_t g, int64_t nimg, cl_mem col, int64_t cstride,
-       struct ml_err *e)
-{
-	int64_t cg = p->c / p->group;
-	cl_long xo = (cl_long)x_off, ximg = p->c * p->h * p->w, cs = cstride;
-	cl_int c0 = (cl_int)(g * cg), ncg = (cl_int)cg;
-	cl_int geo[12] = { (cl_int)p->h, (cl_int)p->w, (cl_int)p->kh, (cl_int)p->kw,
-			   (cl_int)p->stride[0], (cl_int)p->stride[1], (cl_int)p->dil[0],
-			   (cl_int)p->dil[1], (cl_int)p->pad[0], (cl_int)p->pad[1], (cl_int)oh,
-			   (cl_int)ow };
-	const size_t sz[] = { sizeof(cl_mem), 8, 8, 4, 4, sizeof(cl_mem), 8 };
-	const void *const val[] = { &x, &xo, &ximg, &c0, &ncg, &col, &cs };
-	ML_TRY(set_args(k, 7, sz, val, e));
-	for (int i = 0; i < 12; i++)
-		ML_CL(e, clSetKernelArg(k, (cl_uint)(7 + i), sizeof(cl_int), &geo[i]));
-	cl_int a_nr = mlcl_gemm_nr(d);
-	ML_CL(e, clSetKernelArg(k, 19, sizeof(cl_int), &a_nr));
-	size_t nr = (size_t)a_nr, K = (size_t)(cg * p->kh * p->kw);
-	size_t lx = mlcl_wg(d, K);
-	size_t gws[3] = { mlcl_round_up(K, lx), ((size_t)(oh * ow) + nr - 1) / nr, (size_t)nimg };
-	size_t lws[3] = { lx, 1, 1 };
-	return mlcl_launch(d, k, 3, gws, lws, e);
-}
-
-/* im2col_plain: group g of nimg images into plain K x P columns (kernels/conv.cl) */
-static int
-im2col_plain(struct mlcl_dev *d, cl_kernel k, const struct mlcl_conv *p, int64_t oh, int64_t ow,
-	     cl_mem x, size_t x_off, int64_t g, int64_t nimg, cl_mem col, int64_t cstride,
-	     struct ml_err *e)
+im2col(struct mlcl_dev *d, cl_kernel k, bool plain, const struct mlcl_conv *p, int64_t oh,
+       int64_t ow, cl_mem x, size_t x_off, int64_t g, int64_t nimg, cl_mem col,
+       int64_t cstride, struct ml_err *e)
 {
 	int64_t cg = p->c / p->group;
 	cl_long xo = (cl_long)x_off, ximg = p->c * p->h * p->w, cs = cstride;
@@ -129,8 +109,16 @@ im2col_plain(struct mlcl_dev *d, cl_kernel k, const struct mlcl_conv *p, int64_t
 	for (int i = 0; i < 12; i++)
 		ML_CL(e, clSetKernelArg(k, (cl_uint)(7 + i), sizeof(cl_int), &geo[i]));
 	size_t P = (size_t)(oh * ow), K = (size_t)(cg * p->kh * p->kw);
-	size_t lx = mlcl_wg(d, P);
-	size_t gws[3] = { mlcl_round_up(P, lx), K, (size_t)nimg };
+	if (plain) {
+		size_t lx = mlcl_wg(d, P);
+		size_t gws[3] = { mlcl_round_up(P, lx), K, (size_t)nimg };
+		size_t lws[3] = { lx, 1, 1 };
+		return mlcl_launch(d, k, 3, gws, lws, e);
+	}
+	cl_int a_nr = mlcl_gemm_nr(d);
+	ML_CL(e, clSetKernelArg(k, 19, sizeof(cl_int), &a_nr));
+	size_t nr = (size_t)a_nr, lx = mlcl_wg(d, K);
+	size_t gws[3] = { mlcl_round_up(K, lx), (P + nr - 1) / nr, (size_t)nimg };
 	size_t lws[3] = { lx, 1, 1 };
 	return mlcl_launch(d, k, 3, gws, lws, e);
 }
@@ -159,8 +147,8 @@ conv_plain(struct mlcl_dev *d, const struct mlcl_conv *p, int64_t oh, int64_t ow
 		size_t xo = x_off + (size_t)(i0 * p->c * p->h * p->w);
 		size_t yo = y_off + (size_t)(i0 * p->m * P), zo = z_off + (size_t)(i0 * p->m * P);
 		for (int64_t g = 0; g < p->group && rc == 0; g++) {
-			if ((rc = im2col_plain(d, k, p, oh, ow, x, xo, g, nimg, col->mem, cstride,
-					       e)) < 0)
+			if ((rc = im2col(d, k, true, p, oh, ow, x, xo, g, nimg, col->mem, cstride,
+					 e)) < 0)
 				break;
 			epi->bias_off = b_off + (size_t)(g * mg);
 			epi->z_off = zo + (size_t)(g * mg * P);
@@ -259,7 +247,8 @@ mlcl_conv2d_ex(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x
 		size_t yo = y_off + (size_t)(i0 * p->m * P), zo = z_off + (size_t)(i0 * p->m * P);
 		for (int64_t g = 0; g < p->group && rc == 0; g++) {
 			/* the GEMM sets its own arguments, so im2col's are set again each time */
-			if ((rc = im2col(d, k, p, oh, ow, x, xo, g, nimg, col->mem, cstride, e)) < 0)
+			if ((rc = im2col(d, k, false, p, oh, ow, x, xo, g, nimg, col->mem, cstride,
+					 e)) < 0)
 				break;
 			epi.bias_off = b_off + (size_t)(g * mg);
 			epi.z_off = zo + (size_t)(g * mg * P);

@@ -73,27 +73,14 @@ attach_device(struct ml_session *m, const struct ml_hx *hx, struct ml_err *e)
 {
 	const struct ml_graph *g = m->g;
 	struct ml_hx *mh = ml_calloc(1, sizeof *mh);
-	size_t nn = (size_t)g->n_nodes + 1, nt = (size_t)g->n_tensors + 1;
 	if (mh == NULL)
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	*mh = *hx;
 	mh->is_auto = false;
 	mh->xfers = NULL;
 	mh->n_xfers = mh->cap_xfers = 0;
-	mh->node_dev = ml_calloc(nn, sizeof *mh->node_dev);
-	mh->node_ok = ml_calloc(nn, sizeof *mh->node_ok);
-	mh->cost_cpu = ml_calloc(nn, sizeof *mh->cost_cpu);
-	mh->cost_dev = ml_calloc(nn, sizeof *mh->cost_dev);
-	mh->buf = ml_calloc(nt, sizeof *mh->buf);
-	mh->loc = ml_calloc(nt, sizeof *mh->loc);
-	mh->dirty = ml_calloc(nt, sizeof *mh->dirty);
-	mh->done = ml_calloc(nn, sizeof *mh->done);
-	mh->evset = ml_calloc(nn, sizeof *mh->evset);
 	m->hx = mh;
-	if (mh->node_dev == NULL || mh->node_ok == NULL || mh->cost_cpu == NULL ||
-	    mh->cost_dev == NULL || mh->buf == NULL || mh->loc == NULL || mh->dirty == NULL ||
-	    mh->done == NULL || mh->evset == NULL)
-		return ml_fail(e, ML_ENOMEM, "out of memory");
+	ML_TRY(ml_hx_arrays(mh, g, e));
 	memcpy(mh->node_dev, hx->node_dev, sizeof *mh->node_dev * (size_t)g->n_nodes);
 	memcpy(mh->node_ok, hx->node_ok, sizeof *mh->node_ok * (size_t)g->n_nodes);
 	mh->active = true;

@@ -30,19 +30,11 @@ node_bytes(const struct ml_graph *g, const struct ml_node *n)
 {
 	double b = 0;
 	for (int j = 0; j < n->n_in; j++)
-		if (n->in[j] >= 0) {
-			struct ml_tval v;
-			ml_graph_tval(g, n->in[j], &v);
-			int64_t nb = ml_tval_nbytes(&v);
-			b += nb > 0 ? (double)nb : 0;
-		}
+		if (n->in[j] >= 0)
+			b += (double)ml_tensor_bytes(g, n->in[j]);
 	for (int j = 0; j < n->n_out; j++)
-		if (n->out[j] >= 0) {
-			struct ml_tval v;
-			ml_graph_tval(g, n->out[j], &v);
-			int64_t nb = ml_tval_nbytes(&v);
-			b += nb > 0 ? (double)nb : 0;
-		}
+		if (n->out[j] >= 0)
+			b += (double)ml_tensor_bytes(g, n->out[j]);
 	return b;
 }
 
@@ -347,14 +339,8 @@ place_auto(struct ml_session *s, struct ml_err *e)
 }
 
 int
-ml_hx_new(struct ml_session *s, struct ml_err *e)
+ml_hx_arrays(struct ml_hx *hx, const struct ml_graph *g, struct ml_err *e)
 {
-	const struct ml_graph *g = s->g;
-	const char *dev = s->o.device;
-	struct ml_hx *hx = ml_calloc(1, sizeof *hx);
-	if (hx == NULL)
-		return ml_fail(e, ML_ENOMEM, "out of memory");
-	s->hx = hx;
 	size_t nn = (size_t)g->n_nodes + 1, nt = (size_t)g->n_tensors + 1;
 	hx->node_dev = ml_calloc(nn, sizeof *hx->node_dev);
 	hx->node_ok = ml_calloc(nn, sizeof *hx->node_ok);
@@ -369,6 +355,19 @@ ml_hx_new(struct ml_session *s, struct ml_err *e)
 	    hx->cost_dev == NULL || hx->buf == NULL || hx->loc == NULL || hx->dirty == NULL ||
 	    hx->done == NULL || hx->evset == NULL)
 		return ml_fail(e, ML_ENOMEM, "out of memory");
+	return 0;
+}
+
+int
+ml_hx_new(struct ml_session *s, struct ml_err *e)
+{
+	const struct ml_graph *g = s->g;
+	const char *dev = s->o.device;
+	struct ml_hx *hx = ml_calloc(1, sizeof *hx);
+	if (hx == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	s->hx = hx;
+	ML_TRY(ml_hx_arrays(hx, g, e));
 	hx->is_auto = strcmp(dev, "auto") == 0;
 	hx->bw_ns_per_byte = 0.2;	/* ~5 GB/s until measured */
 	hx->xfer_us = 20;

@@ -67,7 +67,7 @@ ml_arena_plan(const struct ml_graph *g, struct ml_arena *a, struct ml_err *e)
 			if (len == 0)
 				len = ML_ARENA_ALIGN;
 			/* an elementwise op may write over its dying first input */
-			int src = j == 0 && a->inplace != NULL ? a->inplace(a->arg, i, len) : -1;
+			int src = j == 0 && a->inplace != NULL ? a->inplace(a->arg, i) : -1;
 			int k = 0;
 			while (src >= 0 && k < nlive && live[k].t != src)
 				k++;
@@ -149,14 +149,13 @@ struct inplace_arg {
  * type and shape that node i reads last and reads once. -1 if none.
  */
 static int
-inplace_input(void *arg, int i, int64_t len)
+inplace_input(void *arg, int i)
 {
 	const struct inplace_arg *ia = arg;
 	const struct ml_session *s = ia->s;
 	const struct ml_graph *g = s->g;
 	const struct ml_node *n = &g->nodes[i];
 	const struct ml_tval *sv = ia->sv;
-	(void)len;
 	if (!pointwise(n->op) || n->n_in < 1 || n->in[0] < 0 || n->out[0] < 0)
 		return -1;
 	int a = n->in[0], t = n->out[0];

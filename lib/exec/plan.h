@@ -16,11 +16,10 @@
  * gives, per tensor, the bytes it needs (bytes[t] < 0: not planned, it
  * goes to the heap) and the node that reads it last (last[t]: n_nodes
  * keeps it to the end, -1 when nothing reads it: it dies with its
- * producer). inplace, when not NULL, may name for node i's output 0 of
- * len bytes (aligned) an input tensor it may be written over (the input
- * dies at i and has the output's type and size), or return -1; the
- * planner takes that input's block only when it is live and exactly len
- * long. Out: off[t] and len[t] per tensor (-1 and 0 when not planned);
+ * producer). inplace, when not NULL, may name for node i's output 0 an
+ * input tensor it may be written over (the input dies at i and has the
+ * output's type and size), or return -1; the planner takes that input's
+ * block only when it is live and exactly the output's (aligned) length. Out: off[t] and len[t] per tensor (-1 and 0 when not planned);
  * with room_off/room_len not NULL, per node the largest stretch of the
  * arena free while it runs (the widest gap between live blocks, or the
  * stretch above the last one up to the arena's top); top, the arena's
@@ -29,7 +28,7 @@
 struct ml_arena {
 	const int64_t *bytes;
 	const int *last;
-	int (*inplace)(void *arg, int i, int64_t len);
+	int (*inplace)(void *arg, int i);
 	void *arg;
 	int64_t *off, *len;
 	int64_t *room_off, *room_len;

@@ -324,16 +324,6 @@ dev_kern(void *arg, struct ml_opctx *c)
 	return 0;
 }
 
-/* has_body: whether n holds subgraphs (If, Loop, Scan), which read enclosing values by name */
-static bool
-has_body(const struct ml_node *n)
-{
-	for (int a = 0; a < n->n_attr; a++)
-		if (n->attrs[a].type == ML_ATTR_GRAPH || n->attrs[a].type == ML_ATTR_GRAPHS)
-			return true;
-	return false;
-}
-
 /*
  * run_cpu: node i on the CPU. With a device in the run (dev), its inputs
  * are brought to the host first (a body's enclosing values too), and its
@@ -358,7 +348,9 @@ run_cpu(struct ml_session *s, int i, bool dev, struct ml_err *e)
 	for (int j = 0; j < n->n_in; j++)
 		if (n->in[j] >= 0 && (rc = to_host(s, n->in[j], e)) < 0)
 			return rc;
-	for (int t = 0; has_body(n) && t < g->n_tensors; t++)
+	/* a body (If, Loop, Scan) reads enclosing values by name: all to the host */
+	bool body = ml_node_has_body(n);
+	for (int t = 0; body && t < g->n_tensors; t++)
 		if (hx->buf[t] != NULL && (ml_is_stored(g, t) || s->last_use[t] >= i) &&
 		    (rc = to_host(s, t, e)) < 0)
 			return rc;
@@ -428,7 +420,7 @@ hoistable(const struct ml_session *s, const bool *done, int cur, int k)
 	const struct ml_graph *g = s->g;
 	const struct ml_hx *hx = s->hx;
 	const struct ml_node *n = &g->nodes[k];
-	if (done[k] || !hx->node_dev[k] || side_effect(n->op) || has_body(n))
+	if (done[k] || !hx->node_dev[k] || side_effect(n->op) || ml_node_has_body(n))
 		return false;
 	unsigned host = hx->ops->host_inputs(n);
 	for (int j = 0; j < n->n_in; j++) {
@@ -445,7 +437,7 @@ hoistable(const struct ml_session *s, const bool *done, int cur, int k)
 		const struct ml_node *m = &g->nodes[i];
 		if (done[i])
 			continue;
-		if (side_effect(m->op) || has_body(m))
+		if (side_effect(m->op) || ml_node_has_body(m))
 			return false;
 		for (int a = 0; a < m->n_in; a++)
 			for (int b = 0; m->in[a] >= 0 && b < n->n_in; b++)

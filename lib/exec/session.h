@@ -103,6 +103,11 @@ ml_tensor_bytes(const struct ml_graph *g, int t)
 int ml_hx_open(struct ml_session *s, const char *dev, struct ml_err *e);
 
 /* place.c */
+/*
+ * ml_hx_arrays: allocate hx's per-node and per-tensor arrays for g, zeroed
+ * (ml_hx_free frees them, also after a failure here). ML_ENOMEM.
+ */
+int ml_hx_arrays(struct ml_hx *hx, const struct ml_graph *g, struct ml_err *e);
 /* ml_hx_new: the session's devices and placement (s->o.device not "cpu"). */
 int ml_hx_new(struct ml_session *s, struct ml_err *e);
 void ml_hx_free(struct ml_session *s);

@@ -18,20 +18,11 @@ is_random(enum ml_op op)
 	       op == ML_OP_DROPOUT;
 }
 
-static bool
-has_subgraph(const struct ml_node *n)
-{
-	for (int a = 0; a < n->n_attr; a++)
-		if (n->attrs[a].type == ML_ATTR_GRAPH || n->attrs[a].type == ML_ATTR_GRAPHS)
-			return true;
-	return false;
-}
-
 /* foldable: node n may be replaced by its values (known op, no side effects, no graph output). */
 static bool
 foldable(const struct opt *o, const struct ml_node *n)
 {
-	if (n->op == ML_OP_NONE || is_random(n->op) || has_subgraph(n) || n->n_out < 1 ||
+	if (n->op == ML_OP_NONE || is_random(n->op) || ml_node_has_body(n) || n->n_out < 1 ||
 	    ml_opdef_get(n->op) == NULL || ml_cpu_kernel_get(n->op) == NULL)
 		return false;
 	for (int j = 0; j < n->n_out; j++) {
@@ -391,7 +382,7 @@ ml_pass_cse(struct opt *o)
 	}
 	for (int i = 0; i < g->n_nodes; i++) {
 		const struct ml_node *n = &g->nodes[i];
-		if (o->dead[i] || n->op == ML_OP_NONE || is_random(n->op) || has_subgraph(n))
+		if (o->dead[i] || n->op == ML_OP_NONE || is_random(n->op) || ml_node_has_body(n))
 			continue;
 		uint64_t h = mix(1469598103934665603ull, (uint64_t)n->op);
 		for (int j = 0; j < n->n_in; j++)
