@@ -527,25 +527,39 @@ mlcl_gemm_ex(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t 
  * corrupt file, a tile this device cannot run) is ignored, measured again
  * and rewritten.
  */
+/*
+ * first_line: the first line of the cache file at path into line (cap
+ * bytes with its NUL), its length in *n; false when the file cannot be
+ * read or its first line does not fit or has no newline.
+ */
 static bool
-read_choice(const struct mlcl_dev *d, const char *path, struct mlcl_tile *t)
+first_line(const char *path, char *line, size_t cap, size_t *n)
 {
 	uint8_t *buf = NULL;
 	size_t len = 0;
 	struct ml_err e = { 0 };
 	if (access(path, R_OK) != 0 || ml_read_file(path, &buf, &len, &e) < 0)
 		return false;
-	char line[64];
-	size_t n = 0;
-	while (n < len && n < sizeof line - 1 && buf[n] != '\n')
-		n++;
-	bool ok = n < len && buf[n] == '\n';
-	memcpy(line, buf, n);
-	line[n] = '\0';
+	size_t k = 0;
+	while (k < len && k < cap - 1 && buf[k] != '\n')
+		k++;
+	bool ok = k < len && buf[k] == '\n';
+	memcpy(line, buf, k);
+	line[k] = '\0';
 	ml_free(buf);
+	*n = k;
+	return ok;
+}
+
+static bool
+read_choice(const struct mlcl_dev *d, const char *path, struct mlcl_tile *t)
+{
+	char line[64];
+	size_t n;
 	int used = 0;
-	return ok && sscanf(line, "ml-gemm-tune 1 %d %d %d %d%n", &t->mr, &t->vw, &t->nv, &t->wg,
-			    &used) == 4 && used == (int)n && tile_ok(d, t);
+	return first_line(path, line, sizeof line, &n) &&
+	       sscanf(line, "ml-gemm-tune 1 %d %d %d %d%n", &t->mr, &t->vw, &t->nv, &t->wg,
+		      &used) == 4 && used == (int)n && tile_ok(d, t);
 }
 
 /* gemm_run: one TUNE_N^3 SGEMM with tile t, finished: its seconds, or -1 on a failure */
@@ -739,21 +753,10 @@ engines_all(struct mlcl_dev *d, int engine)
 static bool
 read_engines(struct mlcl_dev *d, const char *path)
 {
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	struct ml_err e = { 0 };
-	if (access(path, R_OK) != 0 || ml_read_file(path, &buf, &len, &e) < 0)
-		return false;
 	char line[256], lib[129], w[MLCL_GEMM_CLASSES][9];
-	size_t n = 0;
-	while (n < len && n < sizeof line - 1 && buf[n] != '\n')
-		n++;
-	bool ok = n < len && buf[n] == '\n';
-	memcpy(line, buf, n);
-	line[n] = '\0';
-	ml_free(buf);
+	size_t n;
 	int used = 0;
-	if (!ok || sscanf(line, "ml-gemm-engine 1 %128s %8s %8s %8s %8s%n", lib, w[0], w[1], w[2],
+	if (!first_line(path, line, sizeof line, &n) || sscanf(line, "ml-gemm-engine 1 %128s %8s %8s %8s %8s%n", lib, w[0], w[1], w[2],
 			  w[3], &used) != 5 || used != (int)n ||
 	    strcmp(lib, mlcl_clblast_lib()) != 0)
 		return false;

@@ -248,6 +248,29 @@ write_device(const char *path, const char *shown, const void *buf, size_t len, s
 	return 0;
 }
 
+/*
+ * resolve_link: where writing path goes: itself (*dst = path, *real NULL),
+ * or, for a symbolic link, the file it names (*real, malloc'd, the caller
+ * frees it). A link to nothing is refused rather than replaced by a file.
+ */
+static int
+resolve_link(const char *path, char **real, const char **dst, struct ml_err *e)
+{
+	struct stat st;
+	*real = NULL;
+	*dst = path;
+	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+		if ((*real = realpath(path, NULL)) == NULL) {
+			int err = errno;
+			return ml_fail(e, ML_EIO, "cannot write '%s': %s", path,
+				       err == ENOENT ? "not writing through a dangling symbolic link"
+						     : strerror(err));
+		}
+		*dst = *real;
+	}
+	return 0;
+}
+
 int
 ml_write_atomic(const char *path, const void *buf, size_t len, struct ml_err *e)
 {
@@ -267,15 +290,7 @@ ml_write_atomic(const char *path, const void *buf, size_t len, struct ml_err *e)
 	char *real = NULL;
 	const char *dst = path;
 	struct stat st;
-	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
-		if ((real = realpath(path, NULL)) == NULL) {
-			int err = errno;
-			return ml_fail(e, ML_EIO, "cannot write '%s': %s", path,
-				       err == ENOENT ? "not writing through a dangling symbolic link"
-						     : strerror(err));
-		}
-		dst = real;
-	}
+	ML_TRY(resolve_link(path, &real, &dst, e));
 	bool exists = stat(dst, &st) == 0;
 	int rc = 0, slot = -1, fd = -1, bad = 0;
 	char *tmp = NULL, *own = NULL;
@@ -351,18 +366,11 @@ ml_write_check(const char *path, struct ml_err *e)
 	const char *dst = path;
 	struct stat st;
 	int rc = 0;
-	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
-		if ((real = realpath(path, NULL)) == NULL) {
-			int err = errno;
-			return ml_fail(e, ML_EIO, "cannot write '%s': %s", path,
-				       err == ENOENT ? "not writing through a dangling symbolic link"
-						     : strerror(err));
-		}
-		dst = real;
-	}
-	if (stat(dst, &st) == 0 && S_ISDIR(st.st_mode)) {
+	ML_TRY(resolve_link(path, &real, &dst, e));
+	bool there = stat(dst, &st) == 0;
+	if (there && S_ISDIR(st.st_mode)) {
 		rc = ml_fail(e, ML_EIO, "cannot write '%s': Is a directory", path);
-	} else if (stat(dst, &st) == 0 && !S_ISREG(st.st_mode)) {
+	} else if (there && !S_ISREG(st.st_mode)) {
 		/* a device or FIFO is opened and written as it is */
 		if (access(dst, W_OK) < 0)
 			rc = ml_fail(e, ML_EIO, "cannot write '%s': %s", path, strerror(errno));
