@@ -2,7 +2,8 @@
  * cli.c: helpers every tool shares: diagnostics in the `tool: message`
  * form with the exit statuses of DESIGN.md, checked number parsing, the
  * terminal rule for binary output, the final stdout check, the signals
- * and the --timeout timer that end a tool cleanly, and the inputs of a run (-i, --dim, --random) that mlrun and mlprof share.
+ * and the --timeout timer that end a tool cleanly, and the inputs of a
+ * run (-i, --dim, --random) that mlrun and mlprof share.
  */
 #include <errno.h>
 #include <math.h>

@@ -756,9 +756,9 @@ read_engines(struct mlcl_dev *d, const char *path)
 	char line[256], lib[129], w[MLCL_GEMM_CLASSES][9];
 	size_t n;
 	int used = 0;
-	if (!first_line(path, line, sizeof line, &n) || sscanf(line, "ml-gemm-engine 1 %128s %8s %8s %8s %8s%n", lib, w[0], w[1], w[2],
-			  w[3], &used) != 5 || used != (int)n ||
-	    strcmp(lib, mlcl_clblast_lib()) != 0)
+	if (!first_line(path, line, sizeof line, &n) ||
+	    sscanf(line, "ml-gemm-engine 1 %128s %8s %8s %8s %8s%n", lib, w[0], w[1], w[2], w[3],
+		   &used) != 5 || used != (int)n || strcmp(lib, mlcl_clblast_lib()) != 0)
 		return false;
 	unsigned char eng[MLCL_GEMM_CLASSES];
 	for (int i = 0; i < MLCL_GEMM_CLASSES; i++) {

@@ -99,7 +99,8 @@ ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e
 			total = k < 0 || total < 0 ? -1 : total + k;
 		}
 		int (*kern)(struct ml_opctx *) = ml_cpu_kernel_get(n->op);
-		if (known && kern != NULL && n->n_out > 0 && total >= 0 && total <= PROPAGATE_MAX && !is_random(n->op)) {
+		if (known && kern != NULL && n->n_out > 0 && total >= 0 && total <= PROPAGATE_MAX &&
+		    !is_random(n->op)) {
 			struct ml_opctx c;
 			struct ml_err e2 = { 0 };
 			bool ok = true;

@@ -19,7 +19,8 @@
  * producer). inplace, when not NULL, may name for node i's output 0 an
  * input tensor it may be written over (the input dies at i and has the
  * output's type and size), or return -1; the planner takes that input's
- * block only when it is live and exactly the output's (aligned) length. Out: off[t] and len[t] per tensor (-1 and 0 when not planned);
+ * block only when it is live and exactly the output's (aligned) length.
+ * Out: off[t] and len[t] per tensor (-1 and 0 when not planned);
  * with room_off/room_len not NULL, per node the largest stretch of the
  * arena free while it runs (the widest gap between live blocks, or the
  * stretch above the last one up to the arena's top); top, the arena's
