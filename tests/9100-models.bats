@@ -59,6 +59,18 @@ check_model() {
 	check_model gru
 }
 
+@test "shufflenet_v2 (opset 14, channel shuffle) matches PyTorch" {
+	check_model shufflenet_v2
+}
+
+@test "the README's 784-256-128-10 MLP (opset 14) matches PyTorch" {
+	check_model mlp
+}
+
+@test "LeNet-5 on 28x28 (opset 14) matches PyTorch" {
+	check_model lenet
+}
+
 @test "resnet18 back to ONNX passes onnx.checker and still matches" {
 	local d=$ML_MODELS/resnet18
 	run -0 mlconvert "$d/model.onnx" -o r.mlg

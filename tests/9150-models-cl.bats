@@ -73,6 +73,14 @@ check_model_cl() {
 	check_model_cl convnext_tiny
 }
 
+@test "shufflenet_v2 (channel shuffle: Reshape, Transpose, Split) with --device cl matches PyTorch" {
+	check_model_cl shufflenet_v2
+}
+
+@test "LeNet-5 with --device cl matches PyTorch" {
+	check_model_cl lenet
+}
+
 # check_model_cl_O2 NAME: the -O2 graph (FusedConv with Relu, Clip, residuals) on cl matches
 # PyTorch, and --plan puts every FusedConv on the device (the convolution's store applies
 # the bias, the residual and the activation).

@@ -54,6 +54,42 @@ class Recurrent(torch.nn.Module):
         return self.fc(y[:, -1])
 
 
+class MLP(torch.nn.Module):
+    """The README's Fashion-MNIST MLP: 784-256-128-10 with ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128),
+            torch.nn.ReLU(), torch.nn.Linear(128, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class LeNet(torch.nn.Module):
+    """LeNet-5 on 28x28 grey images (padding 2 on the first conv), max pooling."""
+
+    def __init__(self):
+        super().__init__()
+        nn = torch.nn
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2))
+        self.head = nn.Sequential(
+            nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+            nn.Linear(84, 10))
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+def small(cls, shape):
+    def make():
+        return cls(), shape
+    return make
+
+
 def seq(cls, *args):
     def make():
         return cls(*args), (1, 16, 32) if cls is Recurrent else (1, 12, 64)
@@ -75,6 +111,10 @@ MODELS = {
     # at 64x64, which keeps every layer (LayerNorm, GELU, layer scale) and runs fast
     "convnext_tiny": (cnn(tv.convnext_tiny, 64), 14),
     "gru": (seq(Recurrent, "gru"), 14),
+    # the rest of the benchmark's 11-model set (tests/bench/bench.py)
+    "shufflenet_v2": (cnn(tv.shufflenet_v2_x1_0), 14),
+    "mlp": (small(MLP, (1, 784)), 14),
+    "lenet": (small(LeNet, (1, 1, 28, 28)), 14),
 }
 
 
