@@ -18,13 +18,16 @@ static const char synopsis[] =
 	"               [--nesterov] [--weight-decay F] [--clip-norm F] [--lr-schedule S]\n"
 	"               [--batch N] [--epochs N] [--seed S] [--val-split F] [--checkpoint-every N]\n"
 	"               [--resume CKPT.mlg] [--device DEV] [--threads N] [--log FILE] [--json]\n"
-	"               [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals] [MODEL]";
+	"               [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals] [--augment A]\n"
+	"               [--normalize M/S] [--workers N] [MODEL]";
 
 static const char help_text[] =
 	"Train a model (.mlt, .mlg or .onnx) on a dataset; write the trained model.\n"
 	"\n"
 	"  -d, --data PATH         training data: a folder (IDX, x_train.npy/y_train.npy,\n"
-	"                          train.npz or train.csv, and their test sets) or a .npz/.csv\n"
+	"                          train.npz or train.csv, and their test sets; train/ and\n"
+	"                          test/ of class folders of PNG/JPEG images; CIFAR-10's\n"
+	"                          binary batches) or a .npz/.csv\n"
 	"  -o, --output FILE       the trained model (.mlg); also the checkpoint\n"
 	"      --loss L            softmax-cross-entropy (default), nll, mse, bce-with-logits\n"
 	"      --optimizer O       sgd (default), adam, adamw\n"
@@ -45,6 +48,12 @@ static const char help_text[] =
 	"      --epochs N          epochs to train in all, resumed ones included (default 1)\n"
 	"      --seed S            seed of shuffling, splits and dropout (default 0)\n"
 	"      --no-shuffle        keep the data in file order\n"
+	"      --augment A         augment training images: crop=P (random crop of the image\n"
+	"                          padded with P zeros), flip (horizontal, p 1/2), or both\n"
+	"                          (crop=4,flip); seeded per sample by --seed and the epoch\n"
+	"      --normalize M/S     (x - M) / S per channel on all images, training and\n"
+	"                          evaluation (M, S: one value or one per channel)\n"
+	"      --workers N         threads building batches (default 1; 1 to 16)\n"
 	"      --val-split F       hold out fraction F of the training data for validation\n"
 	"                          (default: evaluate the test set, when there is one)\n"
 	"      --checkpoint-every N  write a checkpoint every N steps (default: each epoch)\n"
@@ -194,6 +203,8 @@ struct run {
 	uint64_t last_ckpt;	/* the step of the last checkpoint written, or UINT64_MAX */
 	struct ml_train_config cfg;	/* --resume: the checkpoint's training state, parsed */
 	int verbose, quiet;
+	struct ml_augment aug, norm;	/* training batches' augmentation; evaluation's normalisation */
+	int workers;
 	const char *device;
 	FILE *log;
 	/* the last epoch's figures, for --json */
@@ -402,7 +413,8 @@ evaluate(struct run *r, double *loss, double *acc)
 	struct ml_session *s = NULL;
 	struct ml_session_opts so = { .device = r->device };
 	struct ml_loader *ld = NULL;
-	struct ml_loader_opts lo = { .batch = 1000, .prefetch = true, .x = r->xs, .y = r->ys };
+	struct ml_loader_opts lo = { .batch = 1000, .prefetch = true, .x = r->xs, .y = r->ys,
+				     .augment = &r->norm };
 	const struct ml_tval *x, *y;
 	double ls = 0;
 	int64_t ok = 0, n = 0;
@@ -493,9 +505,16 @@ setup_data(struct run *r)
 		die_err(&err);
 	if (r->eval != NULL && ml_dataset_check(r->eval, &xs, &ys, r->classes, &err) < 0)
 		die_err(&err);
+	/* the normalisation goes with the augmentation of training batches, and alone to evaluation's */
+	r->aug.nnorm = r->norm.nnorm;
+	memcpy(r->aug.mean, r->norm.mean, sizeof r->aug.mean);
+	memcpy(r->aug.std, r->norm.std, sizeof r->aug.std);
+	if (ml_augment_check(&r->aug, &r->xs, &err) < 0)
+		die(EXIT_INVALID, "%s: %s", r->model_path, err.msg);
 	struct ml_loader_opts lo = { .batch = r->o.batch, .shuffle = r->o.shuffle != 0,
 				     .prefetch = true, .seed = (uint64_t)r->o.seed, .x = r->xs,
-				     .y = r->ys, .drop_last = xt->rank >= 1 && xt->dims[0] >= 0 };
+				     .y = r->ys, .drop_last = xt->rank >= 1 && xt->dims[0] >= 0,
+				     .workers = r->workers, .augment = &r->aug };
 	if (ml_loader_new(&r->ld, r->train, &lo, &err) < 0)
 		die_err(&err);
 	r->spe = ml_loader_batches(r->ld);
@@ -750,8 +769,10 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 	enum { O_LOSS = 256, O_OPT, O_LR, O_MOM, O_NEST, O_B1, O_B2, O_EPS, O_WD, O_CLIP, O_SCHED,
 	       O_LRSTEP, O_GAMMA, O_LRMIN, O_WARM, O_BATCH, O_EPOCHS, O_SEED, O_NOSHUF, O_VAL,
 	       O_EVERY, O_CKPT, O_RESUME, O_DUMP, O_DEVICE, O_THREADS, O_LOG, O_JSON, O_MAXALLOC,
-	       O_BUCKET, O_MPI, O_QAT, O_KEEPDN };
+	       O_BUCKET, O_MPI, O_QAT, O_KEEPDN, O_AUG, O_NORM, O_WORKERS };
+	struct ml_err err = { 0 };
 	static const struct option longopts[] = {
+		{ "augment", required_argument, NULL, O_AUG },
 		{ "batch", required_argument, NULL, O_BATCH },
 		{ "beta1", required_argument, NULL, O_B1 },
 		{ "beta2", required_argument, NULL, O_B2 },
@@ -779,6 +800,7 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		{ "qat", no_argument, NULL, O_QAT },
 		{ "keep-denormals", no_argument, NULL, O_KEEPDN },
 		{ "nesterov", no_argument, NULL, O_NEST },
+		{ "normalize", required_argument, NULL, O_NORM },
 		{ "no-shuffle", no_argument, NULL, O_NOSHUF },
 		{ "optimizer", required_argument, NULL, O_OPT },
 		{ "output", required_argument, NULL, 'o' },
@@ -791,6 +813,7 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ "warmup-steps", required_argument, NULL, O_WARM },
 		{ "weight-decay", required_argument, NULL, O_WD },
+		{ "workers", required_argument, NULL, O_WORKERS },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts *o = &r->o;
@@ -859,6 +882,15 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		case O_MPI: a->dmode = ML_DIST_REQUIRE; break;
 		case O_QAT: a->qat = true; break;
 		case O_KEEPDN: o->keep_dn = 1; given[S_KEEPDN] = true; break;
+		case O_AUG:
+			if (ml_augment_parse(&r->aug, optarg, &err) < 0)
+				usage_error(synopsis, "--augment: %s", err.msg);
+			break;
+		case O_NORM:
+			if (ml_normalize_parse(&r->norm, optarg, &err) < 0)
+				usage_error(synopsis, "%s", err.msg);
+			break;
+		case O_WORKERS: r->workers = (int)parse_int("--workers", optarg, 1, 16, synopsis); break;
 		case O_MAXALLOC: ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis)); break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);

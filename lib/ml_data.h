@@ -99,7 +99,11 @@ int ml_csv_decode(struct ml_dataset **out, const char *text, size_t len, int lab
  * path: a folder holding either train-images-idx?-ubyte[.gz] and
  * train-labels-idx1-ubyte[.gz] (with t10k- or test- for the test set),
  * x_train.npy and y_train.npy (x_test.npy, y_test.npy), train.npz and
- * test.npz (arrays x and y), or train.csv and test.csv; or one file:
+ * test.npz (arrays x and y), train.csv and test.csv, folders train/ and
+ * test/ (or val/) of class folders of images (ml_image_folder_load; a
+ * folder holding only class folders is a training set), or CIFAR-10's
+ * data_batch_1.bin ... and test_batch.bin (also in cifar-10-batches-bin/);
+ * or one file:
  * FILE.npz (x_train, y_train, x_test, y_test, or x and y) or FILE.csv.
  * *test is NULL when there is no test set (test may be NULL to skip it).
  * ML_EINVAL when nothing is found, ML_EFORMAT for damaged files, and for
@@ -107,6 +111,37 @@ int ml_csv_decode(struct ml_dataset **out, const char *text, size_t len, int lab
  */
 int ml_data_load(struct ml_dataset **train, struct ml_dataset **test, const char *path,
 		 struct ml_err *e);
+
+/*
+ * ml_image_decode: a PNG or JPEG image in buf (told apart by its first
+ * bytes) as an owned u8 tval [C, H, W], C = channels (1: grey, 3: RGB;
+ * 0: as stored, grey or RGB; alpha is dropped). Decoded by Debian's
+ * libpng16 and libjpeg-turbo, loaded with dlopen at first use: without
+ * them ML_ENOTSUP says which package is missing. name is for messages;
+ * a damaged image is ML_EFORMAT with the decoder's reason.
+ */
+int ml_image_decode(struct ml_tval *out, const uint8_t *buf, size_t len, int channels,
+		    const char *name, struct ml_err *e);
+
+/*
+ * ml_image_folder_load: a dataset of the PNG/JPEG files (.png, .jpg,
+ * .jpeg) in the class folders of dir (torchvision's ImageFolder layout:
+ * dir/CLASS/FILE; classes in sorted order are labels 0, 1, ...), decoded
+ * on `workers` threads into u8 [C, H, W] samples. The first file (in
+ * sorted order) sets the channels and the size; the others are converted
+ * to its channels and must have its size (ML_EFORMAT names the first that
+ * does not). ML_EINVAL for a folder without class folders or a class
+ * folder without images.
+ */
+int ml_image_folder_load(struct ml_dataset **out, const char *dir, int workers, struct ml_err *e);
+
+/*
+ * ml_cifar_load: CIFAR-10's binary batches (data_batch_N.bin,
+ * test_batch.bin: records of a label byte and 3x32x32 bytes, planes R, G,
+ * B) as one dataset of u8 [3, 32, 32] samples and I64 labels.
+ */
+int ml_cifar_load(struct ml_dataset **out, const char *const *paths, int npaths,
+		  struct ml_err *e);
 
 /*
  * ml_dataset_split: move a seeded random fraction frac (0 < frac < 1) of
@@ -154,6 +189,36 @@ int ml_dataset_batch(const struct ml_dataset *d, const int64_t *idx, int64_t n,
 void ml_shuffle(int64_t *perm, int64_t n, uint64_t seed, uint64_t epoch);
 
 /*
+ * struct ml_augment: what the loader does to each image sample ([C, H, W]
+ * f32, after u8 scaling to [0, 1]): a random crop of the image padded
+ * with pad zeros on each side (pad 0: none), then a horizontal flip with
+ * probability 1/2 (flip), then (v - mean[c]) / std[c] for each channel
+ * (nnorm values: 0 none, 1 for all channels, or one per channel). The
+ * random draws of a sample depend only on (seed, epoch, its index in the
+ * dataset). Evaluation data take the normalisation only (pad 0, no flip).
+ */
+struct ml_augment {
+	int pad;
+	bool flip;
+	int nnorm;
+	float mean[4], std[4];
+};
+/* ml_augment_parse: "crop=P", "flip" or both, comma-separated, into a. */
+int ml_augment_parse(struct ml_augment *a, const char *spec, struct ml_err *e);
+/* ml_normalize_parse: "M[,M,M]/S[,S,S]" (as many means as deviations, each S > 0) into a. */
+int ml_normalize_parse(struct ml_augment *a, const char *spec, struct ml_err *e);
+/* ml_augment_check: whether a fits samples of spec x (f32 [C, H, W], pad < H and W, nnorm 1 or C). */
+int ml_augment_check(const struct ml_augment *a, const struct ml_batch_spec *x, struct ml_err *e);
+/* ml_augment_active: whether a (NULL allowed) changes anything. */
+bool ml_augment_active(const struct ml_augment *a);
+/*
+ * ml_augment_apply: a applied in place to each sample of the batch x
+ * ([N, C, H, W] f32), whose samples are idx[0..N-1] of the dataset.
+ */
+int ml_augment_apply(const struct ml_augment *a, struct ml_tval *x, const int64_t *idx,
+		     uint64_t seed, uint64_t epoch, struct ml_err *e);
+
+/*
  * The loader: batches of a dataset in order or shuffled per epoch, built
  * ahead on a background thread with prefetch. Epoch e's order depends only
  * on (seed, e), so a run can start at any batch of any epoch and see what
@@ -165,6 +230,8 @@ struct ml_loader_opts {
 	bool shuffle;
 	bool drop_last;		/* drop a last partial batch */
 	bool prefetch;		/* build batches on a background thread */
+	int workers;		/* with prefetch: threads building batches (0 or 1: one) */
+	const struct ml_augment *augment;	/* NULL: none (borrowed, outlives the loader) */
 	uint64_t seed;
 	struct ml_batch_spec x, y;	/* as ml_dataset_check resolved them */
 };

@@ -6,7 +6,8 @@ libopenblas-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo libonnx
 python3-onnx python3-numpy python3-torch python3-torchvision bats mandoc
 dataset-fashion-mnist
 zstd clang-14 libclang-rt-14-dev libclblast-dev
-openmpi-bin libopenmpi-dev"
+openmpi-bin libopenmpi-dev
+libpng-dev libjpeg-dev python3-pil"
 missing=
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

@@ -264,6 +264,92 @@ has_suffix(const char *s, const char *suf)
 	return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+static bool
+is_dir(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/*
+ * load_cifar: CIFAR-10's binary batches in dir or dir/cifar-10-batches-bin:
+ * data_batch_1.bin ... for training, test_batch.bin for the test set;
+ * 1 when found, 0 when not.
+ */
+static int
+load_cifar(struct ml_dataset **out, const char *dir, bool is_test, struct ml_err *e)
+{
+	char base[4096], names[8][4200];
+	const char *paths[8];
+	int n = 0;
+	for (int sub = 0; sub < 2 && n == 0; sub++) {
+		snprintf(base, sizeof base, sub ? "%s/cifar-10-batches-bin" : "%s", dir);
+		if (is_test) {
+			snprintf(names[0], sizeof names[0], "%s/test_batch.bin", base);
+			n = exists(names[0]);
+		} else {
+			for (int i = 1; i <= 8; i++) {
+				snprintf(names[n], sizeof names[n], "%s/data_batch_%d.bin", base, i);
+				if (!exists(names[n]))
+					break;
+				n++;
+			}
+		}
+	}
+	for (int i = 0; i < n; i++)
+		paths[i] = names[i];
+	if (n == 0)
+		return 0;
+	ML_TRY(ml_cifar_load(out, paths, n, e));
+	return 1;
+}
+
+/*
+ * load_images: images in class folders: dir/train/ (dir/test/ or dir/val/
+ * for the test set), or, for the training set, dir itself when it holds
+ * only folders; or CIFAR-10's batches. 1 when found, 0 when not.
+ */
+static int
+load_images(struct ml_dataset **out, const char *dir, bool is_test, struct ml_err *e)
+{
+	char p[4096];
+	int rc = load_cifar(out, dir, is_test, e);
+	if (rc != 0)
+		return rc;
+	const char *sub[2] = { is_test ? "test" : "train", is_test ? "val" : NULL };
+	for (int i = 0; i < 2; i++) {
+		if (sub[i] == NULL)
+			continue;
+		snprintf(p, sizeof p, "%s/%s", dir, sub[i]);
+		if (is_dir(p)) {
+			ML_TRY(ml_image_folder_load(out, p, ml_get_threads(), e));
+			return 1;
+		}
+	}
+	if (is_test)
+		return 0;
+	/* a folder of class folders only (no files but hidden ones) */
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	bool folders = false, files = false;
+	if (d == NULL)
+		return 0;
+	while ((de = readdir(d)) != NULL) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+		if (is_dir(p))
+			folders = true;
+		else
+			files = true;
+	}
+	closedir(d);
+	if (!folders || files)
+		return 0;
+	ML_TRY(ml_image_folder_load(out, dir, ml_get_threads(), e));
+	return 1;
+}
+
 /* load_dir_split: one of train/test from folder dir; 1 when found, 0 when not. */
 static int
 load_dir_split(struct ml_dataset **out, const char *dir, bool is_test, struct ml_err *e)
@@ -306,7 +392,7 @@ load_dir_split(struct ml_dataset **out, const char *dir, bool is_test, struct ml
 		ML_TRY(load_csv(out, a, e));
 		return 1;
 	}
-	return 0;
+	return load_images(out, dir, is_test, e);
 }
 
 int
@@ -325,7 +411,7 @@ ml_data_load(struct ml_dataset **train, struct ml_dataset **test, const char *pa
 			return rc;
 		if (rc == 0)
 			return ml_fail(e, ML_EINVAL,
-				       "%s: no training data (train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz], x_train.npy and y_train.npy, train.npz or train.csv)",
+				       "%s: no training data (train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz], x_train.npy and y_train.npy, train.npz, train.csv, train/ of class folders of images, or CIFAR-10's data_batch_N.bin)",
 				       path);
 		if (test != NULL && (rc = load_dir_split(test, path, true, e)) < 0) {
 			ml_dataset_free(*train);

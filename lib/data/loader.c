@@ -2,7 +2,11 @@
  * loader.c: seeded shuffling and the batch loader. A loader cuts an
  * epoch's permutation into batches; with prefetch a background thread
  * builds batches into a ring of slots while the caller trains on the one
- * it holds, so reading and scaling samples overlaps the step.
+ * it holds, so reading and scaling samples overlaps the step; with
+ * workers > 1 several threads build batches at once (each batch whole, by
+ * one thread), for augmentation that costs more than a step. A batch's
+ * content depends only on (seed, epoch, batch), never on which thread
+ * built it or when.
  */
 #include <pthread.h>
 
@@ -32,12 +36,14 @@ ml_shuffle(int64_t *perm, int64_t n, uint64_t seed, uint64_t epoch)
  * microseconds on a virtual machine, several percent of a small model's
  * step.
  */
-#define NSLOT 8
+#define NSLOT 24
+#define MAX_WORKERS 16
 #define SLOT_BYTES ((int64_t)4 << 20)
 
 struct slot {
 	struct ml_tval x, y;
 	int64_t batch;		/* the batch it holds, -1 when free */
+	bool busy;		/* a thread is building a batch into it */
 	int rc;			/* a failure building it */
 	struct ml_err err;
 };
@@ -49,12 +55,15 @@ struct ml_loader {
 	int64_t *perm;
 	int64_t next;		/* the batch ml_loader_next returns next */
 	int held;		/* the slot the caller holds, -1 none */
-	int nslot;		/* slots in use (3 .. NSLOT) */
+	int nslot;		/* slots in use (3 .. NSLOT; 1 + 2 per worker at least) */
 	struct slot slots[NSLOT];
-	/* the prefetch thread and what it shares, under mu */
-	pthread_t th;
+	/* the prefetch threads and what they share, under mu */
+	pthread_t th[MAX_WORKERS];
+	int nth;		/* threads started */
+	uint64_t epoch;
 	bool running, stop;
-	bool prod_waits, cons_waits;	/* who sleeps on free, on ready */
+	int prod_waits;		/* threads sleeping on free */
+	bool cons_waits;	/* the caller sleeps on ready */
 	int64_t produce;	/* the batch the thread builds next */
 	pthread_mutex_t mu;
 	pthread_cond_t free, ready;
@@ -70,16 +79,17 @@ batch_len(const struct ml_loader *l, int64_t b)
 static int
 build(struct ml_loader *l, struct slot *sl, int64_t b, struct ml_err *e)
 {
-	return ml_dataset_batch(l->d, l->perm + b * l->o.batch, batch_len(l, b), &l->o.x, &l->o.y,
-				&sl->x, &sl->y, e);
+	const int64_t *idx = l->perm + b * l->o.batch;
+	ML_TRY(ml_dataset_batch(l->d, idx, batch_len(l, b), &l->o.x, &l->o.y, &sl->x, &sl->y, e));
+	return ml_augment_apply(l->o.augment, &sl->x, idx, l->o.seed, l->epoch, e);
 }
 
-/* full: whether the thread has no slot for its next batch (under mu) */
+/* full: whether no slot is free for the next batch to build (under mu) */
 static bool
 full(const struct ml_loader *l)
 {
 	int s = (int)(l->produce % l->nslot);
-	return l->slots[s].batch >= 0 || l->held == s;
+	return l->slots[s].batch >= 0 || l->slots[s].busy || l->held == s;
 }
 
 /*
@@ -94,33 +104,35 @@ prefetch_main(void *arg)
 	pthread_mutex_lock(&l->mu);
 	for (;;) {
 		while (!l->stop && (l->produce >= l->nbatch || full(l))) {
-			l->prod_waits = true;
+			l->prod_waits++;
 			pthread_cond_wait(&l->free, &l->mu);
+			l->prod_waits--;
 		}
-		l->prod_waits = false;
 		if (l->stop)
 			break;
 		int64_t b = l->produce++;
 		struct slot *sl = &l->slots[b % l->nslot];
+		sl->busy = true;
 		pthread_mutex_unlock(&l->mu);
 		memset(&sl->err, 0, sizeof sl->err);
 		int rc = build(l, sl, b, &sl->err);
 		pthread_mutex_lock(&l->mu);
 		sl->rc = rc;
 		sl->batch = b;
+		sl->busy = false;
 		if (l->cons_waits)
-			pthread_cond_signal(&l->ready);
+			pthread_cond_broadcast(&l->ready);
 	}
 	pthread_mutex_unlock(&l->mu);
 	return NULL;
 }
 
-/* wake_producer: wake the thread if it sleeps with work to do (under mu) */
+/* wake_producer: wake the threads if they sleep with work to do (under mu) */
 static void
 wake_producer(struct ml_loader *l)
 {
-	if (l->prod_waits && l->produce < l->nbatch && !full(l))
-		pthread_cond_signal(&l->free);
+	if (l->prod_waits > 0 && l->produce < l->nbatch && !full(l))
+		pthread_cond_broadcast(&l->free);
 }
 
 static void
@@ -130,9 +142,11 @@ stop_thread(struct ml_loader *l)
 		return;
 	pthread_mutex_lock(&l->mu);
 	l->stop = true;
-	pthread_cond_signal(&l->free);
+	pthread_cond_broadcast(&l->free);
 	pthread_mutex_unlock(&l->mu);
-	pthread_join(l->th, NULL);
+	for (int i = 0; i < l->nth; i++)
+		pthread_join(l->th[i], NULL);
+	l->nth = 0;
 	l->running = false;
 	l->stop = false;
 }
@@ -144,6 +158,10 @@ ml_loader_new(struct ml_loader **out, const struct ml_dataset *d, const struct m
 	*out = NULL;
 	if (o->batch <= 0)
 		return ml_fail(e, ML_EINVAL, "a batch needs at least one sample");
+	if (o->workers < 0 || o->workers > MAX_WORKERS)
+		return ml_fail(e, ML_EINVAL, "%d loader workers (1 to %d)", o->workers, MAX_WORKERS);
+	if (ml_augment_active(o->augment))
+		ML_TRY(ml_augment_check(o->augment, &o->x, e));
 	struct ml_loader *l = ml_calloc(1, sizeof *l);
 	if (l == NULL)
 		return ml_fail(e, ML_ENOMEM, "out of memory");
@@ -153,7 +171,11 @@ ml_loader_new(struct ml_loader **out, const struct ml_dataset *d, const struct m
 	l->held = -1;
 	int64_t per = (d->feat > 0 ? d->feat : 1) * 4 + (d->ylen > 0 ? d->ylen : 1) * 8;
 	int64_t fit = SLOT_BYTES / (o->batch * per > 0 ? o->batch * per : 1);
-	l->nslot = fit < 3 ? 3 : fit > NSLOT ? NSLOT : (int)fit;
+	/* the caller's slot, and two ahead per worker at least */
+	int least = 1 + 2 * (o->workers > 1 ? o->workers : 1);
+	l->nslot = fit < least ? least : fit > NSLOT ? NSLOT : (int)fit;
+	if (l->nslot < least)
+		l->nslot = least;
 	if ((l->perm = ml_malloc((size_t)d->n * sizeof *l->perm)) == NULL) {
 		ml_free(l);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
@@ -203,13 +225,20 @@ ml_loader_start(struct ml_loader *l, uint64_t epoch, int64_t first, struct ml_er
 		for (int64_t i = 0; i < l->d->n; i++)
 			l->perm[i] = i;
 	}
-	for (int i = 0; i < NSLOT; i++)
+	for (int i = 0; i < NSLOT; i++) {
 		l->slots[i].batch = -1;
+		l->slots[i].busy = false;
+	}
+	l->epoch = epoch;
 	l->next = first;
 	l->produce = first;
 	l->held = -1;
 	if (l->o.prefetch && first < l->nbatch) {
-		if (pthread_create(&l->th, NULL, prefetch_main, l) != 0)
+		int want = l->o.workers > 1 ? l->o.workers : 1;
+		for (l->nth = 0; l->nth < want; l->nth++)
+			if (pthread_create(&l->th[l->nth], NULL, prefetch_main, l) != 0)
+				break;
+		if (l->nth == 0)
 			return ml_fail(e, ML_ENOMEM, "cannot start the prefetch thread");
 		l->running = true;
 	}

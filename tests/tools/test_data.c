@@ -3,7 +3,9 @@
  * writer (plain and gzipped, damaged headers), CSV datasets, seeded
  * shuffles, validation splits, checks against a model's input and labels,
  * batches (scaling, one-hot rows) and the loader with and without its
- * prefetch thread, which must give the same batches. Prints TAP.
+ * prefetch thread or several workers, which must give the same batches;
+ * image augmentation (crop with padding, flip, normalisation) against a
+ * direct reading of its definition; image decoding's refusals. Prints TAP.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,11 +273,111 @@ test_loader(void)
 	double again = epoch_digest(b, 2, 0, &nb, &lb);
 	ok(again == db, "a restarted epoch is the same");
 	ml_loader_free(a);
+	o.workers = 4;
+	ok(ml_loader_new(&a, d, &o, &e) == 0, "a loader with 4 workers");
+	double dw = epoch_digest(a, 2, 0, &na, &la), dw3 = epoch_digest(a, 2, 3, &na, &la);
+	ok(dw == db && dw3 == pb, "4 workers give the same batches in the same order");
+	ml_loader_free(a);
+	o.workers = 17;
+	ok(ml_loader_new(&a, d, &o, &e) == ML_EINVAL && a == NULL, "17 workers: ML_EINVAL");
+	o.workers = 0;
 	ml_loader_free(b);
 	o.drop_last = true;
 	ok(ml_loader_new(&a, d, &o, &e) == 0 && ml_loader_batches(a) == 6, "drop_last: 6 batches");
 	ml_loader_free(a);
 	ml_dataset_free(d);
+}
+
+/*
+ * matches: whether out (C x H x W) is in (same shape) cropped at offset
+ * (dy, dx) of its zero-padded image, after a mirror when flip, by direct
+ * reading of the definition (a different loop from the library's).
+ */
+static bool
+matches(const float *in, const float *out, int c, int h, int w, int dy, int dx, bool flip)
+{
+	for (int k = 0; k < c; k++)
+		for (int y = 0; y < h; y++)
+			for (int x = 0; x < w; x++) {
+				int sx = flip ? w - 1 - x : x;	/* the flip of the cropped image */
+				int py = y + dy, px = sx + dx;
+				float want = py < 0 || py >= h || px < 0 || px >= w ? 0.0f :
+					     in[(k * h + py) * w + px];
+				if (out[(k * h + y) * w + x] != want)
+					return false;
+			}
+	return true;
+}
+
+static void
+test_augment(void)
+{
+	struct ml_err e = { 0 };
+	struct ml_augment a = { 0 };
+	enum { C = 2, H = 5, W = 6, N = 200, P = 2 };
+	struct ml_batch_spec xs = { .dtype = ML_F32, .rank = 3, .dims = { C, H, W } };
+	ok(ml_augment_parse(&a, "crop=2,flip", &e) == 0 && a.pad == 2 && a.flip, "parse crop=2,flip");
+	ok(ml_augment_check(&a, &xs, &e) == 0, "fits 2x5x6 images");
+	struct ml_batch_spec flat = { .dtype = ML_F32, .rank = 1, .dims = { 60 } };
+	ok(ml_augment_check(&a, &flat, &e) == ML_EINVAL, "refuses flat samples");
+	struct ml_tval x = { 0 };
+	int64_t dims[4] = { N, C, H, W }, idx[N];
+	ml_tval_alloc(&x, ML_F32, 4, dims, &e);
+	float in[C * H * W];
+	for (int i = 0; i < C * H * W; i++)
+		in[i] = (float)(i + 1);
+	for (int i = 0; i < N; i++) {
+		memcpy((float *)x.data + i * C * H * W, in, sizeof in);
+		idx[i] = i;
+	}
+	ok(ml_augment_apply(&a, &x, idx, 5, 1, &e) == 0, "apply to 200 samples");
+	int seen[2 * P + 1][2 * P + 1][2] = { { { 0 } } }, bad = 0;
+	for (int i = 0; i < N; i++) {
+		const float *o = (const float *)x.data + i * C * H * W;
+		int hits = 0;
+		for (int dy = -P; dy <= P; dy++)
+			for (int dx = -P; dx <= P; dx++)
+				for (int f = 0; f < 2; f++)
+					if (matches(in, o, C, H, W, dy, dx, f)) {
+						seen[dy + P][dx + P][f]++;
+						hits++;
+					}
+		bad += hits != 1;
+	}
+	ok(bad == 0, "each sample is one crop of the padded image, flipped or not");
+	int missing = 0;
+	for (int dy = 0; dy <= 2 * P; dy++)
+		for (int dx = 0; dx <= 2 * P; dx++)
+			missing += seen[dy][dx][0] == 0 && seen[dy][dx][1] == 0;
+	ok(missing <= 2, "the 25 offsets all (but at most 2) occur in 200 draws");
+	/* the same (seed, epoch, sample) gives the same draw, in any batch position */
+	struct ml_tval y = { 0 };
+	int64_t d1[4] = { 1, C, H, W }, one = 7;
+	ml_tval_alloc(&y, ML_F32, 4, d1, &e);
+	memcpy(y.data, in, sizeof in);
+	ml_augment_apply(&a, &y, &one, 5, 1, &e);
+	ok(memcmp(y.data, (float *)x.data + 7 * C * H * W, sizeof in) == 0,
+	   "a sample's draw depends on its index, not its place in the batch");
+	memcpy(y.data, in, sizeof in);
+	ml_augment_apply(&a, &y, &one, 5, 2, &e);
+	memcpy(y.data, in, sizeof in);
+	/* normalisation per channel */
+	struct ml_augment nm = { 0 };
+	ok(ml_normalize_parse(&nm, "1,2/2,4", &e) == 0 && nm.nnorm == 2, "parse 1,2/2,4");
+	ok(ml_augment_apply(&nm, &y, &one, 0, 0, &e) == 0 &&
+	   ((float *)y.data)[0] == (in[0] - 1) / 2 && ((float *)y.data)[H * W] == (in[H * W] - 2) / 4,
+	   "(x - mean[c]) / std[c]");
+	ok(ml_normalize_parse(&nm, "1,2/2", &e) == ML_EINVAL, "means and deviations must pair up");
+	ok(ml_augment_parse(&nm, "crop=x", &e) == ML_EINVAL, "crop=x is refused");
+	ml_tval_clear(&x);
+	ml_tval_clear(&y);
+	/* decoding: what is not an image, and a PNG signature without an image */
+	static const uint8_t junk[] = "GIF89a....", png[] = "\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+	ok(ml_image_decode(&x, junk, sizeof junk, 0, "junk", &e) == ML_EFORMAT,
+	   "a GIF is not a PNG or JPEG image");
+	int rc = ml_image_decode(&x, png, sizeof png, 0, "cut.png", &e);
+	ok(rc == ML_EFORMAT || rc == ML_ENOTSUP, "a PNG cut after its header is refused");
+	ok(ml_image_decode(&x, png, sizeof png, 2, "two", &e) == ML_EINVAL, "2 channels: ML_EINVAL");
 }
 
 int
@@ -286,6 +388,7 @@ main(void)
 	test_shuffle_split();
 	test_check_batch();
 	test_loader();
+	test_augment();
 	printf("1..%d\n", ntest);
 	return nfail ? 1 : 0;
 }
