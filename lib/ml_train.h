@@ -90,6 +90,8 @@ struct ml_train_opts {
 	int n_frozen;		/* parameters (by tensor name) kept fixed */
 	const char *const *frozen;
 	uint64_t seed;		/* initial RNG state of Dropout in training mode */
+	int accumulate;		/* > 1: sum the gradients of this many runs (micro-batches)
+				 * and update on the last with their mean (0, 1: every run) */
 };
 
 /* ml_train_opts_init: the defaults above. */

@@ -116,6 +116,8 @@ static int
 run_sgd(struct ml_opctx *c)
 {
 	const struct ml_tval *m = ML_IN(c, 3);
+	if (scalar(ML_IN(c, 5), 1) == 0)
+		return 0;	/* accumulating: not the group's last micro-batch */
 	ML_TRY(stored(c));
 	ML_TRY(same_numel(c, 0, 1));
 	if (m != NULL) {
@@ -294,6 +296,8 @@ DEF_ADAM(f64, double, sqrt)
 static int
 run_adam(struct ml_opctx *c)
 {
+	if (scalar(ML_IN(c, 7), 1) == 0)
+		return 0;	/* accumulating: not the group's last micro-batch */
 	ML_TRY(stored(c));
 	for (int i = 1; i < 6; i++)
 		if (i != 2 && i != 3)

@@ -21,6 +21,10 @@
  *       decoupled: g = s G (+ wd P unless decoupled); M = b1 M + (1-b1) g;
  *       V = b2 V + (1-b2) g^2; P -= lr wd P when decoupled;
  *       P -= lr (M / (1-b1^t)) / (sqrt(V / (1-b2^t)) + eps), as torch.optim.Adam(W)
+ *   SGDUpdate(P, G, lr, M, s, apply), AdamUpdate(P, G, lr, t, M, V, s, apply): the
+ *       same, done only where the float scalar apply is not 0 (else nothing
+ *       changes): gradient accumulation's optimizer step on the group's
+ *       last micro-batch (M, s may be absent, "")
  *   GemmSGDUpdate(P, A, B, lr[, M]) transA, transB, alpha and SGDUpdate's
  *       attributes: SGDUpdate(P, Gemm(A, B), lr[, M]), the weight gradient's
  *       product and the update in one pass (lib/train's ml_train_fuse)
@@ -153,6 +157,7 @@ infer_sgd(struct ml_opctx *c)
 	ML_TRY(same_shape(c, 0, 3));
 	ML_TRY(need_scalar(c, 2, true));
 	ML_TRY(need_scalar(c, 4, true));
+	ML_TRY(need_scalar(c, 5, true));
 	return 0;
 }
 
@@ -169,6 +174,7 @@ infer_adam(struct ml_opctx *c)
 	ML_TRY(need_scalar(c, 2, true));
 	ML_TRY(need_scalar(c, 3, false));
 	ML_TRY(need_scalar(c, 6, true));
+	ML_TRY(need_scalar(c, 7, true));
 	return 0;
 }
 
@@ -533,8 +539,8 @@ flops_conv_grad(const struct ml_opctx *c)
 const struct ml_opdef ml_opdefs_grad[] = {
 	{ ML_OP_ASSIGN, 2, 2, 0, 0, infer_assign, NULL, .flags = ML_OPF_SIDE_EFFECT },
 	{ ML_OP_EMA_UPDATE, 2, 2, 0, 0, infer_assign, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
-	{ ML_OP_SGD_UPDATE, 3, 5, 0, 0, infer_sgd, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
-	{ ML_OP_ADAM_UPDATE, 6, 7, 0, 0, infer_adam, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
+	{ ML_OP_SGD_UPDATE, 3, 6, 0, 0, infer_sgd, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
+	{ ML_OP_ADAM_UPDATE, 6, 8, 0, 0, infer_adam, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
 	{ ML_OP_RELU_GRAD, 2, 2, 1, 1, infer_pointwise_grad, flops_numel },
 	{ ML_OP_UNARY_GRAD, 2, 2, 1, 1, infer_pointwise_grad, flops_numel },
 	{ ML_OP_MAXPOOL_GRAD, 2, 2, 1, 1, infer_pool_grad, flops_numel },

@@ -577,8 +577,72 @@ clip_scale(struct sb *b, const int *gx, int n, double clip, enum ml_dtype dt)
 	return node1(b, "Min", "", "optimizer/clip_scale", 2, a3);
 }
 
+/* scalar: a constant scalar v of dtype dt */
 static int
-optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, const int *gx, int n,
+scalar_const(struct sb *b, enum ml_dtype dt, double v)
+{
+	uint8_t buf[8];
+	ml_set_f64(buf, dt, 0, v);
+	return cnst(b, dt, 0, NULL, buf, ml_dtype_size(dt));
+}
+
+/*
+ * accumulate: gradient accumulation over groups of k micro-batches (one
+ * step graph run each). A micro-batch counter (slot train.micro) tells the
+ * group's last run, where apply (*apply, a dt scalar) is 1, else 0; each
+ * gradient gx[i] is added to its sum (slot P.grad_acc), and replaced by
+ * the group's mean sum / k, which the updates read and do only where apply
+ * is 1; the sums start again from 0 after that run. Returns apply as int64
+ * (the optimizer step's increment).
+ */
+static int
+accumulate(struct sb *b, int k, const int *params, int *gx, int n, enum ml_dtype dt, int *apply)
+{
+	struct ml_graph *g = b->g;
+	int64_t zero = 0, kk = k;
+	char nm[400];
+	int micro = slot(b, "train.micro", -1, ML_I64, 0, NULL, &zero);
+	int m1 = micro < 0 ? micro : increment(b, micro, "optimizer/micro");
+	if (m1 < 0)
+		return m1;
+	int as[2] = { micro, m1 };
+	ML_TRY(node(b, "Assign", "ml", "optimizer/micro_assign", 2, as, 0, NULL));
+	int md[2] = { m1, cnst(b, ML_I64, 0, NULL, &kk, sizeof kk) };
+	int r = node1(b, "Mod", "", "optimizer/micro_mod", 2, md);
+	int eq[2] = { r, cnst(b, ML_I64, 0, NULL, &zero, sizeof zero) };
+	int last = node1(b, "Equal", "", "optimizer/group_end", 2, eq);
+	int ap = node1(b, "Cast", "", "optimizer/apply", 1, &last);
+	if (ap < 0 || ml_node_set_int(g, g->n_nodes - 1, "to", (int64_t)dt) < 0)
+		return ap < 0 ? ap : ML_ENOMEM;
+	int api = node1(b, "Cast", "", "optimizer/apply_i64", 1, &last);
+	if (api < 0 || ml_node_set_int(g, g->n_nodes - 1, "to", (int64_t)ML_I64) < 0)
+		return api < 0 ? api : ML_ENOMEM;
+	int ks[2] = { scalar_const(b, dt, 1), ap };
+	int keep = node1(b, "Sub", "", "optimizer/keep", 2, ks);
+	int inv = scalar_const(b, dt, 1.0 / k);
+	if (keep < 0 || inv < 0)
+		return keep < 0 ? keep : inv;
+	for (int i = 0; i < n; i++) {
+		if (gx[i] < 0)
+			continue;
+		snprintf(nm, sizeof nm, "%s.grad_acc", g->tensors[params[i]]->name);
+		int acc = slot(b, nm, params[i], 0, 0, NULL, NULL);
+		int sa[2] = { acc, gx[i] };
+		int sum = node1(b, "Add", "", "optimizer/grad_sum", 2, sa);
+		int sk[2] = { sum, keep };
+		int kept = node1(b, "Mul", "", "optimizer/grad_keep", 2, sk);
+		int sv[2] = { acc, kept };
+		ML_TRY(node(b, "Assign", "ml", "optimizer/grad_acc_assign", 2, sv, 0, NULL));
+		int mi[2] = { sum, inv };
+		if ((gx[i] = node1(b, "Mul", "", "optimizer/grad_mean", 2, mi)) < 0)
+			return gx[i];
+	}
+	*apply = ap;
+	return api;
+}
+
+static int
+optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, int *gx, int n,
 	  int lr)
 {
 	struct ml_graph *g = b->g;
@@ -593,7 +657,16 @@ optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, const 
 	int step = slot(b, "train.step", -1, ML_I64, 0, NULL, &zero);
 	if (step < 0)
 		return step;
-	int t = increment(b, step, "optimizer/step");
+	int apply = -1, t;
+	if (o->accumulate > 1) {
+		int applyi = accumulate(b, o->accumulate, params, gx, n, dt, &apply);
+		if (applyi < 0)
+			return applyi;
+		int in[2] = { step, applyi };
+		t = node1(b, "Add", "", "optimizer/step", 2, in);
+	} else {
+		t = increment(b, step, "optimizer/step");
+	}
 	if (t < 0)
 		return t;
 	int as[2] = { step, t };
@@ -614,9 +687,10 @@ optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, const 
 				if ((m = slot(b, nm, p, 0, 0, NULL, NULL)) < 0)
 					return m;
 			}
-			int in[5] = { p, gx[i], lr, m, scale };
+			int in[6] = { p, gx[i], lr, m, scale, apply };
 			snprintf(nm, sizeof nm, "optimizer/%s", g->tensors[p]->name);
-			ni = node(b, "SGDUpdate", "ml", nm, scale >= 0 ? 5 : m >= 0 ? 4 : 3, in, 0, NULL);
+			ni = node(b, "SGDUpdate", "ml", nm,
+				  apply >= 0 ? 6 : scale >= 0 ? 5 : m >= 0 ? 4 : 3, in, 0, NULL);
 			if (ni < 0)
 				return ni;
 			if ((o->momentum != 0 && ml_node_set_float(g, ni, "momentum", o->momentum) < 0) ||
@@ -633,9 +707,10 @@ optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, const 
 			int v = slot(b, nm, p, 0, 0, NULL, NULL);
 			if (v < 0)
 				return v;
-			int in[7] = { p, gx[i], lr, t, m, v, scale };
+			int in[8] = { p, gx[i], lr, t, m, v, scale, apply };
 			snprintf(nm, sizeof nm, "optimizer/%s", g->tensors[p]->name);
-			ni = node(b, "AdamUpdate", "ml", nm, scale >= 0 ? 7 : 6, in, 0, NULL);
+			ni = node(b, "AdamUpdate", "ml", nm, apply >= 0 ? 8 : scale >= 0 ? 7 : 6, in, 0,
+				  NULL);
 			if (ni < 0)
 				return ni;
 			if (ml_node_set_float(g, ni, "beta1", o->beta1) < 0 ||
@@ -664,6 +739,9 @@ check_opts(const struct ml_train_opts *o, const struct ml_graph *model, struct m
 		return ml_fail(e, ML_EINVAL, "betas must be in [0, 1) and eps above 0");
 	if (!(o->weight_decay >= 0) || !(o->clip_norm >= 0))
 		return ml_fail(e, ML_EINVAL, "weight decay and the clipping norm must be 0 or more");
+	if (o->accumulate < 0 || o->accumulate > 65536)
+		return ml_fail(e, ML_EINVAL, "accumulate over 1 to 65536 micro-batches, not %d",
+			       o->accumulate);
 	return 0;
 }
 

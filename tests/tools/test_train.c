@@ -8,7 +8,8 @@
  * (ml_train_fuse) trains as the plain one and its kernels compute what
  * they stand for; bad options fail cleanly; the learning-rate schedules
  * (ml_lr_at) give the rates worked out by hand and mltrain's former ones;
- * a checkpoint's training state parses (ml_train_config_parse).
+ * a checkpoint's training state parses (ml_train_config_parse); gradient
+ * accumulation over k micro-batches trains as one batch k times as big.
  * Prints TAP.
  */
 #include <math.h>
@@ -940,6 +941,133 @@ train_config(void)
 	   "malformed JSON is ML_EFORMAT, the config left empty");
 }
 
+/* concat: the batches bs[0..k-1] as one */
+static void
+concat(struct batch *out, const struct batch *bs, int k)
+{
+	struct ml_err e = { 0 };
+	int64_t n = 0;
+	for (int i = 0; i < k; i++)
+		n += bs[i].x.dims[0];
+	int64_t xd[2] = { n, 4 }, yd[1] = { n }, at = 0;
+	ml_tval_alloc(&out->x, ML_F32, 2, xd, &e);
+	ml_tval_alloc(&out->y, ML_I64, 1, yd, &e);
+	for (int i = 0; i < k; i++) {
+		int64_t m = bs[i].x.dims[0];
+		memcpy((float *)out->x.data + at * 4, bs[i].x.data, (size_t)m * 4 * sizeof(float));
+		memcpy((int64_t *)out->y.data + at, bs[i].y.data, (size_t)m * sizeof(int64_t));
+		at += m;
+	}
+}
+
+/* params_diff: the largest relative difference of the float PARAM tensors of a and b */
+static double
+params_diff(const struct ml_graph *a, const struct ml_graph *b)
+{
+	double worst = 0;
+	for (int t = 0; t < a->n_tensors; t++) {
+		const struct ml_tensor *x = a->tensors[t];
+		if (x->kind != ML_TK_PARAM || x->dtype != ML_F32 || x->data == NULL ||
+		    strstr(x->name, "grad_acc") != NULL)
+			continue;
+		int u = ml_graph_find(b, x->name);
+		if (u < 0 || b->tensors[u]->data == NULL)
+			return INFINITY;
+		int64_t n = 1;
+		for (int k = 0; k < x->rank; k++)
+			n *= x->dims[k];
+		for (int64_t i = 0; i < n; i++) {
+			double p = ((const float *)x->data)[i], q = ((const float *)b->tensors[u]->data)[i];
+			double d = fabs(p - q) / (fabs(q) + 1e-3);
+			worst = d > worst ? d : worst;
+		}
+	}
+	return worst;
+}
+
+/*
+ * Gradient accumulation: 3 groups of 4 micro-batches of 8 samples with
+ * accumulate 4 against the same 3 batches of 32 with accumulate 1, for
+ * SGD with momentum and weight decay, Adam, and SGD with clipping; and
+ * the parameters stay unchanged until a group's last micro-batch.
+ */
+static void
+test_accumulate(void)
+{
+	static const char *const what[3] = { "SGD momentum + weight decay", "Adam", "SGD + clipping" };
+	for (int v = 0; v < 3; v++) {
+		struct ml_err e = { 0 };
+		struct ml_train_opts o;
+		ml_train_opts_init(&o);
+		if (v == 0)
+			o.momentum = 0.9, o.weight_decay = 0.01;
+		if (v == 1)
+			o.optimizer = ML_OPTIM_ADAM;
+		if (v == 2)
+			o.clip_norm = 0.05;
+		struct ml_graph *m = from_text(mlp_text), *sa = NULL, *sb = NULL;
+		struct ml_session *a = NULL, *b = NULL;
+		struct batch mb[4], big;
+		memset(mb, 0, sizeof mb);
+		memset(&big, 0, sizeof big);
+		bool good = m != NULL && ml_train_step_graph(&sb, m, &o, &e) == 0;
+		o.accumulate = 4;
+		good = good && ml_train_step_graph(&sa, m, &o, &e) == 0 &&
+		       ml_session_new(&a, sa, NULL, &e) == 0 && ml_session_new(&b, sb, NULL, &e) == 0;
+		bool still = true;
+		for (int grp = 0; good && grp < 3; grp++) {
+			double l;
+			for (int i = 0; i < 4; i++) {
+				blobs(&mb[i], 8);
+				set_lr(&mb[i], 0.1f);
+			}
+			concat(&big, mb, 4);
+			set_lr(&big, 0.1f);
+			for (int i = 0; good && i < 4; i++) {
+				good = step(a, &mb[i], &l, &e) == 0;
+				if (grp == 0 && i == 2) {
+					/* mid-group: the model's weights are what they were */
+					good = good && ml_train_export(m, sa, &e) == 0;
+					struct ml_graph *m0 = from_text(mlp_text);
+					still = m0 != NULL && params_diff(m0, m) == 0;
+					ml_graph_free(m0);
+				}
+			}
+			good = good && step(b, &big, &l, &e) == 0;
+			for (int i = 0; i < 4; i++)
+				batch_free(&mb[i]);
+			batch_free(&big);
+		}
+		if (!good)
+			printf("# accumulate: %s\n", e.msg);
+		struct ml_graph *ma = from_text(mlp_text), *mbg = from_text(mlp_text);
+		good = good && ma != NULL && mbg != NULL && ml_train_export(ma, sa, &e) == 0 &&
+		       ml_train_export(mbg, sb, &e) == 0;
+		double d = good ? params_diff(ma, mbg) : INFINITY;
+		printf("# %s: largest relative difference %.3g\n", what[v], d);
+		char msg[200];
+		snprintf(msg, sizeof msg, "%s: accumulate 4 x 8 trains as batch 32", what[v]);
+		ok(good && d < 1e-4, msg);
+		snprintf(msg, sizeof msg, "%s: no update before a group's last micro-batch", what[v]);
+		ok(good && still, msg);
+		ml_session_free(a);
+		ml_session_free(b);
+		ml_graph_free(sa);
+		ml_graph_free(sb);
+		ml_graph_free(m);
+		ml_graph_free(ma);
+		ml_graph_free(mbg);
+	}
+	struct ml_err e = { 0 };
+	struct ml_train_opts o;
+	struct ml_graph *m = from_text(mlp_text), *sg = NULL;
+	ml_train_opts_init(&o);
+	o.accumulate = -2;
+	ok(m != NULL && ml_train_step_graph(&sg, m, &o, &e) == ML_EINVAL && sg == NULL,
+	   "accumulate -2 is refused");
+	ml_graph_free(m);
+}
+
 int
 main(void)
 {
@@ -948,6 +1076,7 @@ main(void)
 	double loss, acc;
 
 	ml_set_threads(1);
+	test_accumulate();
 
 	/* MLP on blobs */
 	struct ml_graph *mlp = from_text(mlp_text), *sg = NULL;
