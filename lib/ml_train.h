@@ -360,9 +360,16 @@ int ml_train_checkpoint_save(struct ml_graph *model, const struct ml_graph *step
  * counter and RNG state), and unread PARAM or constant tensors named
  * "train.step" or "train.rng" that an export to ONNX left behind. Returns
  * the number of tensors dropped (0 when g has no training state). A
- * training-step graph (one whose nodes read a slot) is refused with
- * ML_EINVAL and left as it was. ML_ENOMEM.
+ * training-step graph (ml_train_is_step) is refused with ML_EINVAL and
+ * left as it was. ML_ENOMEM.
  */
 int ml_train_strip(struct ml_graph *g, struct ml_err *e);
+
+/*
+ * ml_train_is_step: whether g is a training step (ml_train_step_graph), not
+ * a model: it has update nodes (nodes without outputs, such as ml.Assign
+ * and ml.SGDUpdate) or nodes that read its optimizer slots.
+ */
+bool ml_train_is_step(const struct ml_graph *g);
 
 #endif

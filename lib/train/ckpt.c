@@ -72,6 +72,11 @@ from_json(struct ml_train_state *st, const char *text, struct ml_err *e)
 	int64_t i;
 	double d;
 	int rc = ml_train_config_parse(&c, text, e);
+	if (rc == ML_EFORMAT && e != NULL) {
+		char msg[sizeof e->msg];
+		memcpy(msg, e->msg, sizeof msg);
+		return ml_fail(e, rc, "damaged %s", msg);	/* "training state: ..." */
+	}
 	if (rc < 0)
 		return rc;
 	if (c.n == 0) {
@@ -308,25 +313,36 @@ out:
 	return rc;
 }
 
+bool
+ml_train_is_step(const struct ml_graph *g)
+{
+	for (int i = 0; i < g->n_nodes; i++)
+		if (g->nodes[i].n_out == 0)
+			return true;	/* an update: ml.Assign, ml.SGDUpdate, ... */
+	if (g->train != NULL)
+		for (int i = 0; i < g->train->n_slots; i++) {
+			int t = g->train->slots[i];
+			if (t >= 0 && t < g->n_tensors && read_by_node(g, t))
+				return true;
+		}
+	return false;
+}
+
 int
 ml_train_strip(struct ml_graph *g, struct ml_err *e)
 {
 	int nt = g->n_tensors, n = 0, rc;
+	if (ml_train_is_step(g))
+		return ml_fail(e, ML_EINVAL, "a training step, not a model: its training state is "
+			       "what its nodes update");
 	bool *drop = ml_calloc((size_t)nt + 1, sizeof(bool));
 	if (drop == NULL)
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	if (g->train != NULL)
 		for (int i = 0; i < g->train->n_slots; i++) {
 			int t = g->train->slots[i];
-			if (t < 0 || t >= nt)
-				continue;
-			if (read_by_node(g, t)) {
-				ml_free(drop);
-				return ml_fail(e, ML_EINVAL,
-					       "a training step, not a model: its nodes read '%s'",
-					       g->tensors[t]->name);
-			}
-			drop[t] = !is_io(g, t);
+			if (t >= 0 && t < nt)
+				drop[t] = !is_io(g, t);
 		}
 	for (int t = 0; t < nt; t++)
 		if (!drop[t] && left_state(g, t) && !read_by_node(g, t) && !is_io(g, t))
