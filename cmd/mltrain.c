@@ -19,8 +19,9 @@ static const char synopsis[] =
 	"mltrain [-qv] --data PATH -o OUT.mlg [--loss L] [--optimizer O] [--lr F] [--momentum F]\n"
 	"               [--nesterov] [--weight-decay F] [--clip-norm F] [--lr-schedule S]\n"
 	"               [--batch N] [--epochs N] [--seed S] [--val-split F] [--checkpoint-every N]\n"
-	"               [--checkpoint FILE] [--resume CKPT.mlg] [--device DEV] [--threads N] [--log FILE] [--json]\n"
-	"               [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals] [MODEL]";
+	"               [--checkpoint FILE] [--resume CKPT.mlg] [--device DEV] [--threads N]\n"
+	"               [--log FILE] [--json] [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals]\n"
+	"               [MODEL]";
 
 static const char help_text[] =
 	"Train a model (.mlt, .mlg or .onnx) on a dataset; write the trained model.\n"

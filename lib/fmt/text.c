@@ -71,7 +71,8 @@
  * The header. ir_version and opset_import default to 8 and ["" : 17] in the
  * file's header (subgraphs: 0 and none). metadata_props are the graph's
  * metadata, training its training state (optimizer slots name tensors of the
- * graph; run holds the fields of TrainRun, lib/train/state.def). seed seeds the initialisation of layer parameters (default 0).
+ * graph; run holds the fields of TrainRun, lib/train/state.def). seed seeds
+ * the initialisation of layer parameters (default 0).
  * ONNX's producer_version, domain, model_version and doc_string are read
  * and ignored. A subgraph has a header only where a field differs from its
  * default.
