@@ -249,6 +249,26 @@ estimate_flops(struct ml_graph *g, char *assumed, size_t n)
 	return flops;
 }
 
+/*
+ * train_stats: the elements and bytes of a checkpoint's training state (the
+ * tensors its slots name: optimizer moments, step counter, RNG), which are
+ * no parameters of the model.
+ */
+static void
+train_stats(const struct ml_graph *g, int64_t *count, int64_t *bytes)
+{
+	*count = *bytes = 0;
+	for (int i = 0; g->train != NULL && i < g->train->n_slots; i++) {
+		int t = g->train->slots[i];
+		struct ml_tval v;
+		if (t < 0 || t >= g->n_tensors || g->tensors[t]->data == NULL)
+			continue;
+		ml_graph_tval(g, t, &v);
+		*count += ml_tval_numel(&v);
+		*bytes += (int64_t)g->tensors[t]->nbytes;
+	}
+}
+
 static void
 print_info(struct ml_graph *g, const char *path, bool json)
 {
@@ -261,6 +281,10 @@ print_info(struct ml_graph *g, const char *path, bool json)
 	if (c.n > 0)
 		qsort(c.ops, (size_t)c.n, sizeof *c.ops, cmp_opcount);
 	ml_graph_param_stats(g, &params, &pbytes);
+	int64_t tvals, tbytes;
+	train_stats(g, &tvals, &tbytes);
+	params -= tvals;
+	pbytes -= tbytes;
 	const char *name = g->name != NULL ? g->name : "";
 	if (json) {
 		printf("{\n  \"model\": ");
@@ -289,6 +313,10 @@ print_info(struct ml_graph *g, const char *path, bool json)
 		       (long long)params, (long long)pbytes, (long long)flops);
 		printf(",\n  \"flops_assume\": ");
 		ml_json_str(stdout, assumed);
+		if (g->train != NULL)
+			printf(",\n  \"training_state\": {\"step\": %llu, \"epoch\": %llu, "
+			       "\"values\": %lld, \"bytes\": %lld}", (unsigned long long)g->train->step,
+			       (unsigned long long)g->train->epoch, (long long)tvals, (long long)tbytes);
 		printf("\n}\n");
 		free(c.ops);
 		return;
@@ -336,6 +364,12 @@ print_info(struct ml_graph *g, const char *path, bool json)
 	char b1[64], b2[64];
 	human_bytes(b2, sizeof b2, (double)pbytes);
 	printf("parameters: %lld (%s)\n", (long long)params, b2);
+	if (g->train != NULL) {
+		human_bytes(b1, sizeof b1, (double)tbytes);
+		printf("training state: step %llu, epoch %llu, %lld values (%s)\n",
+		       (unsigned long long)g->train->step, (unsigned long long)g->train->epoch,
+		       (long long)tvals, b1);
+	}
 	flops = estimate_flops(g, assumed, sizeof assumed);
 	human(b1, sizeof b1, (double)flops, "FLOP");
 	printf("flops: %s%s%s%s\n", b1, assumed[0] ? " (" : "", assumed, assumed[0] ? ")" : "");

@@ -1,9 +1,11 @@
 /*
  * mltrain.c: train a model from the command line: load a model and a
  * dataset, build the training-step graph (lib/train), run it batch after
- * batch, evaluate each epoch, and write checkpoints that resume exactly.
+ * batch, evaluate each epoch, write checkpoints that resume exactly
+ * (lib/train/ckpt.c) and, at the end, the trained model for inference.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -17,9 +19,9 @@ static const char synopsis[] =
 	"mltrain [-qv] --data PATH -o OUT.mlg [--loss L] [--optimizer O] [--lr F] [--momentum F]\n"
 	"               [--nesterov] [--weight-decay F] [--clip-norm F] [--lr-schedule S]\n"
 	"               [--batch N] [--epochs N] [--seed S] [--val-split F] [--checkpoint-every N]\n"
-	"               [--resume CKPT.mlg] [--device DEV] [--threads N] [--log FILE] [--json]\n"
-	"               [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals] [--augment A]\n"
-	"               [--normalize M/S] [--workers N] [MODEL]";
+	"               [--checkpoint FILE] [--resume CKPT.mlg] [--device DEV] [--threads N]\n"
+	"               [--log FILE] [--json] [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals]\n"
+	"               [--augment A] [--normalize M/S] [--workers N] [MODEL]";
 
 static const char help_text[] =
 	"Train a model (.mlt, .mlg or .onnx) on a dataset; write the trained model.\n"
@@ -28,7 +30,7 @@ static const char help_text[] =
 	"                          train.npz or train.csv, and their test sets; train/ and\n"
 	"                          test/ of class folders of PNG/JPEG images; CIFAR-10's\n"
 	"                          binary batches) or a .npz/.csv\n"
-	"  -o, --output FILE       the trained model (.mlg); also the checkpoint\n"
+	"  -o, --output FILE       the trained model for inference (.mlg): parameters only\n"
 	"      --loss L            softmax-cross-entropy (default), nll, mse, bce-with-logits\n"
 	"      --optimizer O       sgd (default), adam, adamw\n"
 	"      --lr F              learning rate (default 0.01)\n"
@@ -57,7 +59,8 @@ static const char help_text[] =
 	"      --val-split F       hold out fraction F of the training data for validation\n"
 	"                          (default: evaluate the test set, when there is one)\n"
 	"      --checkpoint-every N  write a checkpoint every N steps (default: each epoch)\n"
-	"      --checkpoint FILE   write checkpoints to FILE (default: the output)\n"
+	"      --checkpoint FILE   write checkpoints, with the optimizer state, to FILE\n"
+	"                          (default: the output's name, .mlg replaced by .ckpt.mlg)\n"
 	"      --resume CKPT       continue the run that wrote checkpoint CKPT\n"
 	"      --dump-step FILE    write the training-step graph to FILE and exit\n"
 	"      --device DEV        cpu (default), cl, cl:N or auto\n"
@@ -113,36 +116,21 @@ dist_atexit(void)
 }
 
 /*
- * dist_resume_state: rank 0's training state of the checkpoint it resumes,
- * on every rank: the step, the epoch and the saved configuration (the
- * options, the position in the epoch and its sums), so every rank takes the
- * same batches from the same point. The weights, the optimizer state and
- * the RNG state ("train.rng") are PARAM tensors that ml_dist_bcast_params
- * gives every rank later. Every rank must call it.
+ * dist_resume_state: rank 0's state of the run it resumes (st) on every
+ * rank: the options, the step and epoch, the position in the epoch and its
+ * sums, so every rank takes the same batches from the same point. The
+ * weights, the optimizer state and the RNG state ("train.rng") are PARAM
+ * tensors that ml_dist_bcast_params gives every rank later. Every rank must
+ * call it.
  */
 static void
-dist_resume_state(struct ml_graph *model)
+dist_resume_state(struct ml_train_state *st)
 {
 	struct ml_err err = { 0 };
-	struct ml_train *t = model->train;
-	uint64_t hdr[3] = { t->step, t->epoch, t->config != NULL ? strlen(t->config) + 1 : 0 };
-	if (ml_dist_bcast(hdr, sizeof hdr, 0, &err) < 0)
+	if (ml_dist_bcast(st, sizeof *st, 0, &err) < 0)
 		die_err(&err);
-	if (hdr[2] == 0 || hdr[2] > (1u << 20))
-		die(EXIT_INVALID, "rank 0's checkpoint has no training state");
-	char *cfg = malloc(hdr[2]);
-	if (cfg == NULL)
-		die(EXIT_FAIL, "out of memory");
-	if (ml_dist_rank() == 0)
-		memcpy(cfg, t->config, hdr[2]);
-	if (ml_dist_bcast(cfg, hdr[2], 0, &err) < 0)
-		die_err(&err);
-	cfg[hdr[2] - 1] = '\0';
-	t->step = hdr[0];
-	t->epoch = hdr[1];
-	if ((t->config = ml_graph_strdup(model, cfg)) == NULL)
-		die(EXIT_FAIL, "out of memory");
-	free(cfg);
+	st->opts.frozen = NULL;	/* rank 0's pointer: no frozen parameters are kept */
+	st->opts.n_frozen = 0;
 }
 
 /*
@@ -201,7 +189,7 @@ struct run {
 	double loss_sum;	/* of the current epoch, over samples */
 	int64_t correct, seen;
 	uint64_t last_ckpt;	/* the step of the last checkpoint written, or UINT64_MAX */
-	struct ml_train_config cfg;	/* --resume: the checkpoint's training state, parsed */
+	struct ml_train_state ck;	/* --resume: the state of the run the checkpoint saved */
 	int verbose, quiet;
 	struct ml_augment aug, norm;	/* training batches' augmentation; evaluation's normalisation */
 	int workers;
@@ -214,49 +202,51 @@ struct run {
 	double last_loss, last_acc, last_eval_loss, last_eval_acc, last_sps;
 };
 
-static char *
-config_json(const struct run *r)
+/* train_opts: the library's step options from the command line's. */
+static void
+train_opts(struct ml_train_opts *to, const struct opts *o)
 {
-	static char buf[2048];
-	const struct opts *o = &r->o;
-	snprintf(buf, sizeof buf,
-		 "{\"loss\": \"%s\", \"optimizer\": \"%s\", \"lr_schedule\": \"%s\", "
-		 "\"lr\": %.17g, \"momentum\": %.17g, \"beta1\": %.17g, \"beta2\": %.17g, "
-		 "\"eps\": %.17g, \"weight_decay\": %.17g, \"clip_norm\": %.17g, \"lr_gamma\": %.17g, "
-		 "\"lr_min\": %.17g, \"val_split\": %.17g, \"nesterov\": %lld, \"lr_step\": %lld, "
-		 "\"warmup_steps\": %lld, \"batch\": %lld, \"epochs\": %lld, \"seed\": %lld, "
-		 "\"shuffle\": %lld, \"checkpoint_every\": %lld, \"steps_per_epoch\": %lld, "
-		 "\"epoch_step\": %lld, \"epoch_loss_sum\": %.17g, \"epoch_correct\": %lld, "
-		 "\"epoch_seen\": %lld, \"keep_denormals\": %lld}",
-		 o->loss, o->optimizer, o->schedule, o->lr, o->momentum, o->beta1, o->beta2, o->eps,
-		 o->wd, o->clip, o->lr_gamma, o->lr_min, o->val_split, (long long)o->nesterov,
-		 (long long)o->lr_step, (long long)o->warmup, (long long)o->batch,
-		 (long long)o->epochs, (long long)o->seed, (long long)o->shuffle,
-		 (long long)o->every, (long long)r->spe, (long long)r->in_epoch, r->loss_sum,
-		 (long long)r->correct, (long long)r->seen, (long long)o->keep_dn);
-	return buf;
+	ml_train_opts_init(to);
+	to->loss = ml_loss_from_name(o->loss);
+	to->optimizer = ml_optim_from_name(o->optimizer);
+	to->momentum = o->momentum;
+	to->nesterov = o->nesterov != 0;
+	to->beta1 = o->beta1;
+	to->beta2 = o->beta2;
+	to->eps = o->eps;
+	to->weight_decay = o->wd;
+	to->clip_norm = o->clip;
+	to->seed = (uint64_t)o->seed;
 }
 
-/* state_int: an integer of the training state into *v if there; status 3 when not an integer. */
-static bool
-state_int(const struct ml_train_config *c, const char *key, int64_t *v, const char *resume)
+/* run_state: the state of the run that a checkpoint keeps (lib/ml_train.h). */
+static void
+run_state(const struct run *r, struct ml_train_state *st)
 {
-	double d;
-	if (ml_train_config_int(c, key, v))
-		return true;
-	if (ml_train_config_num(c, key, &d))
-		die(EXIT_INVALID, "%s: damaged training state: %s is %g, not an integer",
-		    resume, key, d);
-	return false;
+	const struct opts *o = &r->o;
+	ml_train_state_init(st);
+	train_opts(&st->opts, o);
+	st->sched = r->sched;
+	st->batch = o->batch;
+	st->shuffle = o->shuffle != 0;
+	st->val_split = o->val_split;
+	st->checkpoint_every = o->every;
+	st->keep_denormals = o->keep_dn != 0;
+	st->step = r->step_no;
+	st->epoch = r->epoch;
+	st->epoch_step = r->in_epoch;
+	st->epoch_loss_sum = r->loss_sum;
+	st->epoch_correct = r->correct;
+	st->epoch_seen = r->seen;
 }
 
 /*
- * take_config: the options the checkpoint saved (cfg, its training state
- * parsed) for those not given on the command line; options that fix the
- * data order must not differ. resume names the checkpoint in errors.
+ * take_config: the options the checkpoint saved (st, its run's state) for
+ * those not given on the command line; options that fix the data order
+ * must not differ, nor the loss and the optimizer.
  */
 static void
-take_config(struct opts *o, const struct ml_train_config *cfg, const char *resume)
+take_config(struct opts *o, const struct ml_train_state *st)
 {
 	static const char *const keys[S_N] = {
 		"loss", "optimizer", "lr_schedule", "lr", "momentum", "beta1", "beta2", "eps",
@@ -264,43 +254,51 @@ take_config(struct opts *o, const struct ml_train_config *cfg, const char *resum
 		"lr_step", "warmup_steps", "batch", "epochs", "seed", "shuffle", "checkpoint_every",
 		"keep_denormals",
 	};
-	double *dbl[S_N] = { [S_LR] = &o->lr, [S_MOM] = &o->momentum, [S_B1] = &o->beta1,
-			     [S_B2] = &o->beta2, [S_EPS] = &o->eps, [S_WD] = &o->wd,
-			     [S_CLIP] = &o->clip, [S_GAMMA] = &o->lr_gamma, [S_LRMIN] = &o->lr_min,
-			     [S_VAL] = &o->val_split };
-	int64_t *ints[S_N] = { [S_NEST] = &o->nesterov, [S_LRSTEP] = &o->lr_step,
-			       [S_WARM] = &o->warmup, [S_BATCH] = &o->batch,
-			       [S_EPOCHS] = &o->epochs, [S_SEED] = &o->seed,
-			       [S_SHUF] = &o->shuffle, [S_EVERY] = &o->every,
-			       [S_KEEPDN] = &o->keep_dn };
-	const char **strs[S_N] = { [S_LOSS] = &o->loss, [S_OPT] = &o->optimizer,
-				   [S_SCHED] = &o->schedule };
+	static const size_t off[S_N] = {
+		offsetof(struct opts, loss), offsetof(struct opts, optimizer),
+		offsetof(struct opts, schedule), offsetof(struct opts, lr),
+		offsetof(struct opts, momentum), offsetof(struct opts, beta1),
+		offsetof(struct opts, beta2), offsetof(struct opts, eps), offsetof(struct opts, wd),
+		offsetof(struct opts, clip), offsetof(struct opts, lr_gamma),
+		offsetof(struct opts, lr_min), offsetof(struct opts, val_split),
+		offsetof(struct opts, nesterov), offsetof(struct opts, lr_step),
+		offsetof(struct opts, warmup), offsetof(struct opts, batch),
+		offsetof(struct opts, epochs), offsetof(struct opts, seed),
+		offsetof(struct opts, shuffle), offsetof(struct opts, every),
+		offsetof(struct opts, keep_dn),
+	};
+	const struct ml_lr_schedule *sc = &st->sched;
+	struct opts ck = {
+		.loss = ml_loss_name(st->opts.loss), .optimizer = ml_optim_name(st->opts.optimizer),
+		.schedule = ml_lr_schedule_name(sc->kind), .lr = sc->lr,
+		.momentum = st->opts.momentum, .beta1 = st->opts.beta1, .beta2 = st->opts.beta2,
+		.eps = st->opts.eps, .wd = st->opts.weight_decay, .clip = st->opts.clip_norm,
+		.lr_gamma = sc->gamma, .lr_min = sc->lr_min, .val_split = st->val_split,
+		.nesterov = st->opts.nesterov, .lr_step = sc->step_epochs, .warmup = sc->warmup,
+		.batch = st->batch, .epochs = sc->epochs, .seed = (int64_t)st->opts.seed,
+		.shuffle = st->shuffle, .every = st->checkpoint_every, .keep_dn = st->keep_denormals,
+	};
 	for (int i = 0; i < S_N; i++) {
 		bool order = i == S_BATCH || i == S_SEED || i == S_SHUF || i == S_VAL;
-		double v;
-		int64_t n;
-		const char *s;
-		if (strs[i] != NULL && (s = ml_train_config_str(cfg, keys[i])) != NULL) {
-			if (given[i] && strcmp(s, *strs[i]) != 0 && i != S_SCHED)
-				die(EXIT_USAGE, "--%s %s differs from the checkpoint's %s", keys[i],
-				    *strs[i], s);
-			if (!given[i] && (*strs[i] = strdup(s)) == NULL)
-				die(EXIT_FAIL, "out of memory");
-		} else if (dbl[i] != NULL && ml_train_config_num(cfg, keys[i], &v)) {
-			if (given[i] && order && *dbl[i] != v)
-				die(EXIT_USAGE,
-				    "--%s differs from the checkpoint's (%g); a resumed run keeps its data order",
-				    keys[i], v);
+		char *mine = (char *)o + off[i];
+		const char *theirs = (const char *)&ck + off[i];
+		if (i <= S_SCHED) {
+			const char **m = (const char **)(void *)mine;
+			const char *t = *(const char *const *)(const void *)theirs;
+			if (given[i] && strcmp(t, *m) != 0 && i != S_SCHED)
+				die(EXIT_USAGE, "--%s %s differs from the checkpoint's %s", keys[i], *m, t);
 			if (!given[i])
-				*dbl[i] = v;
-		} else if (ints[i] != NULL && state_int(cfg, keys[i], &n, resume)) {
-			if (given[i] && order && *ints[i] != n)
-				die(EXIT_USAGE,
-				    "--%s differs from the checkpoint's (%g); a resumed run keeps its data order",
-				    keys[i], (double)n);
-			if (!given[i])
-				*ints[i] = n;
+				*m = t;
+			continue;
 		}
+		size_t n = i <= S_VAL ? sizeof(double) : sizeof(int64_t);
+		if (given[i] && order && memcmp(mine, theirs, n) != 0)
+			die(EXIT_USAGE,
+			    "--%s differs from the checkpoint's (%g); a resumed run keeps its data order",
+			    keys[i], i <= S_VAL ? *(const double *)(const void *)theirs :
+					    (double)*(const int64_t *)(const void *)theirs);
+		if (!given[i])
+			memcpy(mine, theirs, n);
 	}
 }
 
@@ -333,17 +331,19 @@ die_run(const struct ml_err *err, const char *what)
 	die(ml_exit_status(err->code), "%s%s%s", what ? what : "", what ? ": " : "", err->msg);
 }
 
-/* export: the trained state back into the model (weights on a device first). */
+/*
+ * export_state: the trained state back into the model (weights on a device
+ * first), with the run's state, as a checkpoint keeps it.
+ */
 static void
 export_state(struct run *r)
 {
 	struct ml_err err = { 0 };
-	if (ml_session_sync(r->sess, &err) < 0 || ml_train_export(r->model, r->step, &err) < 0)
+	struct ml_train_state st;
+	run_state(r, &st);
+	if (ml_session_sync(r->sess, &err) < 0 || ml_train_export(r->model, r->step, &err) < 0 ||
+	    ml_train_state_set(r->model, &st, &err) < 0)
 		die_run(&err, NULL);
-	r->model->train->epoch = r->epoch;
-	r->model->train->config = ml_graph_strdup(r->model, config_json(r));
-	if (r->model->train->config == NULL)
-		die(EXIT_FAIL, "out of memory");
 }
 
 static void
@@ -899,6 +899,21 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 	}
 }
 
+/* ckpt_name: the default checkpoint of output out: its name, .mlg replaced by .ckpt.mlg. */
+static const char *
+ckpt_name(const char *out)
+{
+	size_t n = strlen(out);
+	if (n > 4 && strcmp(out + n - 4, ".mlg") == 0)
+		n -= 4;
+	char *p = malloc(n + sizeof ".ckpt.mlg");
+	if (p == NULL)
+		die(EXIT_FAIL, "out of memory");
+	memcpy(p, out, n);
+	memcpy(p + n, ".ckpt.mlg", sizeof ".ckpt.mlg");
+	return p;
+}
+
 /* check_args: the operand and the combinations of options parse_args cannot see. */
 static void
 check_args(struct run *r, struct args *a, int argc, char **argv)
@@ -914,15 +929,18 @@ check_args(struct run *r, struct args *a, int argc, char **argv)
 	if (a->dump == NULL && r->out == NULL)
 		usage_error(synopsis, "-o OUT.mlg is required");
 	if (r->out != NULL && strcmp(r->out, "-") == 0)
-		usage_error(synopsis, "the output is also the checkpoint: give a file, not '-'");
+		usage_error(synopsis, "-o: give a file, not '-'");
 	if (o->val_split != 0 && !(o->val_split > 0 && o->val_split < 1))
 		usage_error(synopsis, "--val-split takes a fraction between 0 and 1");
 	if (o->lr <= 0 || o->momentum < 0 || o->wd < 0 || o->clip < 0)
 		usage_error(synopsis, "--lr must be positive; --momentum, --weight-decay and --clip-norm not negative");
 	if (o->nesterov && o->momentum <= 0 && a->resume == NULL)
 		usage_error(synopsis, "--nesterov needs --momentum");
-	if (r->ckpt == NULL)
-		r->ckpt = r->out;
+	if (r->ckpt == NULL && r->out != NULL)
+		r->ckpt = ckpt_name(r->out);
+	if (r->ckpt != NULL && r->out != NULL && strcmp(r->ckpt, r->out) == 0)
+		usage_error(synopsis, "--checkpoint and -o name the same file; the output has no "
+			    "optimizer state");
 	a->from = a->resume != NULL ? a->resume : r->model_path;
 }
 
@@ -974,49 +992,33 @@ check_outputs(struct run *r, const struct args *a)
 }
 
 /*
- * take_state: --resume: the checkpoint's training state parsed (status 3
- * when it is not a JSON object), its options for those not given, the step
- * and epoch it stopped at, and the position and sums of its epoch.
+ * take_state: --resume: the state of the run the checkpoint saved (in the
+ * TrainRun message, or as JSON in an older checkpoint; status 3 when it has
+ * none or a damaged one), its options for those not given, the step and
+ * epoch it stopped at, and the position and sums of its epoch.
  */
 static void
 take_state(struct run *r, const char *resume)
 {
 	struct ml_err err = { 0 };
-	struct ml_train *t = r->model->train;
-	if (t == NULL || t->config == NULL)
-		die(EXIT_INVALID, "%s: not a checkpoint of mltrain (no training state)", resume);
-	if (ml_dist_size() > 1)
-		dist_resume_state(r->model);
-	t = r->model->train;
-	if (ml_train_config_parse(&r->cfg, t->config, &err) < 0) {
+	struct ml_train_state *st = &r->ck;
+	ml_train_state_init(st);
+	if (ml_train_state_get(st, r->model, &err) < 0) {
 		if (err.code == ML_ENOMEM)
 			die_err(&err);
-		die(EXIT_INVALID, "%s: damaged %s", resume, err.msg);
+		if (err.code == ML_EINVAL)
+			die(EXIT_INVALID, "%s: not a checkpoint of mltrain (no training state)", resume);
+		die(EXIT_INVALID, "%s: %s", resume, err.msg);
 	}
-	take_config(&r->o, &r->cfg, resume);
-	r->step_no = t->step;
-	r->epoch = t->epoch;
-	state_int(&r->cfg, "epoch_step", &r->in_epoch, resume);
-	ml_train_config_num(&r->cfg, "epoch_loss_sum", &r->loss_sum);
-	state_int(&r->cfg, "epoch_correct", &r->correct, resume);
-	state_int(&r->cfg, "epoch_seen", &r->seen, resume);
-}
-
-/* train_opts: the library's step options from the command line's. */
-static void
-train_opts(struct ml_train_opts *to, const struct opts *o)
-{
-	ml_train_opts_init(to);
-	to->loss = ml_loss_from_name(o->loss);
-	to->optimizer = ml_optim_from_name(o->optimizer);
-	to->momentum = o->momentum;
-	to->nesterov = o->nesterov != 0;
-	to->beta1 = o->beta1;
-	to->beta2 = o->beta2;
-	to->eps = o->eps;
-	to->weight_decay = o->wd;
-	to->clip_norm = o->clip;
-	to->seed = (uint64_t)o->seed;
+	if (ml_dist_size() > 1)
+		dist_resume_state(st);
+	take_config(&r->o, st);
+	r->step_no = st->step;
+	r->epoch = st->epoch;
+	r->in_epoch = st->epoch_step;
+	r->loss_sum = st->epoch_loss_sum;
+	r->correct = st->epoch_correct;
+	r->seen = st->epoch_seen;
 }
 
 /*
@@ -1087,8 +1089,8 @@ distribute(struct run *r, struct args *a)
 static void
 check_resume(const struct run *r, const char *resume)
 {
-	int64_t v;
-	if (state_int(&r->cfg, "steps_per_epoch", &v, resume) && v != r->spe)
+	int64_t v = r->ck.sched.steps_per_epoch;
+	if (v > 0 && v != r->spe)
 		die(EXIT_INVALID, "%s: the data give %lld steps an epoch, the checkpoint had %lld",
 		    r->data_path, (long long)r->spe, (long long)v);
 	if (r->in_epoch < 0 || r->correct < 0 || r->seen < 0 || r->in_epoch > r->spe)
@@ -1127,17 +1129,21 @@ check_ranks_agree(struct run *r)
 			ml_dist_size());
 }
 
-/* save_final: the final model (eval mode, with the state to resume from), and the checkpoint. */
+/*
+ * save_final: the checkpoint (the state to resume from, so that a later run
+ * can train more epochs), then the model for inference: eval mode, its
+ * parameters without the optimizer state (ml_train_strip).
+ */
 static void
 save_final(struct run *r)
 {
 	struct ml_err err = { 0 };
 	r->in_epoch = 0;
 	export_state(r);
-	if (ml_dist_rank() == 0 && ml_model_save(r->model, r->out, ML_FMT_MLG, &err) < 0)
-		die_err(&err);
-	if (ml_dist_rank() == 0 && r->ckpt != r->out && strcmp(r->ckpt, r->out) != 0 &&
-	    ml_model_save(r->model, r->ckpt, ML_FMT_MLG, &err) < 0)
+	if (ml_dist_rank() != 0)
+		return;
+	if (ml_model_save(r->model, r->ckpt, ML_FMT_MLG, &err) < 0 ||
+	    ml_train_strip(r->model, &err) < 0 || ml_model_save(r->model, r->out, ML_FMT_MLG, &err) < 0)
 		die_err(&err);
 }
 
@@ -1172,7 +1178,6 @@ free_run(struct run *r)
 	ml_dataset_free(r->eval);
 	ml_graph_free(r->step);
 	ml_graph_free(r->model);
-	ml_train_config_free(&r->cfg);
 }
 
 int

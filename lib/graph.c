@@ -283,6 +283,7 @@ clone_into(struct ml_graph *c, const struct ml_graph *g, struct ml_err *e)
 		c->train->rng = dup_mem(c, g->train->rng, g->train->rng_len, &bad);
 		c->train->slots = dup_mem(c, g->train->slots, sizeof(int) * (size_t)g->train->n_slots,
 					  &bad);
+		c->train->run = dup_mem(c, g->train->run, sizeof *g->train->run, &bad);
 	}
 	if (bad)
 		return ml_fail(e, ML_ENOMEM, "out of memory");

@@ -324,18 +324,20 @@ struct ml_kv {
 };
 
 /*
- * struct ml_train: the training state mltrain keeps in a graph file.
- * slots holds optimizer moments and the like, as named tensors of the graph.
+ * struct ml_train: the training state a checkpoint keeps in a graph file
+ * (lib/ml_train.h says how to write and read one). slots holds optimizer
+ * moments and the like, as named tensors of the graph.
  */
 struct ml_train {
 	uint64_t step;
 	uint64_t epoch;
 	char *optimizer;
-	char *config;		/* free-form text (JSON) of the training options */
+	char *config;		/* free-form text; before run, mltrain kept its state here as JSON */
 	uint8_t *rng;
 	size_t rng_len;
 	int n_slots;
 	int *slots;		/* tensor indices */
+	struct ml_train_state *run;	/* the run's options and place (ml_train.h); NULL: none */
 };
 
 /*

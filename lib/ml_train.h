@@ -24,7 +24,12 @@
  *		ml_session_run(s, &err);
  *		loss = ml_session_output(s, 0); logits = ml_session_output(s, 1);
  *	ml_train_export(model, step, &err);	(weights, statistics, state back)
+ *	ml_train_strip(model, &err);		(an inference model: no optimizer state)
  *	ml_model_save(model, "out.mlg", ML_FMT_MLG, &err);
+ *
+ * A checkpoint (ml_train_checkpoint_save, before the strip) keeps the
+ * optimizer state and the run's state (struct ml_train_state) so that a
+ * later process resumes exactly; see "Checkpoints" below.
  *
  * The step graph's node names start with a phase, "forward/", "loss/",
  * "backward/" or "optimizer/", which mlprof's report groups by.
@@ -155,7 +160,8 @@ int ml_train_fuse(struct ml_graph *g, bool fold_updates, struct ml_err *e);
  * no optimizer; Identity nodes that shared an initializer become stored
  * tensors of their own), so a saved model runs in mlrun and a later
  * ml_train_step_graph on it resumes exactly. The caller may set
- * model->train->epoch and ->config afterwards.
+ * model->train->epoch and the run's state (ml_train_state_set) afterwards;
+ * ml_train_strip then makes it an inference model.
  */
 int ml_train_export(struct ml_graph *model, const struct ml_graph *step, struct ml_err *e);
 
@@ -276,5 +282,96 @@ bool ml_train_config_int(const struct ml_train_config *c, const char *key, int64
 const char *ml_train_config_str(const struct ml_train_config *c, const char *key);
 /* ml_train_config_free: release c's items; c is left empty (NULL is a no-op). */
 void ml_train_config_free(struct ml_train_config *c);
+
+/*
+ * Checkpoints. A checkpoint is a model file (.mlg) that also holds the
+ * training state: the optimizer's slots (PARAM tensors that no node reads,
+ * listed in model->train->slots, "train.step" and "train.rng" among them),
+ * and the state of the run, struct ml_train_state below, which the file
+ * keeps as the TrainRun message of formats/mlg.proto (mlg(5)). A program
+ * saves one between steps and resumes from it:
+ *
+ *	struct ml_train_state st;
+ *	ml_train_state_init(&st);
+ *	st.opts = o; st.sched = sc; st.batch = 64;
+ *	... train; after each step st.step++, st.epoch_step++ ...
+ *	ml_train_checkpoint_save(model, step, &st, "run.ckpt.mlg", &err);
+ *
+ *	ml_model_load(&model, "run.ckpt.mlg", ML_FMT_AUTO, &err);	(later)
+ *	ml_train_state_init(&st);
+ *	ml_train_state_get(&st, model, &err);
+ *	ml_train_step_graph(&step, model, &st.opts, &err);	(slots taken over)
+ *	... continue from st.step, st.epoch and st.epoch_step ...
+ *
+ * Checkpoints written before TrainRun existed kept the same state as a
+ * JSON object in model->train->config; ml_train_state_get reads those too.
+ */
+struct ml_train_state {
+	/* how the run trains (the fields of lib/train/state.def) */
+	struct ml_train_opts opts;	/* the step's options; frozen is not kept */
+	struct ml_lr_schedule sched;	/* sched.steps_per_epoch: the length of an epoch */
+	int64_t batch;		/* samples per step (default 64) */
+	bool shuffle;		/* the data shuffled each epoch (default true) */
+	double val_split;	/* the share of the data held out for validation (default 0) */
+	int64_t checkpoint_every;	/* steps between checkpoints; 0: each epoch (default) */
+	bool keep_denormals;	/* subnormal floats kept (default false: flushed) */
+	/* where it stands */
+	uint64_t step;		/* optimizer steps taken (model->train->step) */
+	uint64_t epoch;		/* epochs completed (model->train->epoch) */
+	int64_t epoch_step;	/* batches of the current epoch done */
+	double epoch_loss_sum;	/* the current epoch's loss summed over its samples */
+	int64_t epoch_correct;	/* its samples classified right */
+	int64_t epoch_seen;	/* its samples */
+};
+
+/* ml_train_state_init: the defaults above (ml_train_opts_init, ml_lr_schedule_init), at step 0. */
+void ml_train_state_init(struct ml_train_state *st);
+
+/*
+ * ml_train_state_get: the run's state of the checkpoint ckpt into st: from
+ * its TrainRun message, or from the JSON object of an older checkpoint
+ * (whose absent keys leave st's fields as they are, so initialise st
+ * first); step and epoch from ckpt->train. ML_EINVAL ("not a checkpoint")
+ * when ckpt has no training state or no run state in either form;
+ * ML_EFORMAT, naming the field, for a damaged one (JSON that does not
+ * parse, a name no loss, optimizer or schedule has, a count that is not an
+ * integer, an epoch position beyond its epoch); ML_ENOMEM.
+ */
+int ml_train_state_get(struct ml_train_state *st, const struct ml_graph *ckpt, struct ml_err *e);
+
+/*
+ * ml_train_state_set: keep st in model's training state (created when
+ * absent), as the TrainRun message a save writes: model->train->run, step
+ * and epoch from st, optimizer named after st->opts.optimizer; an old JSON
+ * config is dropped. The slots are ml_train_export's to set. ML_ENOMEM.
+ */
+int ml_train_state_set(struct ml_graph *model, const struct ml_train_state *st, struct ml_err *e);
+
+/*
+ * ml_train_checkpoint_save: write a checkpoint of a run to path (atomically,
+ * as ml_model_save): ml_train_export(model, step) then ml_train_state_set
+ * (model, st), then the model with its training state. model keeps the
+ * state afterwards (strip it for an inference model). Errors of those calls.
+ */
+int ml_train_checkpoint_save(struct ml_graph *model, const struct ml_graph *step,
+			     const struct ml_train_state *st, const char *path, struct ml_err *e);
+
+/*
+ * ml_train_strip: make g an inference model: drop its training state
+ * (g->train) and the tensors only it names (the optimizer's slots, the step
+ * counter and RNG state), and unread PARAM or constant tensors named
+ * "train.step" or "train.rng" that an export to ONNX left behind. Returns
+ * the number of tensors dropped (0 when g has no training state). A
+ * training-step graph (ml_train_is_step) is refused with ML_EINVAL and
+ * left as it was. ML_ENOMEM.
+ */
+int ml_train_strip(struct ml_graph *g, struct ml_err *e);
+
+/*
+ * ml_train_is_step: whether g is a training step (ml_train_step_graph), not
+ * a model: it has update nodes (nodes without outputs, such as ml.Assign
+ * and ml.SGDUpdate) or nodes that read its optimizer slots.
+ */
+bool ml_train_is_step(const struct ml_graph *g);
 
 #endif

@@ -188,18 +188,20 @@ PYEOF
 	while ((i < N && tries < 4 * N)); do
 		((++tries))
 		before=$(temps)
-		if [ -e out.mlg ]; then
-			kill_randomly $ms mltrain --resume out.mlg $args -o out.mlg
+		if [ -e out.ckpt.mlg ]; then
+			kill_randomly $ms mltrain --resume out.ckpt.mlg $args -o out.mlg
 		else
 			kill_randomly $ms mltrain m.mlt $args -o out.mlg
 		fi
-		# a checkpoint, when there is one, is whole
-		[ ! -e out.mlg ] || mlconvert --info out.mlg >/dev/null ||
-			{ echo "kill $i ($SIG, status $RC): out.mlg is damaged" >&2; return 1; }
+		# a checkpoint, when there is one, is whole, and so is the model
+		for f in out.ckpt.mlg out.mlg; do
+			[ ! -e $f ] || mlconvert --info $f >/dev/null ||
+				{ echo "kill $i ($SIG, status $RC): $f is damaged" >&2; return 1; }
+		done
 		[ "$SIG" = KILL ] || no_new_temps "$before"
 		if [ "$RC" -eq 0 ]; then
 			cmp ref.mlg out.mlg
-			rm out.mlg
+			rm out.mlg out.ckpt.mlg
 			((++chains))
 		else
 			((++i))
@@ -207,8 +209,8 @@ PYEOF
 	done
 	[ "$i" -eq "$N" ]
 	age_temps
-	if [ -e out.mlg ]; then
-		mltrain --resume out.mlg $args -o out.mlg
+	if [ -e out.ckpt.mlg ]; then
+		mltrain --resume out.ckpt.mlg $args -o out.mlg
 	else
 		mltrain m.mlt $args -o out.mlg
 	fi

@@ -96,7 +96,7 @@ setup() {
 @test "--resume after an epoch ends with the bytes of an uninterrupted run" {
 	mltrain tiny.mlt --data d $TRAIN --epochs 3 -q -o a.mlg
 	mltrain tiny.mlt --data d $TRAIN --epochs 1 -q -o b.mlg
-	run -0 mltrain --resume b.mlg --data d --epochs 3 --threads 1 -o b.mlg
+	run -0 mltrain --resume b.ckpt.mlg --data d --epochs 3 --threads 1 -o b.mlg
 	[[ ${lines[0]} == "epoch 2/3: "* ]]
 	cmp a.mlg b.mlg
 }
@@ -104,13 +104,13 @@ setup() {
 @test "--keep-denormals is saved in the checkpoint and kept by --resume; the default flushes" {
 	mltrain tiny.mlt --data d $TRAIN --epochs 1 -q -o f.mlg
 	mltrain tiny.mlt --data d $TRAIN --epochs 1 --keep-denormals -q -o k.mlg
-	mlconvert f.mlg -o f.mlt
-	mlconvert k.mlg -o k.mlt
-	grep -q 'keep_denormals\\": 0' f.mlt
-	grep -q 'keep_denormals\\": 1' k.mlt
-	mltrain --resume k.mlg --data d --epochs 2 --threads 1 -q -o k2.mlg
-	mlconvert k2.mlg -o k2.mlt
-	grep -q 'keep_denormals\\": 1' k2.mlt
+	mlconvert f.ckpt.mlg -o f.mlt
+	mlconvert k.ckpt.mlg -o k.mlt
+	grep -q 'keep_denormals: 0' f.mlt
+	grep -q 'keep_denormals: 1' k.mlt
+	mltrain --resume k.ckpt.mlg --data d --epochs 2 --threads 1 -q -o k2.mlg
+	mlconvert k2.ckpt.mlg -o k2.mlt
+	grep -q 'keep_denormals: 1' k2.mlt
 	mltrain tiny.mlt --data d $TRAIN --epochs 2 --keep-denormals -q -o k3.mlg
 	cmp k2.mlg k3.mlg
 }
@@ -119,9 +119,10 @@ setup() {
 	mltrain tiny.mlt --data d $TRAIN --epochs 2 --checkpoint-every 5 -q -o a.mlg
 	mltrain tiny.mlt --data d $TRAIN --epochs 2 --checkpoint-every 5 -q -o b.mlg \
 		--checkpoint ck.mlg
-	# ck.mlg holds the last checkpoint: step 50 (the end of epoch 2 is not a checkpoint)
+	cmp a.mlg b.mlg
+	[ -f ck.mlg ] && [ ! -e b.ckpt.mlg ]
 	mltrain tiny.mlt --data d $TRAIN --epochs 1 --checkpoint-every 5 -q -o c.mlg
-	mltrain --resume c.mlg --data d --epochs 2 --threads 1 -q -o c.mlg
+	mltrain --resume c.ckpt.mlg --data d --epochs 2 --threads 1 -q -o c.mlg
 	cmp a.mlg c.mlg
 }
 
@@ -132,13 +133,14 @@ setup() {
 	mltrain m.mlt --data big $TRAIN --epochs 20 -q --checkpoint-every 20 -o ref.mlg
 	mltrain m.mlt --data big $TRAIN --epochs 20 -q --checkpoint-every 20 -o out.mlg &
 	pid=$!
-	for i in $(seq 200); do [ -f out.mlg ] && break; sleep 0.05; done
+	for i in $(seq 200); do [ -f out.ckpt.mlg ] && break; sleep 0.05; done
 	kill -INT $pid
 	rc=0
 	wait $pid || rc=$?
 	[ "$rc" -eq 130 ]
 	no_temp_files
-	run -0 mltrain --resume out.mlg --data big --threads 1 -q -o out.mlg
+	[ ! -e out.mlg ]
+	run -0 mltrain --resume out.ckpt.mlg --data big --threads 1 -q -o out.mlg
 	cmp ref.mlg out.mlg
 }
 
@@ -161,11 +163,11 @@ setup() {
 	mltrain m.mlt --data big $TRAIN --epochs 40 -q --checkpoint-every 30 -o ref.mlg
 	mltrain m.mlt --data big $TRAIN --epochs 40 -q --checkpoint-every 30 -o out.mlg &
 	pid=$!
-	for i in $(seq 200); do [ -f out.mlg ] && break; sleep 0.05; done
+	for i in $(seq 200); do [ -f out.ckpt.mlg ] && break; sleep 0.05; done
 	sleep 0.3
 	kill -9 $pid
 	wait $pid || true
-	run -0 mltrain --resume out.mlg --data big --threads 1 -q -o out.mlg
+	run -0 mltrain --resume out.ckpt.mlg --data big --threads 1 -q -o out.mlg
 	cmp ref.mlg out.mlg
 }
 
@@ -289,11 +291,12 @@ PYEOF
 @test "a loss that becomes NaN stops with status 1 and keeps the last checkpoint" {
 	run -1 --separate-stderr mltrain tiny.mlt --data d --batch 16 --threads 1 --lr 1e30 \
 		--checkpoint-every 1 -o out.mlg
-	[[ $stderr == "mltrain: step "*": the loss is "*"; stopping (the checkpoint of step "*" is kept in out.mlg)" ]]
-	run -0 mlrun out.mlg --random
+	[[ $stderr == "mltrain: step "*": the loss is "*"; stopping (the checkpoint of step "*" is kept in out.ckpt.mlg)" ]]
+	run -0 mlrun out.ckpt.mlg --random
+	[ ! -e out.mlg ]
 	run -1 --separate-stderr mltrain tiny.mlt --data d --batch 16 --threads 1 --lr 1e30 -o o2.mlg
 	[[ $stderr == *"(no checkpoint was written)" ]]
-	[ ! -e o2.mlg ]
+	[ ! -e o2.mlg ] && [ ! -e o2.ckpt.mlg ]
 }
 
 @test "usage errors exit 2" {
@@ -310,7 +313,7 @@ PYEOF
 	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --bogus
 	run -2 --separate-stderr mltrain
 	mltrain tiny.mlt --data d $TRAIN -q -o c.mlg
-	run -2 --separate-stderr mltrain --resume c.mlg --data d --batch 8 -o c.mlg
+	run -2 --separate-stderr mltrain --resume c.ckpt.mlg --data d --batch 8 -o c.mlg
 	[[ $stderr == *"keeps its data order"* ]]
 }
 
@@ -412,7 +415,7 @@ PYEOF
 	[ "${lines[0]}" = "y f32[2,4]" ]
 	# resuming a --qat run adds no second set of fake-quant ops
 	mltrain tiny.mlt --data d $TRAIN --epochs 1 --qat -q -o r.mlg
-	run -0 mltrain --resume r.mlg --data d --epochs 2 --qat --threads 1 -q -o r.mlg
+	run -0 mltrain --resume r.ckpt.mlg --data d --epochs 2 --qat --threads 1 -q -o r.mlg
 	run -0 mlconvert --info r.mlg
 	[[ $output == *"ml.FakeQuant  4"* ]]
 }

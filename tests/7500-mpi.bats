@@ -208,12 +208,12 @@ EOF
 	# another checkpoint of the same model (another seed: another data order)
 	run -0 mpi2 "$MODEL" --data d $ARGS --epochs 1 --seed 5 -q -o other.mlg
 	# rank 1 is given the other one: it takes rank 0's step, epoch, options and state
-	run -0 mpi -np 1 "$ML_BIN/mltrain" --resume half.mlg --data d $ARGS --epochs 2 -o res.mlg : \
-		-np 1 "$ML_BIN/mltrain" --resume other.mlg --data d $ARGS --epochs 2 -o res.mlg
+	run -0 mpi -np 1 "$ML_BIN/mltrain" --resume half.ckpt.mlg --data d $ARGS --epochs 2 -o res.mlg : \
+		-np 1 "$ML_BIN/mltrain" --resume other.ckpt.mlg --data d $ARGS --epochs 2 -o res.mlg
 	[[ $output == "epoch 2/2: "* ]]
 	params_close full.mlg res.mlg
 	# and the check can fail: resumed from the other checkpoint, the result differs
-	run -0 mpi2 --resume other.mlg --data d $ARGS --epochs 2 -q -o res2.mlg
+	run -0 mpi2 --resume other.ckpt.mlg --data d $ARGS --epochs 2 -q -o res2.mlg
 	run -1 params_close full.mlg res2.mlg 1e-4 1e-5
 }
 
@@ -230,7 +230,7 @@ EOF
 	# the signal lands at a moment the test does not control: two tries, and
 	# what a failed try printed goes to the test's output
 	for try in 1 2; do
-		rm -f log.jsonl rank0.pid int.mlg
+		rm -f log.jsonl rank0.pid int.mlg int.ckpt.mlg
 		mpi -np 2 ./rank0.sh "$MODEL" --data "$DATA" $a --log log.jsonl -o int.mlg >out.txt 2>&1 &
 		job=$!
 		# after epoch 1 (its --log line): SIGINT to rank 0 alone; every rank stops
@@ -247,7 +247,7 @@ EOF
 	done
 	[ "$rc" -eq 130 ]
 	grep -q "interrupted at step" out.txt
-	run -0 mpi2 --resume int.mlg --data "$DATA" $a -o res.mlg
+	run -0 mpi2 --resume int.ckpt.mlg --data "$DATA" $a -o res.mlg
 	[[ $output == *"epoch 3/3: "* ]]
 	params_close full.mlg res.mlg
 }

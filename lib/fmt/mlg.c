@@ -306,6 +306,17 @@ enc_graph(struct scratch *s, const struct ml_graph *g, int depth)
 			return NULL;
 		for (int i = 0; i < g->train->n_slots; i++)
 			ts->slots[i] = tname(g, g->train->slots[i]);
+		if (g->train->run != NULL) {
+			const struct ml_train_state *st = g->train->run;
+			Ml__TrainRun *r = salloc(s, sizeof *r);
+			if (r == NULL)
+				return NULL;
+			ml__train_run__init(r);
+#define X(name, member, type) r->name = st->member;
+#include "train/state.def"
+#undef X
+			ts->run = r;
+		}
 		m->train = ts;
 	}
 	return m;
@@ -682,6 +693,15 @@ dec_graph(struct ml_graph *g, const Ml__Graph *m, int depth, const struct blobre
 				return ml_fail(e, ML_EFORMAT, "training slot '%s' has no tensor",
 					       ts->slots[i]);
 			t->slots[t->n_slots++] = ti;
+		}
+		if (ts->run != NULL) {
+			const Ml__TrainRun *r = ts->run;
+			if ((t->run = ml_graph_alloc(g, sizeof *t->run)) == NULL)
+				return ml_fail(e, ML_ENOMEM, "out of memory");
+			memset(t->run, 0, sizeof *t->run);
+#define X(name, member, type) t->run->member = r->name;
+#include "train/state.def"
+#undef X
 		}
 		g->train = t;
 	}

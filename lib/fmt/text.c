@@ -48,6 +48,7 @@
  *		 | ('producer_version' | 'domain' | 'model_version' | 'doc_string') ':' value
  *	tfield	:= 'step' ':' INT | 'epoch' ':' INT | 'optimizer' ':' STRING
  *		 | 'config' ':' STRING | 'rng' ':' BASE64 | 'slots' ':' '[' [NAME (',' NAME)*] ']'
+ *		 | 'run' ':' '{' [NAME ':' NUMBER (',' NAME ':' NUMBER)*] '}'
  *	graph	:= NAME '(' [decl (',' decl)*] ')' '=>' '(' [decl (',' decl)*] ')'
  *		   ['<' [decl (',' decl)*] '>'] '{' stmt* '}'
  *	decl	:= [kind] [type] NAME [annot] ['=' literal]
@@ -70,7 +71,8 @@
  * The header. ir_version and opset_import default to 8 and ["" : 17] in the
  * file's header (subgraphs: 0 and none). metadata_props are the graph's
  * metadata, training its training state (optimizer slots name tensors of the
- * graph). seed seeds the initialisation of layer parameters (default 0).
+ * graph; run holds the fields of TrainRun, lib/train/state.def). seed seeds
+ * the initialisation of layer parameters (default 0).
  * ONNX's producer_version, domain, model_version and doc_string are read
  * and ignored. A subgraph has a header only where a field differs from its
  * default.
@@ -1256,6 +1258,70 @@ skip_value(struct mlt_parser *p)
 	return mlt_next(p);
 }
 
+/*
+ * parse_run: the training state's `run: {NAME: number, ...}`, the fields
+ * of TrainRun (lib/train/state.def); absent ones are zero, as in the
+ * message.
+ */
+static int
+parse_run(struct mlt_parser *p, struct ml_graph *g, struct ml_train *t)
+{
+	if ((t->run = ml_graph_alloc(g, sizeof *t->run)) == NULL)
+		return mlt_nomem(p);
+	struct ml_train_state *st = t->run;
+	ML_TRY(mlt_expect(p, '{'));
+	bool first = true;
+	while (!mlt_is(&p->tok, '}')) {
+		if (!first)
+			ML_TRY(mlt_expect(p, ','));
+		first = false;
+		struct mlt_tok key = p->tok;
+		if (key.kind != MLT_IDENT)
+			return mlt_err_expected(p, "a run field");
+		ML_TRY(mlt_next(p));
+		ML_TRY(mlt_expect(p, ':'));
+		double d;
+		int64_t i;
+		uint64_t u;
+#define DBL(m) ML_TRY(mlt_tok_double(p, &p->tok, &d)); st->m = d
+#define I64(m) ML_TRY(mlt_tok_int(p, &p->tok, &i)); st->m = i
+#define U64(m) ML_TRY(mlt_tok_u64(p, &p->tok, &u)); st->m = u
+#define INT(m) \
+	ML_TRY(mlt_tok_int(p, &p->tok, &i)); \
+	if (i < INT32_MIN || i > INT32_MAX) \
+		return mlt_err(p, NULL, ML_EFORMAT, "%lld is out of range", (long long)i); \
+	st->m = (int)i
+#define BOOL(m) \
+	ML_TRY(mlt_tok_int(p, &p->tok, &i)); \
+	if (i != 0 && i != 1) \
+		return mlt_err(p, NULL, ML_EFORMAT, "expected 0 or 1"); \
+	st->m = i != 0
+#define LOSS(m) INT(m)
+#define OPTIM(m) INT(m)
+#define SCHED(m) INT(m)
+#define X(name, member, type) \
+		if (mlt_word(&key, #name)) { \
+			type(member); \
+		} else
+#include "train/state.def"
+#undef X
+#undef DBL
+#undef I64
+#undef U64
+#undef INT
+#undef BOOL
+#undef LOSS
+#undef OPTIM
+#undef SCHED
+		{
+			return mlt_err(p, &key, ML_EFORMAT, "unknown run field '%.*s'",
+				       (int)ML_MIN(key.n, 64), key.s);
+		}
+		ML_TRY(mlt_next(p));
+	}
+	return mlt_next(p);
+}
+
 static int
 parse_training(struct mlt_parser *p, struct ml_graph *g, struct hdr *h)
 {
@@ -1281,6 +1347,8 @@ parse_training(struct mlt_parser *p, struct ml_graph *g, struct hdr *h)
 			ML_TRY(mlt_take_string(p, g, &t->optimizer, NULL, true));
 		} else if (mlt_word(&key, "config")) {
 			ML_TRY(mlt_take_string(p, g, &t->config, NULL, true));
+		} else if (mlt_word(&key, "run")) {
+			ML_TRY(parse_run(p, g, t));
 		} else if (mlt_word(&key, "rng")) {
 			if (p->tok.kind != MLT_BASE64)
 				return mlt_err_expected(p, "base64\"...\"");

@@ -716,6 +716,36 @@ sb_header(struct sb *b, const struct ml_graph *g, bool top, int indent)
 			sb_puts(b, ", config: ");
 			sb_quoted(b, t->config, strlen(t->config));
 		}
+		if (t->run != NULL) {
+			/* the fields of TrainRun, as numbers (enums as their values) */
+			const struct ml_train_state *st = t->run;
+			char num[40];
+			const char *sep = "";
+			sb_puts(b, ", run: {");
+#define DBL(v) mlt_fmt_f64((double)(v), num, sizeof num)
+#define I64(v) snprintf(num, sizeof num, "%lld", (long long)(v))
+#define U64(v) snprintf(num, sizeof num, "%llu", (unsigned long long)(v))
+#define INT(v) I64(v)
+#define BOOL(v) I64(v)
+#define LOSS(v) I64(v)
+#define OPTIM(v) I64(v)
+#define SCHED(v) I64(v)
+#define X(name, member, type) \
+	type(st->member); \
+	sb_printf(b, "%s%s: %s", sep, #name, num); \
+	sep = ", ";
+#include "train/state.def"
+#undef X
+#undef DBL
+#undef I64
+#undef U64
+#undef INT
+#undef BOOL
+#undef LOSS
+#undef OPTIM
+#undef SCHED
+			sb_puts(b, "}");
+		}
 		if (t->rng_len > 0) {
 			sb_puts(b, ", rng: ");
 			sb_base64(b, t->rng, t->rng_len, indent + 4);

@@ -323,7 +323,8 @@ ml_pass_dce(struct opt *o)
 		if (o->dead[i])
 			continue;
 		const struct ml_node *n = &g->nodes[i];
-		bool used = false;
+		/* a node without outputs is an update of a training step (ml.Assign, ...) */
+		bool used = n->n_out == 0;
 		for (int j = 0; j < n->n_out && !used; j++)
 			used = n->out[j] >= 0 && (o->nuse[n->out[j]] > 0 || o->pinned[n->out[j]]);
 		if (!used) {

@@ -21,6 +21,8 @@ static const struct {
 	  ml_pass_eliminate },
 	{ { "cse", 1, "merge nodes that compute the same thing, and equal constants" }, ml_pass_cse },
 	{ { "dce", 1, "remove nodes whose outputs nothing reads" }, ml_pass_dce },
+	{ { "strip-training", 1, "drop the training state: optimizer moments, step counter, RNG, run" },
+	  ml_pass_strip_training },
 	{ { "fold-bn", 2, "fold BatchNormalization into the Conv or Gemm before it" }, ml_pass_fold_bn },
 	{ { "fuse-gelu", 2, "x*0.5*(1+erf(x/sqrt 2)) to ml.Gelu" }, ml_pass_fuse_gelu },
 	{ { "fuse-silu", 2, "x*Sigmoid(x) to ml.Silu" }, ml_pass_fuse_silu },

@@ -77,6 +77,7 @@ int ml_pass_fold_constants(struct opt *o);
 int ml_pass_fold_shapes(struct opt *o);
 int ml_pass_eliminate(struct opt *o);
 int ml_pass_dce(struct opt *o);
+int ml_pass_strip_training(struct opt *o);
 int ml_pass_cse(struct opt *o);
 int ml_pass_fold_bn(struct opt *o);
 int ml_pass_matmul_gemm(struct opt *o);

@@ -9,7 +9,9 @@
  * they stand for; bad options fail cleanly; the learning-rate schedules
  * (ml_lr_at) give the rates worked out by hand and mltrain's former ones;
  * a checkpoint's training state parses (ml_train_config_parse); gradient
- * accumulation over k micro-batches trains as one batch k times as big.
+ * accumulation over k micro-batches trains as one batch k times as big; a run's
+ * state (ml_train_state_*) survives the file forms, is read from older
+ * checkpoints' JSON, and ml_train_strip leaves a model's own parameters.
  * Prints TAP.
  */
 #include <math.h>
@@ -1068,6 +1070,164 @@ test_accumulate(void)
 	ml_graph_free(m);
 }
 
+/* same_state: every field of state.def equal (doubles bit for bit), step and epoch too. */
+static bool
+same_state(const struct ml_train_state *a, const struct ml_train_state *b)
+{
+	bool eq = a->step == b->step && a->epoch == b->epoch;
+#define X(name, member, type) eq &= memcmp(&a->member, &b->member, sizeof a->member) == 0;
+#include "train/state.def"
+#undef X
+	return eq;
+}
+
+/*
+ * train_state: a run's state (ml_train_state_*) kept in a model survives the
+ * .mlg and text forms; the JSON object of older checkpoints reads into the
+ * same fields; damaged ones are refused; ml_train_checkpoint_save writes a
+ * checkpoint that loads back; ml_train_strip leaves the model's parameters
+ * and refuses a step graph. mlp is a model with a training state
+ * (ml_train_export of sg).
+ */
+static void
+train_state(const struct ml_graph *mlp, const struct ml_graph *sg)
+{
+	struct ml_err e = { 0 };
+	struct ml_train_state st, back;
+	struct ml_graph *g = NULL, *r = NULL;
+
+	ml_train_state_init(&st);
+	ok(st.opts.loss == ML_LOSS_SCE && st.opts.optimizer == ML_OPTIM_SGD && st.batch == 64 &&
+	   st.shuffle && st.sched.lr == 0.01 && st.sched.epochs == 1 && st.step == 0,
+	   "ml_train_state_init: mltrain's defaults");
+	st.opts.optimizer = ML_OPTIM_ADAM;
+	st.opts.momentum = 0.1 + 0.2;
+	st.opts.seed = UINT64_MAX;
+	st.opts.nesterov = true;
+	st.sched.kind = ML_LR_COSINE;
+	st.sched.lr = 1.0 / 3;
+	st.sched.steps_per_epoch = 938;
+	st.sched.warmup = 7;
+	st.val_split = 0.125;
+	st.checkpoint_every = 100;
+	st.keep_denormals = true;
+	st.step = 1955;
+	st.epoch = 2;
+	st.epoch_step = 79;
+	st.epoch_loss_sum = 1234.5678901234567;
+	st.epoch_correct = 5000;
+	st.epoch_seen = 5056;
+	bool good = ml_graph_clone(&g, mlp, &e) == 0 && ml_train_state_set(g, &st, &e) == 0 &&
+		    g->train->step == 1955 && g->train->epoch == 2 && g->train->config == NULL &&
+		    strcmp(g->train->optimizer, "adam") == 0;
+	r = good ? mlg_roundtrip(g) : NULL;
+	ml_train_state_init(&back);
+	good = good && r != NULL && ml_train_state_get(&back, r, &e) == 0 && same_state(&st, &back);
+	ok(good, "a run's state survives the .mlg writer and reader, bit for bit");
+	ml_graph_free(r);
+	r = NULL;
+	char *text = NULL;
+	size_t len = 0;
+	ml_train_state_init(&back);
+	good = ml_text_encode(g, &text, &len, &e) == 0 &&
+	       ml_text_decode(&r, text, len, "state.mlt", &e) == 0 &&
+	       ml_train_state_get(&back, r, &e) == 0 && same_state(&st, &back);
+	if (!good)
+		printf("# text: %s\n", e.msg);
+	ok(good, "and the text form's run: {...}");
+	ml_free(text);
+	ml_graph_free(r);
+	r = NULL;
+
+	/* the JSON form of older checkpoints */
+	static const char old[] =
+		"{\"loss\": \"mse\", \"optimizer\": \"adamw\", \"lr_schedule\": \"cosine\", "
+		"\"lr\": 0.10000000000000001, \"momentum\": 0.90000000000000002, "
+		"\"beta1\": 0.90000000000000002, \"beta2\": 0.999, \"eps\": 1e-08, "
+		"\"weight_decay\": 0, \"clip_norm\": 0, \"lr_gamma\": 0.10000000000000001, "
+		"\"lr_min\": 0, \"val_split\": 0, \"nesterov\": 0, \"lr_step\": 1, "
+		"\"warmup_steps\": 0, \"batch\": 32, \"epochs\": 3, \"seed\": 9223372036854775807, "
+		"\"shuffle\": 0, \"checkpoint_every\": 0, \"steps_per_epoch\": 938, "
+		"\"epoch_step\": 17, \"epoch_loss_sum\": 1234.5678901234567, \"epoch_correct\": 1003, "
+		"\"epoch_seen\": 1088, \"keep_denormals\": 1}";
+	g->train->run = NULL;
+	g->train->config = ml_graph_strdup(g, old);
+	ml_train_state_init(&back);
+	good = ml_train_state_get(&back, g, &e) == 0 && back.opts.loss == ML_LOSS_MSE &&
+	       back.opts.optimizer == ML_OPTIM_ADAMW && back.sched.kind == ML_LR_COSINE &&
+	       back.sched.lr == 0.1 && back.opts.momentum == 0.9 && back.batch == 32 &&
+	       back.sched.epochs == 3 && back.opts.seed == INT64_MAX && !back.shuffle &&
+	       back.sched.steps_per_epoch == 938 && back.epoch_step == 17 &&
+	       back.epoch_loss_sum == 1234.5678901234567 && back.epoch_correct == 1003 &&
+	       back.epoch_seen == 1088 && back.keep_denormals && back.step == 1955 &&
+	       back.epoch == 2 && back.opts.output == 0;
+	ok(good, "an older checkpoint's JSON state reads into the same fields");
+	static const char *const bad[] = {
+		"{\"batch\": 1.5}", "{\"loss\": \"hinge\"}", "{\"seed\": -1}", "{\"lr\": \"x\"}",
+		"{\"epoch_step\": 939, \"steps_per_epoch\": 938}", "{\"batch\": 0}", "{\"a\": ",
+		"{\"optimizer\": 1}",
+	};
+	good = true;
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		g->train->config = ml_graph_strdup(g, bad[i]);
+		ml_train_state_init(&back);
+		int rc = ml_train_state_get(&back, g, &e);
+		if (rc != ML_EFORMAT || strstr(e.msg, "damaged training state") != e.msg) {
+			printf("# %s: %d %s\n", bad[i], rc, e.msg);
+			good = false;
+		}
+	}
+	ok(good, "a damaged JSON state is ML_EFORMAT, \"damaged training state...\"");
+	g->train->config = ml_graph_strdup(g, "{}");
+	int rc1 = ml_train_state_get(&back, g, &e);
+	g->train->config = NULL;
+	int rc2 = ml_train_state_get(&back, g, &e);
+	ok(rc1 == ML_EINVAL && rc2 == ML_EINVAL && ml_train_state_get(&back, sg, &e) == ML_EINVAL,
+	   "no run state in either form (a step graph has none) is ML_EINVAL");
+	ml_graph_free(g);
+	g = NULL;
+
+	/* a checkpoint written and read; the model stripped */
+	const char *path = "test_train_ckpt.mlg";
+	ml_train_state_init(&st);
+	st.step = mlp->train->step;
+	st.epoch = 1;
+	good = ml_graph_clone(&g, mlp, &e) == 0 &&
+	       ml_train_checkpoint_save(g, sg, &st, path, &e) == 0 &&
+	       ml_model_load(&r, path, ML_FMT_AUTO, &e) == 0 && r->train != NULL &&
+	       r->train->n_slots == mlp->train->n_slots && ml_train_state_get(&back, r, &e) == 0 &&
+	       same_state(&st, &back);
+	remove(path);
+	if (!good)
+		printf("# checkpoint: %s\n", e.msg);
+	ok(good, "ml_train_checkpoint_save writes a checkpoint that loads back with its state");
+	int64_t c0, b0, c1, b1;
+	ml_graph_param_stats(r != NULL ? r : g, &c0, &b0);
+	int n = r != NULL ? r->train->n_slots : -1;
+	int dropped = r != NULL ? ml_train_strip(r, &e) : -1;
+	struct ml_graph *model = from_text(mlp_text);
+	good = dropped == n && r->train == NULL && model != NULL;
+	if (good) {
+		ml_graph_param_stats(r, &c1, &b1);
+		int64_t cm, bm;
+		ml_graph_param_stats(model, &cm, &bm);
+		good = c1 == cm && c0 > 2 * cm && ml_graph_find(r, "train.step") < 0 &&
+		       ml_graph_validate(r, &e) == 0;
+	}
+	ok(good, "ml_train_strip drops the slots: the model's own parameter count is left");
+	ok(ml_train_strip(r, &e) == 0, "stripping a model without a training state drops nothing");
+	ok(ml_train_is_step(sg) && !ml_train_is_step(mlp),
+	   "ml_train_is_step tells a step graph from a model");
+	struct ml_graph *sc = NULL;
+	good = ml_graph_clone(&sc, sg, &e) == 0 && ml_train_strip(sc, &e) == ML_EINVAL &&
+	       sc->train != NULL && sc->n_tensors == sg->n_tensors;
+	ok(good, "ml_train_strip refuses a step graph and leaves it as it was");
+	ml_graph_free(sc);
+	ml_graph_free(model);
+	ml_graph_free(r);
+	ml_graph_free(g);
+}
+
 int
 main(void)
 {
@@ -1126,6 +1286,7 @@ main(void)
 		ok(rt != NULL && l1 == l2 && memcmp(p1, p2, sizeof(float) * 48) == 0,
 		   "a step graph round-trips through the .mlg writer and reader");
 		ok(rt != NULL && side_effects_last(rt), "the update nodes stay last after reading");
+		train_state(mlp, sg);
 		ml_graph_free(rt);
 		ml_graph_free(saved);
 		ml_graph_free(sg2);
