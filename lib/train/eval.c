@@ -15,7 +15,7 @@ struct ml_train_eval {
 	struct ml_session *s;	/* NULL until the first batch after a reset */
 	struct ml_train_eval_opts o;
 	char *device;		/* o.device's copy */
-	int nx;			/* the model's inputs: g->inputs[0..nx-1]; then label, mask */
+	int nx;			/* the model's inputs: g->inputs[0..nx-1] */
 	int64_t fixed;		/* the model's batch when fixed, else 0 */
 	int64_t b;		/* the session's batch */
 	enum ml_dtype mdt;	/* the mask's dtype (the output's) */
@@ -464,7 +464,8 @@ ml_train_eval_run(struct ml_train_eval *ev, const struct ml_graph *from,
 	const struct ml_tval *x, *y;
 	int rc;
 	if (ev->nx != 1)
-		return ml_fail(e, ML_ENOTSUP, "the model has %d inputs; a dataset feeds one", ev->nx);
+		return ml_fail(e, ML_ENOTSUP, "the model has %d inputs; a dataset feeds one",
+			       ev->nx);
 	if (d->n < 1)
 		return ml_fail(e, ML_EINVAL, "%s: no samples to evaluate", d->name);
 	if ((rc = ml_train_eval_reset(ev, from, e)) < 0 ||

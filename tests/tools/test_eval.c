@@ -136,7 +136,8 @@ reference(int loss, int lab, bool spatial, const float w[NF][NC], double *lm, do
 			/* z[c * 2 + p]: class c at position p */
 			for (int p = 0; p < 2; p++) {
 				double v[2] = { z[p], z[2 + p] };
-				ls += (loss == ML_LOSS_SCE ? lse_loss(v, 2, K2[i][p]) : -v[K2[i][p]]) / 2;
+				int64_t k = K2[i][p];
+				ls += (loss == ML_LOSS_SCE ? lse_loss(v, 2, k) : -v[k]) / 2;
 				hits += (argmax(v, 2) == K2[i][p]) / 2.0;
 			}
 			continue;
@@ -231,10 +232,10 @@ rows(int from, int n, int lab, bool spatial, struct ml_tval *x, struct ml_tval *
 		memcpy(y->data, &K[from], sizeof K[0] * (size_t)n);
 	} else {
 		ml_tval_alloc(y, ML_F32, 2, yd, &e);
-		for (int i = 0; i < n; i++)
+		float *t = y->data;
+		for (int i = from; i < from + n; i++)
 			for (int c = 0; c < NC; c++)
-				((float *)y->data)[i * NC + c] =
-					lab == LAB_FLOAT ? T[from + i][c] : (float)(c == K[from + i]);
+				*t++ = lab == LAB_FLOAT ? T[i][c] : (float)(c == K[i]);
 	}
 }
 
@@ -300,7 +301,8 @@ losses(void)
 			reference(loss, lab, false, W, &rl, &ra);
 			bool g1 = evaluate(dyn, loss, lab, false, 4, NULL, whole, NULL, &l, &a);
 			ok(g1 && close_to(l, rl) && close_to(a, ra),
-			   "%s, %s: one batch of %d in runs of 4: loss %.9g acc %g (by hand %.9g %g)",
+			   "%s, %s: one batch of %d in runs of 4: loss %.9g acc %g "
+			   "(by hand %.9g %g)",
 			   loss_names[loss], lab_names[lab], NS, l, a, rl, ra);
 			bool g2 = evaluate(dyn, loss, lab, false, 4, NULL, split, NULL, &l, &a);
 			ok(g2 && close_to(l, rl) && close_to(a, ra),
@@ -308,7 +310,8 @@ losses(void)
 			   loss_names[loss], lab_names[lab], l, rl);
 			bool g3 = evaluate(dyn, loss, lab, false, 1000, NULL, ones, NULL, &l, &a);
 			ok(g3 && close_to(l, rl) && close_to(a, ra),
-			   "%s, %s: batches of 4, 4 and 3 at most 1000 a run: loss %.9g (by hand %.9g)",
+			   "%s, %s: batches of 4, 4 and 3, at most 1000 a run: loss %.9g "
+			   "(by hand %.9g)",
 			   loss_names[loss], lab_names[lab], l, rl);
 			bool g4 = evaluate(fix, loss, lab, false, 1000, NULL, split, NULL, &l, &a);
 			ok(g4 && close_to(l, rl) && close_to(a, ra),
