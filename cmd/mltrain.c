@@ -176,6 +176,7 @@ struct run {
 	const char *model_path, *out, *ckpt, *data_path;
 	struct ml_graph *model, *step;
 	struct ml_session *sess;
+	struct ml_train_eval *ev;	/* the evaluation of r->eval (make_eval) */
 	struct ml_dataset *train, *eval;
 	struct ml_loader *ld;
 	const char *xname;
@@ -359,91 +360,6 @@ checkpoint(struct run *r, const char *why)
 			(unsigned long long)r->step_no, why, r->ckpt);
 }
 
-/* host_loss: the loss of one row of logits, as the step graph's loss computes it. */
-static double
-row_loss(const char *loss, const float *z, int64_t c, const struct ml_tval *y, int64_t i)
-{
-	if (strcmp(loss, "softmax-cross-entropy") == 0 || strcmp(loss, "nll") == 0) {
-		int64_t k = ml_get_i64(y->data, y->dtype, i);
-		if (strcmp(loss, "nll") == 0)
-			return -z[k];
-		double m = z[0], s = 0;
-		for (int64_t j = 1; j < c; j++)
-			m = z[j] > m ? z[j] : m;
-		for (int64_t j = 0; j < c; j++)
-			s += exp(z[j] - m);
-		return m + log(s) - z[k];
-	}
-	double s = 0;
-	for (int64_t j = 0; j < c; j++) {
-		double t = ml_get_f64(y->data, y->dtype, i * c + j), x = z[j];
-		if (strcmp(loss, "mse") == 0)
-			s += (x - t) * (x - t);
-		else
-			s += fmax(x, 0) - x * t + log1p(exp(-fabs(x)));
-	}
-	return s / (double)c;
-}
-
-/* argmax_ok: whether row i's largest logit is its class. */
-static bool
-argmax_ok(const float *z, int64_t c, const struct ml_tval *y, int64_t i)
-{
-	int64_t best = 0, k;
-	for (int64_t j = 1; j < c; j++)
-		if (z[j] > z[best])
-			best = j;
-	if (ml_dtype_is_int(y->dtype)) {
-		k = ml_get_i64(y->data, y->dtype, i);
-	} else {
-		k = 0;
-		for (int64_t j = 1; j < c; j++)
-			if (ml_get_f64(y->data, y->dtype, i * c + j) >
-			    ml_get_f64(y->data, y->dtype, i * c + k))
-				k = j;
-	}
-	return best == k;
-}
-
-/* evaluate: loss and accuracy of the model (eval mode) on r->eval. */
-static void
-evaluate(struct run *r, double *loss, double *acc)
-{
-	struct ml_err err = { 0 };
-	struct ml_session *s = NULL;
-	struct ml_session_opts so = { .device = r->device };
-	struct ml_loader *ld = NULL;
-	struct ml_loader_opts lo = { .batch = 1000, .prefetch = true, .x = r->xs, .y = r->ys,
-				     .augment = &r->norm };
-	const struct ml_tval *x, *y;
-	double ls = 0;
-	int64_t ok = 0, n = 0;
-	int rc;
-
-	export_state(r);
-	if (ml_session_new(&s, r->model, &so, &err) < 0 || ml_loader_new(&ld, r->eval, &lo, &err) < 0 ||
-	    ml_loader_start(ld, 0, 0, &err) < 0)
-		die_run(&err, NULL);
-	while ((rc = ml_loader_next(ld, &x, &y, &err)) > 0) {
-		if (ml_session_set_input(s, r->xname, x, &err) < 0 || ml_session_run(s, &err) < 0)
-			die_run(&err, NULL);
-		const struct ml_tval *z = ml_session_output(s, 0);
-		int64_t b = x->dims[0], c = ml_tval_numel(z) / b;
-		for (int64_t i = 0; i < b; i++) {
-			const float *row = (const float *)z->data + i * c;
-			ls += row_loss(r->o.loss, row, c, y, i);
-			ok += r->classes > 0 && argmax_ok(row, c, y, i);
-		}
-		n += b;
-	}
-	if (rc < 0)
-		die_run(&err, NULL);
-	ml_loader_free(ld);
-	ml_session_free(s);
-	*loss = ls / (double)n;
-	*acc = r->classes > 0 ? (double)ok / (double)n : NAN;
-}
-
 static void
 progress(const struct run *r, double t0, bool done)
 {
@@ -462,7 +378,28 @@ progress(const struct run *r, double t0, bool done)
 		(long long)r->spe, r->seen ? r->loss_sum / (double)r->seen : 0.0, sps);
 }
 
-/* setup_data: load, split, check against the model, make the loader. */
+/*
+ * make_eval: the evaluation of the model on r->eval (lib/train's graph of
+ * the model, the loss and the accuracy), in batches of 1000 on the run's
+ * device; it takes the step's weights at each epoch's end.
+ */
+static void
+make_eval(struct run *r)
+{
+	struct ml_err err = { 0 };
+	struct ml_train_eval_opts eo;
+	if (r->eval == NULL)
+		return;
+	ml_train_eval_opts_init(&eo);
+	eo.loss = ml_loss_from_name(r->o.loss);
+	eo.accuracy = r->classes > 0;
+	eo.device = r->device;
+	eo.augment = &r->norm;
+	if (ml_train_eval_new(&r->ev, r->model, &eo, &err) < 0)
+		die_run(&err, r->model_path);
+}
+
+/* setup_data: load, split, check against the model, make the loader and the evaluation. */
 static void
 setup_data(struct run *r)
 {
@@ -520,6 +457,7 @@ setup_data(struct run *r)
 	r->spe = ml_loader_batches(r->ld);
 	if (r->spe == 0)
 		die(EXIT_INVALID, "%s: fewer samples than one batch", r->data_path);
+	make_eval(r);
 }
 
 /*
@@ -555,8 +493,11 @@ report_epoch(struct run *r, double secs, double sps)
 	double vl = NAN, va = NAN;
 	double tl = r->loss_sum / (double)(r->seen ? r->seen : 1);
 	double ta = r->classes > 0 ? (double)r->correct / (double)(r->seen ? r->seen : 1) : NAN;
-	if (r->eval != NULL)
-		evaluate(r, &vl, &va);
+	struct ml_err err = { 0 };
+	if (r->eval != NULL && (ml_session_sync(r->sess, &err) < 0 ||
+				ml_train_eval_run(r->ev, r->step, r->eval, &r->xs, &r->ys, &vl, &va,
+						  &err) < 0))
+		die_run(&err, NULL);
 	const char *what = r->o.val_split > 0 ? "val" : "test";
 	if (!r->quiet) {
 		fprintf(stderr, "epoch %llu/%lld: loss %.4f", (unsigned long long)r->epoch,
@@ -667,13 +608,11 @@ train(struct run *r)
 			    ml_session_run(r->sess, &err) < 0)
 				die_run(&err, NULL);
 			const struct ml_tval *lv = ml_session_output(r->sess, 0);
-			const struct ml_tval *z = ml_session_output(r->sess, 1);
 			double loss = ml_get_f64(lv->data, lv->dtype, 0);
 			int64_t b = x->dims[0], nok = 0;
-			if (r->classes > 0) {
-				int64_t lb = xv.dims[0], c = lb > 0 ? ml_tval_numel(z) / lb : 0;
-				for (int64_t i = 0; i < lb; i++)
-					nok += argmax_ok((const float *)z->data + i * c, c, &yv, i);
+			if (r->classes > 0 && r->step->n_outputs > 2) {
+				const struct ml_tval *h = ml_session_output(r->sess, 2);
+				nok = llround(ml_get_f64(h->data, h->dtype, 0));
 			}
 			/*
 			 * What this step does about signals: the flags as they are now,
@@ -1056,6 +995,8 @@ build_step(struct run *r, const struct args *a)
 	train_opts(&to, &r->o);
 	if (a->qat)
 		insert_fakequant(r, a->from);
+	/* the hits of each batch, for the accuracy of an output [N, classes] */
+	to.accuracy = r->model->tensors[r->model->outputs[0]]->rank >= 2;
 	if (ml_train_step_graph(&r->step, r->model, &to, &err) < 0)
 		die_run(&err, a->from);
 	if (r->verbose) {
@@ -1173,6 +1114,7 @@ static void
 free_run(struct run *r)
 {
 	ml_session_free(r->sess);
+	ml_train_eval_free(r->ev);
 	ml_loader_free(r->ld);
 	ml_dataset_free(r->train);
 	ml_dataset_free(r->eval);

@@ -1,8 +1,9 @@
 /*
  * ml_train.h: training (lib/train): reverse-mode autodiff as a graph to
  * graph transformation, losses, optimizers, training-step graphs,
- * learning-rate schedules (schedule.c) and the training state a checkpoint
- * keeps, read back (state.c). Included by ml.h. Owner: autodiff (issue 5).
+ * learning-rate schedules (schedule.c), evaluation graphs (eval.c) and the
+ * training state a checkpoint keeps, read back (state.c). Included by ml.h.
+ * Owner: autodiff (issue 5).
  *
  * A training step is an ordinary graph. ml_train_step_graph copies a model,
  * puts BatchNormalization and Dropout into training mode, appends a loss,
@@ -97,6 +98,7 @@ struct ml_train_opts {
 	uint64_t seed;		/* initial RNG state of Dropout in training mode */
 	int accumulate;		/* > 1: sum the gradients of this many runs (micro-batches)
 				 * and update on the last with their mean (0, 1: every run) */
+	bool accuracy;		/* also output "train.correct" (default false; see below) */
 };
 
 /* ml_train_opts_init: the defaults above. */
@@ -109,7 +111,11 @@ void ml_train_opts_init(struct ml_train_opts *o);
  *            for SCE and NLL; float shaped like the loss's output for MSE
  *            and BCE), then "lr" (f32 scalar, so schedules need no rebuild);
  *   outputs: "loss" (f32 scalar, the batch mean) and the model output the
- *            loss reads (under its own name, for accuracy).
+ *            loss reads (under its own name); with o->accuracy a third,
+ *            "train.correct": the samples of the batch whose output picks
+ *            their label, a scalar of the output's dtype, counted as
+ *            ml_train_eval counts them (ML_EINVAL for an output of rank
+ *            below 2).
  * Trainable parameters are the model's PARAM tensors, and float CONST
  * tensors that feed weight, bias or scale inputs of Conv, ConvTranspose,
  * Gemm, MatMul, BatchNormalization, LayerNormalization, InstanceNormalization
@@ -135,6 +141,111 @@ void ml_train_opts_init(struct ml_train_opts *o);
  */
 int ml_train_step_graph(struct ml_graph **out, const struct ml_graph *model,
 			const struct ml_train_opts *o, struct ml_err *e);
+
+/*
+ * Evaluation. The loss and accuracy of a model over data are a graph too,
+ * run batch by batch by an ordinary session on the run's device: the model
+ * (in eval mode, as it is) with the step's loss per sample (reduction
+ * "none"; BCE written out as Relu(x) - x t + Softplus(-|x|)), the accuracy
+ * as ArgMax, Equal and Cast, each summed over the batch under a mask, so a
+ * last batch smaller than the session's is padded with copies of its first
+ * sample that count for nothing (a model with a fixed batch evaluates every
+ * sample). Only the two sums leave the device. The graph is built once;
+ * each evaluation takes the current weights by name:
+ *
+ *	struct ml_train_eval_opts eo;
+ *	ml_train_eval_opts_init(&eo);
+ *	eo.loss = ML_LOSS_SCE; eo.device = "cl";
+ *	ml_train_eval_new(&ev, model, &eo, &err);
+ *	after each epoch of training:
+ *		ml_session_sync(step_session, &err);	(weights back from a device)
+ *		ml_train_eval_run(ev, step, test, &xs, &ys, &loss, &acc, &err);
+ *	ml_train_eval_free(ev);
+ *
+ * or, with batches of one's own: ml_train_eval_reset(ev, step, &err); then
+ * ml_train_eval_batch(ev, &x, &y, &err) for each; ml_train_eval_result.
+ * loss is the mean over samples of each sample's loss (its mean over the
+ * sample's values, as the step's loss of a batch is the mean over the
+ * batch); acc the share of samples whose output picks their label (NAN
+ * without opts.accuracy).
+ */
+struct ml_train_eval;
+struct ml_dataset;	/* ml_data.h */
+struct ml_batch_spec;
+struct ml_augment;
+struct ml_train_eval_opts {
+	int loss;		/* enum ml_loss, as the step's (default ML_LOSS_SCE) */
+	int output;		/* index of the model output the loss reads (default 0) */
+	bool accuracy;		/* count hits (needs an output [N, C, ...]; default false) */
+	int64_t batch;		/* samples a run, at most (default 1000); a model
+				 * with a fixed batch runs at that batch */
+	const char *device;	/* the session's device, as struct ml_session_opts
+				 * (default NULL: the CPU); copied */
+	const struct ml_augment *augment;	/* ml_train_eval_run's batches' (normally
+				 * only a normalisation); borrowed; default NULL: none */
+};
+
+/* ml_train_eval_opts_init: the defaults above. */
+void ml_train_eval_opts_init(struct ml_train_eval_opts *o);
+
+/*
+ * ml_train_eval_new: build in *out the evaluation of model (not changed;
+ * its current weights are the first ones evaluated): its inputs, then
+ * "label" (as ml_train_step_graph's) and "eval.mask" (the output's float
+ * type, [N]); outputs "eval.loss_sum" and, with accuracy, "eval.hits".
+ * Every model input must have a batch dim first. ML_EINVAL for bad options,
+ * an output the loss cannot read, or a model with tensors of those names;
+ * ML_ENOTSUP for an input without a batch dim; ML_ENOMEM. *out is NULL on
+ * failure.
+ */
+int ml_train_eval_new(struct ml_train_eval **out, const struct ml_graph *model,
+		      const struct ml_train_eval_opts *o, struct ml_err *e);
+
+/*
+ * ml_train_eval_reset: start an evaluation: the sums go to zero and, when
+ * from is not NULL, every stored (CONST or PARAM) tensor of the evaluation
+ * takes the data of from's stored tensor of that name: from is a step graph
+ * of the model (after ml_session_sync where it ran on a device) or the
+ * model after ml_train_export. The session is made again at the next batch.
+ * ML_EINVAL when a tensor of that name differs in dtype or size; ML_ENOMEM.
+ */
+int ml_train_eval_reset(struct ml_train_eval *ev, const struct ml_graph *from, struct ml_err *e);
+
+/*
+ * ml_train_eval_batch: evaluate one batch and add it to the sums: x[i] for
+ * the model's input i (in the order of model->inputs), y the labels as the
+ * step takes them, all with the same number of samples (one or more) first.
+ * A batch larger than the session's is run in parts; a smaller one padded.
+ * The first batch after ml_train_eval_new or _reset makes the session, at
+ * the model's fixed batch or at opts.batch or this batch's size, whichever
+ * is smaller. ML_EINVAL for inputs that differ in samples or do not fit
+ * the model; the session's errors.
+ */
+int ml_train_eval_batch(struct ml_train_eval *ev, const struct ml_tval *x, const struct ml_tval *y,
+			struct ml_err *e);
+
+/*
+ * ml_train_eval_result: the samples evaluated since the last reset; *loss
+ * their mean loss and *acc their accuracy (NAN when there were none, and
+ * acc without opts.accuracy). Either pointer may be NULL.
+ */
+int64_t ml_train_eval_result(const struct ml_train_eval *ev, double *loss, double *acc);
+
+/*
+ * ml_train_eval_run: ml_train_eval_reset(ev, from), then every sample of d
+ * in order (batches of opts.batch, or the model's fixed batch) through
+ * ml_train_eval_batch, and the result in *loss and *acc (either may be
+ * NULL). xs and ys are the model's input and label specs as
+ * ml_dataset_check resolved them for d. ML_ENOTSUP for a model of more
+ * than one input; ML_EINVAL for an empty d; the loader's and the
+ * session's errors.
+ */
+int ml_train_eval_run(struct ml_train_eval *ev, const struct ml_graph *from,
+		      const struct ml_dataset *d, const struct ml_batch_spec *xs,
+		      const struct ml_batch_spec *ys, double *loss, double *acc, struct ml_err *e);
+
+/* ml_train_eval_free: release ev, its graph and its session; NULL is a no-op. */
+void ml_train_eval_free(struct ml_train_eval *ev);
 
 /*
  * ml_train_fuse: rewrite a step graph of ml_train_step_graph for the CPU:

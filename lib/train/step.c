@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "ops/gradrule.h"
+#include "train/train.h"
 
 static const char *const loss_names[] = { "softmax-cross-entropy", "nll", "mse", "bce-with-logits" };
 static const char *const optim_names[] = { "sgd", "adam", "adamw" };
@@ -404,14 +405,14 @@ stat_only(const struct ml_graph *g, int t)
 }
 
 /*
- * unshare: PyTorch's ONNX export keeps one initializer for parameters of
- * equal initial values (every BatchNorm scale of ones, say) and makes the
- * others Identity nodes of it. Trained, they part ways, so each such
- * Identity output becomes a stored tensor of its own, with a copy of the
- * data (ml_train_export does the same to the model).
+ * ml_train_unshare: PyTorch's ONNX export keeps one initializer for
+ * parameters of equal initial values (every BatchNorm scale of ones, say)
+ * and makes the others Identity nodes of it. Trained, they part ways, so
+ * each such Identity output becomes a stored tensor of its own, with a
+ * copy of the data (ml_train_export does the same to the model).
  */
-static int
-unshare(struct ml_graph *g, struct ml_err *e)
+int
+ml_train_unshare(struct ml_graph *g, struct ml_err *e)
 {
 	for (int i = 0; i < g->n_nodes;) {
 		if (!stored_identity(g, i)) {
@@ -461,36 +462,30 @@ declare(struct ml_tensor *t, enum ml_dtype dt, int rank, const int64_t *dims, ch
 	}
 }
 
-/* add_loss: the label input and the loss nodes; returns the loss tensor. */
-static int
-add_loss(struct sb *b, const struct ml_train_opts *o, int out)
+int
+ml_train_label(struct ml_graph *g, int loss, int out, struct ml_err *e)
 {
-	struct ml_graph *g = b->g;
 	const struct ml_tensor *ot = g->tensors[out];
-	if (ml_graph_find(g, "label") >= 0 || ml_graph_find(g, "lr") >= 0 ||
-	    ml_graph_find(g, "loss") >= 0)
-		return ml_fail(b->e, ML_EINVAL, "the model has a tensor called label, lr or loss "
-			       "already");
 	if (!ml_dtype_is_float(ot->dtype) || ot->rank < 1)
-		return ml_fail(b->e, ML_EINVAL, "output '%s' is not a float tensor", ot->name);
+		return ml_fail(e, ML_EINVAL, "output '%s' is not a float tensor", ot->name);
+	bool cls = loss == ML_LOSS_SCE || loss == ML_LOSS_NLL;
+	if (cls && ot->rank < 2)
+		return ml_fail(e, ML_EINVAL, "output '%s' must be [N, classes, ...] for %s",
+			       ot->name, ml_loss_name(loss));
 	int lab = ml_graph_tensor(g, "label");
 	if (lab < 0)
-		return ML_ENOMEM;
+		return ml_fail(e, ML_ENOMEM, "out of memory");
 	ot = g->tensors[out];
 	int64_t dims[ML_MAX_RANK];
 	char *sym[ML_MAX_RANK];
 	int r = 0;
-	bool cls = o->loss == ML_LOSS_SCE || o->loss == ML_LOSS_NLL;
 	for (int d = 0; d < ot->rank; d++)
 		if (!cls || d != 1) {
 			dims[r] = ot->dims[d];
 			sym[r++] = ot->sym[d];
 		}
-	if (cls && ot->rank < 2)
-		return ml_fail(b->e, ML_EINVAL, "output '%s' must be [N, classes, ...] for %s",
-			       ot->name, ml_loss_name(o->loss));
 	declare(g->tensors[lab], cls ? ML_I64 : ot->dtype, r, dims, sym);
-	ML_TRY(ml_graph_add_input(g, lab, b->e));
+	ML_TRY(ml_graph_add_input(g, lab, e));
 	/* what --random of mlrun and mlprof should give it: a class index, or a target in [0, 1) */
 	char range[64];
 	if (cls && ot->dims[1] > 0)
@@ -498,7 +493,22 @@ add_loss(struct sb *b, const struct ml_train_opts *o, int out)
 	else
 		snprintf(range, sizeof range, "0 1");
 	if (!cls || ot->dims[1] > 0)
-		ML_TRY(ml_graph_set_meta(g, "random:label", range, b->e));
+		ML_TRY(ml_graph_set_meta(g, "random:label", range, e));
+	return lab;
+}
+
+/* add_loss: the label input and the loss nodes; returns the loss tensor. */
+static int
+add_loss(struct sb *b, const struct ml_train_opts *o, int out)
+{
+	struct ml_graph *g = b->g;
+	if (ml_graph_find(g, "label") >= 0 || ml_graph_find(g, "lr") >= 0 ||
+	    ml_graph_find(g, "loss") >= 0 || (o->accuracy && ml_graph_find(g, "train.correct") >= 0))
+		return ml_fail(b->e, ML_EINVAL, "the model has a tensor called label, lr, loss "
+			       "or train.correct already");
+	int lab = ml_train_label(g, o->loss, out, b->e);
+	if (lab < 0)
+		return lab;
 	const char *ln = "loss";
 	int in[2] = { out, lab }, ni;
 	switch (o->loss) {
@@ -765,7 +775,7 @@ ml_train_step_graph(struct ml_graph **out, const struct ml_graph *model,
 	if ((rc = ml_graph_clone(&g, model, e)) < 0)
 		return rc;
 	b.g = g;
-	if ((rc = unshare(g, e)) < 0 || (rc = ml_graph_toposort(g, e)) < 0 ||
+	if ((rc = ml_train_unshare(g, e)) < 0 || (rc = ml_graph_toposort(g, e)) < 0 ||
 	    (rc = ml_graph_infer(g, e)) < 0)
 		goto fail;
 	int out_t = g->outputs[o->output];
@@ -806,9 +816,16 @@ ml_train_step_graph(struct ml_graph **out, const struct ml_graph *model,
 	if ((rc = ml_graph_add_input(g, lr, e)) < 0 ||
 	    (rc = ml_graph_set_meta(g, "random:lr", "0.01 0.01", e)) < 0)
 		goto fail;
-	/* outputs: the loss and the output it reads */
+	/* outputs: the loss, the output it reads, and (o->accuracy) its hits */
+	int hits = -1;
+	if (o->accuracy && (hits = ml_train_hits(g, o->loss, out_t, ml_graph_find(g, "label"), -1,
+						 "loss/accuracy", "train.correct", e)) < 0) {
+		rc = hits;
+		goto fail;
+	}
 	g->n_outputs = 0;
-	if ((rc = ml_graph_add_output(g, loss, e)) < 0 || (rc = ml_graph_add_output(g, out_t, e)) < 0)
+	if ((rc = ml_graph_add_output(g, loss, e)) < 0 || (rc = ml_graph_add_output(g, out_t, e)) < 0 ||
+	    (hits >= 0 && (rc = ml_graph_add_output(g, hits, e)) < 0))
 		goto fail;
 	if ((rc = ml_graph_toposort(g, e)) < 0 || (rc = ml_graph_infer(g, e)) < 0)
 		goto fail;
