@@ -507,3 +507,61 @@ cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path
 		ml_tval_clear(&v);
 	}
 }
+
+void
+cli_add_shape(struct cli_shapes *s, const char *arg, const char *synopsis)
+{
+	struct ml_err err = { 0 };
+	struct ml_shape_arg a;
+	if (ml_shape_arg_parse(&a, arg, &err) < 0) {
+		if (err.code == ML_ENOMEM)
+			die(EXIT_FAIL, "out of memory");
+		usage_error(synopsis, "--shape: %s", err.msg);
+	}
+	struct ml_shape_arg *na = realloc(s->a, sizeof *na * (size_t)(s->n + 1));
+	if (na == NULL)
+		die(EXIT_FAIL, "out of memory");
+	s->a = na;
+	s->a[s->n++] = a;
+}
+
+void
+cli_apply_shapes(struct ml_graph *g, const char *path, const struct cli_shapes *s, int verbose)
+{
+	struct ml_err err = { 0 };
+	int nr = 0;
+	const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;
+
+	if (s->n == 0)
+		return;
+	if (ml_graph_set_input_shapes(g, s->a, s->n, &nr, &err) < 0)
+		die(ml_exit_status(err.code), "%s: --shape: %s", shown, err.msg);
+	if (!verbose)
+		return;
+	for (int i = 0; i < s->n; i++) {
+		char buf[300];
+		size_t k = 0;
+		int ti = ml_graph_find(g, s->a[i].name);
+		const struct ml_tensor *t = g->tensors[ti];
+		for (int d = 0; d < t->rank && k < sizeof buf; d++)
+			k += t->dims[d] >= 0 ?
+			     (size_t)snprintf(buf + k, sizeof buf - k, "%s%lld", d ? "," : "",
+					      (long long)t->dims[d]) :
+			     (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", d ? "," : "",
+					      t->sym[d] != NULL ? t->sym[d] : "?");
+		fprintf(stderr, "%s: input '%s' is now %s[%s]\n", progname, t->name,
+			ml_dtype_name(t->dtype), k ? buf : "");
+	}
+	fprintf(stderr, "%s: --shape rewrote %d Reshape target%s\n", progname, nr,
+		nr == 1 ? "" : "s");
+}
+
+void
+cli_shapes_free(struct cli_shapes *s)
+{
+	for (int i = 0; i < s->n; i++)
+		ml_shape_arg_clear(&s->a[i]);
+	free(s->a);
+	s->a = NULL;
+	s->n = 0;
+}
