@@ -269,14 +269,18 @@ track(struct ctx *c, int ni)
 			int cnt = o->rank == p->rank && known(o) ? carries(c, t, k, &d) : -1;
 			if (cnt == 0)
 				continue;
-			if (cnt != 1 || from_lost) {
-				l->dim = LOST;
+			if (cnt != 1) {
+				l->dim = LOST;	/* twice in one tensor: seq x seq attention */
 				continue;
 			}
 			int64_t f = c->f[k].old;
 			const struct ml_tval *in0 = n->n_in > 0 && n->in[0] >= 0 ? &c->old[n->in[0]] : NULL;
 			struct loc l0 = n->n_in > 0 && n->in[0] >= 0 ? LOC(c, n->in[0], k) :
 							(struct loc){ NONE, 1 };
+			if ((n->op == ML_OP_TRANSPOSE || reshape_like(n->op)) && l0.dim == LOST) {
+				l->dim = LOST;
+				continue;
+			}
 			if (n->op == ML_OP_TRANSPOSE && l0.dim >= 0) {
 				const int64_t *perm = NULL;
 				int np = ml_attr_ints(n, "perm", &perm);
@@ -305,7 +309,9 @@ track(struct ctx *c, int ni)
 			}
 			if (found)
 				continue;
-			if (o->dims[d] == f)
+			if (from_lost)
+				*l = (struct loc){ LOST, 1 };
+			else if (o->dims[d] == f)
 				*l = (struct loc){ d, 1 };
 			else if (f > 0 && o->dims[d] % f == 0)
 				*l = (struct loc){ d, o->dims[d] / f };	/* outermost in its dim */
@@ -449,7 +455,16 @@ fix_reshape(struct ctx *c, int ni)
 	int64_t len = yo->rank;
 	ML_TRY(ml_graph_set_data(g, t, ML_TK_CONST, ML_I64, 1, &len, tgt, sizeof(int64_t) * (size_t)len,
 				 c->e));
-	ML_TRY(grow_vals(c));
+	/* the probe sees the probe sizes where the target has concrete new ones */
+	struct ml_tval pv = { 0 };
+	ML_TRY(ml_tval_alloc(&pv, ML_I64, 1, &len, c->e));
+	for (int j = 0; j < yo->rank; j++)
+		((int64_t *)pv.data)[j] = tgt[j] <= 0 ? tgt[j] : probe[j];
+	/* xo and yo point into c->old, which grows here */
+	if (grow_vals(c) < 0) {
+		ml_tval_clear(&pv);
+		return ML_ENOMEM;
+	}
 	n = &g->nodes[ni];
 	int *dr = ml_realloc(c->dropped, sizeof *dr * (size_t)(c->rewritten + 1));
 	if (dr == NULL)
@@ -458,11 +473,6 @@ fix_reshape(struct ctx *c, int ni)
 	c->dropped[c->rewritten] = n->in[1];
 	n->in[1] = t;
 	ml_graph_tval(g, t, &c->old[t]);
-	/* the probe sees the probe sizes where the target has concrete new ones */
-	struct ml_tval pv = { 0 };
-	ML_TRY(ml_tval_alloc(&pv, ML_I64, 1, &len, c->e));
-	for (int j = 0; j < yo->rank; j++)
-		((int64_t *)pv.data)[j] = tgt[j] <= 0 ? tgt[j] : probe[j];
 	c->probe[t] = pv;
 	for (int k = 0; k < c->nf; k++)
 		LOC(c, t, k) = (struct loc){ NONE, 1 };
