@@ -527,10 +527,16 @@ probe_all(struct ctx *c)
 		if (ml_infer_values_range(g, c->probe, i, i + 1, &e2) < 0) {
 			char nb[300];
 			n = &g->nodes[i];
-			if (strncmp(e2.msg, "node '", 6) == 0 || n->name[0] == '\0')
-				return ml_fail(c->e, ML_ENOTSUP, "%s", e2.msg);
-			return ml_fail(c->e, ML_ENOTSUP, "%s: %s", node_desc(n, nb, sizeof nb),
-				       e2.msg);
+			/* the message names the probe's sizes: say so */
+			const char *m = e2.msg;
+			if (strncmp(m, "node '", 6) == 0 && (m = strstr(m, "): ")) != NULL)
+				m += 3;
+			else
+				m = e2.msg;
+			return ml_fail(c->e, ML_ENOTSUP,
+				       "%s does not fit the new sizes: it holds an old size "
+				       "(tried with each changed dim 7, 11, 13... times as large: %s)",
+				       node_desc(n, nb, sizeof nb), m);
 		}
 		n = &g->nodes[i];
 		for (int j = 0; j < n->n_out; j++) {
