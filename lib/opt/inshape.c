@@ -49,7 +49,14 @@ struct ctx {
 	struct ml_tval *probe;	/* the same with every factor times its prime */
 	struct loc *loc;	/* cap * nf */
 	int rewritten;
-	int *dropped;		/* the old targets of rewritten Reshapes */
+	struct pending *pend;	/* the new Reshape targets, one per node at most */
+};
+
+/* A Reshape target to write once the whole graph fits: node, target. */
+struct pending {
+	int node;
+	int rank;
+	int64_t tgt[ML_MAX_RANK];
 };
 
 #define LOC(c, t, k) ((c)->loc[(size_t)(t) * (size_t)(c)->nf + (size_t)(k)])
@@ -321,43 +328,14 @@ track(struct ctx *c, int ni)
 	}
 }
 
-/* grow_vals: room for one more tensor in the per-tensor arrays. */
-static int
-grow_vals(struct ctx *c)
-{
-	if (c->g->n_tensors < c->cap)
-		return 0;
-	int cap = c->cap * 2 + 16;
-	struct ml_tval *o = ml_realloc(c->old, sizeof *o * (size_t)cap);
-	if (o == NULL)
-		return ml_fail(c->e, ML_ENOMEM, "out of memory");
-	c->old = o;
-	struct ml_tval *p = ml_realloc(c->probe, sizeof *p * (size_t)cap);
-	if (p == NULL)
-		return ml_fail(c->e, ML_ENOMEM, "out of memory");
-	c->probe = p;
-	struct loc *l = ml_realloc(c->loc, sizeof *l * (size_t)cap * (size_t)(c->nf ? c->nf : 1));
-	if (l == NULL)
-		return ml_fail(c->e, ML_ENOMEM, "out of memory");
-	c->loc = l;
-	for (int t = c->cap; t < cap; t++) {
-		memset(&c->old[t], 0, sizeof c->old[t]);
-		memset(&c->probe[t], 0, sizeof c->probe[t]);
-		c->old[t].rank = c->probe[t].rank = -1;
-		for (int k = 0; k < c->nf; k++)
-			LOC(c, t, k) = (struct loc){ NONE, 1 };
-	}
-	c->cap = cap;
-	return 0;
-}
-
 /*
  * fix_reshape: node ni is a Reshape with a constant target over an input
- * that carries factors. Give it a target that holds for the new sizes
- * (with its probe value in c->probe), unless the old target already does.
+ * that carries factors. Unless the old target already holds for the new
+ * sizes, record one that does (c->pend) and return 1 with its probe value
+ * in *pv (owned); 0 when nothing changes.
  */
 static int
-fix_reshape(struct ctx *c, int ni)
+fix_reshape(struct ctx *c, int ni, struct ml_tval *pv)
 {
 	struct ml_graph *g = c->g;
 	struct ml_node *n = &g->nodes[ni];
@@ -429,7 +407,6 @@ fix_reshape(struct ctx *c, int ni)
 		tgt[var] = -1;
 	/* the old target already right (a -1 or 0 where the factors are)? */
 	int st = n->in[1];
-	const struct ml_tensor *ct = g->tensors[st];
 	const struct ml_tval *cv = &c->old[st];
 	int64_t cur[ML_MAX_RANK];
 	int cn = (int)ML_MIN(ml_tval_numel(cv), ML_MAX_RANK);
@@ -441,43 +418,17 @@ fix_reshape(struct ctx *c, int ni)
 		       (!allowzero && cur[j] == 0 && tgt[j] == 0);
 	if (same)
 		return 0;
-	/* a constant of its own: another node may read the old one */
-	char base[300];
-	snprintf(base, sizeof base, "%.280s_shape", n->name[0] ? n->name : ct->name);
-	char *name = ml_graph_strdup(g, base);
-	for (int k = 1; name != NULL && ml_graph_find(g, name) >= 0; k++) {
-		snprintf(base, sizeof base, "%.280s_shape_%d", n->name[0] ? n->name : ct->name, k);
-		name = ml_graph_strdup(g, base);
-	}
-	int t;
-	if (name == NULL || (t = ml_graph_tensor(g, name)) < 0)
-		return ml_fail(c->e, ML_ENOMEM, "out of memory");
-	int64_t len = yo->rank;
-	ML_TRY(ml_graph_set_data(g, t, ML_TK_CONST, ML_I64, 1, &len, tgt, sizeof(int64_t) * (size_t)len,
-				 c->e));
 	/* the probe sees the probe sizes where the target has concrete new ones */
-	struct ml_tval pv = { 0 };
-	ML_TRY(ml_tval_alloc(&pv, ML_I64, 1, &len, c->e));
+	int64_t len = yo->rank;
+	ML_TRY(ml_tval_alloc(pv, ML_I64, 1, &len, c->e));
 	for (int j = 0; j < yo->rank; j++)
-		((int64_t *)pv.data)[j] = tgt[j] <= 0 ? tgt[j] : probe[j];
-	/* xo and yo point into c->old, which grows here */
-	if (grow_vals(c) < 0) {
-		ml_tval_clear(&pv);
-		return ML_ENOMEM;
-	}
-	n = &g->nodes[ni];
-	int *dr = ml_realloc(c->dropped, sizeof *dr * (size_t)(c->rewritten + 1));
-	if (dr == NULL)
-		return ml_fail(c->e, ML_ENOMEM, "out of memory");
-	c->dropped = dr;
-	c->dropped[c->rewritten] = n->in[1];
-	n->in[1] = t;
-	ml_graph_tval(g, t, &c->old[t]);
-	c->probe[t] = pv;
-	for (int k = 0; k < c->nf; k++)
-		LOC(c, t, k) = (struct loc){ NONE, 1 };
+		((int64_t *)pv->data)[j] = tgt[j] <= 0 ? tgt[j] : probe[j];
+	struct pending *p = &c->pend[c->rewritten];
+	p->node = ni;
+	p->rank = yo->rank;
+	memcpy(p->tgt, tgt, sizeof(int64_t) * (size_t)yo->rank);
 	c->rewritten++;
-	return 0;
+	return 1;
 }
 
 /*
@@ -520,11 +471,24 @@ probe_all(struct ctx *c)
 	struct ml_graph *g = c->g;
 	for (int i = 0; i < g->n_nodes; i++) {
 		struct ml_node *n = &g->nodes[i];
+		struct ml_tval pv = { 0 }, saved;
+		int st = -1, r = 0;
 		if (n->op == ML_OP_RESHAPE && n->n_in >= 2 && n->in[0] >= 0 && n->in[1] >= 0 &&
 		    fixed_value(c, n->in[1]))
-			ML_TRY(fix_reshape(c, i));
+			ML_TRY(r = fix_reshape(c, i, &pv));
+		/* the node reads its new target, for this one inference only */
+		if (r > 0) {
+			st = n->in[1];
+			saved = c->probe[st];
+			c->probe[st] = pv;
+		}
 		struct ml_err e2 = { 0 };
-		if (ml_infer_values_range(g, c->probe, i, i + 1, &e2) < 0) {
+		int rc = ml_infer_values_range(g, c->probe, i, i + 1, &e2);
+		if (st >= 0) {
+			ml_tval_clear(&c->probe[st]);
+			c->probe[st] = saved;
+		}
+		if (rc < 0) {
 			char nb[300];
 			n = &g->nodes[i];
 			/* the message names the probe's sizes: say so */
@@ -605,6 +569,7 @@ ml_graph_set_input_shapes(struct ml_graph *g, const struct ml_shape_arg *a, int 
 	struct ctx c = { .g = g, .e = e };
 	struct opt o = { .g = g, .e = e };
 	char **names = NULL;
+	int *dropped = NULL;
 	int rc = 0;
 
 	if (rewritten != NULL)
@@ -632,7 +597,8 @@ ml_graph_set_input_shapes(struct ml_graph *g, const struct ml_shape_arg *a, int 
 	c.old = ml_calloc((size_t)c.cap, sizeof *c.old);
 	c.probe = ml_calloc((size_t)c.cap, sizeof *c.probe);
 	c.loc = ml_calloc((size_t)c.cap * (size_t)(c.nf ? c.nf : 1), sizeof *c.loc);
-	if (c.old == NULL || c.probe == NULL || c.loc == NULL) {
+	c.pend = ml_calloc((size_t)g->n_nodes + 1, sizeof *c.pend);
+	if (c.old == NULL || c.probe == NULL || c.loc == NULL || c.pend == NULL) {
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -670,18 +636,43 @@ ml_graph_set_input_shapes(struct ml_graph *g, const struct ml_shape_arg *a, int 
 	}
 	if ((rc = probe_all(&c)) < 0)
 		goto out;
+	int nt0 = g->n_tensors;
 	/* the symbolic names the outputs of the probe can take back */
-	if ((names = ml_calloc((size_t)g->n_tensors * ML_MAX_RANK + 1, sizeof *names)) == NULL) {
+	if ((names = ml_calloc((size_t)nt0 * ML_MAX_RANK + 1, sizeof *names)) == NULL) {
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (int t = 0; t < g->n_tensors; t++)
+	for (int t = 0; t < nt0; t++)
 		for (int k = 0; k < c.nf; k++) {
 			struct loc l = LOC(&c, t, k);
 			if (c.f[k].new < 0 && l.dim >= 0 && l.q == 1 &&
 			    c.old[t].dims[l.dim] == c.f[k].old)
 				names[(size_t)t * ML_MAX_RANK + (size_t)l.dim] = (char *)c.f[k].sym;
 		}
+	/* the new targets, each a constant of its own: another node may read the old one */
+	if ((dropped = ml_calloc((size_t)c.rewritten + 1, sizeof *dropped)) == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int k = 0; k < c.rewritten; k++) {
+		struct pending *p = &c.pend[k];
+		char base[300];
+		const char *nm = g->nodes[p->node].name[0] ? g->nodes[p->node].name : "reshape";
+		snprintf(base, sizeof base, "%.280s_shape", nm);
+		for (int j = 1; ml_graph_find(g, base) >= 0; j++)
+			snprintf(base, sizeof base, "%.280s_shape_%d", nm, j);
+		int t = ml_graph_tensor(g, base);
+		int64_t len = p->rank;
+		if (t < 0) {
+			rc = ml_fail(e, ML_ENOMEM, "out of memory");
+			goto out;
+		}
+		if ((rc = ml_graph_set_data(g, t, ML_TK_CONST, ML_I64, 1, &len, p->tgt,
+					    sizeof(int64_t) * (size_t)len, e)) < 0)
+			goto out;
+		dropped[k] = g->nodes[p->node].in[1];
+		g->nodes[p->node].in[1] = t;
+	}
 	/* the new inputs, and every activation inferred again */
 	for (int i = 0; i < n; i++) {
 		struct ml_tensor *t = g->tensors[g->inputs[find_input(g, a[i].name)]];
@@ -719,7 +710,7 @@ ml_graph_set_input_shapes(struct ml_graph *g, const struct ml_shape_arg *a, int 
 		goto out;
 	}
 	for (int k = 0; k < c.rewritten; k++) {
-		int t = c.dropped[k], p = g->tensors[t]->producer;
+		int t = dropped[k], p = g->tensors[t]->producer;
 		if (p >= 0 && g->nodes[p].op == ML_OP_CONSTANT && g->nodes[p].n_out == 1 &&
 		    o.nuse[t] == 0 && !o.pinned[t] && !o.dead[p])
 			mlopt_kill(&o, p);
@@ -728,7 +719,7 @@ ml_graph_set_input_shapes(struct ml_graph *g, const struct ml_shape_arg *a, int 
 		ml_free(tnames);
 		goto out;
 	}
-	for (int t = 0; t < nt; t++) {
+	for (int t = 0; t < nt0; t++) {
 		int k = ml_graph_find(g, tnames[t]);
 		if (k < 0 || g->tensors[k]->producer < 0)
 			continue;
@@ -757,7 +748,8 @@ out:
 	ml_free(c.probe);
 	ml_free(c.loc);
 	ml_free(names);
-	ml_free(c.dropped);
+	ml_free(c.pend);
+	ml_free(dropped);
 	ml_free(o.dead);
 	ml_free(o.nuse);
 	ml_free(o.cons);

@@ -119,6 +119,16 @@ static const char rmodel[] =
 	"}\n"
 	"int64[3] s = {1, 2, 3}\n";
 
+static const char smodel[] =
+	"<ir_version: 8, opset_import: [\"\" : 14]>\n"
+	"q (float[1,6] x) => (float[2,3] y)\n"
+	"{\n"
+	"    [re] r = Reshape (x, s)\n"
+	"    [sq] y = Squeeze (r, ax)\n"
+	"}\n"
+	"int64[3] s = {1, 2, 3}\n"
+	"int64[1] ax = {0}\n";
+
 static void
 shapes(void)
 {
@@ -184,6 +194,25 @@ shapes(void)
 	ok(g != NULL && ml_shape_arg_parse(&a, "x=2x6x1", &e) == 0 &&
 		   ml_graph_set_input_shapes(g, &a, 1, NULL, &e) == ML_EINVAL,
 	   "so is a rank other than the input's");
+	ml_shape_arg_clear(&a);
+	ml_graph_free(g);
+
+	/* a Squeeze of the batch: refused, naming it, and the graph as it was */
+	g = NULL;
+	if (ml_text_decode(&g, smodel, strlen(smodel), "q.mlt", &e) < 0 ||
+	    ml_graph_toposort(g, &e) < 0 || ml_graph_infer(g, &e) < 0 ||
+	    ml_shape_arg_parse(&a, "x=4x6", &e) < 0)
+		printf("# %s\n", e.msg);
+	int nt = g != NULL ? g->n_tensors : -1, rc = -1, ri = -1;
+	if (g != NULL)
+		rc = ml_graph_set_input_shapes(g, &a, 1, NULL, &e);
+	for (int i = 0; g != NULL && i < g->n_nodes; i++)
+		if (strcmp(g->nodes[i].name, "re") == 0)
+			ri = i;
+	ok(rc == ML_ENOTSUP && strstr(e.msg, "node 'sq' (Squeeze) does not fit the new sizes") &&
+		   g->n_tensors == nt && ri >= 0 && g->nodes[ri].in[1] == ml_graph_find(g, "s") &&
+		   ml_graph_t(g, g->inputs[0])->dims[0] == 1,
+	   "a Squeeze of the old batch is refused by name and the graph is left as it was");
 	ml_shape_arg_clear(&a);
 	ml_graph_free(g);
 }
