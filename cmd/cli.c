@@ -462,6 +462,29 @@ make_input(struct ml_tval *v, const struct ml_graph *g, const struct ml_tensor *
 	}
 }
 
+/*
+ * cli_shape_hint: when an array differs from the input it binds in sizes
+ * alone, say that --shape runs the model at the array's shape.
+ */
+void
+cli_shape_hint(struct ml_err *err, const struct ml_graph *g, const char *name, const struct ml_tval *v)
+{
+	int ti = ml_graph_find(g, name);
+	if (ti < 0 || err->code != ML_EINVAL || strstr(err->msg, ": expected ") == NULL)
+		return;
+	const struct ml_tensor *t = g->tensors[ti];
+	if (t->rank != v->rank || v->rank < 1 || (t->dtype != ML_UNDEF && t->dtype != v->dtype))
+		return;
+	char dims[200];
+	size_t k = 0;
+	for (int d = 0; d < v->rank && k < sizeof dims; d++)
+		k += (size_t)snprintf(dims + k, sizeof dims - k, "%s%lld", d ? "x" : "",
+				      (long long)v->dims[d]);
+	k = strlen(err->msg);
+	snprintf(err->msg + k, sizeof err->msg - k, " (--shape %s=%s runs the model at this shape)",
+		 name, dims);
+}
+
 void
 cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path,
 		const struct cli_inputs *in)
@@ -485,6 +508,7 @@ cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path
 			die_err(&err);
 		}
 		if (ml_session_set_input(s, in->binds[i].name, &v, &err) < 0) {
+			cli_shape_hint(&err, g, in->binds[i].name, &v);
 			ml_err_prefix(&err, f);
 			die_err(&err);
 		}

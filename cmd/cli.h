@@ -127,6 +127,13 @@ void cli_add_shape(struct cli_shapes *s, const char *arg, const char *synopsis);
  */
 void cli_apply_shapes(struct ml_graph *g, const char *path, const struct cli_shapes *s,
 		      int verbose);
+/*
+ * cli_shape_hint: after ml_session_set_input refused v for input name of
+ * g, add to err's message that --shape runs the model at v's shape, when
+ * v differs from the input in sizes alone.
+ */
+void cli_shape_hint(struct ml_err *err, const struct ml_graph *g, const char *name,
+		    const struct ml_tval *v);
 /* cli_shapes_free: release what cli_add_shape took. */
 void cli_shapes_free(struct cli_shapes *s);
 

@@ -739,6 +739,7 @@ bind_inputs(struct ml_session *s, const struct ml_graph *g, const struct opts *o
 	cli_bind_inputs(s, g, o->path, &rest);
 	for (int i = 0; i < c.n; i++) {
 		if (ml_session_set_input(s, c.b[i].name, &c.b[i].v, &err) < 0) {
+			cli_shape_hint(&err, g, c.b[i].name, &c.b[i].v);
 			ml_err_prefix(&err, c.b[i].file);
 			die_err(&err);
 		}

@@ -80,7 +80,9 @@ PYEOF
 	per_sample out/output.npy 4 y
 	npcmp y.0.npy "$d/output.npy" --rtol 1e-3 --atol 1e-4
 	# without --shape, the batch-1 model refuses the batch
-	run -3 mlrun "$d/model.onnx" -i input=x.npy -q --threads 2
+	run -3 --separate-stderr mlrun "$d/model.onnx" -i input=x.npy -q --threads 2
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ $stderr == *"expected f32[1,3,224,224], got f32[4,3,224,224] (--shape input=4x3x224x224 runs the model at this shape)" ]]
 }
 
 @test "the transformer encoder at batch 3: its 10 Reshape targets rewritten, each sample as at batch 1" {
