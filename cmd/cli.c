@@ -467,7 +467,8 @@ make_input(struct ml_tval *v, const struct ml_graph *g, const struct ml_tensor *
  * alone, say that --shape runs the model at the array's shape.
  */
 void
-cli_shape_hint(struct ml_err *err, const struct ml_graph *g, const char *name, const struct ml_tval *v)
+cli_shape_hint(struct ml_err *err, const struct ml_graph *g, const char *name,
+	       const struct ml_tval *v)
 {
 	int ti = ml_graph_find(g, name);
 	if (ti < 0 || err->code != ML_EINVAL || strstr(err->msg, ": expected ") == NULL)

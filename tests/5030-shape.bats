@@ -82,10 +82,11 @@ PYEOF
 	# without --shape, the batch-1 model refuses the batch
 	run -3 --separate-stderr mlrun "$d/model.onnx" -i input=x.npy -q --threads 2
 	[ "${#stderr_lines[@]}" -eq 1 ]
-	[[ $stderr == *"expected f32[1,3,224,224], got f32[4,3,224,224] (--shape input=4x3x224x224 runs the model at this shape)" ]]
+	local hint="(--shape input=4x3x224x224 runs the model at this shape)"
+	[[ $stderr == *"expected f32[1,3,224,224], got f32[4,3,224,224] $hint" ]]
 }
 
-@test "the transformer encoder at batch 3: its 10 Reshape targets rewritten, each sample as at batch 1" {
+@test "the transformer encoder at batch 3: 10 Reshape targets rewritten, samples as at batch 1" {
 	need_model transformer
 	local d=$ML_MODELS/transformer
 	stack "$d/input.npy" 3 x
@@ -163,7 +164,8 @@ open("d/train-images-idx3-ubyte", "wb").write(idx(x))
 open("d/train-labels-idx1-ubyte", "wb").write(idx(y))
 PYEOF
 	run -0 --separate-stderr mltrain fixed4.onnx --data d --batch 16 --threads 1 -o o.mlg -v
-	[[ $stderr == *"mltrain: fixed4.onnx: input 'x' had a fixed batch of 4; re-batched to N (--batch 16), 1 Reshape target rewritten"* ]]
+	local said="input 'x' had a fixed batch of 4; re-batched to N (--batch 16)"
+	[[ $stderr == *"mltrain: fixed4.onnx: $said, 1 Reshape target rewritten"* ]]
 	run -0 mlrun o.mlg --random --dim N=3
 	[ "${lines[0]}" = "y f32[3,4]" ]
 	# --shape with a fixed batch other than --batch is the user's word: refused as before
@@ -171,7 +173,7 @@ PYEOF
 	[[ $stderr == *"has a fixed batch of 8, not 16"* ]]
 }
 
-@test "--shape refuses an unknown input (listing the model's), a wrong rank and an input given twice with status 3" {
+@test "--shape refuses an unknown input (listing them), a wrong rank and two shapes with status 3" {
 	mkre
 	run -3 --separate-stderr mlrun re.onnx --shape nope=2x4 --random
 	[ "$stderr" = "mlrun: re.onnx: --shape: the model has no input 'nope' (its inputs: x)" ]
@@ -201,5 +203,6 @@ PYEOF
 	need_model transformer
 	run -4 --separate-stderr mlrun "$ML_MODELS/transformer/model.onnx" --shape input=NxLx64 --random
 	[ "${#stderr_lines[@]}" -eq 1 ]
-	[[ $stderr == *"node '/enc/layers.0/self_attn/Reshape_4' (Reshape): its shape [12,1,64] would need two symbolic dims; give sizes instead of names" ]]
+	[[ $stderr == *"node '/enc/layers.0/self_attn/Reshape_4' (Reshape): its shape [12,1,64]"* ]]
+	[[ $stderr == *"would need two symbolic dims; give sizes instead of names" ]]
 }
