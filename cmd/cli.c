@@ -462,6 +462,30 @@ make_input(struct ml_tval *v, const struct ml_graph *g, const struct ml_tensor *
 	}
 }
 
+/*
+ * cli_shape_hint: when an array differs from the input it binds in sizes
+ * alone, say that --shape runs the model at the array's shape.
+ */
+void
+cli_shape_hint(struct ml_err *err, const struct ml_graph *g, const char *name,
+	       const struct ml_tval *v)
+{
+	int ti = ml_graph_find(g, name);
+	if (ti < 0 || err->code != ML_EINVAL || strstr(err->msg, ": expected ") == NULL)
+		return;
+	const struct ml_tensor *t = g->tensors[ti];
+	if (t->rank != v->rank || v->rank < 1 || (t->dtype != ML_UNDEF && t->dtype != v->dtype))
+		return;
+	char dims[200];
+	size_t k = 0;
+	for (int d = 0; d < v->rank && k < sizeof dims; d++)
+		k += (size_t)snprintf(dims + k, sizeof dims - k, "%s%lld", d ? "x" : "",
+				      (long long)v->dims[d]);
+	k = strlen(err->msg);
+	snprintf(err->msg + k, sizeof err->msg - k, " (--shape %s=%s runs the model at this shape)",
+		 name, dims);
+}
+
 void
 cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path,
 		const struct cli_inputs *in)
@@ -485,6 +509,7 @@ cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path
 			die_err(&err);
 		}
 		if (ml_session_set_input(s, in->binds[i].name, &v, &err) < 0) {
+			cli_shape_hint(&err, g, in->binds[i].name, &v);
 			ml_err_prefix(&err, f);
 			die_err(&err);
 		}
@@ -506,4 +531,62 @@ cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path
 			die_err(&err);
 		ml_tval_clear(&v);
 	}
+}
+
+void
+cli_add_shape(struct cli_shapes *s, const char *arg, const char *synopsis)
+{
+	struct ml_err err = { 0 };
+	struct ml_shape_arg a;
+	if (ml_shape_arg_parse(&a, arg, &err) < 0) {
+		if (err.code == ML_ENOMEM)
+			die(EXIT_FAIL, "out of memory");
+		usage_error(synopsis, "--shape: %s", err.msg);
+	}
+	struct ml_shape_arg *na = realloc(s->a, sizeof *na * (size_t)(s->n + 1));
+	if (na == NULL)
+		die(EXIT_FAIL, "out of memory");
+	s->a = na;
+	s->a[s->n++] = a;
+}
+
+void
+cli_apply_shapes(struct ml_graph *g, const char *path, const struct cli_shapes *s, int verbose)
+{
+	struct ml_err err = { 0 };
+	int nr = 0;
+	const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;
+
+	if (s->n == 0)
+		return;
+	if (ml_graph_set_input_shapes(g, s->a, s->n, &nr, &err) < 0)
+		die(ml_exit_status(err.code), "%s: --shape: %s", shown, err.msg);
+	if (!verbose)
+		return;
+	for (int i = 0; i < s->n; i++) {
+		char buf[300];
+		size_t k = 0;
+		int ti = ml_graph_find(g, s->a[i].name);
+		const struct ml_tensor *t = g->tensors[ti];
+		for (int d = 0; d < t->rank && k < sizeof buf; d++)
+			k += t->dims[d] >= 0 ?
+			     (size_t)snprintf(buf + k, sizeof buf - k, "%s%lld", d ? "," : "",
+					      (long long)t->dims[d]) :
+			     (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", d ? "," : "",
+					      t->sym[d] != NULL ? t->sym[d] : "?");
+		fprintf(stderr, "%s: input '%s' is now %s[%s]\n", progname, t->name,
+			ml_dtype_name(t->dtype), k ? buf : "");
+	}
+	fprintf(stderr, "%s: --shape rewrote %d Reshape target%s\n", progname, nr,
+		nr == 1 ? "" : "s");
+}
+
+void
+cli_shapes_free(struct cli_shapes *s)
+{
+	for (int i = 0; i < s->n; i++)
+		ml_shape_arg_clear(&s->a[i]);
+	free(s->a);
+	s->a = NULL;
+	s->n = 0;
 }

@@ -108,4 +108,33 @@ void cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char 
 /* cli_inputs_free: release what cli_add_input and cli_add_dim took. */
 void cli_inputs_free(struct cli_inputs *in);
 
+/*
+ * Input shapes, shared by every tool that reads a model: --shape
+ * NAME=D1xD2x... (repeatable) gives an input a new shape, a dim given as
+ * a name making it symbolic (ml_graph_set_input_shapes).
+ */
+struct cli_shapes {
+	struct ml_shape_arg *a;
+	int n;
+};
+/* cli_add_shape: take --shape ARG; usage error (status 2) when malformed. */
+void cli_add_shape(struct cli_shapes *s, const char *arg, const char *synopsis);
+/*
+ * cli_apply_shapes: apply s to g, read from path: an input the model lacks
+ * or a rank that differs dies with status 3, a model the new shapes do not
+ * fit with status 4, naming the node. Under verbose, one line on stderr
+ * per input and the count of Reshape targets rewritten. No-op when empty.
+ */
+void cli_apply_shapes(struct ml_graph *g, const char *path, const struct cli_shapes *s,
+		      int verbose);
+/*
+ * cli_shape_hint: after ml_session_set_input refused v for input name of
+ * g, add to err's message that --shape runs the model at v's shape, when
+ * v differs from the input in sizes alone.
+ */
+void cli_shape_hint(struct ml_err *err, const struct ml_graph *g, const char *name,
+		    const struct ml_tval *v);
+/* cli_shapes_free: release what cli_add_shape took. */
+void cli_shapes_free(struct cli_shapes *s);
+
 #endif

@@ -11,7 +11,7 @@
 
 static const char synopsis[] =
 	"mlconvert [-fqv] [--from FMT] [--to FMT] [-o OUTPUT] [--info [--json]] [--max-alloc SIZE]\n"
-	"                 [INPUT | -]";
+	"                 [--shape NAME=DIMS]... [INPUT | -]";
 
 static const char help_text[] =
 	"Convert a model between formats: mlg (the graph file), onnx and mlt (the\n"
@@ -30,6 +30,10 @@ static const char help_text[] =
 	"                      default ML_MAX_ALLOC or 16G)\n"
 	"  -o, --output FILE   write the model to FILE ('-' for stdout)\n"
 	"  -q, --quiet         print nothing but errors\n"
+	"      --shape NAME=DIMS\n"
+	"                      give input NAME the shape DIMS (4x3x224x224, a name such\n"
+	"                      as N making a dim symbolic) and infer the model again,\n"
+	"                      rewriting Reshape targets that hold the old sizes\n"
 	"      --to FMT        write the output as FMT (mlg, onnx, mlt)\n"
 	"  -v, --verbose       say what was read and written, on stderr\n"
 	"  -V, --version       print the version and exit\n";
@@ -379,7 +383,7 @@ print_info(struct ml_graph *g, const char *path, bool json)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_FROM = 256, OPT_TO, OPT_INFO, OPT_JSON, OPT_MAX_ALLOC };
+	enum { OPT_FROM = 256, OPT_TO, OPT_INFO, OPT_JSON, OPT_MAX_ALLOC, OPT_SHAPE };
 	static const struct option longopts[] = {
 		{ "force", no_argument, NULL, 'f' },
 		{ "from", required_argument, NULL, OPT_FROM },
@@ -389,6 +393,7 @@ main(int argc, char **argv)
 		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "shape", required_argument, NULL, OPT_SHAPE },
 		{ "to", required_argument, NULL, OPT_TO },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
@@ -398,6 +403,7 @@ main(int argc, char **argv)
 	const char *output = NULL;
 	bool force = false, info = false, json = false, version = false;
 	int verbose = 0, quiet = 0, c;
+	struct cli_shapes shapes = { 0 };
 
 	cli_init(argc, argv);
 	while ((c = getopt_long(argc, argv, "fho:qvV", longopts, NULL)) != -1) {
@@ -433,6 +439,9 @@ main(int argc, char **argv)
 			break;
 		case OPT_MAX_ALLOC:
 			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
+			break;
+		case OPT_SHAPE:
+			cli_add_shape(&shapes, optarg, synopsis);
 			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
@@ -471,6 +480,7 @@ main(int argc, char **argv)
 	double t0 = ml_now();
 	if (ml_model_load(&g, input, from, &err) < 0)
 		die_err(&err);
+	cli_apply_shapes(g, input, &shapes, verbose && !quiet);
 	double t1 = ml_now();
 	const char *shown_in = strcmp(input, "-") == 0 ? "<stdin>" : input;
 	if (verbose && !quiet)
@@ -488,5 +498,6 @@ main(int argc, char **argv)
 	if (info)
 		print_info(g, shown_in, json);
 	ml_graph_free(g);
+	cli_shapes_free(&shapes);
 	return finish_stdout();
 }

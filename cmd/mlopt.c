@@ -14,7 +14,7 @@
 static const char synopsis[] =
 	"mlopt [-fqv] [-O LEVEL] [--passes LIST] [--disable LIST] [--report [--json]] [-o OUTPUT]\n"
 	"             [--verify [--rtol R] [--atol A] [-i NAME=FILE.npy]... [--seed S]\n"
-	"             [--timeout SECS]] [--max-alloc SIZE] [INPUT | -]\n"
+	"             [--timeout SECS]] [--max-alloc SIZE] [--shape NAME=DIMS]... [INPUT | -]\n"
 	"       mlopt --list-passes [--json]";
 
 static const char help_text[] =
@@ -40,6 +40,10 @@ static const char help_text[] =
 	"                      (on stdout with -o FILE, else on stderr)\n"
 	"      --rtol R        --verify's relative tolerance (default 1e-4)\n"
 	"      --seed S        seed of --verify's random inputs (default 0)\n"
+	"      --shape NAME=DIMS\n"
+	"                      give input NAME the shape DIMS (4x3x224x224, a name such\n"
+	"                      as N making a dim symbolic) and infer the model again,\n"
+	"                      rewriting Reshape targets that hold the old sizes\n"
 	"      --timeout SECS  with --verify, stop with status 1 when the whole run\n"
 	"                      (reading, passes, verifying) takes over SECS seconds\n"
 	"      --verify        run the graph after every pass and fail (status 1) naming\n"
@@ -211,6 +215,7 @@ print_report(FILE *fp, const struct ml_opt_report *r, bool json, int level, cons
 /* The options of one run, as parsed. */
 struct opts {
 	struct cli_inputs in;
+	struct cli_shapes shapes;	/* --shape */
 	struct ml_opt_opts oo;
 	const char *input, *output;
 	enum ml_format to;
@@ -224,7 +229,7 @@ static void
 parse_args(struct opts *o, int argc, char **argv)
 {
 	enum { OPT_PASSES = 256, OPT_DISABLE, OPT_LIST, OPT_REPORT, OPT_JSON, OPT_VERIFY, OPT_RTOL,
-	       OPT_ATOL, OPT_SEED, OPT_DIM, OPT_MAX_ALLOC, OPT_TIMEOUT };
+	       OPT_ATOL, OPT_SEED, OPT_DIM, OPT_MAX_ALLOC, OPT_TIMEOUT, OPT_SHAPE };
 	static const struct option longopts[] = {
 		{ "atol", required_argument, NULL, OPT_ATOL },
 		{ "dim", required_argument, NULL, OPT_DIM },
@@ -242,6 +247,7 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "report", no_argument, NULL, OPT_REPORT },
 		{ "rtol", required_argument, NULL, OPT_RTOL },
 		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "shape", required_argument, NULL, OPT_SHAPE },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "verify", no_argument, NULL, OPT_VERIFY },
@@ -297,6 +303,9 @@ parse_args(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_ATOL:
 			o->atol = parse_double("--atol", optarg, synopsis);
+			break;
+		case OPT_SHAPE:
+			cli_add_shape(&o->shapes, optarg, synopsis);
 			break;
 		case OPT_SEED:
 			o->in.seed = (uint64_t)parse_int("--seed", optarg, 0, INT64_MAX, synopsis);
@@ -417,6 +426,7 @@ main(int argc, char **argv)
 	double t0 = ml_now();
 	if (ml_model_load(&g, o.input, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
+	cli_apply_shapes(g, o.input, &o.shapes, talk);
 	const char *shown_in = strcmp(o.input, "-") == 0 ? "<stdin>" : o.input;
 	if (talk)
 		fprintf(stderr, "%s: read %s: %d nodes (%.1f ms)\n", progname, shown_in, g->n_nodes,
@@ -448,5 +458,6 @@ main(int argc, char **argv)
 	verify_free(&v);
 	ml_graph_free(g);
 	cli_inputs_free(&o.in);
+	cli_shapes_free(&o.shapes);
 	return finish_stdout();
 }

@@ -13,7 +13,8 @@
 
 static const char synopsis[] =
 	"mlprof [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy]... [--random [--seed S]]\n"
-	"              [--dim NAME=N]... [--repeat N] [--warmup K] [--sort KEY] [--top N]\n"
+	"              [--dim NAME=N]... [--shape NAME=DIMS]... [--repeat N] [--warmup K]\n"
+	"              [--sort KEY] [--top N]\n"
 	"              [--group BY] [--json | --csv] [--memory] [--trace FILE] [--svg FILE]\n"
 	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [--timeout SECS] [MODEL | -]\n"
 	"       mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json\n"
@@ -31,6 +32,9 @@ static const char help_text[] =
 	"      --random            make every input not given with -i from random numbers\n"
 	"      --seed S            seed for --random (default 0)\n"
 	"      --dim NAME=N        size of symbolic dim NAME for made-up inputs (default 1)\n"
+	"      --shape NAME=DIMS   give input NAME the shape DIMS (4x3x224x224, a name such\n"
+	"                          as N making a dim symbolic) and infer the model again,\n"
+	"                          rewriting Reshape targets that hold the old sizes\n"
 	"      --repeat N          timed runs (default 10)\n"
 	"      --warmup K          untimed runs before the timed ones (default 1)\n"
 	"      --sort KEY          row order: time (default), median, order, name, op,\n"
@@ -254,6 +258,7 @@ parse_group(const char *s, int *depth)
 /* The options of one run, as parsed. */
 struct opts {
 	struct cli_inputs in;
+	struct cli_shapes shapes;	/* --shape */
 	struct ml_prof_opts po;
 	int verbose, quiet, threads, fmt;
 	int64_t repeat, warmup;
@@ -270,7 +275,7 @@ parse_args(struct opts *o, int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
 	       OPT_DEVICE, OPT_DIM, OPT_CSV, OPT_SORT, OPT_TOP, OPT_GROUP, OPT_MEMORY, OPT_TRACE,
-	       OPT_SVG, OPT_CALIBRATE, OPT_DEVICES, OPT_MAX_ALLOC, OPT_TIMEOUT };
+	       OPT_SVG, OPT_CALIBRATE, OPT_DEVICES, OPT_MAX_ALLOC, OPT_TIMEOUT, OPT_SHAPE };
 	static const struct option longopts[] = {
 		{ "calibrate", no_argument, NULL, OPT_CALIBRATE },
 		{ "csv", no_argument, NULL, OPT_CSV },
@@ -288,6 +293,7 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "random", no_argument, NULL, OPT_RANDOM },
 		{ "repeat", required_argument, NULL, OPT_REPEAT },
 		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "shape", required_argument, NULL, OPT_SHAPE },
 		{ "sort", required_argument, NULL, OPT_SORT },
 		{ "svg", required_argument, NULL, OPT_SVG },
 		{ "threads", required_argument, NULL, OPT_THREADS },
@@ -333,6 +339,9 @@ parse_args(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_DEVICES:
 			o->list_devices = true;
+			break;
+		case OPT_SHAPE:
+			cli_add_shape(&o->shapes, optarg, synopsis);
 			break;
 		case OPT_DIM:
 			cli_add_dim(&o->in, optarg, synopsis);
@@ -549,6 +558,7 @@ main(int argc, char **argv)
 	int nd = pick_devices(&o, devs);
 	if (ml_model_load(&g, o.path, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
+	cli_apply_shapes(g, o.path, &o.shapes, o.verbose && !o.quiet);
 	struct ml_prof *ps[MAX_DEVICES] = { 0 };
 	for (int k = 0; k < nd; k++)
 		profile(&ps[k], g, devs[k], &o);
@@ -566,6 +576,7 @@ main(int argc, char **argv)
 	for (int k = 0; k < nd; k++)
 		ml_prof_free(ps[k]);
 	cli_inputs_free(&o.in);
+	cli_shapes_free(&o.shapes);
 	ml_graph_free(g);
 	return finish_stdout();
 }

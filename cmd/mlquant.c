@@ -13,7 +13,8 @@ static const char synopsis[] =
 	"mlquant [-fqv] [-c DATA] [--samples N] [--method minmax|percentile|entropy]\n"
 	"               [--percentile P] [--dtype uint8|int8|fp16|bf16] [--qdq | --dynamic]\n"
 	"               [--pow2] [--exclude NODES]... [--budget DB] [--report] [--json]\n"
-	"               [--threads N] [--max-alloc SIZE] [-o OUTPUT] [MODEL | -]";
+	"               [--threads N] [--max-alloc SIZE] [--shape NAME=DIMS]... [-o OUTPUT]\n"
+	"               [MODEL | -]";
 
 static const char help_text[] =
 	"Quantise a model (.mlg, .onnx or .mlt; '-' reads stdin) and write it\n"
@@ -37,6 +38,9 @@ static const char help_text[] =
 	"                          in int8, then the least accurate ones, stay float\n"
 	"      --report            print the per-layer report (SQNR, size, time) on stderr\n"
 	"      --json              the report as JSON\n"
+	"      --shape NAME=DIMS   give input NAME the shape DIMS (4x3x224x224, a name such\n"
+	"                          as N making a dim symbolic) and infer the model again,\n"
+	"                          rewriting Reshape targets that hold the old sizes\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes)\n"
 	"  -o, --output OUTPUT     write the quantised model to OUTPUT\n"
@@ -48,7 +52,7 @@ static const char help_text[] =
 
 enum {
 	OPT_BUDGET = 256, OPT_DTYPE, OPT_DYNAMIC, OPT_EXCLUDE, OPT_JSON, OPT_MAX_ALLOC, OPT_METHOD,
-	OPT_PERCENTILE, OPT_POW2, OPT_QDQ, OPT_REPORT, OPT_SAMPLES, OPT_THREADS,
+	OPT_PERCENTILE, OPT_POW2, OPT_QDQ, OPT_REPORT, OPT_SAMPLES, OPT_THREADS, OPT_SHAPE,
 };
 
 static void
@@ -95,6 +99,7 @@ print_report(const struct ml_quant_report *r, bool json)
 /* The options of one run, as parsed. */
 struct opts {
 	struct ml_quant_opts q;
+	struct cli_shapes shapes;	/* --shape */
 	const char *calib, *output, *path;
 	const char **excl;
 	int nexcl, verbose, quiet, threads;
@@ -171,6 +176,7 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "report", no_argument, NULL, OPT_REPORT },
 		{ "samples", required_argument, NULL, OPT_SAMPLES },
+		{ "shape", required_argument, NULL, OPT_SHAPE },
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
@@ -235,6 +241,9 @@ parse_args(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_REPORT:
 			o->report = true;
+			break;
+		case OPT_SHAPE:
+			cli_add_shape(&o->shapes, optarg, synopsis);
 			break;
 		case OPT_SAMPLES:
 			o->samples = parse_int("--samples", optarg, 1, 1000000000, synopsis);
@@ -338,6 +347,7 @@ main(int argc, char **argv)
 	struct ml_quant_report rep = { 0 };
 	if (ml_model_load(&g, o.path, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
+	cli_apply_shapes(g, o.path, &o.shapes, o.verbose && !o.quiet);
 	if (needcal && o.calib == NULL && !has_fakequant(g))
 		usage_error(synopsis, "int8 activations need calibration data (-c DATA), "
 			    "or use --dynamic or --dtype fp16");
@@ -364,5 +374,6 @@ main(int argc, char **argv)
 	ml_graph_free(q);
 	ml_graph_free(g);
 	free(o.excl);
+	cli_shapes_free(&o.shapes);
 	return finish_stdout();
 }

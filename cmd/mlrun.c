@@ -14,7 +14,8 @@
 
 static const char synopsis[] =
 	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy | -i FILE.npz]...\n"
-	"             [--random [--seed S]] [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]]\n"
+	"             [--random [--seed S]] [--dim NAME=N]... [--shape NAME=DIMS]... [-o DIR]\n"
+	"             [--repeat N [--warmup K]]\n"
 	"             [--compare DIR|FILE.npz [--rtol R] [--atol A]] [--top K]\n"
 	"             [--json] [--max-alloc SIZE] [--plan] [--placement FILE] [--timeout SECS]\n"
 	"             [MODEL | -]\n"
@@ -30,6 +31,9 @@ static const char help_text[] =
 	"      --random            make every input not given with -i from random numbers\n"
 	"      --seed S            seed for --random (default 0)\n"
 	"      --dim NAME=N        size of symbolic dim NAME for made-up inputs (default 1)\n"
+	"      --shape NAME=DIMS   give input NAME the shape DIMS (4x3x224x224, a name such\n"
+	"                          as N making a dim symbolic) and infer the model again,\n"
+	"                          rewriting Reshape targets that hold the old sizes\n"
 	"  -o, --output-dir DIR    write each output to DIR/NAME.npy, making DIR and its\n"
 	"                          missing parents (NAME with characters other than\n"
 	"                          A-Z a-z 0-9 . _ - made '_'; two outputs whose names\n"
@@ -194,6 +198,7 @@ is_npz(const char *path)
 /* The options of one run, as parsed. */
 struct opts {
 	struct cli_inputs in;
+	struct cli_shapes shapes;	/* --shape */
 	const char **npz;	/* -i FILE.npz */
 	int nnpz;
 	int verbose, quiet, json, threads;
@@ -210,7 +215,7 @@ parse_args(struct opts *o, int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
 	       OPT_DEVICE, OPT_DIM, OPT_MAX_ALLOC, OPT_DEVICES, OPT_PLAN, OPT_PLACEMENT,
-	       OPT_TIMEOUT, OPT_COMPARE, OPT_RTOL, OPT_ATOL, OPT_TOP };
+	       OPT_TIMEOUT, OPT_COMPARE, OPT_RTOL, OPT_ATOL, OPT_TOP, OPT_SHAPE };
 	static const struct option longopts[] = {
 		{ "atol", required_argument, NULL, OPT_ATOL },
 		{ "compare", required_argument, NULL, OPT_COMPARE },
@@ -229,6 +234,7 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "repeat", required_argument, NULL, OPT_REPEAT },
 		{ "rtol", required_argument, NULL, OPT_RTOL },
 		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "shape", required_argument, NULL, OPT_SHAPE },
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "top", required_argument, NULL, OPT_TOP },
@@ -274,6 +280,9 @@ parse_args(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_DIM:
 			cli_add_dim(&o->in, optarg, synopsis);
+			break;
+		case OPT_SHAPE:
+			cli_add_shape(&o->shapes, optarg, synopsis);
 			break;
 		case OPT_JSON:
 			o->json = 1;
@@ -730,6 +739,7 @@ bind_inputs(struct ml_session *s, const struct ml_graph *g, const struct opts *o
 	cli_bind_inputs(s, g, o->path, &rest);
 	for (int i = 0; i < c.n; i++) {
 		if (ml_session_set_input(s, c.b[i].name, &c.b[i].v, &err) < 0) {
+			cli_shape_hint(&err, g, c.b[i].name, &c.b[i].v);
 			ml_err_prefix(&err, c.b[i].file);
 			die_err(&err);
 		}
@@ -969,6 +979,7 @@ main(int argc, char **argv)
 	cli_set_timeout(o.timeout);
 	if (ml_model_load(&g, o.path, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
+	cli_apply_shapes(g, o.path, &o.shapes, o.verbose);
 	if (o.outdir != NULL)
 		check_names(g, o.outdir);
 	double t_new = ml_now();
@@ -982,6 +993,7 @@ main(int argc, char **argv)
 		ml_session_free(s);
 		ml_graph_free(g);
 		cli_inputs_free(&o.in);
+		cli_shapes_free(&o.shapes);
 		return finish_stdout();
 	}
 	bind_inputs(s, g, &o);
@@ -1003,6 +1015,7 @@ main(int argc, char **argv)
 	if (o.verbose && ml_cache_note_get() != NULL)
 		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	cli_inputs_free(&o.in);
+	cli_shapes_free(&o.shapes);
 	free(o.npz);
 	ml_session_free(s);
 	ml_graph_free(g);

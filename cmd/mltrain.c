@@ -21,7 +21,8 @@ static const char synopsis[] =
 	"               [--batch N] [--epochs N] [--seed S] [--val-split F] [--checkpoint-every N]\n"
 	"               [--checkpoint FILE] [--resume CKPT.mlg] [--device DEV] [--threads N]\n"
 	"               [--log FILE] [--json] [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals]\n"
-	"               [--augment A] [--normalize M/S] [--workers N] [MODEL]";
+	"               [--augment A] [--normalize M/S] [--workers N] [--shape NAME=DIMS]...\n"
+	"               [MODEL]";
 
 static const char help_text[] =
 	"Train a model (.mlt, .mlg or .onnx) on a dataset; write the trained model.\n"
@@ -46,7 +47,8 @@ static const char help_text[] =
 	"      --lr-gamma F        step: factor of each decay (default 0.1)\n"
 	"      --lr-min F          cosine: the final learning rate (default 0)\n"
 	"      --warmup-steps N    linear warm-up over the first N steps (warmup: default 100)\n"
-	"      --batch N           samples per step (default 64)\n"
+	"      --batch N           samples per step (default 64); a model exported with a\n"
+	"                          fixed batch is re-batched to any size (-v says so)\n"
 	"      --epochs N          epochs to train in all, resumed ones included (default 1)\n"
 	"      --seed S            seed of shuffling, splits and dropout (default 0)\n"
 	"      --no-shuffle        keep the data in file order\n"
@@ -72,6 +74,9 @@ static const char help_text[] =
 	"                          converts the result with the trained ranges\n"
 	"      --keep-denormals    keep subnormal floats in the CPU kernels (default: flush\n"
 	"                          them to zero, much faster once gradients underflow)\n"
+	"      --shape NAME=DIMS   give input NAME the shape DIMS (Nx1x28x28, a name making\n"
+	"                          a dim symbolic) and infer the model again, rewriting\n"
+	"                          Reshape targets that hold the old sizes\n"
 	"      --log FILE          append one JSON line per epoch to FILE\n"
 	"      --json              print a JSON report on stdout at the end\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes)\n"
@@ -697,9 +702,47 @@ struct args {
 	const char *from;	/* the model read: the checkpoint resumed, else MODEL */
 	int threads, json, dmode;
 	bool qat, version;
+	struct cli_shapes shapes;	/* --shape */
 	struct ml_dist_opts dopt;
 	struct ml_dist_info di;
 };
+
+/*
+ * rebatch: a model exported with a fixed batch (a PyTorch export at batch 4)
+ * gets a symbolic one, N, so that it trains at --batch and evaluates at
+ * its own batch; the trained model then runs at any batch. An input that
+ * --shape set is left as it is.
+ */
+static void
+rebatch(struct run *r, const struct args *a)
+{
+	struct ml_err err = { 0 };
+	const struct ml_graph *g = r->model;
+	if (g->n_inputs != 1)
+		return;
+	const struct ml_tensor *t = g->tensors[g->inputs[0]];
+	if (t->rank < 1 || t->dims[0] < 0)
+		return;
+	for (int i = 0; i < a->shapes.n; i++)
+		if (strcmp(a->shapes.a[i].name, t->name) == 0)
+			return;
+	struct ml_shape_arg s = { .name = t->name, .rank = t->rank };
+	memcpy(s.dims, t->dims, sizeof s.dims);
+	memcpy(s.sym, t->sym, sizeof s.sym);
+	s.dims[0] = -1;
+	s.sym[0] = "N";
+	int64_t old = t->dims[0];
+	int nr = 0;
+	if (ml_graph_set_input_shapes(r->model, &s, 1, &nr, &err) < 0)
+		die(ml_exit_status(err.code),
+		    "%s: the model's input '%s' has a fixed batch of %lld that cannot be changed "
+		    "(%s); give --shape", a->from, s.name, (long long)old, err.msg);
+	if (r->verbose)
+		fprintf(stderr, "%s: %s: input '%s' had a fixed batch of %lld; re-batched to N "
+			"(--batch %lld), %d Reshape target%s rewritten\n", progname, a->from,
+			ml_graph_t(r->model, r->model->inputs[0])->name, (long long)old,
+			(long long)r->o.batch, nr, nr == 1 ? "" : "s");
+}
 
 /* parse_args: read argv into r's options and a; usage errors exit 2, -h exits 0. */
 static void
@@ -708,7 +751,7 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 	enum { O_LOSS = 256, O_OPT, O_LR, O_MOM, O_NEST, O_B1, O_B2, O_EPS, O_WD, O_CLIP, O_SCHED,
 	       O_LRSTEP, O_GAMMA, O_LRMIN, O_WARM, O_BATCH, O_EPOCHS, O_SEED, O_NOSHUF, O_VAL,
 	       O_EVERY, O_CKPT, O_RESUME, O_DUMP, O_DEVICE, O_THREADS, O_LOG, O_JSON, O_MAXALLOC,
-	       O_BUCKET, O_MPI, O_QAT, O_KEEPDN, O_AUG, O_NORM, O_WORKERS };
+	       O_BUCKET, O_MPI, O_QAT, O_KEEPDN, O_AUG, O_NORM, O_WORKERS, O_SHAPE };
 	struct ml_err err = { 0 };
 	static const struct option longopts[] = {
 		{ "augment", required_argument, NULL, O_AUG },
@@ -746,6 +789,7 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "resume", required_argument, NULL, O_RESUME },
 		{ "seed", required_argument, NULL, O_SEED },
+		{ "shape", required_argument, NULL, O_SHAPE },
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "val-split", required_argument, NULL, O_VAL },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -807,6 +851,7 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		case O_NOSHUF: o->shuffle = 0; given[S_SHUF] = true; break;
 		case O_CKPT: r->ckpt = optarg; break;
 		case O_RESUME: a->resume = optarg; break;
+		case O_SHAPE: cli_add_shape(&a->shapes, optarg, synopsis); break;
 		case O_DUMP: a->dump = optarg; break;
 		case O_DEVICE: r->device = optarg; break;
 		case O_THREADS: a->threads = (int)parse_int("--threads", optarg, 1, 256, synopsis); break;
@@ -1150,6 +1195,8 @@ main(int argc, char **argv)
 	ml_set_threads(a.threads);
 	if (ml_model_load(&r.model, a.from, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
+	cli_apply_shapes(r.model, a.from, &a.shapes, r.verbose);
+	rebatch(&r, &a);
 	if (a.resume != NULL)
 		take_state(&r, a.resume);
 	/*
@@ -1199,6 +1246,7 @@ main(int argc, char **argv)
 	if (a.json)
 		print_json(&r, a.from, s0, secs);
 	free_run(&r);
+	cli_shapes_free(&a.shapes);
 	if (ml_dist_size() > 1 && (ml_dist_barrier(&err) < 0 || ml_dist_finalize(&err) < 0))
 		die_err(&err);
 	dist_clean = true;

@@ -156,6 +156,12 @@ int ml_op_unary(enum ml_op op);
  */
 int ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e);
 /*
+ * ml_infer_values_range: the same over nodes [from, to) only, for a caller
+ * that looks at (or changes) the graph between one node and the next.
+ */
+int ml_infer_values_range(const struct ml_graph *g, struct ml_tval *vals, int from, int to,
+			  struct ml_err *e);
+/*
  * ml_cpu_scratch_lend: lend the calling thread's kernels [base, base + len),
  * memory the session's plan leaves free while one node runs, for their
  * scratch (ml_cpu_scratch serves a request from it before the heap).

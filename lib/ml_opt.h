@@ -85,4 +85,50 @@ int ml_opt_check_names(const char *list, struct ml_err *e);
 int ml_opt_run(struct ml_graph *g, const struct ml_opt_opts *o, struct ml_opt_report *r,
 	       struct ml_err *e);
 
+/*
+ * Input shapes (lib/opt/inshape.c), the --shape NAME=DIMS of every tool.
+ * struct ml_shape_arg: one input's new shape: a size per dim, or -1 with
+ * the dim's symbolic name in sym[d]. name and sym[] are malloc'd.
+ */
+struct ml_shape_arg {
+	char *name;
+	int rank;
+	int64_t dims[ML_MAX_RANK];
+	char *sym[ML_MAX_RANK];
+};
+
+/*
+ * ml_shape_arg_parse: read "NAME=D1xD2x..." (or "NAME=D1,D2,...", for
+ * names that hold an 'x') into out: a dim is a size from 1 to 2^31-1 or
+ * a name ([A-Za-z_][A-Za-z0-9_]*), which makes it symbolic. NAME is what
+ * precedes the last '='. ML_EINVAL with the reason for anything else (no
+ * '=', an empty, zero, negative or malformed dim, more than ML_MAX_RANK
+ * dims); out is then empty. Release with ml_shape_arg_clear (NULL and an
+ * empty arg are no-ops).
+ */
+int ml_shape_arg_parse(struct ml_shape_arg *out, const char *s, struct ml_err *e);
+void ml_shape_arg_clear(struct ml_shape_arg *a);
+
+/*
+ * ml_graph_set_input_shapes: give the inputs named in a[0..n-1] their new
+ * shapes and infer every activation of g again (g as ml_model_load leaves
+ * it). Reshape nodes whose constant target holds sizes that changed (a
+ * batch-1 export's [1, 512], [12, 4, 16] for seq x batch*heads x dim) get
+ * a target that holds for the new sizes, -1 (or 0, a copy of the input's
+ * dim) at the dim that carries the change, so that symbolic sizes work as
+ * well; *rewritten (may be NULL) counts them. A symbolic input dim names
+ * the activation dims that are exactly it.
+ *
+ * ML_EINVAL, with g unchanged: an input the model lacks (the message lists
+ * its inputs), a rank other than the input's, an input given twice.
+ * ML_ENOTSUP, with g unchanged: a node the new sizes do not fit (a shape
+ * constant that cannot be traced, an Expand or Tile to an old size, an
+ * output rank that depends on the size), named in the message. Other
+ * failures (ML_ENOMEM) may leave g half changed; it can still be freed.
+ * Subgraphs (If, Loop bodies) are left as they are. Not thread-safe for
+ * one g.
+ */
+int ml_graph_set_input_shapes(struct ml_graph *g, const struct ml_shape_arg *a, int n,
+			      int *rewritten, struct ml_err *e);
+
 #endif

@@ -54,7 +54,8 @@ shape_only(enum ml_op op)
 }
 
 int
-ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e)
+ml_infer_values_range(const struct ml_graph *g, struct ml_tval *vals, int from, int to,
+		      struct ml_err *e)
 {
 	int rc = 0;
 	struct ml_tval **in = NULL, **out = NULL, *outv = NULL;
@@ -71,7 +72,7 @@ ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto done;
 	}
-	for (int i = 0; i < g->n_nodes; i++) {
+	for (int i = from; i < to && i < g->n_nodes; i++) {
 		const struct ml_node *n = &g->nodes[i];
 		bool known = true;
 		for (int j = 0; j < n->n_in; j++) {
@@ -134,6 +135,12 @@ done:
 	ml_free(out);
 	ml_free(outv);
 	return rc;
+}
+
+int
+ml_infer_values(const struct ml_graph *g, struct ml_tval *vals, struct ml_err *e)
+{
+	return ml_infer_values_range(g, vals, 0, g->n_nodes, e);
 }
 
 int

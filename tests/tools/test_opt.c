@@ -106,6 +106,117 @@ attention(int ks, float *out)
 	return good;
 }
 
+/*
+ * shapes: ml_shape_arg_parse and ml_graph_set_input_shapes on a batch-1
+ * graph whose Reshape target spells out the batch.
+ */
+static const char rmodel[] =
+	"<ir_version: 8, opset_import: [\"\" : 14]>\n"
+	"r (float[1,6] x) => (float[1,2,3] y)\n"
+	"{\n"
+	"    [re] r = Reshape (x, s)\n"
+	"    [relu] y = Relu (r)\n"
+	"}\n"
+	"int64[3] s = {1, 2, 3}\n";
+
+static const char smodel[] =
+	"<ir_version: 8, opset_import: [\"\" : 14]>\n"
+	"q (float[1,6] x) => (float[2,3] y)\n"
+	"{\n"
+	"    [re] r = Reshape (x, s)\n"
+	"    [sq] y = Squeeze (r, ax)\n"
+	"}\n"
+	"int64[3] s = {1, 2, 3}\n"
+	"int64[1] ax = {0}\n";
+
+static void
+shapes(void)
+{
+	struct ml_err e = { 0 };
+	struct ml_shape_arg a = { 0 };
+	ok(ml_shape_arg_parse(&a, "x=Nx6", &e) == 0 && strcmp(a.name, "x") == 0 && a.rank == 2 &&
+		   a.dims[0] == -1 && strcmp(a.sym[0], "N") == 0 && a.dims[1] == 6 && a.sym[1] == NULL,
+	   "x=Nx6 parses as a symbolic N and a 6");
+	ml_shape_arg_clear(&a);
+	ok(ml_shape_arg_parse(&a, "a=b=max_len,4", &e) == 0 && strcmp(a.name, "a=b") == 0 &&
+		   a.rank == 2 && strcmp(a.sym[0], "max_len") == 0 && a.dims[1] == 4,
+	   "commas separate dims of names that hold an x; NAME ends at the last '='");
+	ml_shape_arg_clear(&a);
+	const char *bad[] = { "x=0x6", "x=-1x6", "x=2xx6", "x=2x", "x=", "x", "=2", "x=2.5",
+			      "x=2x$", "x=1x1x1x1x1x1x1x1x1", "x=99999999999" };
+	bool refused = true;
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		refused &= ml_shape_arg_parse(&a, bad[i], &e) == ML_EINVAL && a.name == NULL;
+		ml_shape_arg_clear(&a);
+	}
+	ok(refused, "malformed, zero, negative and too many dims are refused");
+
+	struct ml_graph *g = NULL;
+	int nr = -1;
+	if (ml_text_decode(&g, rmodel, strlen(rmodel), "r.mlt", &e) < 0 ||
+	    ml_graph_toposort(g, &e) < 0 || ml_graph_infer(g, &e) < 0 ||
+	    ml_shape_arg_parse(&a, "x=Nx6", &e) < 0 ||
+	    ml_graph_set_input_shapes(g, &a, 1, &nr, &e) < 0)
+		printf("# %s\n", e.msg);
+	const struct ml_tensor *y = g != NULL ? ml_graph_t(g, g->outputs[0]) : NULL;
+	ok(nr == 1 && y != NULL && y->rank == 3 && y->dims[0] == -1 && y->sym[0] != NULL &&
+		   strcmp(y->sym[0], "N") == 0 && y->dims[1] == 2 && y->dims[2] == 3,
+	   "a symbolic batch reaches the output, named, through a rewritten Reshape");
+	const struct ml_node *re = NULL;
+	for (int i = 0; g != NULL && i < g->n_nodes; i++)
+		if (strcmp(g->nodes[i].name, "re") == 0)
+			re = &g->nodes[i];
+	const int64_t *tv = re != NULL ? ml_graph_t(g, re->in[1])->data : NULL;
+	ok(tv != NULL && tv[0] == 0 && tv[1] == 2 && tv[2] == 3 && ml_graph_find(g, "s") < 0,
+	   "the target becomes [0, 2, 3] and the old constant goes");
+	struct ml_session *ss = NULL;
+	struct ml_tval x = { 0 };
+	int64_t xd[2] = { 3, 6 };
+	bool ran = g != NULL && ml_tval_alloc(&x, ML_F32, 2, xd, &e) == 0;
+	for (int i = 0; ran && i < 18; i++)
+		((float *)x.data)[i] = (float)i - 9;
+	ran = ran && ml_session_new(&ss, g, NULL, &e) == 0 &&
+	      ml_session_set_input(ss, "x", &x, &e) == 0 && ml_session_run(ss, &e) == 0;
+	const struct ml_tval *out = ran ? ml_session_output(ss, 0) : NULL;
+	bool good = out != NULL && out->rank == 3 && out->dims[0] == 3;
+	for (int i = 0; good && i < 18; i++)
+		good = ((float *)out->data)[i] == (i < 9 ? 0.0f : (float)i - 9);
+	ok(good, "and runs at batch 3");
+	ml_session_free(ss);
+	ml_tval_clear(&x);
+	ml_shape_arg_clear(&a);
+
+	ok(g != NULL && ml_shape_arg_parse(&a, "y=2x6", &e) == 0 &&
+		   ml_graph_set_input_shapes(g, &a, 1, NULL, &e) == ML_EINVAL &&
+		   strcmp(e.msg, "the model has no input 'y' (its inputs: x)") == 0,
+	   "an unknown input is refused, listing the inputs");
+	ml_shape_arg_clear(&a);
+	ok(g != NULL && ml_shape_arg_parse(&a, "x=2x6x1", &e) == 0 &&
+		   ml_graph_set_input_shapes(g, &a, 1, NULL, &e) == ML_EINVAL,
+	   "so is a rank other than the input's");
+	ml_shape_arg_clear(&a);
+	ml_graph_free(g);
+
+	/* a Squeeze of the batch: refused, naming it, and the graph as it was */
+	g = NULL;
+	if (ml_text_decode(&g, smodel, strlen(smodel), "q.mlt", &e) < 0 ||
+	    ml_graph_toposort(g, &e) < 0 || ml_graph_infer(g, &e) < 0 ||
+	    ml_shape_arg_parse(&a, "x=4x6", &e) < 0)
+		printf("# %s\n", e.msg);
+	int nt = g != NULL ? g->n_tensors : -1, rc = -1, ri = -1;
+	if (g != NULL)
+		rc = ml_graph_set_input_shapes(g, &a, 1, NULL, &e);
+	for (int i = 0; g != NULL && i < g->n_nodes; i++)
+		if (strcmp(g->nodes[i].name, "re") == 0)
+			ri = i;
+	ok(rc == ML_ENOTSUP && strstr(e.msg, "node 'sq' (Squeeze) does not fit the new sizes") &&
+		   g->n_tensors == nt && ri >= 0 && g->nodes[ri].in[1] == ml_graph_find(g, "s") &&
+		   ml_graph_t(g, g->inputs[0])->dims[0] == 1,
+	   "a Squeeze of the old batch is refused by name and the graph is left as it was");
+	ml_shape_arg_clear(&a);
+	ml_graph_free(g);
+}
+
 int
 main(void)
 {
@@ -211,6 +322,7 @@ main(void)
 		ok(same, "and computes softmax(scale Q Kt) V");
 	}
 	ok(!attention(3, NULL), "ml.Attention refuses Kt and V of different key counts");
+	shapes();
 	printf("1..%d\n", ntest);
 	return nfail != 0;
 }

@@ -1,0 +1,208 @@
+#!/usr/bin/env bats
+# 5030-shape.bats: --shape NAME=DIMS on every tool that reads a model: a
+# batch-1 export run at another batch (ResNet-18, the transformer encoder
+# whose Reshape targets spell out the batch), a symbolic batch run at two
+# sizes, mltrain re-batching a fixed-batch PyTorch export, and bad input.
+# The reference of a batch run is each sample's batch-1 run.
+bats_require_minimum_version 1.5.0
+load helpers
+
+ML_MODELS=${ML_MODELS:-$(dirname "$ML_BIN")/models}
+
+# need_model NAME: skip unless tests/models/export.py has made it.
+need_model() {
+	[ -f "$ML_MODELS/$1/model.onnx" ] || skip "$1 not exported (tests/models/export.py)"
+}
+
+# stack IN.npy K OUT: IN (batch 1) and K-1 perturbed copies as OUT.npy, each
+# sample also as OUT.I.npy.
+stack() {
+	"$PY" - "$@" <<'PYEOF'
+import sys
+import numpy as np
+x, k, out = np.load(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+r = np.random.RandomState(5)
+xs = np.concatenate([x] + [x + 0.1 * r.standard_normal(x.shape).astype(x.dtype)
+                           for _ in range(k - 1)])
+np.save(out + ".npy", xs)
+for i in range(k):
+    np.save("%s.%d.npy" % (out, i), xs[i:i + 1])
+PYEOF
+}
+
+# per_sample BATCH.npy K PREFIX: sample I of BATCH equals PREFIX.I.npy.
+per_sample() {
+	"$PY" - "$@" <<'PYEOF'
+import sys
+import numpy as np
+y, k, p = np.load(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+assert y.shape[0] == k, y.shape
+for i in range(k):
+    r = np.load("%s.%d.npy" % (p, i))
+    np.testing.assert_allclose(y[i:i + 1], r, rtol=1e-4, atol=1e-5)
+PYEOF
+}
+
+# mkre: re.onnx, x f32[1,4] -> MatMul -> Reshape to a constant [1,2,3] -> Relu.
+mkre() {
+	"$PY" - <<'PYEOF'
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+w = numpy_helper.from_array(np.arange(24, dtype=np.float32).reshape(4, 6) / 10 - 1, "w")
+s = numpy_helper.from_array(np.array([1, 2, 3], dtype=np.int64), "s")
+sq = numpy_helper.from_array(np.array([0], dtype=np.int64), "ax")
+nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+         helper.make_node("Reshape", ["m", "s"], ["r"], name="re"),
+         helper.make_node("Relu", ["r"], ["y"], name="relu")]
+g = helper.make_graph(nodes, "re", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3])], [w, s])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), "re.onnx")
+nodes = [helper.make_node("Squeeze", ["x", "ax"], ["s"], name="sq"),
+         helper.make_node("Relu", ["s"], ["y"], name="relu")]
+g = helper.make_graph(nodes, "sq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [sq])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), "sq.onnx")
+PYEOF
+}
+
+@test "ResNet-18 exported at batch 1 runs at batch 4 with --shape, each sample as at batch 1" {
+	need_model resnet18
+	local d=$ML_MODELS/resnet18
+	stack "$d/input.npy" 4 x
+	run -0 --separate-stderr mlrun "$d/model.onnx" --shape input=4x3x224x224 -i input=x.npy \
+		-o out -v --threads 2
+	[[ $stderr == *"input 'input' is now f32[4,3,224,224]"* ]]
+	for smp in 0 1 2 3; do
+		run -0 mlrun "$d/model.onnx" -i input=x.$smp.npy -o ref.$smp -q --threads 2
+		cp ref.$smp/output.npy y.$smp.npy
+	done
+	per_sample out/output.npy 4 y
+	npcmp y.0.npy "$d/output.npy" --rtol 1e-3 --atol 1e-4
+	# without --shape, the batch-1 model refuses the batch
+	run -3 --separate-stderr mlrun "$d/model.onnx" -i input=x.npy -q --threads 2
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	local hint="(--shape input=4x3x224x224 runs the model at this shape)"
+	[[ $stderr == *"expected f32[1,3,224,224], got f32[4,3,224,224] $hint" ]]
+}
+
+@test "the transformer encoder at batch 3: 10 Reshape targets rewritten, samples as at batch 1" {
+	need_model transformer
+	local d=$ML_MODELS/transformer
+	stack "$d/input.npy" 3 x
+	run -0 --separate-stderr mlrun "$d/model.onnx" --shape input=3x12x64 -i input=x.npy -o out -v
+	[[ $stderr == *"--shape rewrote 10 Reshape targets"* ]]
+	for smp in 0 1 2; do
+		run -0 mlrun "$d/model.onnx" -i input=x.$smp.npy -o ref.$smp -q
+		cp ref.$smp/output.npy y.$smp.npy
+	done
+	per_sample out/output.npy 3 y
+	npcmp y.0.npy "$d/output.npy" --rtol 1e-3 --atol 1e-4
+}
+
+@test "a symbolic batch N: the converted transformer says N and runs at batch 3 and batch 1" {
+	need_model transformer
+	local d=$ML_MODELS/transformer
+	stack "$d/input.npy" 3 x
+	run -0 mlconvert "$d/model.onnx" --shape input=Nx12x64 -o t.mlg
+	run -0 mlconvert --info t.mlg
+	[[ $output == *"input "*"f32[N,12,64]"* ]]
+	[[ $output == *"output "*"f32[N,12,10]"* ]]
+	run -0 mlrun t.mlg -i input=x.npy -o out3 -q
+	run -0 mlrun t.mlg -i input=x.1.npy -o out1 -q
+	run -0 mlrun "$d/model.onnx" -i input=x.1.npy -o ref -q
+	npcmp out1/output.npy ref/output.npy --rtol 1e-5 --atol 1e-6
+	for smp in 0 1 2; do
+		run -0 mlrun "$d/model.onnx" -i input=x.$smp.npy -o ref.$smp -q
+		cp ref.$smp/output.npy y.$smp.npy
+	done
+	per_sample out3/output.npy 3 y
+	# a new sequence length too, given as sizes
+	run -0 mlrun "$d/model.onnx" --shape input=2x20x64 --random -q
+}
+
+@test "every tool that reads a model takes --shape" {
+	mkre
+	run -0 mlconvert re.onnx --shape x=3x4 --info
+	[[ $output == *"x"*"f32[3,4]"* ]]
+	[[ $output == *"y"*"f32[3,2,3]"* ]]
+	run -0 mlopt re.onnx --shape x=Bx4 -o o.mlg
+	run -0 mlrun o.mlg --random --dim B=5
+	[ "${lines[0]}" = "y f32[5,2,3]" ]
+	run -0 mlquant re.onnx --shape x=2x4 --dynamic -o q.mlg
+	run -0 mlrun q.mlg --random
+	[ "${lines[0]}" = "y f32[2,2,3]" ]
+	run -0 mlprof re.onnx --shape x=6x4 --random --repeat 1 --json -o p.json
+	run -0 mlrun re.onnx --shape x=B,4 --random --dim B=2
+	[ "${lines[0]}" = "y f32[2,2,3]" ]
+}
+
+@test "mltrain re-batches a model exported with a fixed batch of 4, saying so under -v" {
+	"$PY" - <<'PYEOF'
+import torch
+torch.manual_seed(0)
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.l = torch.nn.Linear(4 * 8 * 8, 4)
+    def forward(self, x):
+        y = torch.relu(self.c(x))
+        return self.l(y.view(y.size(0), -1))
+torch.onnx.export(M(), torch.zeros(4, 1, 8, 8), "fixed4.onnx", input_names=["x"],
+                  output_names=["y"], opset_version=14)
+import gzip, os, struct
+import numpy as np
+os.makedirs("d")
+r = np.random.RandomState(1)
+def idx(a):
+    a = np.asarray(a, dtype=np.uint8)
+    return bytes([0, 0, 8, a.ndim]) + b"".join(struct.pack(">I", x) for x in a.shape) + a.tobytes()
+y = r.randint(0, 4, 200)
+x = (r.rand(200, 8, 8) * 200).astype(np.uint8)
+open("d/train-images-idx3-ubyte", "wb").write(idx(x))
+open("d/train-labels-idx1-ubyte", "wb").write(idx(y))
+PYEOF
+	run -0 --separate-stderr mltrain fixed4.onnx --data d --batch 16 --threads 1 -o o.mlg -v
+	local said="input 'x' had a fixed batch of 4; re-batched to N (--batch 16)"
+	[[ $stderr == *"mltrain: fixed4.onnx: $said, 1 Reshape target rewritten"* ]]
+	run -0 mlrun o.mlg --random --dim N=3
+	[ "${lines[0]}" = "y f32[3,4]" ]
+	# --shape with a fixed batch other than --batch is the user's word: refused as before
+	run -3 --separate-stderr mltrain fixed4.onnx --shape x=8x1x8x8 --data d --batch 16 -o o2.mlg
+	[[ $stderr == *"has a fixed batch of 8, not 16"* ]]
+}
+
+@test "--shape refuses an unknown input (listing them), a wrong rank and two shapes with status 3" {
+	mkre
+	run -3 --separate-stderr mlrun re.onnx --shape nope=2x4 --random
+	[ "$stderr" = "mlrun: re.onnx: --shape: the model has no input 'nope' (its inputs: x)" ]
+	run -3 --separate-stderr mlconvert re.onnx --shape x=2x4x1 --info
+	[ "$stderr" = "mlconvert: re.onnx: --shape: input 'x' has rank 2, not 3" ]
+	run -3 --separate-stderr mlopt re.onnx --shape x=2x4 --shape x=3x4 -o o.mlg
+	[ "$stderr" = "mlopt: re.onnx: --shape: input 'x' is given two shapes" ]
+	[ ! -e o.mlg ]
+}
+
+@test "--shape refuses malformed, zero and negative dims with status 2" {
+	local s
+	for s in x=0x4 x=-1x4 x=2xx4 x=2x4x x= x 'x=2.5x4' 'x=2x$' x=1x1x1x1x1x1x1x1x1; do
+		run -2 --separate-stderr mlrun --shape "$s" --random re.onnx
+		[[ ${stderr_lines[0]} == "mlrun: --shape: "* ]]
+		[[ ${stderr_lines[1]} == "usage: mlrun "* ]]
+	done
+	run -2 --separate-stderr mltrain --shape x=0x4 --data d -o o.mlg m.mlt
+	[[ ${stderr_lines[0]} == "mltrain: --shape: dim 0 of 'x=0x4' is '0': a dim is a size"* ]]
+}
+
+@test "--shape names the node it cannot rewrite, with status 4" {
+	mkre
+	run -4 --separate-stderr mlrun sq.onnx --shape x=2x4 --random
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ $stderr == "mlrun: sq.onnx: --shape: node 'sq' (Squeeze) does not fit the new sizes"* ]]
+	need_model transformer
+	run -4 --separate-stderr mlrun "$ML_MODELS/transformer/model.onnx" --shape input=NxLx64 --random
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ $stderr == *"node '/enc/layers.0/self_attn/Reshape_4' (Reshape): its shape [12,1,64]"* ]]
+	[[ $stderr == *"would need two symbolic dims; give sizes instead of names" ]]
+}
