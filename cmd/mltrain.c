@@ -18,7 +18,8 @@ static const char synopsis[] =
 	"               [--nesterov] [--weight-decay F] [--clip-norm F] [--lr-schedule S]\n"
 	"               [--batch N] [--epochs N] [--seed S] [--val-split F] [--checkpoint-every N]\n"
 	"               [--resume CKPT.mlg] [--device DEV] [--threads N] [--log FILE] [--json]\n"
-	"               [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals] [MODEL]";
+	"               [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals] [--[no-]progress]\n"
+	"               [MODEL]";
 
 static const char help_text[] =
 	"Train a model (.mlt, .mlg or .onnx) on a dataset; write the trained model.\n"
@@ -62,6 +63,10 @@ static const char help_text[] =
 	"                          them to zero, much faster once gradients underflow)\n"
 	"      --log FILE          append one JSON line per epoch to FILE\n"
 	"      --json              print a JSON report on stdout at the end\n"
+	"      --progress          draw the progress bar of each epoch (steps, rate, ETA,\n"
+	"                          running loss and accuracy) on stderr even when it is\n"
+	"                          no terminal\n"
+	"      --no-progress       draw no progress bar (the default unless on a terminal)\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes)\n"
 	"  -q, --quiet             print nothing but errors\n"
 	"  -v, --verbose           print more (the step graph, checkpoints)\n"
@@ -343,9 +348,11 @@ checkpoint(struct run *r, const char *why)
 	if (ml_dist_rank() == 0 && ml_model_save(r->model, r->ckpt, ML_FMT_MLG, &err) < 0)
 		die_err(&err);
 	r->last_ckpt = r->step_no;
-	if (r->verbose)
+	if (r->verbose) {
+		cli_progress_clear();
 		fprintf(stderr, "%s: checkpoint at step %llu (%s) in %s\n", progname,
 			(unsigned long long)r->step_no, why, r->ckpt);
+	}
 }
 
 /* host_loss: the loss of one row of logits, as the step graph's loss computes it. */
@@ -432,22 +439,23 @@ evaluate(struct run *r, double *loss, double *acc)
 	*acc = r->classes > 0 ? (double)ok / (double)n : NAN;
 }
 
+/*
+ * progress: the bar of the epoch in progress (cmd/cli.c: steps done of
+ * the epoch's, their rate, the ETA) with the running mean loss and
+ * accuracy of the epoch so far.
+ */
 static void
-progress(const struct run *r, double t0, bool done)
+progress(const struct run *r)
 {
-	static double last;
-	double now = ml_now();
-	if (!done && now - last < 0.2)
-		return;
-	last = now;
-	if (done) {
-		fputs("\r\033[K", stderr);
-		return;
-	}
-	double sps = (double)r->seen / (now - t0 > 0 ? now - t0 : 1e-9);
-	fprintf(stderr, "\repoch %llu/%lld %lld/%lld loss %.4f %.0f samples/s\033[K",
-		(unsigned long long)r->epoch + 1, (long long)r->o.epochs, (long long)r->in_epoch,
-		(long long)r->spe, r->seen ? r->loss_sum / (double)r->seen : 0.0, sps);
+	char what[64], extra[96] = "";
+	double n = (double)r->seen;
+	snprintf(what, sizeof what, "epoch %llu/%lld", (unsigned long long)r->epoch + 1,
+		 (long long)r->o.epochs);
+	int k = r->seen > 0 ? snprintf(extra, sizeof extra, "loss %.4f", r->loss_sum / n) : 0;
+	if (r->seen > 0 && r->classes > 0 && k > 0 && (size_t)k < sizeof extra)
+		snprintf(extra + k, sizeof extra - (size_t)k, " acc %.2f%%",
+			 100.0 * (double)r->correct / n);
+	cli_progress_update(what, r->in_epoch, r->spe, extra);
 }
 
 /* setup_data: load, split, check against the model, make the loader. */
@@ -617,6 +625,8 @@ train(struct run *r)
 		ml_dist_stats_reset();	/* the communication of this epoch, for report_epoch */
 		if (ml_loader_start(r->ld, r->epoch, r->in_epoch, &err) < 0)
 			die_err(&err);
+		if (cli_progress_on())
+			progress(r);	/* the bar from where the epoch starts (mid-way on resume) */
 		while ((rc = ml_loader_next(r->ld, &x, &y, &err)) > 0) {
 			double ts = ml_now();
 			if (ml_dist_size() > 1 && x->dims[0] < ml_dist_size())
@@ -692,6 +702,7 @@ train(struct run *r)
 			if (stop) {
 				/* taken in time: the checkpoint is written, however long it takes */
 				alarm(0);
+				cli_progress_end(false);
 				checkpoint(r, "interrupted");
 				if (!r->quiet)
 					fprintf(stderr, "%s: interrupted at step %llu; the checkpoint is %s\n",
@@ -711,13 +722,12 @@ train(struct run *r)
 				   r->in_epoch < r->spe) {
 				checkpoint(r, "every N steps");
 			}
-			if (!r->quiet && isatty(STDERR_FILENO))
-				progress(r, t0, false);
+			if (cli_progress_on())
+				progress(r);
 		}
 		if (rc < 0)
 			die_err(&err);
-		if (!r->quiet && isatty(STDERR_FILENO))
-			progress(r, t0, true);
+		cli_progress_end(false);	/* the epoch's line replaces the bar */
 		double secs = ml_now() - t0;
 		(void)tstep;
 		r->train_secs += secs;
@@ -737,7 +747,7 @@ train(struct run *r)
 struct args {
 	const char *resume, *dump, *logpath;
 	const char *from;	/* the model read: the checkpoint resumed, else MODEL */
-	int threads, json, dmode;
+	int threads, json, dmode, progress;
 	bool qat, version;
 	struct ml_dist_opts dopt;
 	struct ml_dist_info di;
@@ -779,9 +789,11 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		{ "qat", no_argument, NULL, O_QAT },
 		{ "keep-denormals", no_argument, NULL, O_KEEPDN },
 		{ "nesterov", no_argument, NULL, O_NEST },
+		{ "no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS },
 		{ "no-shuffle", no_argument, NULL, O_NOSHUF },
 		{ "optimizer", required_argument, NULL, O_OPT },
 		{ "output", required_argument, NULL, 'o' },
+		{ "progress", no_argument, NULL, CLI_OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "resume", required_argument, NULL, O_RESUME },
 		{ "seed", required_argument, NULL, O_SEED },
@@ -860,6 +872,8 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		case O_QAT: a->qat = true; break;
 		case O_KEEPDN: o->keep_dn = 1; given[S_KEEPDN] = true; break;
 		case O_MAXALLOC: ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis)); break;
+		case CLI_OPT_PROGRESS: a->progress = CLI_PROGRESS_ON; break;
+		case CLI_OPT_NO_PROGRESS: a->progress = CLI_PROGRESS_OFF; break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
 			exit(EXIT_USAGE);
@@ -1167,6 +1181,7 @@ main(int argc, char **argv)
 	check_args(&r, &a, argc, argv);
 	if (a.dump == NULL)
 		setup_dist(&r, &a);
+	cli_progress_setup(a.progress, r.quiet);	/* after setup_dist: ranks but 0 are quiet */
 	check_outputs(&r, &a);
 	ml_set_threads(a.threads);
 	if (ml_model_load(&r.model, a.from, ML_FMT_AUTO, &err) < 0)
