@@ -2,11 +2,14 @@
  * test_cli.c: C tests of the tools' shared helpers (cmd/cli.c): the
  * progress bar's line, cli_progress_format, at its edge cases: no time
  * elapsed yet, an unknown total, done == total, a resumed phase, narrow
- * terminals and long rates. Prints TAP.
+ * terminals and long rates; and the drawing (cli_progress_update): the
+ * redraws rate-limited, a phase's end always drawn, a new phase on a new
+ * line, an erased bar, nothing when off. Prints TAP.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../cmd/cli.h"
 
@@ -83,10 +86,74 @@ test_format(void)
 	ok(n == 7 && strcmp(small, "calibra") == 0, "the buffer's size is respected");
 }
 
+/* count: how many times s occurs in buf. */
+static int
+count(const char *buf, const char *s)
+{
+	int n = 0;
+	for (const char *p = strstr(buf, s); p != NULL; p = strstr(p + 1, s))
+		n++;
+	return n;
+}
+
+/* drawn: what the bar wrote to stderr (a temporary file) while fn ran. */
+static char *
+drawn(void (*fn)(void))
+{
+	static char buf[65536];
+	FILE *tmp = tmpfile();
+	int saved = dup(fileno(stderr));
+	fflush(stderr);
+	dup2(fileno(tmp), fileno(stderr));
+	fn();
+	fflush(stderr);
+	dup2(saved, fileno(stderr));
+	close(saved);
+	rewind(tmp);
+	size_t n = fread(buf, 1, sizeof buf - 1, tmp);
+	buf[n] = '\0';
+	fclose(tmp);
+	return buf;
+}
+
+static void
+many_updates(void)
+{
+	for (int i = 0; i <= 1000; i++)
+		cli_progress_update("work", i, 1000, NULL);
+	cli_progress_update("more", 1, 0, NULL);
+	cli_progress_end(false);
+}
+
+static void
+test_draw(void)
+{
+	setenv("COLUMNS", "80", 1);
+	cli_progress_setup(CLI_PROGRESS_ON, false);
+	ok(cli_progress_on() && cli_progress() != NULL, "--progress: on, with a callback");
+	char *out = drawn(many_updates);
+	/* 1001 updates in far less than 0.1 s: the first and the last are drawn */
+	ok(count(out, "\rwork [") == 2, "updates are rate-limited; the first and done == total drawn");
+	ok(strstr(out, "work [##############################] 1000/1000") != NULL,
+	   "the phase's last state is drawn");
+	ok(strstr(out, "1000/1000") < strstr(out, "\n\rmore 1 "),
+	   "another phase ends the bar's line and starts a new one");
+	size_t len = strlen(out);
+	ok(len > 4 && strcmp(out + len - 4, "\r\033[K") == 0, "end without keep erases the line");
+
+	cli_progress_setup(CLI_PROGRESS_ON, true);
+	ok(!cli_progress_on() && cli_progress() == NULL, "-q turns the bar off");
+	out = drawn(many_updates);
+	ok(out[0] == '\0', "nothing is drawn when off");
+	cli_progress_setup(CLI_PROGRESS_OFF, false);
+	ok(!cli_progress_on(), "--no-progress turns the bar off");
+}
+
 int
 main(void)
 {
 	test_format();
+	test_draw();
 	printf("1..%d\n", ntest);
 	return nfail ? 1 : 0;
 }
