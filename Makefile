@@ -120,6 +120,12 @@ $(B)/bin/%: tests/tools/%.c $(B)/lib/libml.a | $(GEN_H)
 	@mkdir -p $(@D) $(B)/obj/tools
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(DEPFLAGS) -MF $(B)/obj/tools/$*.d -o $@ $< $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL) $(TOOL_LIBS)
 
+# test_cli tests the tools' shared helpers, so it links cmd/cli.o before the library.
+$(B)/bin/test_cli: tests/tools/test_cli.c $(CLI_OBJS) $(B)/lib/libml.a | $(GEN_H)
+	@mkdir -p $(@D) $(B)/obj/tools
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(DEPFLAGS) -MF $(B)/obj/tools/test_cli.d -o $@ $< \
+		$(CLI_OBJS) $(B)/lib/libml.a $(LDFLAGS) $(LDLIBS_ALL)
+
 # libml loads OpenBLAS at run time (lib/cpu/blas.c); a driver that calls
 # cblas itself, to compare against it, links it.
 $(B)/bin/clgemm_bench: TOOL_LIBS = -lopenblas

@@ -2,8 +2,9 @@
  * cli.c: helpers every tool shares: diagnostics in the `tool: message`
  * form with the exit statuses of DESIGN.md, checked number parsing, the
  * terminal rule for binary output, the final stdout check, the signals
- * and the --timeout timer that end a tool cleanly, and the inputs of a
- * run (-i, --dim, --random) that mlrun and mlprof share.
+ * and the --timeout timer that end a tool cleanly, the progress bar of
+ * long work, and the inputs of a run (-i, --dim, --random) that mlrun and
+ * mlprof share.
  */
 #include <errno.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -97,6 +99,8 @@ catch_signals(void)
 static char timeout_msg[128];
 static size_t timeout_len;
 static volatile sig_atomic_t committing;
+/* whether a progress bar is on stderr's line now (the timer's message erases it first) */
+static volatile sig_atomic_t bar_shown;
 
 /*
  * on_timer: the --timeout has passed. Unless the outputs are being written
@@ -111,6 +115,8 @@ on_timer(int sig)
 	if (committing)
 		return;
 	ml_tmp_cleanup();
+	if (bar_shown)
+		(void)!write(STDERR_FILENO, "\r\033[K", 4);
 	(void)!write(STDERR_FILENO, timeout_msg, timeout_len);
 	_exit(EXIT_FAIL);
 }
@@ -186,6 +192,7 @@ static void
 put_msg(const char *msg)
 {
 	char line[4 * 2048 + 256];
+	cli_progress_clear();	/* the message takes the bar's line; the bar comes back below */
 	int h = snprintf(line, sizeof line, "%s: ", progname);
 	size_t n = h < 0 ? 0 : (size_t)h < sizeof line ? (size_t)h : sizeof line - 1;
 
@@ -350,6 +357,251 @@ finish_stdout(void)
 		exit(EXIT_FAIL);
 	}
 	return 0;
+}
+
+/* ---- progress bars ---- */
+
+/*
+ * The bar: the mode the options chose (on, off, or on when stderr is a
+ * terminal: decided at the first update), the phase in progress (its
+ * label, when it began and at which count, its last report) and when the
+ * line was last drawn. One bar at a time: a tool's long work is one
+ * thing after another.
+ */
+static struct {
+	int mode;		/* CLI_PROGRESS_* */
+	int on;			/* -1: not decided yet; 0 or 1 */
+	bool active;		/* a phase is in progress */
+	char what[64];
+	char extra[128];
+	int64_t done, total, done0;
+	double t0, drawn_at;
+	bool dirty;		/* reported since the last draw */
+} bar = { .on = -1 };
+
+void
+cli_progress_setup(int mode, bool quiet)
+{
+	bar.mode = quiet ? CLI_PROGRESS_OFF : mode;
+	bar.on = -1;
+}
+
+bool
+cli_progress_on(void)
+{
+	if (bar.on < 0)
+		bar.on = bar.mode == CLI_PROGRESS_ON ||
+			 (bar.mode == CLI_PROGRESS_AUTO && isatty(STDERR_FILENO));
+	return bar.on == 1;
+}
+
+/* term_width: the width of stderr's terminal: COLUMNS, else the terminal's, else 80. */
+static int
+term_width(void)
+{
+	const char *c = getenv("COLUMNS");
+	char *end;
+	if (c != NULL && *c != '\0') {
+		long v = strtol(c, &end, 10);
+		if (*end == '\0' && v > 0 && v < 10000)
+			return (int)v;
+	}
+	struct winsize ws;
+	if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	return 80;
+}
+
+/* fmt_secs: s seconds as M:SS or H:MM:SS, "--:--" when unknown (negative) or 100 hours or more. */
+static void
+fmt_secs(char *buf, size_t n, double s)
+{
+	if (!(s >= 0) || s >= 100 * 3600.0) {
+		snprintf(buf, n, "--:--");
+		return;
+	}
+	long t = (long)(s + 0.5);
+	if (t < 3600)
+		snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+	else
+		snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+}
+
+/* fmt_rate: r units a second with three significant digits or so; "--/s" when unknown (0). */
+static void
+fmt_rate(char *buf, size_t n, double r)
+{
+	if (!(r > 0) || !isfinite(r))
+		snprintf(buf, n, "--/s");
+	else if (r >= 99.5)
+		snprintf(buf, n, "%.0f/s", r);
+	else if (r >= 9.95)
+		snprintf(buf, n, "%.1f/s", r);
+	else if (r >= 0.005)
+		snprintf(buf, n, "%.2f/s", r);
+	else
+		snprintf(buf, n, "<0.01/s");
+}
+
+size_t
+cli_progress_format(char *buf, size_t size, int width, const char *what, int64_t done,
+		    int64_t total, int64_t done0, double elapsed, const char *extra)
+{
+	char count[48], rate[24], tm[24], eta[32], tail[128];
+	bool known = total > 0;
+	double r = elapsed > 0 && done > done0 ? (double)(done - done0) / elapsed : 0;
+
+	if (size == 0)
+		return 0;
+	/* the count and the rate padded, so that the bar keeps its width as they change */
+	if (known) {
+		int digits = snprintf(NULL, 0, "%lld", (long long)total);
+		snprintf(count, sizeof count, "%*lld/%lld", digits, (long long)done, (long long)total);
+	} else {
+		snprintf(count, sizeof count, "%lld", (long long)done);
+	}
+	fmt_rate(rate, sizeof rate, r);
+	/* the time left while it runs; once done (or with no total) the time it took */
+	bool left = known && done < total;
+	fmt_secs(tm, sizeof tm, left ? (r > 0 ? (double)(total - done) / r : -1) : elapsed);
+	snprintf(eta, sizeof eta, "%s %s", left ? "ETA" : "elapsed", tm);
+	snprintf(tail, sizeof tail, "%s %7s %s", count, rate, eta);
+	if (extra == NULL)
+		extra = "";
+	if (what == NULL)
+		what = "";
+	/*
+	 * What fits in width - 1 columns (a full line would wrap on some
+	 * terminals, and \r would then go back to the wrong line): the bar
+	 * shrinks first (to 10 cells; none below), then extra goes, then the
+	 * line is cut.
+	 */
+	int w = width > 1 ? width - 1 : 0;
+	int lw = (int)strlen(what), lt = (int)strlen(tail), le = (int)strlen(extra);
+	int fixed = (lw > 0 ? lw + 1 : 0) + lt;
+	int cells = 0;
+	bool show_extra = le > 0;
+	if (known) {
+		/* the bar is sized as if the time read "elapsed M:SS", so it keeps its width at the end */
+		int room = w - fixed - 3 - (12 - (int)strlen(eta) > 0 ? 12 - (int)strlen(eta) : 0);
+		cells = room - (show_extra ? le + 2 : 0);
+		if (cells < 10 && show_extra) {
+			show_extra = false;
+			cells = room;
+		}
+		cells = cells > 30 ? 30 : cells < 10 ? 0 : cells;
+	}
+	if (show_extra && fixed + (cells > 0 ? cells + 3 : 0) + 2 + le > w)
+		show_extra = false;
+	char line[512];
+	size_t n = 0;
+	if (lw > 0)
+		n += (size_t)snprintf(line + n, sizeof line - n, "%s ", what);
+	if (cells > 0 && n + (size_t)cells + 3 < sizeof line) {
+		int64_t d = done < 0 ? 0 : done > total ? total : done;
+		int fill = (int)((double)d / (double)total * cells);
+		line[n++] = '[';
+		for (int i = 0; i < cells; i++)
+			line[n++] = i < fill ? '#' : '.';
+		line[n++] = ']';
+		line[n++] = ' ';
+	}
+	if (n < sizeof line)
+		n += (size_t)snprintf(line + n, sizeof line - n, "%s", tail);
+	if (show_extra && n < sizeof line)
+		n += (size_t)snprintf(line + n, sizeof line - n, "  %s", extra);
+	if (n >= sizeof line)
+		n = sizeof line - 1;
+	if (n > (size_t)w)
+		n = (size_t)w;
+	if (n >= size)
+		n = size - 1;
+	memcpy(buf, line, n);
+	buf[n] = '\0';
+	return n;
+}
+
+/* draw: the phase's line as it stands, over the one on stderr. */
+static void
+draw(double now)
+{
+	char line[512];
+	size_t n = cli_progress_format(line, sizeof line, term_width(), bar.what, bar.done,
+				       bar.total, bar.done0, now - bar.t0, bar.extra);
+	fprintf(stderr, "\r%.*s\033[K", (int)n, line);
+	fflush(stderr);
+	bar.drawn_at = now;
+	bar.dirty = false;
+	bar_shown = 1;
+}
+
+void
+cli_progress_update(const char *what, int64_t done, int64_t total, const char *extra)
+{
+	if (!cli_progress_on())
+		return;
+	double now = ml_now();
+	if (what == NULL)
+		what = "";
+	if (!bar.active || strncmp(bar.what, what, sizeof bar.what - 1) != 0) {
+		cli_progress_end(true);
+		snprintf(bar.what, sizeof bar.what, "%s", what);
+		bar.active = true;
+		bar.t0 = now;
+		bar.done0 = done;
+		bar.drawn_at = -1;
+	}
+	bar.done = done;
+	bar.total = total > 0 ? total : 0;
+	snprintf(bar.extra, sizeof bar.extra, "%s", extra != NULL ? extra : "");
+	bar.dirty = true;
+	/* at most 10 draws a second, but the first and a phase's last always */
+	if (bar.drawn_at < 0 || now - bar.drawn_at >= 0.1 || (bar.total > 0 && done >= bar.total))
+		draw(now);
+}
+
+void
+cli_progress_end(bool keep)
+{
+	if (!bar.active)
+		return;
+	if (keep) {
+		if (bar.dirty || !bar_shown)
+			draw(ml_now());
+		fputc('\n', stderr);
+	} else if (bar_shown) {
+		fputs("\r\033[K", stderr);
+	}
+	fflush(stderr);
+	bar_shown = 0;
+	bar.active = false;
+}
+
+void
+cli_progress_clear(void)
+{
+	if (!bar_shown)
+		return;
+	fputs("\r\033[K", stderr);
+	fflush(stderr);
+	bar_shown = 0;
+	bar.dirty = true;
+	bar.drawn_at = -1;	/* the next update draws it again at once */
+}
+
+/* progress_cb: the library's reports (struct ml_progress) to the bar. */
+static void
+progress_cb(void *user, const char *what, int64_t done, int64_t total)
+{
+	(void)user;
+	cli_progress_update(what, done, total, NULL);
+}
+
+const struct ml_progress *
+cli_progress(void)
+{
+	static const struct ml_progress cb = { .fn = progress_cb };
+	return cli_progress_on() ? &cb : NULL;
 }
 
 void

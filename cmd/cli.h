@@ -72,6 +72,51 @@ void refuse_tty_stdout(const char *path, bool force);
 int finish_stdout(void);
 
 /*
+ * Progress bars (DESIGN.md: progress on long work goes to stderr, only when
+ * stderr is a terminal). One bar at a time, one line: "LABEL [###...]
+ * DONE/TOTAL RATE/s ETA M:SS EXTRA", redrawn in place (\r, erase to the
+ * end of the line) at most 10 times a second and fitted to the terminal's
+ * width (COLUMNS, else the terminal's own, else 80). A phase whose total
+ * is unknown shows its count and elapsed time instead of bar and ETA.
+ * --progress forces the bar on when stderr is not a terminal (tests,
+ * logs), --no-progress turns it off; -q turns it off too.
+ */
+enum { CLI_PROGRESS_OFF = -1, CLI_PROGRESS_AUTO = 0, CLI_PROGRESS_ON = 1 };
+/* The options every tool with long work takes, for their getopt_long tables. */
+enum { CLI_OPT_PROGRESS = 0x1000, CLI_OPT_NO_PROGRESS };
+/* cli_progress_setup: --progress (ON), --no-progress (OFF) or neither (AUTO); quiet: off. */
+void cli_progress_setup(int mode, bool quiet);
+/* cli_progress_on: whether updates are drawn (decided by cli_progress_setup and stderr). */
+bool cli_progress_on(void);
+/* cli_progress: the callback for the library's long calls; NULL when no bar is drawn. */
+const struct ml_progress *cli_progress(void);
+/*
+ * cli_progress_update: done of total (0: unknown) in phase what, with
+ * extra text after the ETA (NULL: none). Another what than the last ends
+ * the bar on the line (as cli_progress_end(true)) and starts a new one
+ * whose rate counts from this done. Rate-limited; a phase's done == total
+ * is always drawn.
+ */
+void cli_progress_update(const char *what, int64_t done, int64_t total, const char *extra);
+/*
+ * cli_progress_end: end the bar: keep leaves its last state on its line
+ * and a newline; otherwise the line is erased (a report line follows).
+ * Nothing when no bar is drawn.
+ */
+void cli_progress_end(bool keep);
+/* cli_progress_clear: erase the bar before other output to stderr; the next update redraws it. */
+void cli_progress_clear(void);
+/*
+ * cli_progress_format: the bar's line, at most width - 1 characters (so
+ * it never wraps), into buf (size bytes, NUL-terminated): what, done of
+ * total (0: unknown), elapsed seconds since the phase began at done0, and
+ * extra (NULL: none). The rate is unknown ("--/s") until time has passed
+ * and work been done, the ETA then "--:--". Returns the line's length.
+ */
+size_t cli_progress_format(char *buf, size_t size, int width, const char *what, int64_t done,
+			   int64_t total, int64_t done0, double elapsed, const char *extra);
+
+/*
  * Inputs for a run, shared by mlrun and mlprof: -i NAME=FILE bindings
  * (FILE a .npy file, or zeros, ones, random), --dim NAME=N sizes for
  * symbolic dims of made-up arrays, and --random with --seed for every input

@@ -14,7 +14,8 @@
 static const char synopsis[] =
 	"mlopt [-fqv] [-O LEVEL] [--passes LIST] [--disable LIST] [--report [--json]] [-o OUTPUT]\n"
 	"             [--verify [--rtol R] [--atol A] [-i NAME=FILE.npy]... [--seed S]\n"
-	"             [--timeout SECS]] [--max-alloc SIZE] [--shape NAME=DIMS]... [INPUT | -]\n"
+	"             [--timeout SECS] [--[no-]progress]] [--max-alloc SIZE] [--shape NAME=DIMS]...\n"
+	"             [INPUT | -]\n"
 	"       mlopt --list-passes [--json]";
 
 static const char help_text[] =
@@ -32,9 +33,12 @@ static const char help_text[] =
 	"      --list-passes   print the passes with their levels and exit\n"
 	"      --max-alloc SIZE\n"
 	"                      allocate at most SIZE bytes (K, M, G suffixes)\n"
+	"      --no-progress   draw no progress bar (the default unless on a terminal)\n"
 	"  -O, --level LEVEL   0 (nothing), 1 (cleaning), 2 (fusion, the default), 3\n"
 	"  -o, --output FILE   write the model to FILE ('-' for stdout)\n"
 	"      --passes LIST   run exactly these passes, in this order (comma-separated)\n"
+	"      --progress      with --verify, draw a progress bar of the passes on stderr\n"
+	"                      even when it is no terminal\n"
 	"  -q, --quiet         print nothing but errors\n"
 	"      --report        print per pass the nodes before and after and what changed\n"
 	"                      (on stdout with -o FILE, else on stderr)\n"
@@ -142,9 +146,11 @@ check_pass(void *ctx, struct ml_graph *g, const char *pass, struct ml_err *e)
 			}
 		}
 	}
-	if (v->verbose)
+	if (v->verbose) {
+		cli_progress_clear();
 		fprintf(stderr, "%s: --verify: %s: outputs within tolerance (%.3g of it at worst)\n",
 			progname, pass, worst);
+	}
 out:
 	for (int i = 0; i < v->n; i++)
 		ml_tval_clear(&got[i]);
@@ -221,7 +227,7 @@ struct opts {
 	enum ml_format to;
 	bool force, list, report, json, verify, version;
 	double rtol, atol, timeout;
-	int verbose, quiet;
+	int verbose, quiet, progress;
 };
 
 /* parse_args: read argv into o; usage errors exit 2, -h exits 0. */
@@ -241,8 +247,10 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "level", required_argument, NULL, 'O' },
 		{ "list-passes", no_argument, NULL, OPT_LIST },
 		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
+		{ "no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS },
 		{ "output", required_argument, NULL, 'o' },
 		{ "passes", required_argument, NULL, OPT_PASSES },
+		{ "progress", no_argument, NULL, CLI_OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "report", no_argument, NULL, OPT_REPORT },
 		{ "rtol", required_argument, NULL, OPT_RTOL },
@@ -319,6 +327,12 @@ parse_args(struct opts *o, int argc, char **argv)
 		case OPT_TIMEOUT:
 			o->timeout = parse_timeout(optarg, synopsis);
 			break;
+		case CLI_OPT_PROGRESS:
+			o->progress = CLI_PROGRESS_ON;
+			break;
+		case CLI_OPT_NO_PROGRESS:
+			o->progress = CLI_PROGRESS_OFF;
+			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
 			exit(EXIT_USAGE);
@@ -386,6 +400,9 @@ verify_setup(struct verify *v, struct opts *o, struct ml_graph *g)
 	}
 	o->oo.check = check_pass;
 	o->oo.check_ctx = v;
+	/* the passes are slow only when each is verified */
+	cli_progress_setup(o->progress, o->quiet);
+	o->oo.progress = cli_progress();
 }
 
 /* verify_free: release what verify_setup kept. */
@@ -443,6 +460,7 @@ main(int argc, char **argv)
 			die(EXIT_FAIL, "%s: %s", shown_in, err.msg);
 		die_err(&err);
 	}
+	cli_progress_end(true);
 	if (talk)
 		fprintf(stderr, "%s: %d -> %d nodes in %d rounds (%.1f ms)%s\n", progname,
 			r.nodes_before, r.nodes_after, r.rounds, (ml_now() - t1) * 1e3,

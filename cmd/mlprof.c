@@ -16,7 +16,8 @@ static const char synopsis[] =
 	"              [--dim NAME=N]... [--shape NAME=DIMS]... [--repeat N] [--warmup K]\n"
 	"              [--sort KEY] [--top N]\n"
 	"              [--group BY] [--json | --csv] [--memory] [--trace FILE] [--svg FILE]\n"
-	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [--timeout SECS] [MODEL | -]\n"
+	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [--timeout SECS]\n"
+	"              [--[no-]progress] [MODEL | -]\n"
 	"       mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json\n"
 	"       mlprof --devices";
 
@@ -52,6 +53,9 @@ static const char help_text[] =
 	"                          default ML_MAX_ALLOC or 16G)\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
 	"      --timeout SECS      stop with status 1 when profiling takes over SECS seconds\n"
+	"      --progress          draw a progress bar of the runs on stderr even when it is\n"
+	"                          no terminal\n"
+	"      --no-progress       draw no progress bar (the default unless on a terminal)\n"
 	"      --device DEV        cpu (default), cl, cl:N, auto, or all: each device in turn\n"
 	"      --devices           list the devices and exit (status 3 without an OpenCL one)\n"
 	"  -q, --quiet             print nothing but errors\n"
@@ -260,7 +264,7 @@ struct opts {
 	struct cli_inputs in;
 	struct cli_shapes shapes;	/* --shape */
 	struct ml_prof_opts po;
-	int verbose, quiet, threads, fmt;
+	int verbose, quiet, threads, fmt, progress;
 	int64_t repeat, warmup;
 	double timeout;
 	const char *device, *outpath, *trace, *svg, *path;
@@ -288,7 +292,9 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
 		{ "memory", no_argument, NULL, OPT_MEMORY },
+		{ "no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS },
 		{ "output", required_argument, NULL, 'o' },
+		{ "progress", no_argument, NULL, CLI_OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "random", no_argument, NULL, OPT_RANDOM },
 		{ "repeat", required_argument, NULL, OPT_REPEAT },
@@ -387,6 +393,12 @@ parse_args(struct opts *o, int argc, char **argv)
 		case OPT_WARMUP:
 			o->warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
 			break;
+		case CLI_OPT_PROGRESS:
+			o->progress = CLI_PROGRESS_ON;
+			break;
+		case CLI_OPT_NO_PROGRESS:
+			o->progress = CLI_PROGRESS_OFF;
+			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
 			exit(EXIT_USAGE);
@@ -426,6 +438,8 @@ check_args(struct opts *o, int argc, char **argv)
 	if (optind + 1 < argc)
 		usage_error(synopsis, "too many operands");
 	o->path = optind < argc ? argv[optind] : "-";
+	/* a trace or picture on stdout quiets the report below, not the bar on stderr */
+	cli_progress_setup(o->progress, o->quiet);
 	int to_stdout = (o->trace != NULL && strcmp(o->trace, "-") == 0) +
 			(o->svg != NULL && strcmp(o->svg, "-") == 0);
 	if (to_stdout > 1)
@@ -489,9 +503,16 @@ profile(struct ml_prof **pp, struct ml_graph *g, const char *dev, const struct o
 	cli_bind_inputs(s, g, o->path, &o->in);
 	if (ml_prof_new(pp, g, dev, o->repeat, &err) < 0)
 		die_err(&err);
-	for (int64_t i = 0; i < o->warmup; i++)
+	/* the bar counts the warm-up runs and the timed ones */
+	char what[96];
+	int64_t total = o->warmup + o->repeat;
+	snprintf(what, sizeof what, "profiling on %.63s", dev);
+	cli_progress_update(what, 0, total, NULL);
+	for (int64_t i = 0; i < o->warmup; i++) {
 		if (ml_session_run(s, &err) < 0)
 			die_err(&err);
+		cli_progress_update(what, i + 1, total, NULL);
+	}
 	for (int64_t i = 0; i < o->repeat; i++) {
 		double t0 = ml_now();
 		if (ml_session_run(s, &err) < 0)
@@ -499,10 +520,14 @@ profile(struct ml_prof **pp, struct ml_graph *g, const char *dev, const struct o
 		double wall = ml_now() - t0;
 		if (ml_prof_record(*pp, s, t0, wall, &err) < 0)
 			die_err(&err);
-		if (o->verbose)
+		if (o->verbose) {
+			cli_progress_clear();
 			fprintf(stderr, "%s: %s run %lld: %.3f ms\n", progname, dev, (long long)i,
 				wall * 1e3);
+		}
+		cli_progress_update(what, o->warmup + i + 1, total, NULL);
 	}
+	cli_progress_end(true);
 	ml_session_free(s);
 }
 

@@ -13,7 +13,8 @@ static const char synopsis[] =
 	"mlquant [-fqv] [-c DATA] [--samples N] [--method minmax|percentile|entropy]\n"
 	"               [--percentile P] [--dtype uint8|int8|fp16|bf16] [--qdq | --dynamic]\n"
 	"               [--pow2] [--exclude NODES]... [--budget DB] [--report] [--json]\n"
-	"               [--threads N] [--max-alloc SIZE] [--shape NAME=DIMS]... [-o OUTPUT]\n"
+	"               [--threads N] [--max-alloc SIZE] [--shape NAME=DIMS]... [--[no-]progress]\n"
+	"               [-o OUTPUT]\n"
 	"               [MODEL | -]";
 
 static const char help_text[] =
@@ -43,6 +44,9 @@ static const char help_text[] =
 	"                          rewriting Reshape targets that hold the old sizes\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes)\n"
+	"      --progress          draw the progress bar of calibration, measuring and the\n"
+	"                          --budget search on stderr even when it is no terminal\n"
+	"      --no-progress       draw no progress bar (the default unless on a terminal)\n"
 	"  -o, --output OUTPUT     write the quantised model to OUTPUT\n"
 	"  -f, --force             write binary output to a terminal\n"
 	"  -q, --quiet             print nothing but errors\n"
@@ -102,7 +106,7 @@ struct opts {
 	struct cli_shapes shapes;	/* --shape */
 	const char *calib, *output, *path;
 	const char **excl;
-	int nexcl, verbose, quiet, threads;
+	int nexcl, verbose, quiet, threads, progress;
 	bool force, version, report, json, qdq, dynamic;
 	int64_t samples;
 	int half;
@@ -169,9 +173,11 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
 		{ "method", required_argument, NULL, OPT_METHOD },
+		{ "no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS },
 		{ "output", required_argument, NULL, 'o' },
 		{ "percentile", required_argument, NULL, OPT_PERCENTILE },
 		{ "pow2", no_argument, NULL, OPT_POW2 },
+		{ "progress", no_argument, NULL, CLI_OPT_PROGRESS },
 		{ "qdq", no_argument, NULL, OPT_QDQ },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "report", no_argument, NULL, OPT_REPORT },
@@ -236,6 +242,12 @@ parse_args(struct opts *o, int argc, char **argv)
 		case OPT_POW2:
 			o->q.pow2 = true;
 			break;
+		case CLI_OPT_PROGRESS:
+			o->progress = CLI_PROGRESS_ON;
+			break;
+		case CLI_OPT_NO_PROGRESS:
+			o->progress = CLI_PROGRESS_OFF;
+			break;
 		case OPT_QDQ:
 			o->qdq = true;
 			break;
@@ -283,6 +295,8 @@ check_args(struct opts *o, int argc, char **argv)
 	o->q.n_exclude = o->nexcl;
 	o->q.measure = o->report || o->json;
 	o->q.verbose = o->verbose;
+	cli_progress_setup(o->progress, o->quiet);
+	o->q.progress = cli_progress();
 }
 
 /* has_fakequant: whether g was trained with mltrain --qat (its ranges are in FakeQuant nodes). */
@@ -357,6 +371,7 @@ main(int argc, char **argv)
 		ml_err_prefix(&err, strcmp(o.path, "-") == 0 ? "<stdin>" : o.path);
 		die_err(&err);
 	}
+	cli_progress_end(true);
 	enum ml_format fmt = strcmp(o.output, "-") == 0 ? ML_FMT_MLG :
 							  ml_format_from_name(o.output);
 	if (fmt == ML_FMT_AUTO)

@@ -15,7 +15,7 @@
 static const char synopsis[] =
 	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy | -i FILE.npz]...\n"
 	"             [--random [--seed S]] [--dim NAME=N]... [--shape NAME=DIMS]... [-o DIR]\n"
-	"             [--repeat N [--warmup K]]\n"
+	"             [--repeat N [--warmup K] [--[no-]progress]]\n"
 	"             [--compare DIR|FILE.npz [--rtol R] [--atol A]] [--top K]\n"
 	"             [--json] [--max-alloc SIZE] [--plan] [--placement FILE] [--timeout SECS]\n"
 	"             [MODEL | -]\n"
@@ -48,6 +48,9 @@ static const char help_text[] =
 	"                          (the last dim) with their indices\n"
 	"      --repeat N          run N times and report latency\n"
 	"      --warmup K          untimed runs before the timed ones (default 1 with --repeat)\n"
+	"      --progress          with --repeat, draw a progress bar of the runs on stderr\n"
+	"                          even when it is no terminal\n"
+	"      --no-progress       draw no progress bar (the default unless on a terminal)\n"
 	"      --json              print a JSON report on stdout\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes;\n"
 	"                          default ML_MAX_ALLOC or 16G)\n"
@@ -201,7 +204,7 @@ struct opts {
 	struct cli_shapes shapes;	/* --shape */
 	const char **npz;	/* -i FILE.npz */
 	int nnpz;
-	int verbose, quiet, json, threads;
+	int verbose, quiet, json, threads, progress;
 	int64_t repeat, warmup, top;
 	double timeout, rtol, atol;
 	const char *compare;	/* --compare REF */
@@ -226,9 +229,11 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "input", required_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
+		{ "no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS },
 		{ "output-dir", required_argument, NULL, 'o' },
 		{ "placement", required_argument, NULL, OPT_PLACEMENT },
 		{ "plan", no_argument, NULL, OPT_PLAN },
+		{ "progress", no_argument, NULL, CLI_OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "random", no_argument, NULL, OPT_RANDOM },
 		{ "repeat", required_argument, NULL, OPT_REPEAT },
@@ -324,6 +329,12 @@ parse_args(struct opts *o, int argc, char **argv)
 		case OPT_WARMUP:
 			o->warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
 			break;
+		case CLI_OPT_PROGRESS:
+			o->progress = CLI_PROGRESS_ON;
+			break;
+		case CLI_OPT_NO_PROGRESS:
+			o->progress = CLI_PROGRESS_OFF;
+			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
 			exit(EXIT_USAGE);
@@ -342,6 +353,7 @@ check_args(struct opts *o, int argc, char **argv)
 		usage_error(synopsis, "--warmup needs --repeat");
 	if (o->warmup < 0)
 		o->warmup = o->repeat > 0 ? 1 : 0;
+	cli_progress_setup(o->progress, o->quiet);
 	if ((o->rtol != -1 || o->atol != -1) && o->compare == NULL)
 		usage_error(synopsis, "--rtol and --atol need --compare");
 	/* polygraphy's defaults */
@@ -418,23 +430,36 @@ struct lat {
 	double min, med, p90, max, total, thr;
 };
 
-/* run_timed: warmup untimed runs, then nrun timed ones; their latency statistics in l. */
+/*
+ * run_timed: warmup untimed runs, then nrun timed ones; their latency
+ * statistics in l. More than one run in all draws a progress bar.
+ */
 static void
 run_timed(struct ml_session *s, int64_t warmup, int64_t nrun, struct lat *l)
 {
 	struct ml_err err = { 0 };
 	double *lat = calloc((size_t)nrun, sizeof *lat);
+	int64_t total = warmup + nrun;
+	bool bar = total > 1;
 	if (lat == NULL)
 		die(EXIT_FAIL, "out of memory");
-	for (int64_t i = 0; i < warmup; i++)
+	if (bar)
+		cli_progress_update("running", 0, total, NULL);
+	for (int64_t i = 0; i < warmup; i++) {
 		if (ml_session_run(s, &err) < 0)
 			die_err(&err);
+		if (bar)
+			cli_progress_update("running", i + 1, total, NULL);
+	}
 	for (int64_t i = 0; i < nrun; i++) {
 		double t0 = ml_now();
 		if (ml_session_run(s, &err) < 0)
 			die_err(&err);
 		lat[i] = (ml_now() - t0) * 1e3;
+		if (bar)
+			cli_progress_update("running", warmup + i + 1, total, NULL);
 	}
+	cli_progress_end(true);
 	qsort(lat, (size_t)nrun, sizeof *lat, cmp_double);
 	l->nrun = nrun;
 	l->min = lat[0];

@@ -22,6 +22,7 @@ static const char synopsis[] =
 	"               [--checkpoint FILE] [--resume CKPT.mlg] [--device DEV] [--threads N]\n"
 	"               [--log FILE] [--json] [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals]\n"
 	"               [--augment A] [--normalize M/S] [--workers N] [--shape NAME=DIMS]...\n"
+	"               [--[no-]progress]\n"
 	"               [MODEL]";
 
 static const char help_text[] =
@@ -79,6 +80,10 @@ static const char help_text[] =
 	"                          Reshape targets that hold the old sizes\n"
 	"      --log FILE          append one JSON line per epoch to FILE\n"
 	"      --json              print a JSON report on stdout at the end\n"
+	"      --progress          draw the progress bar of each epoch (steps, rate, ETA,\n"
+	"                          running loss and accuracy) on stderr even when it is\n"
+	"                          no terminal\n"
+	"      --no-progress       draw no progress bar (the default unless on a terminal)\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes)\n"
 	"  -q, --quiet             print nothing but errors\n"
 	"  -v, --verbose           print more (the step graph, checkpoints)\n"
@@ -360,27 +365,30 @@ checkpoint(struct run *r, const char *why)
 	if (ml_dist_rank() == 0 && ml_model_save(r->model, r->ckpt, ML_FMT_MLG, &err) < 0)
 		die_err(&err);
 	r->last_ckpt = r->step_no;
-	if (r->verbose)
+	if (r->verbose) {
+		cli_progress_clear();
 		fprintf(stderr, "%s: checkpoint at step %llu (%s) in %s\n", progname,
 			(unsigned long long)r->step_no, why, r->ckpt);
+	}
 }
 
+/*
+ * progress: the bar of the epoch in progress (cmd/cli.c: steps done of
+ * the epoch's, their rate, the ETA) with the running mean loss and
+ * accuracy of the epoch so far.
+ */
 static void
-progress(const struct run *r, double t0, bool done)
+progress(const struct run *r)
 {
-	static double last;
-	double now = ml_now();
-	if (!done && now - last < 0.2)
-		return;
-	last = now;
-	if (done) {
-		fputs("\r\033[K", stderr);
-		return;
-	}
-	double sps = (double)r->seen / (now - t0 > 0 ? now - t0 : 1e-9);
-	fprintf(stderr, "\repoch %llu/%lld %lld/%lld loss %.4f %.0f samples/s\033[K",
-		(unsigned long long)r->epoch + 1, (long long)r->o.epochs, (long long)r->in_epoch,
-		(long long)r->spe, r->seen ? r->loss_sum / (double)r->seen : 0.0, sps);
+	char what[64], extra[96] = "";
+	double n = (double)r->seen;
+	snprintf(what, sizeof what, "epoch %llu/%lld", (unsigned long long)r->epoch + 1,
+		 (long long)r->o.epochs);
+	int k = r->seen > 0 ? snprintf(extra, sizeof extra, "loss %.4f", r->loss_sum / n) : 0;
+	if (r->seen > 0 && r->classes > 0 && k > 0 && (size_t)k < sizeof extra)
+		snprintf(extra + k, sizeof extra - (size_t)k, " acc %.2f%%",
+			 100.0 * (double)r->correct / n);
+	cli_progress_update(what, r->in_epoch, r->spe, extra);
 }
 
 /*
@@ -582,6 +590,8 @@ train(struct run *r)
 		ml_dist_stats_reset();	/* the communication of this epoch, for report_epoch */
 		if (ml_loader_start(r->ld, r->epoch, r->in_epoch, &err) < 0)
 			die_err(&err);
+		if (cli_progress_on())
+			progress(r);	/* the bar from where the epoch starts (mid-way on resume) */
 		while ((rc = ml_loader_next(r->ld, &x, &y, &err)) > 0) {
 			double ts = ml_now();
 			if (ml_dist_size() > 1 && x->dims[0] < ml_dist_size())
@@ -655,6 +665,7 @@ train(struct run *r)
 			if (stop) {
 				/* taken in time: the checkpoint is written, however long it takes */
 				alarm(0);
+				cli_progress_end(false);
 				checkpoint(r, "interrupted");
 				if (!r->quiet)
 					fprintf(stderr, "%s: interrupted at step %llu; the checkpoint is %s\n",
@@ -674,13 +685,12 @@ train(struct run *r)
 				   r->in_epoch < r->spe) {
 				checkpoint(r, "every N steps");
 			}
-			if (!r->quiet && isatty(STDERR_FILENO))
-				progress(r, t0, false);
+			if (cli_progress_on())
+				progress(r);
 		}
 		if (rc < 0)
 			die_err(&err);
-		if (!r->quiet && isatty(STDERR_FILENO))
-			progress(r, t0, true);
+		cli_progress_end(false);	/* the epoch's line replaces the bar */
 		double secs = ml_now() - t0;
 		(void)tstep;
 		r->train_secs += secs;
@@ -700,7 +710,7 @@ train(struct run *r)
 struct args {
 	const char *resume, *dump, *logpath;
 	const char *from;	/* the model read: the checkpoint resumed, else MODEL */
-	int threads, json, dmode;
+	int threads, json, dmode, progress;
 	bool qat, version;
 	struct cli_shapes shapes;	/* --shape */
 	struct ml_dist_opts dopt;
@@ -783,9 +793,11 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		{ "keep-denormals", no_argument, NULL, O_KEEPDN },
 		{ "nesterov", no_argument, NULL, O_NEST },
 		{ "normalize", required_argument, NULL, O_NORM },
+		{ "no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS },
 		{ "no-shuffle", no_argument, NULL, O_NOSHUF },
 		{ "optimizer", required_argument, NULL, O_OPT },
 		{ "output", required_argument, NULL, 'o' },
+		{ "progress", no_argument, NULL, CLI_OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "resume", required_argument, NULL, O_RESUME },
 		{ "seed", required_argument, NULL, O_SEED },
@@ -876,6 +888,8 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 			break;
 		case O_WORKERS: r->workers = (int)parse_int("--workers", optarg, 1, 16, synopsis); break;
 		case O_MAXALLOC: ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis)); break;
+		case CLI_OPT_PROGRESS: a->progress = CLI_PROGRESS_ON; break;
+		case CLI_OPT_NO_PROGRESS: a->progress = CLI_PROGRESS_OFF; break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
 			exit(EXIT_USAGE);
@@ -1191,6 +1205,7 @@ main(int argc, char **argv)
 	check_args(&r, &a, argc, argv);
 	if (a.dump == NULL)
 		setup_dist(&r, &a);
+	cli_progress_setup(a.progress, r.quiet);	/* after setup_dist: ranks but 0 are quiet */
 	check_outputs(&r, &a);
 	ml_set_threads(a.threads);
 	if (ml_model_load(&r.model, a.from, ML_FMT_AUTO, &err) < 0)

@@ -22,6 +22,8 @@
 #ifndef ML_OPT_H
 #define ML_OPT_H
 
+struct ml_progress;	/* ml_util.h */
+
 /*
  * The registry of passes, in pipeline order. level is the lowest -O level
  * that runs the pass (0: only by --passes).
@@ -49,6 +51,12 @@ struct ml_opt_opts {
 	ml_opt_check_fn check;	/* NULL: no checks */
 	void *check_ctx;
 	int max_rounds;		/* 0: 8 */
+	/*
+	 * NULL, or where each pass run is reported (ml_util.h): phase "passes,
+	 * round N", a unit a pass of the round (checked ones included), worth
+	 * giving when check makes the passes slow.
+	 */
+	const struct ml_progress *progress;
 };
 
 /* One row of the report: one run of one pass. */

@@ -26,6 +26,8 @@
 #ifndef ML_QUANT_H
 #define ML_QUANT_H
 
+struct ml_progress;	/* ml_util.h */
+
 enum ml_quant_form { ML_QFORM_INT = 0, ML_QFORM_QDQ = 1, ML_QFORM_DYNAMIC = 2, ML_QFORM_F16 = 3,
 		     ML_QFORM_BF16 = 4 };
 enum ml_calib_method { ML_CALIB_MINMAX = 0, ML_CALIB_PERCENTILE = 1, ML_CALIB_ENTROPY = 2 };
@@ -65,6 +67,13 @@ struct ml_quant_opts {
 	double budget;		/* > 0: minimum output SQNR in dB; worst layers go back to float */
 	bool measure;		/* fill the report's SQNR and times (runs the calibration data) */
 	int verbose;
+	/*
+	 * NULL, or where the long phases report (ml_util.h): "calibrating" (a
+	 * unit per batch run), "measuring" (the report's runs: the batches
+	 * through both models, then the node timings) and "budget search" (a
+	 * unit per round, total unknown).
+	 */
+	const struct ml_progress *progress;
 };
 
 /* One row of the report: one layer (a quantisable node and what is fused into it). */

@@ -1,6 +1,7 @@
 /*
  * ml_util.h: the small helpers the library and the tools share (lib/util):
- * JSON output and the random number generator. Included by ml.h.
+ * JSON output, the random number generator and progress reports. Included
+ * by ml.h.
  *
  * There is one of each: every JSON report (mlprof, mlopt, the device plan,
  * the tools' --json) escapes strings with ml_json_str, and every random
@@ -45,5 +46,25 @@ uint64_t ml_rng_next(struct ml_rng *r);
 uint64_t ml_rng_below(struct ml_rng *r, uint64_t n);
 /* ml_rng_unit: a uniform double in [0, 1) with 53 random bits. */
 double ml_rng_unit(struct ml_rng *r);
+
+/*
+ * Progress of long library calls (lib/util/progress.c). The library never
+ * prints: a call that can take seconds (calibration, the --budget search,
+ * ml_opt_run's passes) takes a const struct ml_progress * in its options
+ * and reports how far it is through fn; the tools draw the bar (cmd/cli.c).
+ * fn is called on the calling thread, with a short name of the phase
+ * ("calibrating", "budget search"; valid during the call only: copy it),
+ * the units of work done in that phase and their total (0 when it is not
+ * known in advance). A phase's reports start at done 0 or more and grow;
+ * the last one of a phase with a known total has done == total. fn must
+ * not call back into the library on the objects of the call that reports.
+ */
+struct ml_progress {
+	void (*fn)(void *user, const char *what, int64_t done, int64_t total);
+	void *user;
+};
+/* ml_progress_report: call p->fn with the report; p or p->fn NULL: nothing. */
+void ml_progress_report(const struct ml_progress *p, const char *what, int64_t done,
+			int64_t total);
 
 #endif

@@ -69,12 +69,23 @@ setup() {
 	no_temp_files
 }
 
-@test "a progress line appears only when stderr is a terminal" {
+@test "a progress bar appears only when stderr is a terminal" {
 	on_tty mltrain tiny.mlt --data d --batch 4 --threads 1 -o out.mlg
-	grep -q "epoch 1/1 [0-9]*/100 loss" tty.out
+	# the bar (steps done of the epoch's, rate, ETA, running loss and
+	# accuracy) as it starts and as it ends; between them it is redrawn at
+	# most 10 times a second, so a fast epoch may show no other state
+	grep -Eq "epoch 1/1 \[\.+\] +0/100 +--/s ETA --:--" tty.out
+	grep -Eq "epoch 1/1 \[#+\] 100/100 +[0-9.]+/s elapsed 0:[0-9]{2}  loss [0-9.]+ acc [0-9.]+%" tty.out
+	# erased when the epoch's line comes
+	grep -q $'\r\033\\[Kepoch 1/1: loss' tty.out
 	run -0 --separate-stderr mltrain tiny.mlt --data d --batch 4 --threads 1 -o out.mlg
 	[ "${#stderr_lines[@]}" -eq 1 ]
 	[[ $stderr != *$'\r'* ]]
+	on_tty mltrain tiny.mlt --data d --batch 4 --threads 1 -q -o out.mlg
+	[[ $(cat tty.out) != *"/100"* ]]
+	on_tty mltrain tiny.mlt --data d --batch 4 --threads 1 --no-progress -o out.mlg
+	[[ $(cat tty.out) != *"/100"* ]]
+	[[ $(cat tty.out) == *"epoch 1/1: loss"* ]]
 }
 
 @test "the trained model has the model's inputs and outputs, and learns the data" {

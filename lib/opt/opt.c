@@ -687,6 +687,9 @@ ml_opt_run(struct ml_graph *g, const struct ml_opt_opts *oo, struct ml_opt_repor
 	int round;
 	for (round = 1; round <= rounds; round++) {
 		int total = 0;
+		char phase[32];
+		snprintf(phase, sizeof phase, "passes, round %d", round);
+		ml_progress_report(oo->progress, phase, 0, nl);
 		for (int i = 0; i < nl; i++) {
 			const struct ml_opt_pass_info *pi = &passes[list[i]].info;
 			struct ml_opt_row row = { .round = round, .nodes_before = g->n_nodes };
@@ -721,6 +724,7 @@ ml_opt_run(struct ml_graph *g, const struct ml_opt_opts *oo, struct ml_opt_repor
 			if (o.changes > 0 && oo->check != NULL &&
 			    (rc = oo->check(oo->check_ctx, g, pi->name, e)) < 0)
 				goto out;
+			ml_progress_report(oo->progress, phase, i + 1, nl);
 		}
 		if (total == 0)
 			break;

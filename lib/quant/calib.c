@@ -287,14 +287,16 @@ struct statctx {
 	const struct ml_graph *g;
 	struct mq_stat *st;	/* one per tensor of g */
 	int pass;
+	const struct ml_progress *prog;	/* one unit a batch and pass */
+	int64_t nb, total;		/* batches a pass; batches of all passes */
 };
 
 static int
 stat_batch(void *ctx, struct ml_graph *gx, struct ml_session *s, int batch, struct ml_err *e)
 {
 	struct statctx *sc = ctx;
-	(void)batch;
 	(void)e;
+	ml_progress_report(sc->prog, "calibrating", sc->pass * sc->nb + batch + 1, sc->total);
 	for (int o = 0; o < gx->n_outputs; o++) {
 		const struct ml_tval *v = ml_session_output(s, o);
 		int t = ml_graph_find(sc->g, ml_graph_t(gx, gx->outputs[o])->name);
@@ -329,10 +331,11 @@ stat_batch(void *ctx, struct ml_graph *gx, struct ml_session *s, int batch, stru
 }
 
 int
-mlq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, struct mq_stat **out,
-	   struct ml_err *e)
+mlq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist,
+	    const struct ml_progress *prog, struct mq_stat **out, struct ml_err *e)
 {
-	struct statctx sc = { .g = g };
+	struct statctx sc = { .g = g, .prog = prog, .nb = cal->n_batches,
+			      .total = (int64_t)cal->n_batches * (hist ? 2 : 1) };
 	int rc;
 
 	sc.st = ml_calloc((size_t)g->n_tensors + 1, sizeof *sc.st);
@@ -354,6 +357,7 @@ mlq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, str
 				st->seen = true;
 			}
 		}
+	ml_progress_report(prog, "calibrating", 0, sc.total);
 	if ((rc = mlq_run_all(g, cal, 1, stat_batch, &sc, e)) < 0)
 		goto fail;
 	if (hist) {

@@ -78,7 +78,7 @@ ml_quant_insert_fakequant(struct ml_graph *g, const struct ml_quant_qat_opts *o,
 	if (o != NULL && o->cal != NULL && o->cal->n_batches > 0) {
 		struct ml_calib one = *o->cal;
 		one.n_batches = 1;
-		if ((rc = mlq_collect(g, &one, false, &st, e)) < 0)
+		if ((rc = mlq_collect(g, &one, false, NULL, &st, e)) < 0)
 			return rc;
 	}
 	n0 = g->n_nodes;

@@ -1118,6 +1118,7 @@ struct outs {
 	struct ml_tval *v;	/* first output per batch */
 	double sig, noise;
 	bool compare;
+	const struct ml_progress *prog;	/* "measuring": a unit a batch and model, one a timing */
 };
 
 static int
@@ -1126,6 +1127,8 @@ keep_out(void *ctx, struct ml_graph *gx, struct ml_session *s, int batch, struct
 	struct outs *o = ctx;
 	const struct ml_tval *y = ml_session_output(s, 0);
 	(void)gx;
+	ml_progress_report(o->prog, "measuring", (o->compare ? o->n : 0) + batch + 1,
+			   2 * (int64_t)o->n + 2);
 	if (y == NULL || y->dtype != ML_F32)
 		return 0;
 	if (!o->compare) {
@@ -1213,25 +1216,35 @@ time_of(const struct ml_graph *g, const double *t, const char *name)
 	return s;
 }
 
+/*
+ * measure: the output SQNR of q against g over the calibration data and
+ * the node times of both into rep; prog (may be NULL) hears of each run.
+ */
 static int
 measure(const struct ml_graph *g, const struct ml_graph *q, const struct ml_calib *cal,
-	struct ml_quant_report *rep, const struct ml_graph *g0, struct ml_err *e)
+	struct ml_quant_report *rep, const struct ml_graph *g0, const struct ml_progress *prog,
+	struct ml_err *e)
 {
-	struct outs o = { .n = cal->n_batches };
+	struct outs o = { .n = cal->n_batches, .prog = prog };
 	double *tf = NULL, *tq = NULL;
 	int rc;
 
 	o.v = ml_calloc((size_t)o.n + 1, sizeof *o.v);
 	if (o.v == NULL)
 		return ml_fail(e, ML_ENOMEM, "out of memory");
+	ml_progress_report(prog, "measuring", 0, 2 * (int64_t)o.n + 2);
 	if ((rc = mlq_run_all(g, cal, 0, keep_out, &o, e)) < 0)
 		goto out;
 	o.compare = true;
 	if ((rc = mlq_run_all(q, cal, 0, keep_out, &o, e)) < 0)
 		goto out;
 	rep->out_sqnr_db = o.noise > 0 ? 10 * log10(o.sig / o.noise) : 99;
-	if ((rc = node_times(g, cal, &tf, e)) < 0 || (rc = node_times(q, cal, &tq, e)) < 0)
+	if ((rc = node_times(g, cal, &tf, e)) < 0)
 		goto out;
+	ml_progress_report(prog, "measuring", 2 * (int64_t)o.n + 1, 2 * (int64_t)o.n + 2);
+	if ((rc = node_times(q, cal, &tq, e)) < 0)
+		goto out;
+	ml_progress_report(prog, "measuring", 2 * (int64_t)o.n + 2, 2 * (int64_t)o.n + 2);
 	struct ml_graph *qc = NULL, *gc = NULL;
 	if ((rc = mlq_copy_graph(&qc, q, e)) < 0)
 		goto out;
@@ -1307,7 +1320,7 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 		return ml_fail(e, ML_EINVAL, "this form needs calibration data");
 	}
 	if (needcal && cal != NULL &&
-	    (rc = mlq_collect(g, cal, o->method != ML_CALIB_MINMAX, &st, e)) < 0)
+	    (rc = mlq_collect(g, cal, o->method != ML_CALIB_MINMAX, o->progress, &st, e)) < 0)
 		goto out;
 	if (needcal && gq != NULL) {
 		if (st == NULL) {
@@ -1323,7 +1336,7 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 	rep->bytes_out = const_bytes(*out);
 	if (cal == NULL || !(o->measure || o->budget > 0))
 		goto out;
-	if ((rc = measure(g, *out, cal, rep, g, e)) < 0)
+	if ((rc = measure(g, *out, cal, rep, g, o->progress, e)) < 0)
 		goto out;
 	if (o->budget <= 0 || o->form != ML_QFORM_INT)
 		goto out;
@@ -1339,6 +1352,8 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 	}
 	for (int i = 0; i < rep->n; i++)
 		onv[i] = rep->layers[i].quantized;
+	/* a unit a round; how many rounds the budget needs is not known before */
+	ml_progress_report(o->progress, "budget search", 0, 0);
 	for (int round = 0; round < 64; round++) {
 		bool changed = false;
 		if (round == 0) {
@@ -1368,9 +1383,10 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 		ml_graph_free(*out);
 		*out = NULL;
 		if ((rc = build(out, g, st, o, onv, rep, e)) < 0 ||
-		    (rc = measure(g, *out, cal, rep, g, e)) < 0)
+		    (rc = measure(g, *out, cal, rep, g, NULL, e)) < 0)
 			goto out;
 		rep->bytes_out = const_bytes(*out);
+		ml_progress_report(o->progress, "budget search", rep->rounds, 0);
 	}
 out:
 	if (rc < 0) {

@@ -28,9 +28,13 @@ int mlq_run_all(const struct ml_graph *g, const struct ml_calib *cal, int extra_
 	       int (*fn)(void *ctx, struct ml_graph *gx, struct ml_session *s, int batch,
 			 struct ml_err *e),
 	       void *ctx, struct ml_err *e);
-/* mlq_collect: statistics of every tensor of g over cal (*out: one per tensor, ml_free it). */
-int mlq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist, struct mq_stat **out,
-	       struct ml_err *e);
+/*
+ * mlq_collect: statistics of every tensor of g over cal (*out: one per
+ * tensor, ml_free it); each batch run is reported to prog ("calibrating",
+ * one unit a batch and pass; prog may be NULL).
+ */
+int mlq_collect(const struct ml_graph *g, const struct ml_calib *cal, bool hist,
+		const struct ml_progress *prog, struct mq_stat **out, struct ml_err *e);
 /* mlq_range: the calibrated range [lo, hi] (0 always inside) of st by method. */
 void mlq_range(const struct mq_stat *st, int method, double pct, double *lo, double *hi);
 /*
