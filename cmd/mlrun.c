@@ -14,9 +14,11 @@
 
 static const char synopsis[] =
 	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy | -i FILE.npz]...\n"
-	"             [--random [--seed S]] [--dim NAME=N]... [-o DIR] [--repeat N [--warmup K]]\n"
+	"             [--random [--seed S]] [--dim NAME=N]... [-o DIR]\n"
+	"             [--repeat N | --duration S] [--warmup K | --warmup Ts]\n"
 	"             [--compare DIR|FILE.npz [--rtol R] [--atol A]] [--top K]\n"
-	"             [--json] [--max-alloc SIZE] [--plan] [--placement FILE] [--timeout SECS]\n"
+	"             [--json [--json-values]] [--max-alloc SIZE] [--plan] [--placement FILE]\n"
+	"             [--timeout SECS]\n"
 	"             [MODEL | -]\n"
 	"       mlrun --devices [--json]";
 
@@ -42,9 +44,16 @@ static const char help_text[] =
 	"      --atol A            --compare's absolute tolerance (default 1e-5)\n"
 	"      --top K             print the K largest values of each row of each output\n"
 	"                          (the last dim) with their indices\n"
-	"      --repeat N          run N times and report latency\n"
-	"      --warmup K          untimed runs before the timed ones (default 1 with --repeat)\n"
-	"      --json              print a JSON report on stdout\n"
+	"      --repeat N          run N times and report latency (min, median, p90, p95,\n"
+	"                          p99, max) and throughput\n"
+	"      --duration S        run for S seconds (at least once) instead of N times;\n"
+	"                          S may end in s or ms\n"
+	"      --warmup K          untimed runs before the timed ones (default 1 with\n"
+	"                          --repeat or --duration); K ending in s or ms (2s, 500ms)\n"
+	"                          warms up for that long instead (at least one run)\n"
+	"      --json              print a JSON report on stdout (with each run's latency)\n"
+	"      --json-values       with --json, each output's values too (a flat array in\n"
+	"                          row-major order; NaN and infinities as null)\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes;\n"
 	"                          default ML_MAX_ALLOC or 16G)\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
@@ -56,7 +65,8 @@ static const char help_text[] =
 	"      --placement FILE    run with the placement in FILE (an edited --plan --json,\n"
 	"                          or lines 'NODE DEVICE')\n"
 	"  -q, --quiet             print nothing but errors\n"
-	"  -v, --verbose           print more (the arena size, per-run times)\n"
+	"  -v, --verbose           print more on stderr (each timed run's time, the arena\n"
+	"                          size, the OpenCL set-up times)\n"
 	"  -h, --help              print this help and exit\n"
 	"  -V, --version           print the version and exit\n";
 
@@ -198,11 +208,49 @@ struct opts {
 	int nnpz;
 	int verbose, quiet, json, threads;
 	int64_t repeat, warmup, top;
+	double duration;	/* --duration S: seconds of timed runs; 0: none */
+	double warmup_s;	/* --warmup Ts: seconds of untimed runs; 0: count them */
 	double timeout, rtol, atol;
+	bool json_values;	/* --json-values */
 	const char *compare;	/* --compare REF */
 	const char *outdir, *device, *placement, *path;
 	bool version, list_devices, plan;
 };
+
+/* has_unit: whether s, a number of --warmup or --duration, ends in a unit (s or ms). */
+static bool
+has_unit(const char *s)
+{
+	size_t n = strlen(s);
+	return n > 0 && s[n - 1] == 's';
+}
+
+/*
+ * parse_secs: a number of seconds in (0, 1e7] for opt: plain or ending in
+ * s, or in ms for milliseconds; else a usage error (status 2).
+ */
+static double
+parse_secs(const char *opt, const char *s)
+{
+	char tmp[64];
+	double scale = 1;
+	size_t n = strlen(s);
+	if (n >= sizeof tmp)
+		usage_error(synopsis, "%s: '%s' is not a number of seconds", opt, s);
+	memcpy(tmp, s, n + 1);
+	if (n > 2 && strcmp(tmp + n - 2, "ms") == 0) {
+		tmp[n - 2] = '\0';
+		scale = 1e-3;
+	} else if (n > 1 && tmp[n - 1] == 's') {
+		tmp[n - 1] = '\0';
+	}
+	char *end;
+	double v = strtod(tmp, &end) * scale;
+	if (tmp[0] == '\0' || *end != '\0' || !(v > 0) || v > 1e7)
+		usage_error(synopsis, "%s: '%s' is not a number of seconds in (0, 1e7] "
+			    "(e.g. 10, 2s, 500ms)", opt, s);
+	return v;
+}
 
 /* parse_args: read argv into o; usage errors exit 2, -h exits 0. */
 static void
@@ -210,16 +258,19 @@ parse_args(struct opts *o, int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
 	       OPT_DEVICE, OPT_DIM, OPT_MAX_ALLOC, OPT_DEVICES, OPT_PLAN, OPT_PLACEMENT,
-	       OPT_TIMEOUT, OPT_COMPARE, OPT_RTOL, OPT_ATOL, OPT_TOP };
+	       OPT_TIMEOUT, OPT_COMPARE, OPT_RTOL, OPT_ATOL, OPT_TOP, OPT_DURATION,
+	       OPT_JSON_VALUES };
 	static const struct option longopts[] = {
 		{ "atol", required_argument, NULL, OPT_ATOL },
 		{ "compare", required_argument, NULL, OPT_COMPARE },
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "devices", no_argument, NULL, OPT_DEVICES },
 		{ "dim", required_argument, NULL, OPT_DIM },
+		{ "duration", required_argument, NULL, OPT_DURATION },
 		{ "help", no_argument, NULL, 'h' },
 		{ "input", required_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, OPT_JSON },
+		{ "json-values", no_argument, NULL, OPT_JSON_VALUES },
 		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
 		{ "output-dir", required_argument, NULL, 'o' },
 		{ "placement", required_argument, NULL, OPT_PLACEMENT },
@@ -278,6 +329,12 @@ parse_args(struct opts *o, int argc, char **argv)
 		case OPT_JSON:
 			o->json = 1;
 			break;
+		case OPT_JSON_VALUES:
+			o->json_values = true;
+			break;
+		case OPT_DURATION:
+			o->duration = parse_secs("--duration", optarg);
+			break;
 		case OPT_MAX_ALLOC:
 			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
 			break;
@@ -313,7 +370,13 @@ parse_args(struct opts *o, int argc, char **argv)
 			o->top = parse_int("--top", optarg, 1, 1000000, synopsis);
 			break;
 		case OPT_WARMUP:
-			o->warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
+			if (has_unit(optarg)) {
+				o->warmup_s = parse_secs("--warmup", optarg);
+				o->warmup = 0;
+			} else {
+				o->warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
+				o->warmup_s = 0;
+			}
 			break;
 		default:
 			fprintf(stderr, "usage: %s\n", synopsis);
@@ -329,10 +392,15 @@ check_args(struct opts *o, int argc, char **argv)
 	if (optind + 1 < argc)
 		usage_error(synopsis, "too many operands");
 	o->path = optind < argc ? argv[optind] : "-";
-	if (o->warmup >= 0 && o->repeat == 0)
-		usage_error(synopsis, "--warmup needs --repeat");
+	if (o->repeat > 0 && o->duration > 0)
+		usage_error(synopsis, "--repeat and --duration exclude each other");
+	bool timed = o->repeat > 0 || o->duration > 0;
+	if ((o->warmup >= 0 || o->warmup_s > 0) && !timed)
+		usage_error(synopsis, "--warmup needs --repeat or --duration");
 	if (o->warmup < 0)
-		o->warmup = o->repeat > 0 ? 1 : 0;
+		o->warmup = timed && o->warmup_s == 0 ? 1 : 0;
+	if (o->json_values && !o->json)
+		usage_error(synopsis, "--json-values needs --json");
 	if ((o->rtol != -1 || o->atol != -1) && o->compare == NULL)
 		usage_error(synopsis, "--rtol and --atol need --compare");
 	/* polygraphy's defaults */
@@ -405,37 +473,83 @@ make_outdir(const char *outdir)
 
 /* The latencies of the timed runs, in ms. */
 struct lat {
-	int64_t nrun;
-	double min, med, p90, max, total, thr;
+	int64_t nrun, nwarm;	/* timed runs, warm-up runs done */
+	double min, med, p90, p95, p99, max, total, thr;
+	double *runs;		/* each timed run's latency, in run order (nrun) */
 };
 
-/* run_timed: warmup untimed runs, then nrun timed ones; their latency statistics in l. */
-static void
-run_timed(struct ml_session *s, int64_t warmup, int64_t nrun, struct lat *l)
+/* pct: the p-th percentile (0..1) of the n sorted values v, by the nearest rank. */
+static double
+pct(const double *v, int64_t n, double p)
+{
+	return v[(int64_t)((double)(n - 1) * p + 0.5)];
+}
+
+/* run_one: one run of s; its latency in ms. Dies on failure. */
+static double
+run_one(struct ml_session *s)
 {
 	struct ml_err err = { 0 };
-	double *lat = calloc((size_t)nrun, sizeof *lat);
+	double t0 = ml_now();
+	if (ml_session_run(s, &err) < 0)
+		die_err(&err);
+	return (ml_now() - t0) * 1e3;
+}
+
+/*
+ * run_timed: the warm-up (o->warmup runs, or o->warmup_s seconds of them,
+ * at least one), then the timed runs: o->repeat of them, or as many as fit
+ * in o->duration seconds (at least one), else one. Their latencies and
+ * statistics go in l (l->runs to be freed); -v prints each on stderr.
+ */
+static void
+run_timed(struct ml_session *s, const struct opts *o, struct lat *l)
+{
+	*l = (struct lat){ 0 };
+	if (o->warmup_s > 0) {
+		double end = ml_now() + o->warmup_s;
+		do {
+			run_one(s);
+			l->nwarm++;
+		} while (ml_now() < end);
+	}
+	for (int64_t i = 0; i < o->warmup; i++, l->nwarm++)
+		run_one(s);
+	int64_t cap = o->repeat > 0 ? o->repeat : o->duration > 0 ? 1024 : 1;
+	double end = ml_now() + o->duration;
+	l->runs = malloc(sizeof *l->runs * (size_t)cap);
+	if (l->runs == NULL)
+		die(EXIT_FAIL, "out of memory");
+	for (;;) {
+		if (l->nrun == cap) {
+			double *r = realloc(l->runs, sizeof *r * (size_t)cap * 2);
+			if (r == NULL)
+				die(EXIT_FAIL, "out of memory");
+			l->runs = r;
+			cap *= 2;
+		}
+		double ms = run_one(s);
+		l->runs[l->nrun++] = ms;
+		if (o->verbose && (o->repeat > 0 || o->duration > 0))
+			fprintf(stderr, "%s: run %lld: %.3f ms\n", progname, (long long)l->nrun - 1, ms);
+		if (o->duration > 0 ? ml_now() >= end : l->nrun >= (o->repeat > 0 ? o->repeat : 1))
+			break;
+	}
+	int64_t n = l->nrun;
+	double *lat = malloc(sizeof *lat * (size_t)n);
 	if (lat == NULL)
 		die(EXIT_FAIL, "out of memory");
-	for (int64_t i = 0; i < warmup; i++)
-		if (ml_session_run(s, &err) < 0)
-			die_err(&err);
-	for (int64_t i = 0; i < nrun; i++) {
-		double t0 = ml_now();
-		if (ml_session_run(s, &err) < 0)
-			die_err(&err);
-		lat[i] = (ml_now() - t0) * 1e3;
-	}
-	qsort(lat, (size_t)nrun, sizeof *lat, cmp_double);
-	l->nrun = nrun;
+	memcpy(lat, l->runs, sizeof *lat * (size_t)n);
+	qsort(lat, (size_t)n, sizeof *lat, cmp_double);
 	l->min = lat[0];
-	l->max = lat[nrun - 1];
-	l->med = nrun % 2 ? lat[nrun / 2] : (lat[nrun / 2 - 1] + lat[nrun / 2]) / 2;
-	l->p90 = lat[(int64_t)((double)(nrun - 1) * 0.9 + 0.5)];
-	l->total = 0;
-	for (int64_t i = 0; i < nrun; i++)
+	l->max = lat[n - 1];
+	l->med = n % 2 ? lat[n / 2] : (lat[n / 2 - 1] + lat[n / 2]) / 2;
+	l->p90 = pct(lat, n, 0.90);
+	l->p95 = pct(lat, n, 0.95);
+	l->p99 = pct(lat, n, 0.99);
+	for (int64_t i = 0; i < n; i++)
 		l->total += lat[i];
-	l->thr = l->total > 0 ? (double)nrun / (l->total / 1e3) : 0;
+	l->thr = l->total > 0 ? (double)n / (l->total / 1e3) : 0;
 	free(lat);
 }
 
@@ -453,7 +567,40 @@ write_outputs(struct ml_session *s, const struct ml_graph *g, const char *outdir
 	}
 }
 
-/* print_json: --json: the run's report on stdout. */
+/* json_values: --json-values: the values of v as a flat JSON array (NaN, infinities: null). */
+static void
+json_values(const struct ml_tval *v)
+{
+	int64_t n = ml_tval_numel(v);
+	bool flt = ml_dtype_is_float(v->dtype), num = flt || ml_dtype_is_int(v->dtype);
+	/* enough digits to read the same value back */
+	int prec = v->dtype == ML_F64 ? 17 : 9;
+	putchar('[');
+	for (int64_t i = 0; i < n; i++) {
+		if (i)
+			fputs(", ", stdout);
+		if (v->dtype == ML_BOOL) {
+			fputs(ml_get_i64(v->data, v->dtype, i) ? "true" : "false", stdout);
+		} else if (!num) {
+			fputs("null", stdout);
+		} else if (flt) {
+			double x = ml_get_f64(v->data, v->dtype, i);
+			if (isfinite(x))
+				printf("%.*g", prec, x);
+			else
+				fputs("null", stdout);
+		} else {
+			printf("%lld", (long long)ml_get_i64(v->data, v->dtype, i));
+		}
+	}
+	putchar(']');
+}
+
+/*
+ * print_json: --json: the run's report on stdout: the latency statistics,
+ * each timed run's latency in run order, and each output's name, dtype and
+ * shape (with --json-values its values).
+ */
 static void
 print_json(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
 	   const struct lat *l)
@@ -463,10 +610,18 @@ print_json(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
 	printf(", \"device\": ");
 	ml_json_str(stdout, o->device);
 	printf(", \"threads\": %d, \"runs\": %lld, \"warmup\": %lld", ml_get_threads(),
-	       (long long)l->nrun, (long long)o->warmup);
-	printf(", \"latency_ms\": {\"min\": %.4f, \"median\": %.4f, \"p90\": %.4f, \"max\": %.4f, \"mean\": %.4f}",
-	       l->min, l->med, l->p90, l->max, l->total / (double)l->nrun);
-	printf(", \"throughput_per_s\": %.3f, \"arena_bytes\": %lld, \"outputs\": [", l->thr,
+	       (long long)l->nrun, (long long)l->nwarm);
+	if (o->duration > 0)
+		printf(", \"duration_s\": %g", o->duration);
+	if (o->warmup_s > 0)
+		printf(", \"warmup_s\": %g", o->warmup_s);
+	printf(", \"latency_ms\": {\"min\": %.4f, \"median\": %.4f, \"p50\": %.4f, "
+	       "\"p90\": %.4f, \"p95\": %.4f, \"p99\": %.4f, \"max\": %.4f, \"mean\": %.4f}",
+	       l->min, l->med, l->med, l->p90, l->p95, l->p99, l->max, l->total / (double)l->nrun);
+	printf(", \"latencies_ms\": [");
+	for (int64_t i = 0; i < l->nrun; i++)
+		printf("%s%.4f", i ? ", " : "", l->runs[i]);
+	printf("], \"throughput_per_s\": %.3f, \"arena_bytes\": %lld, \"outputs\": [", l->thr,
 	       (long long)ml_session_arena_bytes(s));
 	for (int i = 0; i < g->n_outputs; i++) {
 		const struct ml_tval *v = ml_session_output(s, i);
@@ -475,14 +630,19 @@ print_json(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
 		printf(", \"dtype\": \"%s\", \"shape\": [", ml_dtype_name(v->dtype));
 		for (int d = 0; d < v->rank; d++)
 			printf("%s%lld", d ? ", " : "", (long long)v->dims[d]);
-		printf("]}");
+		printf("]");
+		if (o->json_values) {
+			printf(", \"values\": ");
+			json_values(v);
+		}
+		printf("}");
 	}
 	printf("]}\n");
 }
 
 /*
  * print_text: the outputs' values (without -o), the latencies (with
- * --repeat) on stdout; with -v the arena, the session's note and the
+ * --repeat or --duration) on stdout; with -v the arena, the session's note and the
  * OpenCL set-up times (t_new: the session's creation) on stderr.
  */
 static void
@@ -498,10 +658,10 @@ print_text(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
 			print_values(v);
 		}
 	}
-	if (o->repeat > 0) {
-		printf("latency ms: min %.3f  median %.3f  p90 %.3f  max %.3f  (%lld runs, %lld warmup, %d threads)\n",
-		       l->min, l->med, l->p90, l->max, (long long)l->nrun, (long long)o->warmup,
-		       ml_get_threads());
+	if (o->repeat > 0 || o->duration > 0) {
+		printf("latency ms: min %.3f  median %.3f  p90 %.3f  p95 %.3f  p99 %.3f  max %.3f  "
+		       "(%lld runs, %lld warmup, %d threads)\n", l->min, l->med, l->p90, l->p95,
+		       l->p99, l->max, (long long)l->nrun, (long long)l->nwarm, ml_get_threads());
 		printf("throughput: %.2f runs/s\n", l->thr);
 	}
 	if (!o->verbose)
@@ -989,7 +1149,7 @@ main(int argc, char **argv)
 		make_outdir(o.outdir);
 
 	struct lat l;
-	run_timed(s, o.warmup, o.repeat > 0 ? o.repeat : 1, &l);
+	run_timed(s, &o, &l);
 	cli_commit();
 	if (o.outdir != NULL)
 		write_outputs(s, g, o.outdir);
@@ -1004,6 +1164,7 @@ main(int argc, char **argv)
 		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());
 	cli_inputs_free(&o.in);
 	free(o.npz);
+	free(l.runs);
 	ml_session_free(s);
 	ml_graph_free(g);
 	finish_stdout();
