@@ -72,6 +72,17 @@ void refuse_tty_stdout(const char *path, bool force);
 int finish_stdout(void);
 
 /*
+ * cli_print_devices: --devices of mlrun and mlprof: every device (the CPU,
+ * then each OpenCL device) on stdout as a table (with verbose, each OpenCL
+ * device's version and driver on a second line) or as JSON (json); without
+ * an OpenCL device, "progname: no OpenCL device: WHY" on stderr (JSON: the
+ * reason as "opencl"). Returns the number of devices, 1 when only the CPU;
+ * the caller calls finish_stdout. Dies with status 1 when the list cannot
+ * be made.
+ */
+int cli_print_devices(bool json, int verbose);
+
+/*
  * Inputs for a run, shared by mlrun and mlprof: -i NAME=FILE bindings
  * (FILE a .npy file, or zeros, ones, random), --dim NAME=N sizes for
  * symbolic dims of made-up arrays, and --random with --seed for every input

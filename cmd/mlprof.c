@@ -17,7 +17,7 @@ static const char synopsis[] =
 	"              [--group BY] [--json | --csv] [--memory] [--trace FILE] [--svg FILE]\n"
 	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [--timeout SECS] [MODEL | -]\n"
 	"       mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json\n"
-	"       mlprof --devices";
+	"       mlprof --devices [--json]";
 
 static const char diff_synopsis[] =
 	"mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json";
@@ -49,7 +49,8 @@ static const char help_text[] =
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
 	"      --timeout SECS      stop with status 1 when profiling takes over SECS seconds\n"
 	"      --device DEV        cpu (default), cl, cl:N, auto, or all: each device in turn\n"
-	"      --devices           list the devices and exit (status 3 without an OpenCL one)\n"
+	"      --devices           list the devices as mlrun --devices does (--json: as\n"
+	"                          JSON) and exit; status 3 without an OpenCL device\n"
 	"  -q, --quiet             print nothing but errors\n"
 	"  -v, --verbose           print more (each run's time, on stderr)\n"
 	"  -h, --help              print this help and exit\n"
@@ -65,37 +66,22 @@ static const char help_text[] =
 #define MAX_DEVICES 17
 
 /*
- * probe_devices: the devices a session can be made on: the CPU, then
- * each OpenCL device a build with OpenCL finds. *why gets the reason when
- * there is no OpenCL device.
+ * probe_devices: the ids of the devices a session can be made on (as
+ * --devices lists them): the CPU, then each OpenCL device. *why gets the
+ * reason when there is no OpenCL device.
  */
 static int
 probe_devices(char names[MAX_DEVICES][64], struct ml_err *why)
 {
-	struct ml_graph *g = NULL;
-	struct ml_session *s = NULL;
-	struct ml_err err = { 0 };
-	int n = 0;
-
-	snprintf(names[n++], 64, "cpu");
-	if (ml_graph_new(&g, &err) < 0)
-		die_err(&err);
-	struct ml_session_opts so = { .device = "cl" };
-	if (ml_session_new(&s, g, &so, why) == 0) {
-		ml_session_free(s);
-		for (int k = 0; n < MAX_DEVICES; k++) {
-			char dev[16];
-			snprintf(dev, sizeof dev, "cl:%d", k);
-			so.device = dev;
-			if (ml_session_new(&s, g, &so, &err) < 0)
-				break;
-			ml_session_free(s);
-			snprintf(names[n++], 64, "%s", dev);
-		}
-		if (n == 1)
-			snprintf(names[n++], 64, "cl");
-	}
-	ml_graph_free(g);
+	struct ml_device_info *v;
+	int n;
+	if (ml_devices(&v, &n, why) < 0)
+		die_err(why);
+	if (n > MAX_DEVICES)
+		n = MAX_DEVICES;
+	for (int k = 0; k < n; k++)
+		snprintf(names[k], 64, "%s", v[k].id);
+	ml_free(v);
 	return n;
 }
 
@@ -385,25 +371,19 @@ parse_args(struct opts *o, int argc, char **argv)
 	}
 }
 
-/* list_devices: --devices: one device a line; status 3 when there is no OpenCL one. */
+/*
+ * list_devices: --devices: mlrun's table of the devices (--json: as JSON);
+ * status 3 when there is no OpenCL device.
+ */
 static int
 list_devices(const struct opts *o, int argc)
 {
-	char devs[MAX_DEVICES][64];
-	struct ml_err why = { 0 };
 	if (optind < argc)
 		usage_error(synopsis, "--devices takes no model");
 	ml_set_threads(o->threads);
-	int nd = probe_devices(devs, &why);
-	for (int k = 0; k < nd; k++)
-		printf("%s\n", devs[k]);
+	int nd = cli_print_devices(o->fmt == OUT_JSON, o->verbose);
 	finish_stdout();
-	if (nd == 1) {
-		fprintf(stderr, "%s: no OpenCL device: %s\n", progname,
-			why.msg[0] ? why.msg : "none found");
-		return EXIT_INVALID;
-	}
-	return EXIT_OK;
+	return nd == 1 ? EXIT_INVALID : EXIT_OK;
 }
 
 /*

@@ -128,67 +128,6 @@ print_values(const struct ml_tval *v)
 	putchar('\n');
 }
 
-/* print_devices: --devices: a table, or JSON; the reason when OpenCL has none */
-static int
-print_devices(int json, int verbose)
-{
-	struct ml_device_info *v;
-	struct ml_err why = { 0 };
-	int n;
-	if (ml_devices(&v, &n, &why) < 0)
-		die_err(&why);
-	if (json) {
-		printf("{\"devices\": [");
-		for (int i = 0; i < n; i++) {
-			printf("%s\n  {\"id\": ", i ? "," : "");
-			ml_json_str(stdout, v[i].id);
-			printf(", \"index\": %d, \"name\": ", v[i].index);
-			ml_json_str(stdout, v[i].name);
-			printf(", \"type\": ");
-			ml_json_str(stdout, v[i].type);
-			printf(", \"platform\": ");
-			ml_json_str(stdout, v[i].platform);
-			printf(", \"vendor\": ");
-			ml_json_str(stdout, v[i].vendor);
-			printf(", \"version\": ");
-			ml_json_str(stdout, v[i].version);
-			printf(", \"driver\": ");
-			ml_json_str(stdout, v[i].driver);
-			printf(", \"compute_units\": %d, \"global_mem\": %lld, \"local_mem\": %lld, "
-			       "\"max_alloc\": %lld, \"max_work_group\": %lld, \"fp16\": %s, "
-			       "\"fp64\": %s}", v[i].compute_units, (long long)v[i].global_mem,
-			       (long long)v[i].local_mem, (long long)v[i].max_alloc,
-			       (long long)v[i].max_work_group, v[i].fp16 ? "true" : "false",
-			       v[i].fp64 ? "true" : "false");
-		}
-		printf("\n]");
-		if (n == 1) {
-			printf(", \"opencl\": ");
-			ml_json_str(stdout, why.msg);
-		}
-		printf("}\n");
-	} else {
-		printf("%-6s %-5s %-36s %-28s %5s %10s %9s %4s %4s\n", "ID", "TYPE", "NAME",
-		       "PLATFORM", "CU", "MEMORY", "LOCAL", "FP16", "FP64");
-		for (int i = 0; i < n; i++) {
-			char mem[32] = "-", loc[32] = "-";
-			if (v[i].global_mem > 0)
-				snprintf(mem, sizeof mem, "%.1f GiB", (double)v[i].global_mem / 1073741824.0);
-			if (v[i].local_mem > 0)
-				snprintf(loc, sizeof loc, "%lld KiB", (long long)v[i].local_mem / 1024);
-			printf("%-6s %-5s %-36.36s %-28.28s %5d %10s %9s %4s %4s\n", v[i].id, v[i].type,
-			       v[i].name, i == 0 ? "-" : v[i].platform, v[i].compute_units, mem, loc,
-			       v[i].fp16 ? "yes" : "no", v[i].fp64 ? "yes" : "no");
-			if (verbose && i > 0)
-				printf("       %s, driver %s\n", v[i].version, v[i].driver);
-		}
-		if (n == 1)
-			fprintf(stderr, "%s: %s\n", progname, why.msg);
-	}
-	ml_free(v);
-	return finish_stdout();
-}
-
 /* The options of one run, as parsed. */
 struct opts;
 static void add_npz(struct opts *o, const char *path);
@@ -1117,7 +1056,8 @@ main(int argc, char **argv)
 	if (o.list_devices) {
 		if (optind < argc)
 			usage_error(synopsis, "--devices takes no model");
-		return print_devices(o.json, o.verbose);
+		cli_print_devices(o.json, o.verbose);
+		return finish_stdout();
 	}
 	check_args(&o, argc, argv);
 	ml_set_threads(o.threads);

@@ -384,16 +384,38 @@ assert xf and all(e["args"]["bytes"] > 0 and lanes[(1, e["tid"])].startswith("tr
 	pycheck r.json 'assert any(x["device"] == "cl:0" for x in d["nodes"])'
 }
 
-@test "mlprof --devices lists the CPU and exits 3 without an OpenCL device" {
+@test "mlprof --devices prints mlrun's table and exits 3 without an OpenCL device" {
 	run --separate-stderr mlprof --devices
-	[ "${lines[0]}" = cpu ]
+	[[ ${lines[0]} == "ID"*"CU"*"MEMORY"*"FP16"*"FP64" ]]
+	[[ ${lines[1]} == "cpu "* ]]
 	if [ "$status" -eq 3 ]; then
 		[[ $stderr == "mlprof: no OpenCL device"* ]]
 	else
 		[ "$status" -eq 0 ]
-		[[ ${lines[1]} == cl* ]]
+		[[ ${lines[2]} == "cl:0 "* ]]
 	fi
+	# the same table as mlrun's, and the same JSON
+	table=$output
+	run mlrun --devices
+	[ "$output" = "$table" ]
+	run --separate-stderr mlprof --devices --json
+	echo "$output" >p.json
+	run --separate-stderr mlrun --devices --json
+	[ "$output" = "$(cat p.json)" ]
+	[ "$(json_get p.json devices.0.id)" = cpu ]
 	run -2 --separate-stderr mlprof --devices add.mlg
+	[[ $stderr == "mlprof: --devices takes no model"* ]]
+}
+
+@test "mlprof --devices without an OpenCL platform lists the CPU, says why, and exits 3" {
+	ML_CL_FAULT=noplatform run -3 --separate-stderr mlprof --devices
+	[ "${#lines[@]}" -eq 2 ]
+	[[ ${lines[1]} == "cpu "* ]]
+	[[ $stderr == "mlprof: no OpenCL device: "*"no OpenCL platform"* ]]
+	ML_CL_FAULT=noplatform run -3 --separate-stderr mlprof --devices --json
+	echo "$output" >d.json
+	[ "$(json_get d.json devices.0.id)" = cpu ]
+	[[ $(json_get d.json opencl) == *"no OpenCL platform"* ]]
 }
 
 @test "the node times add up to the run on a model of real work" {
