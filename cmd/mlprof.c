@@ -40,8 +40,10 @@ static const char help_text[] =
 	"      --json              print the JSON report (what mlprof diff reads)\n"
 	"      --csv               print the rows as CSV\n"
 	"      --memory            add the memory plan and tensor lifetimes to the table\n"
-	"      --trace FILE        write a Chrome trace-event file (Perfetto, chrome://tracing)\n"
-	"      --svg FILE          write an SVG timeline and bar chart of the time\n"
+	"      --trace FILE        write a Chrome trace-event file (Perfetto, chrome://tracing);\n"
+	"                          '-': stdout, and the report goes to stderr\n"
+	"      --svg FILE          write an SVG timeline and bar chart of the time, with a\n"
+	"                          legend of its colours ('-': as --trace -)\n"
 	"      --calibrate         write the cost model of the run (for mlrun --device auto)\n"
 	"  -o, --output FILE       write the report, or with --calibrate the cost model, to FILE\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes;\n"
@@ -85,7 +87,11 @@ probe_devices(char names[MAX_DEVICES][64], struct ml_err *why)
 	return n;
 }
 
-/* write_out: run fn into memory, then write it to path atomically ('-': stdout). */
+/*
+ * write_out: run fn into memory, then write it to path atomically ('-':
+ * stdout; "/dev/stderr": stderr, for the report when stdout carries the
+ * trace or the picture).
+ */
 static void
 write_out(const char *path, int (*fn)(void *, FILE *, struct ml_err *), void *ctx)
 {
@@ -98,8 +104,9 @@ write_out(const char *path, int (*fn)(void *, FILE *, struct ml_err *), void *ct
 	int rc = fn(ctx, fp, &err);
 	if (fclose(fp) != 0 && rc == 0)
 		rc = ml_fail(&err, ML_ENOMEM, "out of memory");
-	if (rc == 0 && strcmp(path, "-") == 0) {
-		if (fwrite(buf, 1, len, stdout) != len)
+	bool err_stream = strcmp(path, "/dev/stderr") == 0;
+	if (rc == 0 && (strcmp(path, "-") == 0 || err_stream)) {
+		if (fwrite(buf, 1, len, err_stream ? stderr : stdout) != len)
 			rc = ml_fail(&err, ML_EIO, "write error: %s", strerror(errno));
 	} else if (rc == 0) {
 		rc = ml_write_atomic(path, buf, len, &err);
@@ -246,6 +253,7 @@ struct opts {
 	double timeout;
 	const char *device, *outpath, *trace, *svg, *path;
 	bool version, calibrate, list_devices;
+	bool report_stderr;	/* the trace or the picture goes to stdout: the report to stderr */
 	char costpath[4096];	/* --calibrate: where the cost model goes */
 	bool cost_default;	/* costpath is the default one (its folders may need making) */
 };
@@ -388,8 +396,9 @@ list_devices(const struct opts *o, int argc)
 
 /*
  * check_args: the operand, the outputs to '-' (the trace or the picture
- * there makes the run quiet), and --calibrate's file (-o FILE, else the
- * cache folder's costmodel.json), which then takes -o from the report.
+ * there sends the report to stderr: the rule of every tool's reports), and
+ * --calibrate's file (-o FILE, else the cache folder's costmodel.json),
+ * which then takes -o from the report.
  */
 static void
 check_args(struct opts *o, int argc, char **argv)
@@ -402,7 +411,7 @@ check_args(struct opts *o, int argc, char **argv)
 	if (to_stdout > 1)
 		usage_error(synopsis, "only one of --trace and --svg can write to '-'");
 	if (to_stdout > 0 && o->outpath == NULL)
-		o->quiet = 1;	/* the trace or the picture is the output */
+		o->report_stderr = true;	/* the trace or the picture is the output */
 	if (!o->calibrate)
 		return;
 	o->cost_default = o->outpath == NULL;
@@ -500,7 +509,7 @@ write_reports(struct opts *o, struct ml_prof **ps, int nd)
 	if (o->outpath != NULL)
 		write_out(o->outpath, emit, &j);
 	else if (!o->quiet)
-		write_out("-", emit, &j);
+		write_out(o->report_stderr ? "/dev/stderr" : "-", emit, &j);
 }
 
 int

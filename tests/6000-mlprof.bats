@@ -290,10 +290,18 @@ assert d["otherData"]["tool"] == "mlprof"
 '
 }
 
-@test "mlprof --trace - writes the trace to stdout instead of the table" {
+@test "mlprof --trace - writes the trace to stdout and the table to stderr" {
 	mkmlg add
 	run -0 --separate-stderr mlprof add.mlg --random --repeat 2 --trace -
 	"$PY" -c 'import json, sys; d = json.load(sys.stdin); assert len([e for e in d["traceEvents"] if e.get("name") == "add"]) == 2' <<<"$output"
+	[[ ${stderr_lines[0]} == "add.mlg on cpu: "* ]]
+	# -q: the trace alone; -o FILE: the report there
+	run -0 --separate-stderr mlprof add.mlg --random --repeat 2 --trace - -q
+	[ -z "$stderr" ]
+	run -0 --separate-stderr mlprof add.mlg --random --repeat 2 --svg - --json -o r.json
+	[ -z "$stderr" ]
+	[[ ${lines[-1]} == "</svg>" ]]
+	json_get r.json nodes.0.name
 }
 
 @test "mlprof --svg draws the timeline and the bar chart as SVG" {
