@@ -262,7 +262,13 @@ PYEOF
 	mkcnn
 	run -3 --separate-stderr mlquant -c bad.npy cnn.onnx -o o.mlg
 	[ "${#stderr_lines[@]}" -eq 1 ]
-	[[ $stderr == "mlquant: bad.npy: "* ]]
+	# the per-sample shapes, not "dim 1 is 4" (the sample count)
+	[ "$stderr" = "mlquant: bad.npy: the data are 4 samples of shape [3,5]; input 'x' takes samples of shape [1,28,28]" ]
+	"$PY" -c 'import numpy as np; np.save("mnist.npy", np.zeros((100, 28, 28), np.float32)); np.save("s.npy", np.float32(1))'
+	run -3 --separate-stderr mlquant -c mnist.npy cnn.onnx -o o.mlg
+	[ "$stderr" = "mlquant: mnist.npy: the data are 100 samples of shape [28,28]; input 'x' takes samples of shape [1,28,28]" ]
+	run -3 --separate-stderr mlquant -c s.npy cnn.onnx -o o.mlg
+	[ "$stderr" = "mlquant: s.npy: the data are a scalar; input 'x' takes samples of shape [1,28,28]" ]
 	echo junk >junk.npy
 	run -3 --separate-stderr mlquant -c junk.npy cnn.onnx -o o.mlg
 	[[ $stderr == "mlquant: "* ]]
