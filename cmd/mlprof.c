@@ -16,11 +16,11 @@ static const char synopsis[] =
 	"              [--dim NAME=N]... [--repeat N] [--warmup K] [--sort KEY] [--top N]\n"
 	"              [--group BY] [--json | --csv] [--memory] [--trace FILE] [--svg FILE]\n"
 	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [--timeout SECS] [MODEL | -]\n"
-	"       mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json\n"
+	"       mlprof diff [-fq] [--threshold PCT] [--top N] [--json] A.json B.json\n"
 	"       mlprof --devices [--json]";
 
 static const char diff_synopsis[] =
-	"mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json";
+	"mlprof diff [-fq] [--threshold PCT] [--top N] [--json] A.json B.json";
 
 static const char help_text[] =
 	"Time every node of a model (.mlg, .onnx or .mlt; '-' reads stdin) over\n"
@@ -62,6 +62,8 @@ static const char help_text[] =
 	"with 95% confidence intervals, and exits 1 when the total is slower beyond noise\n"
 	"and beyond the threshold:\n"
 	"      --threshold PCT     the slowdown of the total that fails (default 5)\n"
+	"  -f, --force             compare reports of different models (inputs and outputs\n"
+	"                          differ; refused with status 3 otherwise), with a warning\n"
 	"      --top N             print only the N nodes that changed most\n"
 	"      --json              print the comparison as JSON\n";
 
@@ -160,6 +162,7 @@ diff_main(int argc, char **argv)
 {
 	enum { OPT_THRESHOLD = 256, OPT_TOP, OPT_JSON };
 	static const struct option longopts[] = {
+		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -173,8 +176,11 @@ diff_main(int argc, char **argv)
 	int c;
 
 	argv[0] = (char *)progname;	/* getopt's messages name the tool, not "diff" */
-	while ((c = getopt_long(argc, argv, "hq", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "fhq", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'f':
+			o.force = true;
+			break;
 		case 'h':
 			show_help(synopsis, help_text);
 		case 'q':
@@ -213,6 +219,8 @@ diff_main(int argc, char **argv)
 	fclose(fp);
 	if (rc < 0)
 		die_err(&err);
+	if (err.msg[0] != '\0' && !quiet)
+		warnx("%s", err.msg);	/* --force: the models differ */
 	if (!quiet)
 		fwrite(buf, 1, len, stdout);
 	free(buf);

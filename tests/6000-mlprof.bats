@@ -515,12 +515,45 @@ assert d["nodes"][0]["name"] == "fc1" and d["nodes"][0]["status"] == "both"
 	mkmlg two
 	run -0 mlprof mlp.mlg --random --repeat 3 --json -o a.json
 	run -0 mlprof two.mlg --random --repeat 3 --json -o b.json
-	run --separate-stderr mlprof diff --threshold 1000000 a.json b.json
+	run --separate-stderr mlprof diff -f --threshold 1000000 a.json b.json
 	[ "$status" -eq 0 ]
 	[ "$(printf '%s\n' "${lines[@]}" | grep -c ' removed$')" -eq 5 ]
 	[ "$(printf '%s\n' "${lines[@]}" | grep -c ' added$')" -eq 2 ]
-	run -0 mlprof diff --threshold 1000000 --top 2 a.json b.json
+	run -0 mlprof diff --force --threshold 1000000 --top 2 a.json b.json
 	[[ $output == *"(5 more nodes)"* ]]
+}
+
+@test "mlprof diff refuses reports of different models with status 3, unless --force" {
+	mkmlg mlp
+	mkmlg two
+	run -0 mlprof mlp.mlg --random --repeat 3 --json -o a.json
+	run -0 mlprof two.mlg --random --repeat 3 --json -o b.json
+	[ "$(json_get a.json signature)" = "x f32[N,4] -> y f32[N,3]" ]
+	run -3 --separate-stderr mlprof diff a.json b.json
+	[ -z "$output" ]
+	[ "$stderr" = "mlprof: a.json and b.json profile different models (x f32[N,4] -> y f32[N,3]; x f32[3,4] -> pos f32[3,4] neg f32[3,4]); --force compares them anyway" ]
+	# --force: one line of warning, and the report says so
+	run -0 --separate-stderr mlprof diff --force --threshold 1000000 a.json b.json
+	[ "$stderr" = "mlprof: warning: a.json and b.json profile different models (x f32[N,4] -> y f32[N,3]; x f32[3,4] -> pos f32[3,4] neg f32[3,4])" ]
+	[ "${lines[2]}" = "different models: a is x f32[N,4] -> y f32[N,3]; b is x f32[3,4] -> pos f32[3,4] neg f32[3,4]" ]
+	run -0 --separate-stderr mlprof diff -f --json --threshold 1000000 a.json b.json
+	echo "$output" >d.json
+	[[ $(json_get d.json same_model) == [Ff]alse ]]
+	run -0 --separate-stderr mlprof diff -fq --threshold 1000000 a.json b.json
+	[ -z "$stderr$output" ]
+	# one model at another size, optimised, or on another device is the same model
+	run -0 mlprof mlp.mlg --random --repeat 3 --dim N=64 --json -o big.json
+	mlopt -O2 mlp.mlg -o o2.mlg
+	run -0 mlprof o2.mlg --random --repeat 3 --json -o o2.json
+	run -0 --separate-stderr mlprof diff --threshold 1000000 --json a.json o2.json
+	[ -z "$stderr" ]
+	echo "$output" >s.json
+	[[ $(json_get s.json same_model) == [Tt]rue ]]
+	run -0 --separate-stderr mlprof diff --threshold 1000000 a.json big.json
+	[ -z "$stderr" ]
+	# reports without a signature (older ones) are compared as before
+	"$PY" -c 'import json; d = json.load(open("b.json")); del d["signature"]; json.dump(d, open("old.json", "w"))'
+	run -0 --separate-stderr mlprof diff --threshold 1000000 a.json old.json
 }
 
 @test "mlprof diff refuses malformed and foreign JSON with status 3" {
