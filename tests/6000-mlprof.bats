@@ -323,6 +323,41 @@ assert d["otherData"]["tool"] == "mlprof"
 	[[ ${lines[-1]} == "</svg>" ]]
 }
 
+@test "mlprof --svg has a colour legend, and fused convolutions back to back stay apart" {
+	mkconvnet net
+	mlopt -O2 net.onnx -o net2.mlg
+	mkmlg mlp
+	run -0 mlprof net2.mlg --random --repeat 3 --svg n.svg
+	run -0 mlprof mlp.mlg --random --repeat 3 --svg m.svg --group op
+	"$PY" - <<-'EOF'
+	import xml.etree.ElementTree as ET
+	S = "{http://www.w3.org/2000/svg}"
+	def load(f):
+	    root = ET.parse(f).getroot()
+	    leg = [g for g in root.iter(S + "g") if g.get("class") == "legend"]
+	    assert len(leg) == 1, f
+	    rects = [r.get("fill") for r in leg[0].iter(S + "rect")]
+	    names = [t.text for t in leg[0].iter(S + "text")][1:]
+	    assert len(rects) == len(names) and len(set(rects)) == len(rects), (rects, names)
+	    return root, dict(zip(names, rects))
+	root, leg = load("n.svg")
+	assert list(leg) == ["FusedConv"], leg
+	spans = [r for r in root.iter(S + "rect") if r.get("height") == "30"
+	         and "(FusedConv): " in getattr(r.find(S + "title"), "text", "")]
+	assert len(spans) == 4, len(spans)
+	fills = [r.get("fill") for r in spans]
+	# neighbours differ in shade, the first is the legend's colour; each has an edge
+	assert fills[0] == leg["FusedConv"] and all(a != b for a, b in zip(fills, fills[1:])), fills
+	assert all(r.get("stroke") == "white" for r in spans)
+	root, leg = load("m.svg")
+	for op in ("MatMul", "Add", "Relu"):
+	    assert op in leg, (op, leg)
+	# every bar of the chart has a colour the legend names
+	bars = [r for r in root.iter(S + "rect") if r.get("height") == "17"]
+	assert bars and all(r.get("fill") in leg.values() for r in bars), [r.get("fill") for r in bars]
+	EOF
+}
+
 @test "mlprof --svg escapes names that are not XML" {
 	"$PY" - <<-'EOF'
 	import onnx
