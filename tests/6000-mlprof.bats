@@ -407,6 +407,28 @@ assert abs(c["ns_per_byte"] * c["bytes"] - c["ns"]) < 1e-6 * c["ns"]
 	run -0 mlprof diff all.json all.json
 }
 
+@test "with --device cl a copy to the host is timed from its own start, not the kernels' queue" {
+	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
+	grep -q '"cl:0"' devs.json || skip "no OpenCL device"
+	mkmlg conv
+	run -0 mlprof conv.mlg --random --device cl --repeat 5 --trace t.json
+	pycheck t.json '
+ev = [e for e in d["traceEvents"] if e["ph"] == "X"]
+back = [e for e in ev if e["cat"] == "transfer" and e["args"]["direction"] == "device_to_host"]
+assert len(back) == 5, back
+for x in back:
+    run = x["args"]["run"]
+    # the kernels of the run on the device (Flatten is a view, timed on the host)
+    kern = [e for e in ev if e["cat"] in ("Conv", "Relu", "GlobalAveragePool") and e["args"]["run"] == run]
+    assert kern and all(e["args"]["device"] == "cl:0" for e in kern), kern
+    end = max(e["ts"] + e["dur"] for e in kern)
+    # the read waited for them in the queue; that wait is theirs: its span starts after
+    # them (the device clock is fitted to the host one within a few microseconds)
+    assert x["ts"] >= end - 5, (x, end)
+    assert x["dur"] < 0.5 * (x["ts"] + x["dur"] - min(e["ts"] for e in kern)), (x, kern)
+'
+}
+
 @test "with --device cl the trace has a lane per device and the transfers as events" {
 	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
 	grep -q '"cl:0"' devs.json || skip "no OpenCL device"
