@@ -378,7 +378,8 @@ cli_print_devices(bool json, int verbose)
 			ml_json_str(stdout, v[i].version);
 			printf(", \"driver\": ");
 			ml_json_str(stdout, v[i].driver);
-			printf(", \"compute_units\": %d, \"global_mem\": %lld, \"local_mem\": %lld, "
+			printf(", \"compute_units\": %d, \"global_mem\": %lld, "
+			       "\"local_mem\": %lld, "
 			       "\"max_alloc\": %lld, \"max_work_group\": %lld, \"fp16\": %s, "
 			       "\"fp64\": %s}", v[i].compute_units, (long long)v[i].global_mem,
 			       (long long)v[i].local_mem, (long long)v[i].max_alloc,
@@ -397,12 +398,15 @@ cli_print_devices(bool json, int verbose)
 		for (int i = 0; i < n; i++) {
 			char mem[32] = "-", loc[32] = "-";
 			if (v[i].global_mem > 0)
-				snprintf(mem, sizeof mem, "%.1f GiB", (double)v[i].global_mem / 1073741824.0);
+				snprintf(mem, sizeof mem, "%.1f GiB",
+					 (double)v[i].global_mem / 1073741824.0);
 			if (v[i].local_mem > 0)
-				snprintf(loc, sizeof loc, "%lld KiB", (long long)v[i].local_mem / 1024);
-			printf("%-6s %-5s %-36.36s %-28.28s %5d %10s %9s %4s %4s\n", v[i].id, v[i].type,
-			       v[i].name, i == 0 ? "-" : v[i].platform, v[i].compute_units, mem, loc,
-			       v[i].fp16 ? "yes" : "no", v[i].fp64 ? "yes" : "no");
+				snprintf(loc, sizeof loc, "%lld KiB",
+					 (long long)v[i].local_mem / 1024);
+			printf("%-6s %-5s %-36.36s %-28.28s %5d %10s %9s %4s %4s\n", v[i].id,
+			       v[i].type, v[i].name, i == 0 ? "-" : v[i].platform,
+			       v[i].compute_units, mem, loc, v[i].fp16 ? "yes" : "no",
+			       v[i].fp64 ? "yes" : "no");
 			if (verbose && i > 0)
 				printf("       %s, driver %s\n", v[i].version, v[i].driver);
 		}

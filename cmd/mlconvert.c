@@ -339,7 +339,8 @@ print_info(FILE *fp, struct ml_graph *g, const char *path, bool json)
 	fprintf(fp, "parameters: %lld (%s)\n", (long long)params, b2);
 	flops = estimate_flops(g, assumed, sizeof assumed);
 	human(b1, sizeof b1, (double)flops, "FLOP");
-	fprintf(fp, "flops: %s%s%s%s\n", b1, assumed[0] ? " (" : "", assumed, assumed[0] ? ")" : "");
+	fprintf(fp, "flops: %s%s%s%s\n", b1, assumed[0] ? " (" : "", assumed,
+		assumed[0] ? ")" : "");
 	free(c.ops);
 }
 

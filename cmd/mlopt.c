@@ -444,8 +444,8 @@ main(int argc, char **argv)
 	if (talk)
 		fprintf(stderr, "%s: wrote %s as %s: %d nodes (%.1f ms)\n", progname,
 			strcmp(o.output, "-") == 0 ? "<stdout>" : o.output,
-			o.to == ML_FMT_ONNX ? "onnx" : o.to == ML_FMT_MLT ? "mlt" : "mlg", g->n_nodes,
-			(ml_now() - t2) * 1e3);
+			o.to == ML_FMT_ONNX ? "onnx" : o.to == ML_FMT_MLT ? "mlt" : "mlg",
+			g->n_nodes, (ml_now() - t2) * 1e3);
 	if (o.report && !o.quiet) {
 		FILE *fp = strcmp(o.output, "-") == 0 ? stderr : stdout;
 		print_report(fp, &r, o.json, o.oo.level, o.oo.passes);

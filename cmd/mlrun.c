@@ -470,7 +470,8 @@ run_timed(struct ml_session *s, const struct opts *o, struct lat *l)
 		double ms = run_one(s);
 		l->runs[l->nrun++] = ms;
 		if (o->verbose && (o->repeat > 0 || o->duration > 0))
-			fprintf(stderr, "%s: run %lld: %.3f ms\n", progname, (long long)l->nrun - 1, ms);
+			fprintf(stderr, "%s: run %lld: %.3f ms\n", progname,
+				(long long)l->nrun - 1, ms);
 		if (o->duration > 0 ? ml_now() >= end : l->nrun >= (o->repeat > 0 ? o->repeat : 1))
 			break;
 	}

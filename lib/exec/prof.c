@@ -729,11 +729,12 @@ signature(const struct ml_graph *g, char *buf, size_t n)
 					      t->name, ml_dtype_name(t->dtype));
 			first = false;
 			for (int d = 0; d < t->rank && k < n; d++) {
+				const char *sep = d ? "," : "";
 				if (t->dims[d] >= 0 || t->sym[d] == NULL)
-					k += (size_t)snprintf(buf + k, n - k, "%s%lld", d ? "," : "",
+					k += (size_t)snprintf(buf + k, n - k, "%s%lld", sep,
 							      (long long)t->dims[d]);
 				else
-					k += (size_t)snprintf(buf + k, n - k, "%s%s", d ? "," : "",
+					k += (size_t)snprintf(buf + k, n - k, "%s%s", sep,
 							      t->sym[d]);
 			}
 			if (k < n)

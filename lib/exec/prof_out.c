@@ -391,8 +391,8 @@ write_legend(FILE *fp, struct palette *pl, bool xfer, double l, double y, double
 {
 	char col[8], nm[64];
 	double x = LEGEND_CHAR * 7;
-	fprintf(fp, "<g class=\"legend\"><text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">colour:</text>\n",
-		l, y + 11);
+	fprintf(fp, "<g class=\"legend\"><text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">"
+		"colour:</text>\n", l, y + 11);
 	for (int k = 0; k <= pl->n; k++) {
 		if (k == pl->n && !xfer)
 			break;
@@ -471,8 +471,8 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 	xml_text(fp, o->model != NULL ? o->model : "model");
 	fprintf(fp, " on %s: %s per run (median of %lld), %d threads</text>\n", p->device,
 		mlprof_fmt_time(p->wall_st.median, buf[0], 32), (long long)p->runs, o->threads);
-	fprintf(fp, "<text x=\"%.0f\" y=\"42\">timeline of run %lld (%s), one lane per device queue; "
-		"a lighter shade: the next node of the same op</text>\n",
+	fprintf(fp, "<text x=\"%.0f\" y=\"42\">timeline of run %lld (%s), one lane per device "
+		"queue; a lighter shade: the next node of the same op</text>\n",
 		L, (long long)run, mlprof_fmt_time(p->wall[run], buf[0], 32));
 	for (int l = 0; l < lanes; l++) {
 		double ly = 50.0 * l;
@@ -518,7 +518,8 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 		while (l < nl - 1 && lane_dev[l] != ML_MAX(p->dev[i], 0))
 			l++;
 		bool alt = false;
-		if (last_node[l] >= 0 && strcmp(g->nodes[last_node[l]].op_type, g->nodes[i].op_type) == 0)
+		if (last_node[l] >= 0 &&
+		    strcmp(g->nodes[last_node[l]].op_type, g->nodes[i].op_type) == 0)
 			alt = !last_alt[l];
 		last_node[l] = i;
 		last_alt[l] = alt;
