@@ -3,7 +3,8 @@
  * form with the exit statuses of DESIGN.md, checked number parsing, the
  * terminal rule for binary output, the final stdout check, the signals
  * and the --timeout timer that end a tool cleanly, the progress bar of
- * long work, and the inputs of a run (-i, --dim, --random) that mlrun and
+ * long work, and the inputs of a run (-i, --dim, --random) and the device
+ * list (--devices) that mlrun and
  * mlprof share.
  */
 #include <errno.h>
@@ -602,6 +603,71 @@ cli_progress(void)
 {
 	static const struct ml_progress cb = { .fn = progress_cb };
 	return cli_progress_on() ? &cb : NULL;
+}
+
+int
+cli_print_devices(bool json, int verbose)
+{
+	struct ml_device_info *v;
+	struct ml_err why = { 0 };
+	int n;
+	if (ml_devices(&v, &n, &why) < 0)
+		die_err(&why);
+	if (json) {
+		printf("{\"devices\": [");
+		for (int i = 0; i < n; i++) {
+			printf("%s\n  {\"id\": ", i ? "," : "");
+			ml_json_str(stdout, v[i].id);
+			printf(", \"index\": %d, \"name\": ", v[i].index);
+			ml_json_str(stdout, v[i].name);
+			printf(", \"type\": ");
+			ml_json_str(stdout, v[i].type);
+			printf(", \"platform\": ");
+			ml_json_str(stdout, v[i].platform);
+			printf(", \"vendor\": ");
+			ml_json_str(stdout, v[i].vendor);
+			printf(", \"version\": ");
+			ml_json_str(stdout, v[i].version);
+			printf(", \"driver\": ");
+			ml_json_str(stdout, v[i].driver);
+			printf(", \"compute_units\": %d, \"global_mem\": %lld, "
+			       "\"local_mem\": %lld, "
+			       "\"max_alloc\": %lld, \"max_work_group\": %lld, \"fp16\": %s, "
+			       "\"fp64\": %s}", v[i].compute_units, (long long)v[i].global_mem,
+			       (long long)v[i].local_mem, (long long)v[i].max_alloc,
+			       (long long)v[i].max_work_group, v[i].fp16 ? "true" : "false",
+			       v[i].fp64 ? "true" : "false");
+		}
+		printf("\n]");
+		if (n == 1) {
+			printf(", \"opencl\": ");
+			ml_json_str(stdout, why.msg);
+		}
+		printf("}\n");
+	} else {
+		printf("%-6s %-5s %-36s %-28s %5s %10s %9s %4s %4s\n", "ID", "TYPE", "NAME",
+		       "PLATFORM", "CU", "MEMORY", "LOCAL", "FP16", "FP64");
+		for (int i = 0; i < n; i++) {
+			char mem[32] = "-", loc[32] = "-";
+			if (v[i].global_mem > 0)
+				snprintf(mem, sizeof mem, "%.1f GiB",
+					 (double)v[i].global_mem / 1073741824.0);
+			if (v[i].local_mem > 0)
+				snprintf(loc, sizeof loc, "%lld KiB",
+					 (long long)v[i].local_mem / 1024);
+			printf("%-6s %-5s %-36.36s %-28.28s %5d %10s %9s %4s %4s\n", v[i].id,
+			       v[i].type, v[i].name, i == 0 ? "-" : v[i].platform,
+			       v[i].compute_units, mem, loc, v[i].fp16 ? "yes" : "no",
+			       v[i].fp64 ? "yes" : "no");
+			if (verbose && i > 0)
+				printf("       %s, driver %s\n", v[i].version, v[i].driver);
+		}
+		if (n == 1)
+			fprintf(stderr, "%s: no OpenCL device: %s\n", progname,
+				why.msg[0] ? why.msg : "none found");
+	}
+	ml_free(v);
+	return n;
 }
 
 void

@@ -115,6 +115,16 @@ void cli_progress_clear(void);
  */
 size_t cli_progress_format(char *buf, size_t size, int width, const char *what, int64_t done,
 			   int64_t total, int64_t done0, double elapsed, const char *extra);
+/*
+ * cli_print_devices: --devices of mlrun and mlprof: every device (the CPU,
+ * then each OpenCL device) on stdout as a table (with verbose, each OpenCL
+ * device's version and driver on a second line) or as JSON (json); without
+ * an OpenCL device, "progname: no OpenCL device: WHY" on stderr (JSON: the
+ * reason as "opencl"). Returns the number of devices, 1 when only the CPU;
+ * the caller calls finish_stdout. Dies with status 1 when the list cannot
+ * be made.
+ */
+int cli_print_devices(bool json, int verbose);
 
 /*
  * Inputs for a run, shared by mlrun and mlprof: -i NAME=FILE bindings

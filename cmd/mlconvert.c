@@ -23,7 +23,8 @@ static const char help_text[] =
 	"      --from FMT      read the input as FMT (mlg, onnx, mlt)\n"
 	"  -h, --help          print this help and exit\n"
 	"      --info          describe the model on stdout instead of converting it\n"
-	"                      (with -o, convert as well)\n"
+	"                      (with -o, convert as well; with -o -, the model goes to\n"
+	"                      stdout and the description to stderr)\n"
 	"      --json          with --info, print a JSON object\n"
 	"      --max-alloc SIZE\n"
 	"                      allocate at most SIZE bytes (K, M, G suffixes;\n"
@@ -172,39 +173,39 @@ human_bytes(char *buf, size_t n, double v)
 }
 
 static void
-json_shape(const struct ml_tensor *t)
+json_shape(FILE *fp, const struct ml_tensor *t)
 {
 	if (t->rank < 0) {
-		fputs("null", stdout);
+		fputs("null", fp);
 		return;
 	}
-	putchar('[');
+	fputc('[', fp);
 	for (int d = 0; d < t->rank; d++) {
 		if (d)
-			fputs(", ", stdout);
+			fputs(", ", fp);
 		if (t->dims[d] >= 0)
-			printf("%lld", (long long)t->dims[d]);
+			fprintf(fp, "%lld", (long long)t->dims[d]);
 		else if (t->sym[d] != NULL)
-			ml_json_str(stdout, t->sym[d]);
+			ml_json_str(fp, t->sym[d]);
 		else
-			fputs("null", stdout);
+			fputs("null", fp);
 	}
-	putchar(']');
+	fputc(']', fp);
 }
 
 static void
-json_values(const char *key, const struct ml_graph *g, int n, const int *idx)
+json_values(FILE *fp, const char *key, const struct ml_graph *g, int n, const int *idx)
 {
-	printf(",\n  \"%s\": [", key);
+	fprintf(fp, ",\n  \"%s\": [", key);
 	for (int i = 0; i < n; i++) {
 		const struct ml_tensor *t = g->tensors[idx[i]];
-		printf("%s\n    {\"name\": ", i ? "," : "");
-		ml_json_str(stdout, t->name);
-		printf(", \"dtype\": \"%s\", \"shape\": ", ml_dtype_name(t->dtype));
-		json_shape(t);
-		putchar('}');
+		fprintf(fp, "%s\n    {\"name\": ", i ? "," : "");
+		ml_json_str(fp, t->name);
+		fprintf(fp, ", \"dtype\": \"%s\", \"shape\": ", ml_dtype_name(t->dtype));
+		json_shape(fp, t);
+		fputc('}', fp);
 	}
-	printf("%s]", n ? "\n  " : "");
+	fprintf(fp, "%s]", n ? "\n  " : "");
 }
 
 /*
@@ -274,7 +275,7 @@ train_stats(const struct ml_graph *g, int64_t *count, int64_t *bytes)
 }
 
 static void
-print_info(struct ml_graph *g, const char *path, bool json)
+print_info(FILE *fp, struct ml_graph *g, const char *path, bool json)
 {
 	struct census c = { 0 };
 	int64_t params = 0, pbytes = 0, flops;
@@ -291,51 +292,51 @@ print_info(struct ml_graph *g, const char *path, bool json)
 	pbytes -= tbytes;
 	const char *name = g->name != NULL ? g->name : "";
 	if (json) {
-		printf("{\n  \"model\": ");
-		ml_json_str(stdout, path);
-		printf(",\n  \"graph\": ");
-		ml_json_str(stdout, name);
-		printf(",\n  \"producer\": ");
-		ml_json_str(stdout, g->producer != NULL ? g->producer : "");
-		printf(",\n  \"ir_version\": %lld,\n  \"opset\": {", (long long)g->ir_version);
+		fprintf(fp, "{\n  \"model\": ");
+		ml_json_str(fp, path);
+		fprintf(fp, ",\n  \"graph\": ");
+		ml_json_str(fp, name);
+		fprintf(fp, ",\n  \"producer\": ");
+		ml_json_str(fp, g->producer != NULL ? g->producer : "");
+		fprintf(fp, ",\n  \"ir_version\": %lld,\n  \"opset\": {", (long long)g->ir_version);
 		for (int i = 0; i < g->n_opsets; i++) {
-			printf("%s", i ? ", " : "");
-			ml_json_str(stdout, g->opset_domain[i][0] ? g->opset_domain[i] : "ai.onnx");
-			printf(": %lld", (long long)g->opset_version[i]);
+			fprintf(fp, "%s", i ? ", " : "");
+			ml_json_str(fp, g->opset_domain[i][0] ? g->opset_domain[i] : "ai.onnx");
+			fprintf(fp, ": %lld", (long long)g->opset_version[i]);
 		}
-		printf("}");
-		json_values("inputs", g, g->n_inputs, g->inputs);
-		json_values("outputs", g, g->n_outputs, g->outputs);
-		printf(",\n  \"nodes\": %d,\n  \"ops\": {", g->n_nodes);
+		fprintf(fp, "}");
+		json_values(fp, "inputs", g, g->n_inputs, g->inputs);
+		json_values(fp, "outputs", g, g->n_outputs, g->outputs);
+		fprintf(fp, ",\n  \"nodes\": %d,\n  \"ops\": {", g->n_nodes);
 		for (int i = 0; i < c.n; i++) {
-			printf("%s", i ? ", " : "");
-			ml_json_str(stdout, c.ops[i].name);
-			printf(": %lld", (long long)c.ops[i].n);
+			fprintf(fp, "%s", i ? ", " : "");
+			ml_json_str(fp, c.ops[i].name);
+			fprintf(fp, ": %lld", (long long)c.ops[i].n);
 		}
 		flops = estimate_flops(g, assumed, sizeof assumed);
-		printf("},\n  \"params\": %lld,\n  \"param_bytes\": %lld,\n  \"flops\": %lld",
+		fprintf(fp, "},\n  \"params\": %lld,\n  \"param_bytes\": %lld,\n  \"flops\": %lld",
 		       (long long)params, (long long)pbytes, (long long)flops);
-		printf(",\n  \"flops_assume\": ");
-		ml_json_str(stdout, assumed);
+		fprintf(fp, ",\n  \"flops_assume\": ");
+		ml_json_str(fp, assumed);
 		if (g->train != NULL)
-			printf(",\n  \"training_state\": {\"step\": %llu, \"epoch\": %llu, "
-			       "\"values\": %lld, \"bytes\": %lld}", (unsigned long long)g->train->step,
-			       (unsigned long long)g->train->epoch, (long long)tvals, (long long)tbytes);
-		printf("\n}\n");
+			fprintf(fp, ",\n  \"training_state\": {\"step\": %llu, \"epoch\": %llu, "
+				"\"values\": %lld, \"bytes\": %lld}", (unsigned long long)g->train->step,
+				(unsigned long long)g->train->epoch, (long long)tvals, (long long)tbytes);
+		fprintf(fp, "\n}\n");
 		free(c.ops);
 		return;
 	}
-	printf("graph: %s\n", name[0] ? name : "(unnamed)");
+	fprintf(fp, "graph: %s\n", name[0] ? name : "(unnamed)");
 	if (g->producer != NULL && g->producer[0] != '\0')
-		printf("producer: %s\n", g->producer);
-	printf("opset:");
+		fprintf(fp, "producer: %s\n", g->producer);
+	fprintf(fp, "opset:");
 	if (g->n_opsets == 0)
-		printf(" (none)");
+		fprintf(fp, " (none)");
 	for (int i = 0; i < g->n_opsets; i++)
-		printf("%s %s %lld", i ? "," : "",
+		fprintf(fp, "%s %s %lld", i ? "," : "",
 		       g->opset_domain[i][0] ? g->opset_domain[i] : "ai.onnx",
 		       (long long)g->opset_version[i]);
-	putchar('\n');
+	fputc('\n', fp);
 	int w = 4;
 	for (int i = 0; i < g->n_inputs; i++)
 		w = imax(w, (int)strlen(g->tensors[g->inputs[i]]->name));
@@ -343,40 +344,41 @@ print_info(struct ml_graph *g, const char *path, bool json)
 		w = imax(w, (int)strlen(g->tensors[g->outputs[i]]->name));
 	if (w > 48)
 		w = 48;
-	printf("inputs:%s\n", g->n_inputs ? "" : " (none)");
+	fprintf(fp, "inputs:%s\n", g->n_inputs ? "" : " (none)");
 	for (int i = 0; i < g->n_inputs; i++) {
 		const struct ml_tensor *t = g->tensors[g->inputs[i]];
-		printf("  %-*s  %s\n", w, t->name, shape_str(t, buf, sizeof buf));
+		fprintf(fp, "  %-*s  %s\n", w, t->name, shape_str(t, buf, sizeof buf));
 	}
-	printf("outputs:%s\n", g->n_outputs ? "" : " (none)");
+	fprintf(fp, "outputs:%s\n", g->n_outputs ? "" : " (none)");
 	for (int i = 0; i < g->n_outputs; i++) {
 		const struct ml_tensor *t = g->tensors[g->outputs[i]];
-		printf("  %-*s  %s\n", w, t->name, shape_str(t, buf, sizeof buf));
+		fprintf(fp, "  %-*s  %s\n", w, t->name, shape_str(t, buf, sizeof buf));
 	}
 	int64_t total = 0;
 	for (int i = 0; i < c.n; i++)
 		total += c.ops[i].n;
 	if (total != g->n_nodes)
-		printf("ops: %d nodes, %lld with subgraphs\n", g->n_nodes, (long long)total);
+		fprintf(fp, "ops: %d nodes, %lld with subgraphs\n", g->n_nodes, (long long)total);
 	else
-		printf("ops: %d nodes\n", g->n_nodes);
+		fprintf(fp, "ops: %d nodes\n", g->n_nodes);
 	w = 4;
 	for (int i = 0; i < c.n; i++)
 		w = imax(w, (int)strlen(c.ops[i].name));
 	for (int i = 0; i < c.n; i++)
-		printf("  %-*s  %lld\n", w, c.ops[i].name, (long long)c.ops[i].n);
+		fprintf(fp, "  %-*s  %lld\n", w, c.ops[i].name, (long long)c.ops[i].n);
 	char b1[64], b2[64];
 	human_bytes(b2, sizeof b2, (double)pbytes);
-	printf("parameters: %lld (%s)\n", (long long)params, b2);
+	fprintf(fp, "parameters: %lld (%s)\n", (long long)params, b2);
 	if (g->train != NULL) {
 		human_bytes(b1, sizeof b1, (double)tbytes);
-		printf("training state: step %llu, epoch %llu, %lld values (%s)\n",
-		       (unsigned long long)g->train->step, (unsigned long long)g->train->epoch,
-		       (long long)tvals, b1);
+		fprintf(fp, "training state: step %llu, epoch %llu, %lld values (%s)\n",
+			(unsigned long long)g->train->step, (unsigned long long)g->train->epoch,
+			(long long)tvals, b1);
 	}
 	flops = estimate_flops(g, assumed, sizeof assumed);
 	human(b1, sizeof b1, (double)flops, "FLOP");
-	printf("flops: %s%s%s%s\n", b1, assumed[0] ? " (" : "", assumed, assumed[0] ? ")" : "");
+	fprintf(fp, "flops: %s%s%s%s\n", b1, assumed[0] ? " (" : "", assumed,
+		assumed[0] ? ")" : "");
 	free(c.ops);
 }
 
@@ -462,8 +464,8 @@ main(int argc, char **argv)
 	bool convert = !info || output != NULL;
 	if (output == NULL)
 		output = "-";
-	if (info && convert && strcmp(output, "-") == 0)
-		usage_error(synopsis, "--info prints to stdout; the model needs -o FILE");
+	/* the reports' rule: stdout, unless the model goes there; then stderr */
+	FILE *info_fp = convert && strcmp(output, "-") == 0 ? stderr : stdout;
 	if (to == ML_FMT_AUTO && strcmp(output, "-") != 0) {
 		const char *dot = strrchr(output, '.'), *slash = strrchr(output, '/');
 		if (dot != NULL && (slash == NULL || dot > slash))
@@ -496,7 +498,7 @@ main(int argc, char **argv)
 	}
 	/* The summary comes last: the FLOP estimate changes the graph's shapes. */
 	if (info)
-		print_info(g, shown_in, json);
+		print_info(info_fp, g, shown_in, json);
 	ml_graph_free(g);
 	cli_shapes_free(&shapes);
 	return finish_stdout();

@@ -52,7 +52,7 @@ static const char help_text[] =
 	"                      (reading, passes, verifying) takes over SECS seconds\n"
 	"      --verify        run the graph after every pass and fail (status 1) naming\n"
 	"                      the first pass that moves an output beyond the tolerance\n"
-	"  -v, --verbose       say what was read and written, on stderr\n"
+	"  -v, --verbose       say what was read, optimised and written, on stderr\n"
 	"  -V, --version       print the version and exit\n";
 
 /*
@@ -466,8 +466,14 @@ main(int argc, char **argv)
 			r.nodes_before, r.nodes_after, r.rounds, (ml_now() - t1) * 1e3,
 			o.verify ? ", every pass verified" : "");
 	cli_commit();
+	double t2 = ml_now();
 	if (ml_model_save(g, o.output, o.to, &err) < 0)
 		die_err(&err);
+	if (talk)
+		fprintf(stderr, "%s: wrote %s as %s: %d nodes (%.1f ms)\n", progname,
+			strcmp(o.output, "-") == 0 ? "<stdout>" : o.output,
+			o.to == ML_FMT_ONNX ? "onnx" : o.to == ML_FMT_MLT ? "mlt" : "mlg",
+			g->n_nodes, (ml_now() - t2) * 1e3);
 	if (o.report && !o.quiet) {
 		FILE *fp = strcmp(o.output, "-") == 0 ? stderr : stdout;
 		print_report(fp, &r, o.json, o.oo.level, o.oo.passes);

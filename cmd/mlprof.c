@@ -18,11 +18,11 @@ static const char synopsis[] =
 	"              [--group BY] [--json | --csv] [--memory] [--trace FILE] [--svg FILE]\n"
 	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [--timeout SECS]\n"
 	"              [--[no-]progress] [MODEL | -]\n"
-	"       mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json\n"
-	"       mlprof --devices";
+	"       mlprof diff [-fq] [--threshold PCT] [--top N] [--json] A.json B.json\n"
+	"       mlprof --devices [--json]";
 
 static const char diff_synopsis[] =
-	"mlprof diff [-q] [--threshold PCT] [--top N] [--json] A.json B.json";
+	"mlprof diff [-fq] [--threshold PCT] [--top N] [--json] A.json B.json";
 
 static const char help_text[] =
 	"Time every node of a model (.mlg, .onnx or .mlt; '-' reads stdin) over\n"
@@ -45,8 +45,10 @@ static const char help_text[] =
 	"      --json              print the JSON report (what mlprof diff reads)\n"
 	"      --csv               print the rows as CSV\n"
 	"      --memory            add the memory plan and tensor lifetimes to the table\n"
-	"      --trace FILE        write a Chrome trace-event file (Perfetto, chrome://tracing)\n"
-	"      --svg FILE          write an SVG timeline and bar chart of the time\n"
+	"      --trace FILE        write a Chrome trace-event file (Perfetto, chrome://tracing);\n"
+	"                          '-': stdout, and the report goes to stderr\n"
+	"      --svg FILE          write an SVG timeline and bar chart of the time, with a\n"
+	"                          legend of its colours ('-': as --trace -)\n"
 	"      --calibrate         write the cost model of the run (for mlrun --device auto)\n"
 	"  -o, --output FILE       write the report, or with --calibrate the cost model, to FILE\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes;\n"
@@ -57,7 +59,8 @@ static const char help_text[] =
 	"                          no terminal\n"
 	"      --no-progress       draw no progress bar (the default unless on a terminal)\n"
 	"      --device DEV        cpu (default), cl, cl:N, auto, or all: each device in turn\n"
-	"      --devices           list the devices and exit (status 3 without an OpenCL one)\n"
+	"      --devices           list the devices as mlrun --devices does (--json: as\n"
+	"                          JSON) and exit; status 3 without an OpenCL device\n"
 	"  -q, --quiet             print nothing but errors\n"
 	"  -v, --verbose           print more (each run's time, on stderr)\n"
 	"  -h, --help              print this help and exit\n"
@@ -67,47 +70,38 @@ static const char help_text[] =
 	"with 95% confidence intervals, and exits 1 when the total is slower beyond noise\n"
 	"and beyond the threshold:\n"
 	"      --threshold PCT     the slowdown of the total that fails (default 5)\n"
+	"  -f, --force             compare reports of different models (inputs and outputs\n"
+	"                          differ; refused with status 3 otherwise), with a warning\n"
 	"      --top N             print only the N nodes that changed most\n"
 	"      --json              print the comparison as JSON\n";
 
 #define MAX_DEVICES 17
 
 /*
- * probe_devices: the devices a session can be made on: the CPU, then
- * each OpenCL device a build with OpenCL finds. *why gets the reason when
- * there is no OpenCL device.
+ * probe_devices: the ids of the devices a session can be made on (as
+ * --devices lists them): the CPU, then each OpenCL device. *why gets the
+ * reason when there is no OpenCL device.
  */
 static int
 probe_devices(char names[MAX_DEVICES][64], struct ml_err *why)
 {
-	struct ml_graph *g = NULL;
-	struct ml_session *s = NULL;
-	struct ml_err err = { 0 };
-	int n = 0;
-
-	snprintf(names[n++], 64, "cpu");
-	if (ml_graph_new(&g, &err) < 0)
-		die_err(&err);
-	struct ml_session_opts so = { .device = "cl" };
-	if (ml_session_new(&s, g, &so, why) == 0) {
-		ml_session_free(s);
-		for (int k = 0; n < MAX_DEVICES; k++) {
-			char dev[16];
-			snprintf(dev, sizeof dev, "cl:%d", k);
-			so.device = dev;
-			if (ml_session_new(&s, g, &so, &err) < 0)
-				break;
-			ml_session_free(s);
-			snprintf(names[n++], 64, "%s", dev);
-		}
-		if (n == 1)
-			snprintf(names[n++], 64, "cl");
-	}
-	ml_graph_free(g);
+	struct ml_device_info *v;
+	int n;
+	if (ml_devices(&v, &n, why) < 0)
+		die_err(why);
+	if (n > MAX_DEVICES)
+		n = MAX_DEVICES;
+	for (int k = 0; k < n; k++)
+		snprintf(names[k], 64, "%s", v[k].id);
+	ml_free(v);
 	return n;
 }
 
-/* write_out: run fn into memory, then write it to path atomically ('-': stdout). */
+/*
+ * write_out: run fn into memory, then write it to path atomically ('-':
+ * stdout; "/dev/stderr": stderr, for the report when stdout carries the
+ * trace or the picture).
+ */
 static void
 write_out(const char *path, int (*fn)(void *, FILE *, struct ml_err *), void *ctx)
 {
@@ -120,8 +114,9 @@ write_out(const char *path, int (*fn)(void *, FILE *, struct ml_err *), void *ct
 	int rc = fn(ctx, fp, &err);
 	if (fclose(fp) != 0 && rc == 0)
 		rc = ml_fail(&err, ML_ENOMEM, "out of memory");
-	if (rc == 0 && strcmp(path, "-") == 0) {
-		if (fwrite(buf, 1, len, stdout) != len)
+	bool err_stream = strcmp(path, "/dev/stderr") == 0;
+	if (rc == 0 && (strcmp(path, "-") == 0 || err_stream)) {
+		if (fwrite(buf, 1, len, err_stream ? stderr : stdout) != len)
 			rc = ml_fail(&err, ML_EIO, "write error: %s", strerror(errno));
 	} else if (rc == 0) {
 		rc = ml_write_atomic(path, buf, len, &err);
@@ -175,6 +170,7 @@ diff_main(int argc, char **argv)
 {
 	enum { OPT_THRESHOLD = 256, OPT_TOP, OPT_JSON };
 	static const struct option longopts[] = {
+		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -188,8 +184,11 @@ diff_main(int argc, char **argv)
 	int c;
 
 	argv[0] = (char *)progname;	/* getopt's messages name the tool, not "diff" */
-	while ((c = getopt_long(argc, argv, "hq", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "fhq", longopts, NULL)) != -1) {
 		switch (c) {
+		case 'f':
+			o.force = true;
+			break;
 		case 'h':
 			show_help(synopsis, help_text);
 		case 'q':
@@ -228,6 +227,8 @@ diff_main(int argc, char **argv)
 	fclose(fp);
 	if (rc < 0)
 		die_err(&err);
+	if (err.msg[0] != '\0' && !quiet)
+		warnx("%s", err.msg);	/* --force: the models differ */
 	if (!quiet)
 		fwrite(buf, 1, len, stdout);
 	free(buf);
@@ -269,6 +270,7 @@ struct opts {
 	double timeout;
 	const char *device, *outpath, *trace, *svg, *path;
 	bool version, calibrate, list_devices;
+	bool report_stderr;	/* the trace or the picture goes to stdout: the report to stderr */
 	char costpath[4096];	/* --calibrate: where the cost model goes */
 	bool cost_default;	/* costpath is the default one (its folders may need making) */
 };
@@ -406,31 +408,26 @@ parse_args(struct opts *o, int argc, char **argv)
 	}
 }
 
-/* list_devices: --devices: one device a line; status 3 when there is no OpenCL one. */
+/*
+ * list_devices: --devices: mlrun's table of the devices (--json: as JSON);
+ * status 3 when there is no OpenCL device.
+ */
 static int
 list_devices(const struct opts *o, int argc)
 {
-	char devs[MAX_DEVICES][64];
-	struct ml_err why = { 0 };
 	if (optind < argc)
 		usage_error(synopsis, "--devices takes no model");
 	ml_set_threads(o->threads);
-	int nd = probe_devices(devs, &why);
-	for (int k = 0; k < nd; k++)
-		printf("%s\n", devs[k]);
+	int nd = cli_print_devices(o->fmt == OUT_JSON, o->verbose);
 	finish_stdout();
-	if (nd == 1) {
-		fprintf(stderr, "%s: no OpenCL device: %s\n", progname,
-			why.msg[0] ? why.msg : "none found");
-		return EXIT_INVALID;
-	}
-	return EXIT_OK;
+	return nd == 1 ? EXIT_INVALID : EXIT_OK;
 }
 
 /*
  * check_args: the operand, the outputs to '-' (the trace or the picture
- * there makes the run quiet), and --calibrate's file (-o FILE, else the
- * cache folder's costmodel.json), which then takes -o from the report.
+ * there sends the report to stderr: the rule of every tool's reports), and
+ * --calibrate's file (-o FILE, else the cache folder's costmodel.json),
+ * which then takes -o from the report.
  */
 static void
 check_args(struct opts *o, int argc, char **argv)
@@ -445,7 +442,7 @@ check_args(struct opts *o, int argc, char **argv)
 	if (to_stdout > 1)
 		usage_error(synopsis, "only one of --trace and --svg can write to '-'");
 	if (to_stdout > 0 && o->outpath == NULL)
-		o->quiet = 1;	/* the trace or the picture is the output */
+		o->report_stderr = true;	/* the trace or the picture is the output */
 	if (!o->calibrate)
 		return;
 	o->cost_default = o->outpath == NULL;
@@ -554,7 +551,7 @@ write_reports(struct opts *o, struct ml_prof **ps, int nd)
 	if (o->outpath != NULL)
 		write_out(o->outpath, emit, &j);
 	else if (!o->quiet)
-		write_out("-", emit, &j);
+		write_out(o->report_stderr ? "/dev/stderr" : "-", emit, &j);
 }
 
 int

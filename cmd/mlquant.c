@@ -37,8 +37,9 @@ static const char help_text[] =
 	"      --exclude NODES     comma-separated node or output names that stay float\n"
 	"      --budget DB         keep the output SQNR at least DB decibels: layers slower\n"
 	"                          in int8, then the least accurate ones, stay float\n"
-	"      --report            print the per-layer report (SQNR, size, time) on stderr\n"
-	"      --json              the report as JSON\n"
+	"      --report            print the per-layer report (SQNR, size, time): on stdout\n"
+	"                          with -o FILE, on stderr when the model goes to stdout\n"
+	"      --json              the report as JSON (implies --report)\n"
 	"      --shape NAME=DIMS   give input NAME the shape DIMS (4x3x224x224, a name such\n"
 	"                          as N making a dim symbolic) and infer the model again,\n"
 	"                          rewriting Reshape targets that hold the old sizes\n"
@@ -50,7 +51,8 @@ static const char help_text[] =
 	"  -o, --output OUTPUT     write the quantised model to OUTPUT\n"
 	"  -f, --force             write binary output to a terminal\n"
 	"  -q, --quiet             print nothing but errors\n"
-	"  -v, --verbose           print a summary on stderr\n"
+	"  -v, --verbose           say what was read and written and how many layers\n"
+	"                          were quantised, on stderr\n"
 	"  -h, --help              print this help and exit\n"
 	"  -V, --version           print the version and exit\n";
 
@@ -59,10 +61,13 @@ enum {
 	OPT_PERCENTILE, OPT_POW2, OPT_QDQ, OPT_REPORT, OPT_SAMPLES, OPT_THREADS, OPT_SHAPE,
 };
 
+/*
+ * print_report: --report and --json: the per-layer report on fp (stdout,
+ * or stderr when the model goes to stdout: the rule of every tool).
+ */
 static void
-print_report(const struct ml_quant_report *r, bool json)
+print_report(FILE *fp, const struct ml_quant_report *r, bool json)
 {
-	FILE *fp = stderr;
 
 	if (json) {
 		fprintf(fp, "{\"output_sqnr_db\": %.2f, \"bytes_in\": %lld, \"bytes_out\": %lld, "
@@ -359,8 +364,14 @@ main(int argc, char **argv)
 	struct ml_graph *g = NULL, *q = NULL;
 	struct ml_calib *cal = NULL;
 	struct ml_quant_report rep = { 0 };
+	bool talk = o.verbose && !o.quiet;
+	const char *shown_in = strcmp(o.path, "-") == 0 ? "<stdin>" : o.path;
+	double t0 = ml_now();
 	if (ml_model_load(&g, o.path, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);
+	if (talk)
+		fprintf(stderr, "%s: read %s: %d nodes (%.1f ms)\n", progname, shown_in, g->n_nodes,
+			(ml_now() - t0) * 1e3);
 	cli_apply_shapes(g, o.path, &o.shapes, o.verbose && !o.quiet);
 	if (needcal && o.calib == NULL && !has_fakequant(g))
 		usage_error(synopsis, "int8 activations need calibration data (-c DATA), "
@@ -368,7 +379,7 @@ main(int argc, char **argv)
 	if (o.calib != NULL && ml_calib_load(&cal, g, o.calib, o.samples, &err) < 0)
 		die_err(&err);
 	if (ml_quantize(&q, g, cal, &o.q, &rep, &err) < 0) {
-		ml_err_prefix(&err, strcmp(o.path, "-") == 0 ? "<stdin>" : o.path);
+		ml_err_prefix(&err, shown_in);
 		die_err(&err);
 	}
 	cli_progress_end(true);
@@ -376,13 +387,19 @@ main(int argc, char **argv)
 							  ml_format_from_name(o.output);
 	if (fmt == ML_FMT_AUTO)
 		fmt = ML_FMT_MLG;
+	t0 = ml_now();
 	if (ml_model_save(q, o.output, fmt, &err) < 0)
 		die_err(&err);
+	if (talk)
+		fprintf(stderr, "%s: wrote %s as %s: %d nodes (%.1f ms)\n", progname,
+			strcmp(o.output, "-") == 0 ? "<stdout>" : o.output,
+			fmt == ML_FMT_ONNX ? "onnx" : fmt == ML_FMT_MLT ? "mlt" : "mlg", q->n_nodes,
+			(ml_now() - t0) * 1e3);
 	if ((o.report || o.json) && !o.quiet)
-		print_report(&rep, o.json);
+		print_report(strcmp(o.output, "-") == 0 ? stderr : stdout, &rep, o.json);
 	if (!o.quiet)
 		warn_fused(q);
-	if (o.verbose && !o.quiet)
+	if (talk)
 		print_summary(&rep);
 	ml_quant_report_free(&rep);
 	ml_calib_free(cal);

@@ -15,9 +15,10 @@
 static const char synopsis[] =
 	"mlrun [-qv] [--device DEV] [--threads N] [-i NAME=FILE.npy | -i FILE.npz]...\n"
 	"             [--random [--seed S]] [--dim NAME=N]... [--shape NAME=DIMS]... [-o DIR]\n"
-	"             [--repeat N [--warmup K] [--[no-]progress]]\n"
+	"             [--repeat N | --duration S] [--warmup K | --warmup Ts] [--[no-]progress]\n"
 	"             [--compare DIR|FILE.npz [--rtol R] [--atol A]] [--top K]\n"
-	"             [--json] [--max-alloc SIZE] [--plan] [--placement FILE] [--timeout SECS]\n"
+	"             [--json [--json-values]] [--max-alloc SIZE] [--plan] [--placement FILE]\n"
+	"             [--timeout SECS]\n"
 	"             [MODEL | -]\n"
 	"       mlrun --devices [--json]";
 
@@ -46,12 +47,19 @@ static const char help_text[] =
 	"      --atol A            --compare's absolute tolerance (default 1e-5)\n"
 	"      --top K             print the K largest values of each row of each output\n"
 	"                          (the last dim) with their indices\n"
-	"      --repeat N          run N times and report latency\n"
-	"      --warmup K          untimed runs before the timed ones (default 1 with --repeat)\n"
+	"      --repeat N          run N times and report latency (min, median, p90, p95,\n"
+	"                          p99, max) and throughput\n"
+	"      --duration S        run for S seconds (at least once) instead of N times;\n"
+	"                          S may end in s or ms\n"
+	"      --warmup K          untimed runs before the timed ones (default 1 with\n"
+	"                          --repeat or --duration); K ending in s or ms (2s, 500ms)\n"
+	"                          warms up for that long instead (at least one run)\n"
 	"      --progress          with --repeat, draw a progress bar of the runs on stderr\n"
 	"                          even when it is no terminal\n"
 	"      --no-progress       draw no progress bar (the default unless on a terminal)\n"
-	"      --json              print a JSON report on stdout\n"
+	"      --json              print a JSON report on stdout (with each run's latency)\n"
+	"      --json-values       with --json, each output's values too (a flat array in\n"
+	"                          row-major order; NaN and infinities as null)\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes;\n"
 	"                          default ML_MAX_ALLOC or 16G)\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
@@ -63,7 +71,8 @@ static const char help_text[] =
 	"      --placement FILE    run with the placement in FILE (an edited --plan --json,\n"
 	"                          or lines 'NODE DEVICE')\n"
 	"  -q, --quiet             print nothing but errors\n"
-	"  -v, --verbose           print more (the arena size, per-run times)\n"
+	"  -v, --verbose           print more on stderr (each timed run's time, the arena\n"
+	"                          size, the OpenCL set-up times)\n"
 	"  -h, --help              print this help and exit\n"
 	"  -V, --version           print the version and exit\n";
 
@@ -125,67 +134,6 @@ print_values(const struct ml_tval *v)
 	putchar('\n');
 }
 
-/* print_devices: --devices: a table, or JSON; the reason when OpenCL has none */
-static int
-print_devices(int json, int verbose)
-{
-	struct ml_device_info *v;
-	struct ml_err why = { 0 };
-	int n;
-	if (ml_devices(&v, &n, &why) < 0)
-		die_err(&why);
-	if (json) {
-		printf("{\"devices\": [");
-		for (int i = 0; i < n; i++) {
-			printf("%s\n  {\"id\": ", i ? "," : "");
-			ml_json_str(stdout, v[i].id);
-			printf(", \"index\": %d, \"name\": ", v[i].index);
-			ml_json_str(stdout, v[i].name);
-			printf(", \"type\": ");
-			ml_json_str(stdout, v[i].type);
-			printf(", \"platform\": ");
-			ml_json_str(stdout, v[i].platform);
-			printf(", \"vendor\": ");
-			ml_json_str(stdout, v[i].vendor);
-			printf(", \"version\": ");
-			ml_json_str(stdout, v[i].version);
-			printf(", \"driver\": ");
-			ml_json_str(stdout, v[i].driver);
-			printf(", \"compute_units\": %d, \"global_mem\": %lld, \"local_mem\": %lld, "
-			       "\"max_alloc\": %lld, \"max_work_group\": %lld, \"fp16\": %s, "
-			       "\"fp64\": %s}", v[i].compute_units, (long long)v[i].global_mem,
-			       (long long)v[i].local_mem, (long long)v[i].max_alloc,
-			       (long long)v[i].max_work_group, v[i].fp16 ? "true" : "false",
-			       v[i].fp64 ? "true" : "false");
-		}
-		printf("\n]");
-		if (n == 1) {
-			printf(", \"opencl\": ");
-			ml_json_str(stdout, why.msg);
-		}
-		printf("}\n");
-	} else {
-		printf("%-6s %-5s %-36s %-28s %5s %10s %9s %4s %4s\n", "ID", "TYPE", "NAME",
-		       "PLATFORM", "CU", "MEMORY", "LOCAL", "FP16", "FP64");
-		for (int i = 0; i < n; i++) {
-			char mem[32] = "-", loc[32] = "-";
-			if (v[i].global_mem > 0)
-				snprintf(mem, sizeof mem, "%.1f GiB", (double)v[i].global_mem / 1073741824.0);
-			if (v[i].local_mem > 0)
-				snprintf(loc, sizeof loc, "%lld KiB", (long long)v[i].local_mem / 1024);
-			printf("%-6s %-5s %-36.36s %-28.28s %5d %10s %9s %4s %4s\n", v[i].id, v[i].type,
-			       v[i].name, i == 0 ? "-" : v[i].platform, v[i].compute_units, mem, loc,
-			       v[i].fp16 ? "yes" : "no", v[i].fp64 ? "yes" : "no");
-			if (verbose && i > 0)
-				printf("       %s, driver %s\n", v[i].version, v[i].driver);
-		}
-		if (n == 1)
-			fprintf(stderr, "%s: %s\n", progname, why.msg);
-	}
-	ml_free(v);
-	return finish_stdout();
-}
-
 /* The options of one run, as parsed. */
 struct opts;
 static void add_npz(struct opts *o, const char *path);
@@ -206,11 +154,49 @@ struct opts {
 	int nnpz;
 	int verbose, quiet, json, threads, progress;
 	int64_t repeat, warmup, top;
+	double duration;	/* --duration S: seconds of timed runs; 0: none */
+	double warmup_s;	/* --warmup Ts: seconds of untimed runs; 0: count them */
 	double timeout, rtol, atol;
+	bool json_values;	/* --json-values */
 	const char *compare;	/* --compare REF */
 	const char *outdir, *device, *placement, *path;
 	bool version, list_devices, plan;
 };
+
+/* has_unit: whether s, a number of --warmup or --duration, ends in a unit (s or ms). */
+static bool
+has_unit(const char *s)
+{
+	size_t n = strlen(s);
+	return n > 0 && s[n - 1] == 's';
+}
+
+/*
+ * parse_secs: a number of seconds in (0, 1e7] for opt: plain or ending in
+ * s, or in ms for milliseconds; else a usage error (status 2).
+ */
+static double
+parse_secs(const char *opt, const char *s)
+{
+	char tmp[64];
+	double scale = 1;
+	size_t n = strlen(s);
+	if (n >= sizeof tmp)
+		usage_error(synopsis, "%s: '%s' is not a number of seconds", opt, s);
+	memcpy(tmp, s, n + 1);
+	if (n > 2 && strcmp(tmp + n - 2, "ms") == 0) {
+		tmp[n - 2] = '\0';
+		scale = 1e-3;
+	} else if (n > 1 && tmp[n - 1] == 's') {
+		tmp[n - 1] = '\0';
+	}
+	char *end;
+	double v = strtod(tmp, &end) * scale;
+	if (tmp[0] == '\0' || *end != '\0' || !(v > 0) || v > 1e7)
+		usage_error(synopsis, "%s: '%s' is not a number of seconds in (0, 1e7] "
+			    "(e.g. 10, 2s, 500ms)", opt, s);
+	return v;
+}
 
 /* parse_args: read argv into o; usage errors exit 2, -h exits 0. */
 static void
@@ -218,16 +204,19 @@ parse_args(struct opts *o, int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
 	       OPT_DEVICE, OPT_DIM, OPT_MAX_ALLOC, OPT_DEVICES, OPT_PLAN, OPT_PLACEMENT,
-	       OPT_TIMEOUT, OPT_COMPARE, OPT_RTOL, OPT_ATOL, OPT_TOP, OPT_SHAPE };
+	       OPT_TIMEOUT, OPT_COMPARE, OPT_RTOL, OPT_ATOL, OPT_TOP, OPT_SHAPE, OPT_DURATION,
+	       OPT_JSON_VALUES };
 	static const struct option longopts[] = {
 		{ "atol", required_argument, NULL, OPT_ATOL },
 		{ "compare", required_argument, NULL, OPT_COMPARE },
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "devices", no_argument, NULL, OPT_DEVICES },
 		{ "dim", required_argument, NULL, OPT_DIM },
+		{ "duration", required_argument, NULL, OPT_DURATION },
 		{ "help", no_argument, NULL, 'h' },
 		{ "input", required_argument, NULL, 'i' },
 		{ "json", no_argument, NULL, OPT_JSON },
+		{ "json-values", no_argument, NULL, OPT_JSON_VALUES },
 		{ "max-alloc", required_argument, NULL, OPT_MAX_ALLOC },
 		{ "no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS },
 		{ "output-dir", required_argument, NULL, 'o' },
@@ -292,6 +281,12 @@ parse_args(struct opts *o, int argc, char **argv)
 		case OPT_JSON:
 			o->json = 1;
 			break;
+		case OPT_JSON_VALUES:
+			o->json_values = true;
+			break;
+		case OPT_DURATION:
+			o->duration = parse_secs("--duration", optarg);
+			break;
 		case OPT_MAX_ALLOC:
 			ml_set_alloc_cap(parse_size("--max-alloc", optarg, synopsis));
 			break;
@@ -327,7 +322,13 @@ parse_args(struct opts *o, int argc, char **argv)
 			o->top = parse_int("--top", optarg, 1, 1000000, synopsis);
 			break;
 		case OPT_WARMUP:
-			o->warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
+			if (has_unit(optarg)) {
+				o->warmup_s = parse_secs("--warmup", optarg);
+				o->warmup = 0;
+			} else {
+				o->warmup = parse_int("--warmup", optarg, 0, 1000000000, synopsis);
+				o->warmup_s = 0;
+			}
 			break;
 		case CLI_OPT_PROGRESS:
 			o->progress = CLI_PROGRESS_ON;
@@ -349,11 +350,16 @@ check_args(struct opts *o, int argc, char **argv)
 	if (optind + 1 < argc)
 		usage_error(synopsis, "too many operands");
 	o->path = optind < argc ? argv[optind] : "-";
-	if (o->warmup >= 0 && o->repeat == 0)
-		usage_error(synopsis, "--warmup needs --repeat");
+	if (o->repeat > 0 && o->duration > 0)
+		usage_error(synopsis, "--repeat and --duration exclude each other");
+	bool timed = o->repeat > 0 || o->duration > 0;
+	if ((o->warmup >= 0 || o->warmup_s > 0) && !timed)
+		usage_error(synopsis, "--warmup needs --repeat or --duration");
 	if (o->warmup < 0)
-		o->warmup = o->repeat > 0 ? 1 : 0;
+		o->warmup = timed && o->warmup_s == 0 ? 1 : 0;
 	cli_progress_setup(o->progress, o->quiet);
+	if (o->json_values && !o->json)
+		usage_error(synopsis, "--json-values needs --json");
 	if ((o->rtol != -1 || o->atol != -1) && o->compare == NULL)
 		usage_error(synopsis, "--rtol and --atol need --compare");
 	/* polygraphy's defaults */
@@ -426,50 +432,100 @@ make_outdir(const char *outdir)
 
 /* The latencies of the timed runs, in ms. */
 struct lat {
-	int64_t nrun;
-	double min, med, p90, max, total, thr;
+	int64_t nrun, nwarm;	/* timed runs, warm-up runs done */
+	double min, med, p90, p95, p99, max, total, thr;
+	double *runs;		/* each timed run's latency, in run order (nrun) */
 };
 
-/*
- * run_timed: warmup untimed runs, then nrun timed ones; their latency
- * statistics in l. More than one run in all draws a progress bar.
- */
-static void
-run_timed(struct ml_session *s, int64_t warmup, int64_t nrun, struct lat *l)
+/* pct: the p-th percentile (0..1) of the n sorted values v, by the nearest rank. */
+static double
+pct(const double *v, int64_t n, double p)
+{
+	return v[(int64_t)((double)(n - 1) * p + 0.5)];
+}
+
+/* run_one: one run of s; its latency in ms. Dies on failure. */
+static double
+run_one(struct ml_session *s)
 {
 	struct ml_err err = { 0 };
-	double *lat = calloc((size_t)nrun, sizeof *lat);
-	int64_t total = warmup + nrun;
-	bool bar = total > 1;
-	if (lat == NULL)
-		die(EXIT_FAIL, "out of memory");
+	double t0 = ml_now();
+	if (ml_session_run(s, &err) < 0)
+		die_err(&err);
+	return (ml_now() - t0) * 1e3;
+}
+
+/*
+ * run_timed: the warm-up (o->warmup runs, or o->warmup_s seconds of them,
+ * at least one), then the timed runs: o->repeat of them, or as many as fit
+ * in o->duration seconds (at least one), else one. Their latencies and
+ * statistics go in l (l->runs to be freed); -v prints each on stderr.
+ */
+static void
+run_timed(struct ml_session *s, const struct opts *o, struct lat *l)
+{
+	*l = (struct lat){ 0 };
+	/* the bar: runs done of all (unknown when counted by time); more than one run in all */
+	bool bytime = o->warmup_s > 0 || o->duration > 0;
+	int64_t total = bytime ? 0 : o->warmup + (o->repeat > 0 ? o->repeat : 1), done = 0;
+	bool bar = bytime || total > 1;
 	if (bar)
 		cli_progress_update("running", 0, total, NULL);
-	for (int64_t i = 0; i < warmup; i++) {
-		if (ml_session_run(s, &err) < 0)
-			die_err(&err);
-		if (bar)
-			cli_progress_update("running", i + 1, total, NULL);
+	if (o->warmup_s > 0) {
+		double end = ml_now() + o->warmup_s;
+		do {
+			run_one(s);
+			l->nwarm++;
+			if (bar)
+				cli_progress_update("running", ++done, total, NULL);
+		} while (ml_now() < end);
 	}
-	for (int64_t i = 0; i < nrun; i++) {
-		double t0 = ml_now();
-		if (ml_session_run(s, &err) < 0)
-			die_err(&err);
-		lat[i] = (ml_now() - t0) * 1e3;
+	for (int64_t i = 0; i < o->warmup; i++, l->nwarm++) {
+		run_one(s);
 		if (bar)
-			cli_progress_update("running", warmup + i + 1, total, NULL);
+			cli_progress_update("running", ++done, total, NULL);
+	}
+	int64_t cap = o->repeat > 0 ? o->repeat : o->duration > 0 ? 1024 : 1;
+	double end = ml_now() + o->duration;
+	l->runs = malloc(sizeof *l->runs * (size_t)cap);
+	if (l->runs == NULL)
+		die(EXIT_FAIL, "out of memory");
+	for (;;) {
+		if (l->nrun == cap) {
+			double *r = realloc(l->runs, sizeof *r * (size_t)cap * 2);
+			if (r == NULL)
+				die(EXIT_FAIL, "out of memory");
+			l->runs = r;
+			cap *= 2;
+		}
+		double ms = run_one(s);
+		l->runs[l->nrun++] = ms;
+		if (bar)
+			cli_progress_update("running", ++done, total, NULL);
+		if (o->verbose && (o->repeat > 0 || o->duration > 0)) {
+			cli_progress_clear();
+			fprintf(stderr, "%s: run %lld: %.3f ms\n", progname,
+				(long long)l->nrun - 1, ms);
+		}
+		if (o->duration > 0 ? ml_now() >= end : l->nrun >= (o->repeat > 0 ? o->repeat : 1))
+			break;
 	}
 	cli_progress_end(true);
-	qsort(lat, (size_t)nrun, sizeof *lat, cmp_double);
-	l->nrun = nrun;
+	int64_t n = l->nrun;
+	double *lat = malloc(sizeof *lat * (size_t)n);
+	if (lat == NULL)
+		die(EXIT_FAIL, "out of memory");
+	memcpy(lat, l->runs, sizeof *lat * (size_t)n);
+	qsort(lat, (size_t)n, sizeof *lat, cmp_double);
 	l->min = lat[0];
-	l->max = lat[nrun - 1];
-	l->med = nrun % 2 ? lat[nrun / 2] : (lat[nrun / 2 - 1] + lat[nrun / 2]) / 2;
-	l->p90 = lat[(int64_t)((double)(nrun - 1) * 0.9 + 0.5)];
-	l->total = 0;
-	for (int64_t i = 0; i < nrun; i++)
+	l->max = lat[n - 1];
+	l->med = n % 2 ? lat[n / 2] : (lat[n / 2 - 1] + lat[n / 2]) / 2;
+	l->p90 = pct(lat, n, 0.90);
+	l->p95 = pct(lat, n, 0.95);
+	l->p99 = pct(lat, n, 0.99);
+	for (int64_t i = 0; i < n; i++)
 		l->total += lat[i];
-	l->thr = l->total > 0 ? (double)nrun / (l->total / 1e3) : 0;
+	l->thr = l->total > 0 ? (double)n / (l->total / 1e3) : 0;
 	free(lat);
 }
 
@@ -487,7 +543,40 @@ write_outputs(struct ml_session *s, const struct ml_graph *g, const char *outdir
 	}
 }
 
-/* print_json: --json: the run's report on stdout. */
+/* json_values: --json-values: the values of v as a flat JSON array (NaN, infinities: null). */
+static void
+json_values(const struct ml_tval *v)
+{
+	int64_t n = ml_tval_numel(v);
+	bool flt = ml_dtype_is_float(v->dtype), num = flt || ml_dtype_is_int(v->dtype);
+	/* enough digits to read the same value back */
+	int prec = v->dtype == ML_F64 ? 17 : 9;
+	putchar('[');
+	for (int64_t i = 0; i < n; i++) {
+		if (i)
+			fputs(", ", stdout);
+		if (v->dtype == ML_BOOL) {
+			fputs(ml_get_i64(v->data, v->dtype, i) ? "true" : "false", stdout);
+		} else if (!num) {
+			fputs("null", stdout);
+		} else if (flt) {
+			double x = ml_get_f64(v->data, v->dtype, i);
+			if (isfinite(x))
+				printf("%.*g", prec, x);
+			else
+				fputs("null", stdout);
+		} else {
+			printf("%lld", (long long)ml_get_i64(v->data, v->dtype, i));
+		}
+	}
+	putchar(']');
+}
+
+/*
+ * print_json: --json: the run's report on stdout: the latency statistics,
+ * each timed run's latency in run order, and each output's name, dtype and
+ * shape (with --json-values its values).
+ */
 static void
 print_json(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
 	   const struct lat *l)
@@ -497,10 +586,18 @@ print_json(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
 	printf(", \"device\": ");
 	ml_json_str(stdout, o->device);
 	printf(", \"threads\": %d, \"runs\": %lld, \"warmup\": %lld", ml_get_threads(),
-	       (long long)l->nrun, (long long)o->warmup);
-	printf(", \"latency_ms\": {\"min\": %.4f, \"median\": %.4f, \"p90\": %.4f, \"max\": %.4f, \"mean\": %.4f}",
-	       l->min, l->med, l->p90, l->max, l->total / (double)l->nrun);
-	printf(", \"throughput_per_s\": %.3f, \"arena_bytes\": %lld, \"outputs\": [", l->thr,
+	       (long long)l->nrun, (long long)l->nwarm);
+	if (o->duration > 0)
+		printf(", \"duration_s\": %g", o->duration);
+	if (o->warmup_s > 0)
+		printf(", \"warmup_s\": %g", o->warmup_s);
+	printf(", \"latency_ms\": {\"min\": %.4f, \"median\": %.4f, \"p50\": %.4f, "
+	       "\"p90\": %.4f, \"p95\": %.4f, \"p99\": %.4f, \"max\": %.4f, \"mean\": %.4f}",
+	       l->min, l->med, l->med, l->p90, l->p95, l->p99, l->max, l->total / (double)l->nrun);
+	printf(", \"latencies_ms\": [");
+	for (int64_t i = 0; i < l->nrun; i++)
+		printf("%s%.4f", i ? ", " : "", l->runs[i]);
+	printf("], \"throughput_per_s\": %.3f, \"arena_bytes\": %lld, \"outputs\": [", l->thr,
 	       (long long)ml_session_arena_bytes(s));
 	for (int i = 0; i < g->n_outputs; i++) {
 		const struct ml_tval *v = ml_session_output(s, i);
@@ -509,14 +606,19 @@ print_json(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
 		printf(", \"dtype\": \"%s\", \"shape\": [", ml_dtype_name(v->dtype));
 		for (int d = 0; d < v->rank; d++)
 			printf("%s%lld", d ? ", " : "", (long long)v->dims[d]);
-		printf("]}");
+		printf("]");
+		if (o->json_values) {
+			printf(", \"values\": ");
+			json_values(v);
+		}
+		printf("}");
 	}
 	printf("]}\n");
 }
 
 /*
  * print_text: the outputs' values (without -o), the latencies (with
- * --repeat) on stdout; with -v the arena, the session's note and the
+ * --repeat or --duration) on stdout; with -v the arena, the session's note and the
  * OpenCL set-up times (t_new: the session's creation) on stderr.
  */
 static void
@@ -532,10 +634,10 @@ print_text(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
 			print_values(v);
 		}
 	}
-	if (o->repeat > 0) {
-		printf("latency ms: min %.3f  median %.3f  p90 %.3f  max %.3f  (%lld runs, %lld warmup, %d threads)\n",
-		       l->min, l->med, l->p90, l->max, (long long)l->nrun, (long long)o->warmup,
-		       ml_get_threads());
+	if (o->repeat > 0 || o->duration > 0) {
+		printf("latency ms: min %.3f  median %.3f  p90 %.3f  p95 %.3f  p99 %.3f  max %.3f  "
+		       "(%lld runs, %lld warmup, %d threads)\n", l->min, l->med, l->p90, l->p95,
+		       l->p99, l->max, (long long)l->nrun, (long long)l->nwarm, ml_get_threads());
 		printf("throughput: %.2f runs/s\n", l->thr);
 	}
 	if (!o->verbose)
@@ -992,7 +1094,8 @@ main(int argc, char **argv)
 	if (o.list_devices) {
 		if (optind < argc)
 			usage_error(synopsis, "--devices takes no model");
-		return print_devices(o.json, o.verbose);
+		cli_print_devices(o.json, o.verbose);
+		return finish_stdout();
 	}
 	check_args(&o, argc, argv);
 	ml_set_threads(o.threads);
@@ -1026,7 +1129,7 @@ main(int argc, char **argv)
 		make_outdir(o.outdir);
 
 	struct lat l;
-	run_timed(s, o.warmup, o.repeat > 0 ? o.repeat : 1, &l);
+	run_timed(s, &o, &l);
 	cli_commit();
 	if (o.outdir != NULL)
 		write_outputs(s, g, o.outdir);
@@ -1042,6 +1145,7 @@ main(int argc, char **argv)
 	cli_inputs_free(&o.in);
 	cli_shapes_free(&o.shapes);
 	free(o.npz);
+	free(l.runs);
 	ml_session_free(s);
 	ml_graph_free(g);
 	finish_stdout();

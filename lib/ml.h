@@ -716,12 +716,16 @@ int ml_prof_write_costmodel(struct ml_prof *const *ps, int n, const struct ml_pr
  * or JSON with as_json, to fp; *regressed is set when the lower end of the
  * total's interval is above threshold (a fraction: 0.05 is 5%).
  * ML_EFORMAT for a file that is not such a report, ML_EINVAL when one
- * cannot be opened.
+ * cannot be opened, and ML_EINVAL naming both when the reports' model
+ * signatures (inputs and outputs as declared) differ, unless force: then
+ * the comparison goes ahead, its table and JSON say so, and e->msg holds
+ * that one-line note with e->code 0.
  */
 struct ml_prof_diff_opts {
 	double threshold;
 	int64_t top;		/* node rows, 0: all */
 	bool as_json;
+	bool force;		/* compare reports of different models */
 };
 int ml_prof_diff(const char *a, const char *b, const struct ml_prof_diff_opts *o, FILE *fp,
 		 bool *regressed, struct ml_err *e);

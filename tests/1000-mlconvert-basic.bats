@@ -158,6 +158,21 @@ load helpers
 	run -0 grep -q 67 info.json
 }
 
+@test "mlconvert --info -o - writes the model to stdout and the description to stderr" {
+	mkmodel mlp
+	mlconvert --info mlp.onnx >want.txt
+	mlconvert --info -o - mlp.onnx >m.mlg 2>got.txt
+	cmp want.txt got.txt
+	mlconvert mlp.onnx -o want.mlg
+	cmp m.mlg want.mlg
+	# with -o FILE the description stays on stdout
+	run -0 --separate-stderr mlconvert --info --json -o f.mlg mlp.onnx
+	[ -z "$stderr" ]
+	echo "$output" >i.json
+	[ "$(json_get i.json params)" = 67 ]
+	cmp f.mlg want.mlg
+}
+
 @test "mlconvert --info shows a symbolic dim by name" {
 	mkmodel relu
 	run -0 mlconvert --info relu.onnx

@@ -322,6 +322,20 @@ nodes() {
 	run -0 mlconvert --info o.mlg
 }
 
+@test "mlopt -v says what it read, optimised and wrote, as mlconvert and mlquant do" {
+	mkopt convbn
+	run -0 --separate-stderr mlopt -v convbn.mlg -o o.onnx
+	[ -z "$output" ]
+	[ "${#stderr_lines[@]}" -eq 3 ]
+	[[ ${stderr_lines[0]} == "mlopt: read convbn.mlg: 5 nodes ("*" ms)" ]]
+	[[ ${stderr_lines[1]} == "mlopt: 5 -> 1 nodes in "*" rounds ("*" ms)" ]]
+	[[ ${stderr_lines[2]} == "mlopt: wrote o.onnx as onnx: 1 nodes ("*" ms)" ]]
+	mlopt -v <convbn.mlg >o.mlg 2>err.txt
+	grep -q '^mlopt: wrote <stdout> as mlg: 1 nodes' err.txt
+	run -0 --separate-stderr mlopt -q -v convbn.mlg -o o.mlg
+	[ -z "$stderr" ]
+}
+
 @test "mlopt stores a memory plan: arena_bytes and arena offsets" {
 	mkopt ln
 	run -0 mlopt ln.mlg -o o.mlg

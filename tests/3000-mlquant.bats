@@ -117,8 +117,8 @@ np.savez('d.npz', x=x, y=y); np.save('cal.npy', x[:16]); np.save('x1.npy', x[:1]
 	mlconvert o.mlg -o o.mlt
 	grep -q 'ml.FusedConv' o.mlt
 	run -0 --separate-stderr mlquant -c cal.npy --report o.mlg -o o8.mlg
-	[[ $stderr == *"/c1/Conv"*"int8"* ]]
-	[[ $stderr == *"/dw/Conv"*"ConvDepthwise+Clip"*"int8"* ]]
+	[[ $output == *"/c1/Conv"*"int8"* ]]
+	[[ $output == *"/dw/Conv"*"ConvDepthwise+Clip"*"int8"* ]]
 	[[ $stderr != *"stay"*"float"* ]]
 	mlconvert o8.mlg -o o8.mlt
 	run -1 grep -q 'ml.Fused' o8.mlt
@@ -216,25 +216,47 @@ PYEOF
 @test "mlquant --exclude keeps named layers float" {
 	mkcnn
 	run -0 --separate-stderr mlquant -c cal.npy --exclude /c1/Conv,/fc/Gemm --report cnn.onnx -o e.mlg
-	[[ $stderr == *"/c1/Conv"*"float"*"excluded"* ]]
+	[[ $output == *"/c1/Conv"*"float"*"excluded"* ]]
 	mlconvert e.mlg -o e.mlt
 	grep -q '= Conv ' e.mlt
 	grep -q '= Gemm ' e.mlt
 }
 
-@test "mlquant --report and --json print the per-layer report" {
+@test "mlquant --report and --json print the per-layer report: stdout with -o FILE, else stderr" {
 	mkcnn
 	run -0 --separate-stderr mlquant -c cal.npy --report cnn.onnx -o r.mlg
-	[[ $stderr == *"wSQNR"* ]]
-	[[ $stderr == *"output SQNR"* ]]
+	[[ $output == *"wSQNR"* ]]
+	[[ $output == *"output SQNR"* ]]
+	[ -z "$stderr" ]
 	run -0 --separate-stderr mlquant -c cal.npy --json cnn.onnx -o r.mlg
-	echo "$stderr" | "$PY" -c "import json,sys; d=json.load(sys.stdin); assert d['layers']"
+	echo "$output" | "$PY" -c "import json,sys; d=json.load(sys.stdin); assert d['layers']"
+	# the model on stdout: the report goes to stderr, the model stays whole
+	mlquant -c cal.npy --json cnn.onnx >s.mlg 2>s.json
+	"$PY" -c "import json,sys; d=json.load(open('s.json')); assert d['layers']"
+	cmp s.mlg r.mlg
+	mlquant -c cal.npy --report cnn.onnx -o - >t.mlg 2>t.txt
+	grep -q wSQNR t.txt
+	cmp t.mlg r.mlg
+}
+
+@test "mlquant -v says what it read and wrote, and how many layers it quantised" {
+	mkcnn
+	run -0 --separate-stderr mlquant -v -c cal.npy cnn.onnx -o r.mlg
+	[[ ${stderr_lines[0]} == "mlquant: read cnn.onnx: "*" nodes ("*" ms)" ]]
+	[[ $stderr == *"mlquant: wrote r.mlg as mlg: "*" nodes ("*" ms)"* ]]
+	[[ $stderr == *"mlquant: "*" of "*" layers quantised, constants "*" -> "*" bytes"* ]]
+	[ -z "$output" ]
+	mlquant -v -c cal.npy --dynamic - <cnn.onnx >d.mlg 2>err.txt
+	grep -q '^mlquant: read <stdin>: ' err.txt
+	grep -q '^mlquant: wrote <stdout> as mlg: ' err.txt
+	run -0 --separate-stderr mlquant -q -v -c cal.npy cnn.onnx -o r.mlg
+	[ -z "$stderr" ]
 }
 
 @test "mlquant --budget mixes float and int8 layers" {
 	mkcnn
 	run -0 --separate-stderr mlquant -c cal.npy --budget 200 --report cnn.onnx -o b.mlg
-	[[ $stderr == *"budget"* ]]
+	[[ $output == *"budget"* ]]
 	run -0 mlrun b.mlg -i x=x1.npy
 }
 
@@ -242,7 +264,13 @@ PYEOF
 	mkcnn
 	run -3 --separate-stderr mlquant -c bad.npy cnn.onnx -o o.mlg
 	[ "${#stderr_lines[@]}" -eq 1 ]
-	[[ $stderr == "mlquant: bad.npy: "* ]]
+	# the per-sample shapes, not "dim 1 is 4" (the sample count)
+	[ "$stderr" = "mlquant: bad.npy: the data are 4 samples of shape [3,5]; input 'x' takes samples of shape [1,28,28]" ]
+	"$PY" -c 'import numpy as np; np.save("mnist.npy", np.zeros((100, 28, 28), np.float32)); np.save("s.npy", np.float32(1))'
+	run -3 --separate-stderr mlquant -c mnist.npy cnn.onnx -o o.mlg
+	[ "$stderr" = "mlquant: mnist.npy: the data are 100 samples of shape [28,28]; input 'x' takes samples of shape [1,28,28]" ]
+	run -3 --separate-stderr mlquant -c s.npy cnn.onnx -o o.mlg
+	[ "$stderr" = "mlquant: s.npy: the data are a scalar; input 'x' takes samples of shape [1,28,28]" ]
 	echo junk >junk.npy
 	run -3 --separate-stderr mlquant -c junk.npy cnn.onnx -o o.mlg
 	[[ $stderr == "mlquant: "* ]]

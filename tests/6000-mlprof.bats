@@ -290,10 +290,18 @@ assert d["otherData"]["tool"] == "mlprof"
 '
 }
 
-@test "mlprof --trace - writes the trace to stdout instead of the table" {
+@test "mlprof --trace - writes the trace to stdout and the table to stderr" {
 	mkmlg add
 	run -0 --separate-stderr mlprof add.mlg --random --repeat 2 --trace -
 	"$PY" -c 'import json, sys; d = json.load(sys.stdin); assert len([e for e in d["traceEvents"] if e.get("name") == "add"]) == 2' <<<"$output"
+	[[ ${stderr_lines[0]} == "add.mlg on cpu: "* ]]
+	# -q: the trace alone; -o FILE: the report there
+	run -0 --separate-stderr mlprof add.mlg --random --repeat 2 --trace - -q
+	[ -z "$stderr" ]
+	run -0 --separate-stderr mlprof add.mlg --random --repeat 2 --svg - --json -o r.json
+	[ -z "$stderr" ]
+	[[ ${lines[-1]} == "</svg>" ]]
+	json_get r.json nodes.0.name
 }
 
 @test "mlprof --svg draws the timeline and the bar chart as SVG" {
@@ -313,6 +321,41 @@ assert d["otherData"]["tool"] == "mlprof"
 	run -0 --separate-stderr mlprof mlp.mlg --random --svg -
 	[[ ${lines[0]} == '<?xml version="1.0" encoding="UTF-8"?>' ]]
 	[[ ${lines[-1]} == "</svg>" ]]
+}
+
+@test "mlprof --svg has a colour legend, and fused convolutions back to back stay apart" {
+	mkconvnet net
+	mlopt -O2 net.onnx -o net2.mlg
+	mkmlg mlp
+	run -0 mlprof net2.mlg --random --repeat 3 --svg n.svg
+	run -0 mlprof mlp.mlg --random --repeat 3 --svg m.svg --group op
+	"$PY" - <<-'EOF'
+	import xml.etree.ElementTree as ET
+	S = "{http://www.w3.org/2000/svg}"
+	def load(f):
+	    root = ET.parse(f).getroot()
+	    leg = [g for g in root.iter(S + "g") if g.get("class") == "legend"]
+	    assert len(leg) == 1, f
+	    rects = [r.get("fill") for r in leg[0].iter(S + "rect")]
+	    names = [t.text for t in leg[0].iter(S + "text")][1:]
+	    assert len(rects) == len(names) and len(set(rects)) == len(rects), (rects, names)
+	    return root, dict(zip(names, rects))
+	root, leg = load("n.svg")
+	assert list(leg) == ["FusedConv"], leg
+	spans = [r for r in root.iter(S + "rect") if r.get("height") == "30"
+	         and "(FusedConv): " in getattr(r.find(S + "title"), "text", "")]
+	assert len(spans) == 4, len(spans)
+	fills = [r.get("fill") for r in spans]
+	# neighbours differ in shade, the first is the legend's colour; each has an edge
+	assert fills[0] == leg["FusedConv"] and all(a != b for a, b in zip(fills, fills[1:])), fills
+	assert all(r.get("stroke") == "white" for r in spans)
+	root, leg = load("m.svg")
+	for op in ("MatMul", "Add", "Relu"):
+	    assert op in leg, (op, leg)
+	# every bar of the chart has a colour the legend names
+	bars = [r for r in root.iter(S + "rect") if r.get("height") == "17"]
+	assert bars and all(r.get("fill") in leg.values() for r in bars), [r.get("fill") for r in bars]
+	EOF
 }
 
 @test "mlprof --svg escapes names that are not XML" {
@@ -364,6 +407,28 @@ assert abs(c["ns_per_byte"] * c["bytes"] - c["ns"]) < 1e-6 * c["ns"]
 	run -0 mlprof diff all.json all.json
 }
 
+@test "with --device cl a copy to the host is timed from its own start, not the kernels' queue" {
+	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
+	grep -q '"cl:0"' devs.json || skip "no OpenCL device"
+	mkmlg conv
+	run -0 mlprof conv.mlg --random --device cl --repeat 5 --trace t.json
+	pycheck t.json '
+ev = [e for e in d["traceEvents"] if e["ph"] == "X"]
+back = [e for e in ev if e["cat"] == "transfer" and e["args"]["direction"] == "device_to_host"]
+assert len(back) == 5, back
+for x in back:
+    run = x["args"]["run"]
+    # the kernels of the run on the device (Flatten is a view, timed on the host)
+    kern = [e for e in ev if e["cat"] in ("Conv", "Relu", "GlobalAveragePool") and e["args"]["run"] == run]
+    assert kern and all(e["args"]["device"] == "cl:0" for e in kern), kern
+    end = max(e["ts"] + e["dur"] for e in kern)
+    # the read waited for them in the queue; that wait is theirs: its span starts after
+    # them (the device clock is fitted to the host one within a few microseconds)
+    assert x["ts"] >= end - 5, (x, end)
+    assert x["dur"] < 0.5 * (x["ts"] + x["dur"] - min(e["ts"] for e in kern)), (x, kern)
+'
+}
+
 @test "with --device cl the trace has a lane per device and the transfers as events" {
 	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
 	grep -q '"cl:0"' devs.json || skip "no OpenCL device"
@@ -384,16 +449,38 @@ assert xf and all(e["args"]["bytes"] > 0 and lanes[(1, e["tid"])].startswith("tr
 	pycheck r.json 'assert any(x["device"] == "cl:0" for x in d["nodes"])'
 }
 
-@test "mlprof --devices lists the CPU and exits 3 without an OpenCL device" {
+@test "mlprof --devices prints mlrun's table and exits 3 without an OpenCL device" {
 	run --separate-stderr mlprof --devices
-	[ "${lines[0]}" = cpu ]
+	[[ ${lines[0]} == "ID"*"CU"*"MEMORY"*"FP16"*"FP64" ]]
+	[[ ${lines[1]} == "cpu "* ]]
 	if [ "$status" -eq 3 ]; then
 		[[ $stderr == "mlprof: no OpenCL device"* ]]
 	else
 		[ "$status" -eq 0 ]
-		[[ ${lines[1]} == cl* ]]
+		[[ ${lines[2]} == "cl:0 "* ]]
 	fi
+	# the same table as mlrun's, and the same JSON
+	table=$output
+	run mlrun --devices
+	[ "$output" = "$table" ]
+	run --separate-stderr mlprof --devices --json
+	echo "$output" >p.json
+	run --separate-stderr mlrun --devices --json
+	[ "$output" = "$(cat p.json)" ]
+	[ "$(json_get p.json devices.0.id)" = cpu ]
 	run -2 --separate-stderr mlprof --devices add.mlg
+	[[ $stderr == "mlprof: --devices takes no model"* ]]
+}
+
+@test "mlprof --devices without an OpenCL platform lists the CPU, says why, and exits 3" {
+	ML_CL_FAULT=noplatform run -3 --separate-stderr mlprof --devices
+	[ "${#lines[@]}" -eq 2 ]
+	[[ ${lines[1]} == "cpu "* ]]
+	[[ $stderr == "mlprof: no OpenCL device: "*"no OpenCL platform"* ]]
+	ML_CL_FAULT=noplatform run -3 --separate-stderr mlprof --devices --json
+	echo "$output" >d.json
+	[ "$(json_get d.json devices.0.id)" = cpu ]
+	[[ $(json_get d.json opencl) == *"no OpenCL platform"* ]]
 }
 
 @test "the node times add up to the run on a model of real work" {
@@ -485,12 +572,45 @@ assert d["nodes"][0]["name"] == "fc1" and d["nodes"][0]["status"] == "both"
 	mkmlg two
 	run -0 mlprof mlp.mlg --random --repeat 3 --json -o a.json
 	run -0 mlprof two.mlg --random --repeat 3 --json -o b.json
-	run --separate-stderr mlprof diff --threshold 1000000 a.json b.json
+	run --separate-stderr mlprof diff -f --threshold 1000000 a.json b.json
 	[ "$status" -eq 0 ]
 	[ "$(printf '%s\n' "${lines[@]}" | grep -c ' removed$')" -eq 5 ]
 	[ "$(printf '%s\n' "${lines[@]}" | grep -c ' added$')" -eq 2 ]
-	run -0 mlprof diff --threshold 1000000 --top 2 a.json b.json
+	run -0 mlprof diff --force --threshold 1000000 --top 2 a.json b.json
 	[[ $output == *"(5 more nodes)"* ]]
+}
+
+@test "mlprof diff refuses reports of different models with status 3, unless --force" {
+	mkmlg mlp
+	mkmlg two
+	run -0 mlprof mlp.mlg --random --repeat 3 --json -o a.json
+	run -0 mlprof two.mlg --random --repeat 3 --json -o b.json
+	[ "$(json_get a.json signature)" = "x f32[N,4] -> y f32[N,3]" ]
+	run -3 --separate-stderr mlprof diff a.json b.json
+	[ -z "$output" ]
+	[ "$stderr" = "mlprof: a.json and b.json profile different models (x f32[N,4] -> y f32[N,3]; x f32[3,4] -> pos f32[3,4] neg f32[3,4]); --force compares them anyway" ]
+	# --force: one line of warning, and the report says so
+	run -0 --separate-stderr mlprof diff --force --threshold 1000000 a.json b.json
+	[ "$stderr" = "mlprof: warning: a.json and b.json profile different models (x f32[N,4] -> y f32[N,3]; x f32[3,4] -> pos f32[3,4] neg f32[3,4])" ]
+	[ "${lines[2]}" = "different models: a is x f32[N,4] -> y f32[N,3]; b is x f32[3,4] -> pos f32[3,4] neg f32[3,4]" ]
+	run -0 --separate-stderr mlprof diff -f --json --threshold 1000000 a.json b.json
+	echo "$output" >d.json
+	[[ $(json_get d.json same_model) == [Ff]alse ]]
+	run -0 --separate-stderr mlprof diff -fq --threshold 1000000 a.json b.json
+	[ -z "$stderr$output" ]
+	# one model at another size, optimised, or on another device is the same model
+	run -0 mlprof mlp.mlg --random --repeat 3 --dim N=64 --json -o big.json
+	mlopt -O2 mlp.mlg -o o2.mlg
+	run -0 mlprof o2.mlg --random --repeat 3 --json -o o2.json
+	run -0 --separate-stderr mlprof diff --threshold 1000000 --json a.json o2.json
+	[ -z "$stderr" ]
+	echo "$output" >s.json
+	[[ $(json_get s.json same_model) == [Tt]rue ]]
+	run -0 --separate-stderr mlprof diff --threshold 1000000 a.json big.json
+	[ -z "$stderr" ]
+	# reports without a signature (older ones) are compared as before
+	"$PY" -c 'import json; d = json.load(open("b.json")); del d["signature"]; json.dump(d, open("old.json", "w"))'
+	run -0 --separate-stderr mlprof diff --threshold 1000000 a.json old.json
 }
 
 @test "mlprof diff refuses malformed and foreign JSON with status 3" {

@@ -95,6 +95,8 @@ struct mlcl_dev {
 	int n_evs, cap_evs;
 	bool profiling;
 	double clock_off;		/* ml_now() = profiling ns * 1e-9 + clock_off */
+	double xfer_t[2];		/* with profiling on: the last blocking copy's start, end */
+	bool xfer_timed;		/* xfer_t holds a copy not yet taken by mlcl_xfer_times */
 	double t_setup;			/* seconds spent opening (context, queue) */
 	double t_programs;		/* seconds spent loading or building programs */
 	int n_built, n_cached;		/* programs compiled / loaded from the disk cache */
@@ -226,6 +228,14 @@ size_t mlcl_round_up(size_t n, size_t m);
  * when the device is opened).
  */
 void mlcl_profile(struct mlcl_dev *d, bool on);
+/*
+ * mlcl_xfer_times: with profiling on, the start and end (ml_now() clock)
+ * of the last blocking mlcl_write or mlcl_read as the device ran it: from
+ * the copy's own start (CL_PROFILING_COMMAND_START), not from when it was
+ * queued behind the kernels before it. 0 and the times, once per copy; -1
+ * when there is none to give.
+ */
+int mlcl_xfer_times(struct mlcl_dev *d, double *start, double *end);
 int mlcl_events_take(struct mlcl_dev *d, cl_event **evs, int *n);
 int mlcl_event_times(struct mlcl_dev *d, cl_event ev, double *start, double *end);
 /*

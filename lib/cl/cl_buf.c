@@ -161,6 +161,26 @@ lost(struct mlcl_dev *d, cl_int st, const char *what, struct ml_err *e)
 		       mlcl_status_str(st));
 }
 
+/* xfer_done: a blocking copy's event ev, complete: keep its times when profiling; release it. */
+static void
+xfer_done(struct mlcl_dev *d, cl_event ev)
+{
+	if (d->profiling)
+		d->xfer_timed = mlcl_event_times(d, ev, &d->xfer_t[0], &d->xfer_t[1]) == 0;
+	clReleaseEvent(ev);
+}
+
+int
+mlcl_xfer_times(struct mlcl_dev *d, double *start, double *end)
+{
+	if (!d->xfer_timed)
+		return -1;
+	*start = d->xfer_t[0];
+	*end = d->xfer_t[1];
+	d->xfer_timed = false;
+	return 0;
+}
+
 int
 mlcl_write(struct mlcl_dev *d, cl_mem m, size_t off, const void *src, size_t n, struct ml_err *e)
 {
@@ -170,7 +190,7 @@ mlcl_write(struct mlcl_dev *d, cl_mem m, size_t off, const void *src, size_t n, 
 	cl_int st = clEnqueueWriteBuffer(d->q, m, CL_TRUE, off, n, src, 0, NULL, &ev);
 	if (st != CL_SUCCESS)
 		return lost(d, st, "clEnqueueWriteBuffer", e);
-	clReleaseEvent(ev);
+	xfer_done(d, ev);
 	return 0;
 }
 
@@ -180,6 +200,7 @@ mlcl_write_async(struct mlcl_dev *d, cl_mem m, size_t off, const void *src, size
 {
 	if (n == 0)
 		return 0;
+	d->xfer_timed = false;	/* not waited for: no times of its own to give */
 	cl_int st = clEnqueueWriteBuffer(d->q, m, CL_FALSE, off, n, src, 0, NULL, NULL);
 	if (st != CL_SUCCESS)
 		return lost(d, st, "clEnqueueWriteBuffer", e);
@@ -195,7 +216,7 @@ mlcl_read(struct mlcl_dev *d, cl_mem m, size_t off, void *dst, size_t n, struct 
 	cl_int st = clEnqueueReadBuffer(d->q, m, CL_TRUE, off, n, dst, 0, NULL, &ev);
 	if (st != CL_SUCCESS)
 		return lost(d, st, "clEnqueueReadBuffer", e);
-	clReleaseEvent(ev);
+	xfer_done(d, ev);
 	return 0;
 }
 

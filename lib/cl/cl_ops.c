@@ -1107,6 +1107,12 @@ cl_download(void *ctx, void *buf, void *dst, size_t n, struct ml_err *e)
 }
 
 static int
+cl_xfer_times(void *ctx, double *start, double *end)
+{
+	return mlcl_xfer_times(ctx, start, end);
+}
+
+static int
 cl_run(void *ctx, struct ml_opctx *c, void **bin, void **bout)
 {
 	const struct clop *o = find(c->node->op);
@@ -1230,6 +1236,7 @@ const struct ml_devops ml_cl_devops = {
 	.upload = cl_upload,
 	.upload_keep = cl_upload_keep,
 	.download = cl_download,
+	.xfer_times = cl_xfer_times,
 	.run = cl_run,
 	.sync = cl_sync,
 	.profile = cl_profile,

@@ -69,6 +69,13 @@ struct ml_devops {
 	int (*upload_keep)(void *ctx, void *buf, const void *src, size_t n, struct ml_err *e);
 	int (*download)(void *ctx, void *buf, void *dst, size_t n, struct ml_err *e);
 	/*
+	 * xfer_times: with profiling on, the start and end (ml_now() clock) of
+	 * the last upload or download that waited for its copy, as the device
+	 * ran it (not counting the wait behind earlier commands); 0, or -1
+	 * when it has none (then the executor times the call). May be NULL.
+	 */
+	int (*xfer_times)(void *ctx, double *start, double *end);
+	/*
 	 * run: node c->node over c->in/c->out (shapes; host data only for
 	 * host_inputs) and the device buffers bin[j]/bout[j] (NULL for an
 	 * omitted input; for a view, run sets bout[0]). Errors in c->err.

@@ -704,6 +704,45 @@ json_memory(FILE *fp, const struct ml_prof *p)
 	fputs("\n  ]}", fp);
 }
 
+/*
+ * signature: the model's interface as declared, "x f32[N,4] -> y f32[N,3]"
+ * (run-time inputs, then outputs; a symbolic dim by its name), so mlprof
+ * diff can tell reports of different models from runs of one model on
+ * other input sizes, devices or optimisation levels.
+ */
+static void
+signature(const struct ml_graph *g, char *buf, size_t n)
+{
+	size_t k = 0;
+	buf[0] = '\0';
+	for (int side = 0; side < 2; side++) {
+		int cnt = side ? g->n_outputs : g->n_inputs;
+		const int *idx = side ? g->outputs : g->inputs;
+		bool first = true;
+		if (side && k < n)
+			k += (size_t)snprintf(buf + k, n - k, " ->");
+		for (int i = 0; i < cnt && k < n; i++) {
+			const struct ml_tensor *t = g->tensors[idx[i]];
+			if (!side && t->kind != ML_TK_INPUT)
+				continue;
+			k += (size_t)snprintf(buf + k, n - k, "%s%s %s[", first && !side ? "" : " ",
+					      t->name, ml_dtype_name(t->dtype));
+			first = false;
+			for (int d = 0; d < t->rank && k < n; d++) {
+				const char *sep = d ? "," : "";
+				if (t->dims[d] >= 0 || t->sym[d] == NULL)
+					k += (size_t)snprintf(buf + k, n - k, "%s%lld", sep,
+							      (long long)t->dims[d]);
+				else
+					k += (size_t)snprintf(buf + k, n - k, "%s%s", sep,
+							      t->sym[d]);
+			}
+			if (k < n)
+				k += (size_t)snprintf(buf + k, n - k, "]");
+		}
+	}
+}
+
 /* json_one: one device's report. */
 static int
 json_one(FILE *fp, struct ml_prof *p, const struct ml_prof_opts *o, struct ml_err *e)
@@ -717,8 +756,12 @@ json_one(FILE *fp, struct ml_prof *p, const struct ml_prof_opts *o, struct ml_er
 		by += p->bytes[i];
 		all += p->ns[i].total;
 	}
+	char sig[1024];
+	signature(g, sig, sizeof sig);
 	fprintf(fp, "{\"tool\": \"mlprof\", \"version\": \"%s\", \"model\": ", ML_VERSION);
 	ml_json_str(fp, o->model);
+	fprintf(fp, ", \"signature\": ");
+	ml_json_str(fp, sig);
 	fprintf(fp, ", \"device\": ");
 	ml_json_str(fp, p->device);
 	fprintf(fp, ", \"threads\": %d, \"runs\": %lld, \"warmup\": %lld,\n  \"total\": {\"wall_ms\": ",

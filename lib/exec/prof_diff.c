@@ -370,6 +370,7 @@ struct dstat {
 
 struct dreport {
 	const char *model, *device;
+	const char *sig;	/* the model's signature; "" in reports older than it */
 	int64_t runs;
 	struct dstat total;
 	struct dstat *nodes;
@@ -427,6 +428,7 @@ dreport_of(const struct jv *root, const char *path, struct dreport *r, struct ml
 			       path);
 	r->model = jgetstr(root, "model");
 	r->device = jgetstr(root, "device");
+	r->sig = jgetstr(root, "signature");
 	r->runs = (int64_t)jgetnum(root, "runs", 0);
 	ML_TRY(dstat_of(wall, "", "samples", &r->total, e));
 	r->total.name = "total";
@@ -632,6 +634,17 @@ ml_prof_diff(const char *pa, const char *pb, const struct ml_prof_diff_opts *o, 
 		goto out;
 	if ((rc = dreport_of(&ja, pa, &a, e)) < 0 || (rc = dreport_of(&jb, pb, &b, e)) < 0)
 		goto out;
+	bool differ = a.sig[0] != '\0' && b.sig[0] != '\0' && strcmp(a.sig, b.sig) != 0;
+	if (differ && !o->force) {
+		rc = ml_fail(e, ML_EINVAL, "%s and %s profile different models (%s; %s); "
+			     "--force compares them anyway", pa, pb, a.sig, b.sig);
+		goto out;
+	}
+	if (differ && e != NULL) {
+		snprintf(e->msg, sizeof e->msg, "warning: %s and %s profile different models "
+			 "(%s; %s)", pa, pb, a.sig, b.sig);
+		e->code = 0;
+	}
 	if ((rows = ml_calloc((size_t)(a.nn + b.nn) + 1, sizeof *rows)) == NULL) {
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto out;
@@ -665,7 +678,8 @@ ml_prof_diff(const char *pa, const char *pb, const struct ml_prof_diff_opts *o, 
 		ml_json_str(fp, pb);
 		fprintf(fp, ", \"threshold\": ");
 		ml_json_num(fp, o->threshold);
-		fprintf(fp, ", \"regressed\": %s,\n \"total\": {", *regressed ? "true" : "false");
+		fprintf(fp, ", \"regressed\": %s, \"same_model\": %s,\n \"total\": {",
+			*regressed ? "true" : "false", differ ? "false" : "true");
 		jchange(fp, &tc);
 		fprintf(fp, "},\n \"nodes\": [");
 		for (int k = 0; k < shown; k++) {
@@ -692,6 +706,8 @@ ml_prof_diff(const char *pa, const char *pb, const struct ml_prof_diff_opts *o, 
 	fprintf(fp, "a: %s (%s, %s, %lld runs)\nb: %s (%s, %s, %lld runs)\n", pa, a.model,
 		a.device[0] ? a.device : "?", (long long)a.runs, pb, b.model,
 		b.device[0] ? b.device : "?", (long long)b.runs);
+	if (differ)
+		fprintf(fp, "different models: a is %s; b is %s\n", a.sig, b.sig);
 	int wk = 4, wo = 2;
 	for (int k = 0; k < shown; k++) {
 		const struct dstat *x = rows[k].a ? rows[k].a : rows[k].b;

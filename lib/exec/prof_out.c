@@ -321,7 +321,8 @@ xml_text(FILE *fp, const char *s)
  * struct palette: a colour per name (op type, or group), given in order of
  * first use and stepped round the colour wheel by the golden angle, so
  * that the names of one picture get colours far apart; #rrggbb at 60%
- * saturation and 55% lightness, since SVG 1.1 has no hsl().
+ * saturation and 55% lightness (70% for the alternate shade that tells
+ * neighbours of one colour apart), since SVG 1.1 has no hsl().
  */
 struct palette {
 	const char **names;
@@ -329,20 +330,86 @@ struct palette {
 };
 
 static const char *
-colour(struct palette *pl, const char *name, char *buf, size_t n)
+shade(struct palette *pl, const char *name, bool alt, char *buf, size_t n)
 {
 	int k = 0;
 	while (k < pl->n && strcmp(pl->names[k], name) != 0)
 		k++;
 	if (k == pl->n)
 		pl->names[pl->n++] = name;
-	double hue = fmod(k * 137.508, 360) / 60, sat = 0.6, lit = 0.55;
+	double hue = fmod(k * 137.508, 360) / 60, sat = 0.6, lit = alt ? 0.7 : 0.55;
 	double c = (1 - fabs(2 * lit - 1)) * sat, x = c * (1 - fabs(fmod(hue, 2) - 1)), m = lit - c / 2;
 	double rgb[6][3] = { { c, x, 0 }, { x, c, 0 }, { 0, c, x }, { 0, x, c }, { x, 0, c }, { c, 0, x } };
 	const double *v = rgb[(int)hue % 6];
 	snprintf(buf, n, "#%02x%02x%02x", (int)((v[0] + m) * 255 + 0.5), (int)((v[1] + m) * 255 + 0.5),
 		 (int)((v[2] + m) * 255 + 0.5));
 	return buf;
+}
+
+static const char *
+colour(struct palette *pl, const char *name, char *buf, size_t n)
+{
+	return shade(pl, name, false, buf, n);
+}
+
+/* The legend's layout: one swatch and name per colour, in rows across the picture. */
+#define LEGEND_ROW 20.0
+#define LEGEND_CHAR 7.0
+
+/* legend_width: the width of a legend entry for name (swatch, gap, text, space). */
+static double
+legend_width(const char *name)
+{
+	return 14 + 4 + LEGEND_CHAR * (double)ML_MIN(strlen(name), 40) + 16;
+}
+
+/*
+ * legend_rows: the rows the legend of pl's names (and the transfers'
+ * grey with xfer) takes in a width of tw.
+ */
+static int
+legend_rows(const struct palette *pl, bool xfer, double tw)
+{
+	int rows = 1;
+	double x = LEGEND_CHAR * 7;	/* "colour:" */
+	for (int k = 0; k <= pl->n; k++) {
+		if (k == pl->n && !xfer)
+			break;
+		double w = legend_width(k < pl->n ? pl->names[k] : "transfer");
+		if (x + w > tw && x > LEGEND_CHAR * 7) {
+			rows++;
+			x = LEGEND_CHAR * 7;
+		}
+		x += w;
+	}
+	return rows;
+}
+
+/* write_legend: the legend at (l, y), as legend_rows laid it out. */
+static void
+write_legend(FILE *fp, struct palette *pl, bool xfer, double l, double y, double tw)
+{
+	char col[8], nm[64];
+	double x = LEGEND_CHAR * 7;
+	fprintf(fp, "<g class=\"legend\"><text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">"
+		"colour:</text>\n", l, y + 11);
+	for (int k = 0; k <= pl->n; k++) {
+		if (k == pl->n && !xfer)
+			break;
+		const char *name = k < pl->n ? pl->names[k] : "transfer";
+		double w = legend_width(name);
+		if (x + w > tw && x > LEGEND_CHAR * 7) {
+			y += LEGEND_ROW;
+			x = LEGEND_CHAR * 7;
+		}
+		fprintf(fp, "<rect x=\"%.1f\" y=\"%.0f\" width=\"14\" height=\"14\" fill=\"%s\"/>"
+			"<text x=\"%.1f\" y=\"%.0f\">", l + x, y, k < pl->n ?
+			colour(pl, name, col, sizeof col) : "#888", l + x + 18, y + 11);
+		xml_text(fp, fit(name, 40, nm, sizeof nm));
+		fputs("</text>\n", fp);
+		x += w;
+	}
+	fputs("</g>\n", fp);
 }
 
 int
@@ -386,7 +453,14 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 		xlane = p->xf[x].run == run;
 	int lanes = nl + xlane;
 	double dy = 50.0 * (lanes - 1);
-	double H = 150 + dy + 22.0 * bars + 40;
+	/* every colour of the picture, in the order it is drawn, for the legend */
+	char col0[8];
+	for (int i = 0; i < p->n; i++)
+		colour(&pl, g->nodes[i].op_type, col0, sizeof col0);
+	for (int k = 0; k < bars; k++)
+		colour(&pl, r[k].op[0] ? r[k].op : r[k].key, col0, sizeof col0);
+	double ly0 = 152 + dy + 22.0 * bars + (bars < nr ? 22 : 0) + 10;
+	double H = ly0 + LEGEND_ROW * legend_rows(&pl, xlane, TW) + 14;
 
 	fprintf(fp, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
@@ -397,7 +471,8 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 	xml_text(fp, o->model != NULL ? o->model : "model");
 	fprintf(fp, " on %s: %s per run (median of %lld), %d threads</text>\n", p->device,
 		mlprof_fmt_time(p->wall_st.median, buf[0], 32), (long long)p->runs, o->threads);
-	fprintf(fp, "<text x=\"%.0f\" y=\"42\">timeline of run %lld (%s), one lane per device queue</text>\n",
+	fprintf(fp, "<text x=\"%.0f\" y=\"42\">timeline of run %lld (%s), one lane per device "
+		"queue; a lighter shade: the next node of the same op</text>\n",
 		L, (long long)run, mlprof_fmt_time(p->wall[run], buf[0], 32));
 	for (int l = 0; l < lanes; l++) {
 		double ly = 50.0 * l;
@@ -425,6 +500,15 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 		xml_text(fp, t->t.tensor >= 0 && t->t.tensor < g->n_tensors ? g->tensors[t->t.tensor]->name : "?");
 		fprintf(fp, ": %s</title></rect>\n", mlprof_fmt_bytes(t->t.bytes, buf[0], 32));
 	}
+	/*
+	 * Nodes of one op back to back (a CPU run of fused convolutions) would
+	 * merge into one band: each lane alternates the shade of a colour that
+	 * repeats, and a node wide enough gets a white edge.
+	 */
+	int last_node[9];
+	bool last_alt[9] = { false };
+	for (int l = 0; l < 9; l++)
+		last_node[l] = -1;
 	for (int i = 0; i < p->n; i++) {
 		double x = L + TW * p->st[run * p->n + i] / wall;
 		double w = TW * p->t[run * p->n + i] / wall;
@@ -433,9 +517,16 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 		int l = 0;
 		while (l < nl - 1 && lane_dev[l] != ML_MAX(p->dev[i], 0))
 			l++;
+		bool alt = false;
+		if (last_node[l] >= 0 &&
+		    strcmp(g->nodes[last_node[l]].op_type, g->nodes[i].op_type) == 0)
+			alt = !last_alt[l];
+		last_node[l] = i;
+		last_alt[l] = alt;
 		fprintf(fp, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"30\" "
-			"fill=\"%s\"><title>", x, 66 + 50.0 * l, ML_MAX(w, 0.3),
-			colour(&pl, g->nodes[i].op_type, col, sizeof col));
+			"fill=\"%s\"%s><title>", x, 66 + 50.0 * l, ML_MAX(w, 0.3),
+			shade(&pl, g->nodes[i].op_type, alt, col, sizeof col),
+			w >= 3 ? " stroke=\"white\" stroke-width=\"0.75\"" : "");
 		xml_text(fp, mlprof_node_name(g, i, nb, sizeof nb));
 		fputs(" (", fp);
 		xml_text(fp, g->nodes[i].op_type);
@@ -476,6 +567,7 @@ ml_prof_write_svg(struct ml_prof *p, const struct ml_prof_opts *o, FILE *fp, str
 	if (bars < nr)
 		fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">(%d more rows)</text>\n", lx,
 			152 + dy + 22.0 * bars + 14, nr - bars);
+	write_legend(fp, &pl, xlane, L, ly0, TW);
 	fputs("</svg>\n", fp);
 	ml_free(pl.names);
 	ml_free(r);

@@ -149,12 +149,23 @@ ml_hx_settle(struct ml_session *s, bool record)
 /*
  * The run.
  */
+/*
+ * xfer: with profiling, record the copy of tensor t: the device's own
+ * times of the copy where it has them (a download waits behind the kernels
+ * queued before it; that wait is theirs, not the copy's), else from t0,
+ * when the call was made, to its return.
+ */
 static void
 xfer(struct ml_session *s, int t, int64_t bytes, bool to_dev, double t0)
 {
 	struct ml_hx *hx = s->hx;
 	if (!s->o.profile)
 		return;
+	double t1 = ml_now(), a, b;
+	if (hx->ops->xfer_times != NULL && hx->ops->xfer_times(hx->dev, &a, &b) == 0) {
+		t0 = a;
+		t1 = b;
+	}
 	if (hx->n_xfers == hx->cap_xfers) {
 		int cap = hx->cap_xfers ? 2 * hx->cap_xfers : 64;
 		struct ml_transfer *x = ml_realloc(hx->xfers, sizeof *x * (size_t)cap);
@@ -163,8 +174,7 @@ xfer(struct ml_session *s, int t, int64_t bytes, bool to_dev, double t0)
 		hx->xfers = x;
 		hx->cap_xfers = cap;
 	}
-	hx->xfers[hx->n_xfers++] = (struct ml_transfer){ t, hx->dev_index, bytes, to_dev, t0,
-							 ml_now() };
+	hx->xfers[hx->n_xfers++] = (struct ml_transfer){ t, hx->dev_index, bytes, to_dev, t0, t1 };
 }
 
 /* to_host: make tensor t valid on the host (download when only the device has it) */

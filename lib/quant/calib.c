@@ -48,6 +48,44 @@ npz_take(void *ctx, const char *name, struct ml_tval *arr, struct ml_err *e)
 }
 
 /*
+ * dims_str: dims[from..rank) as "[a,b,c]" in buf, a symbolic dim by its
+ * name (sym may be NULL) or "?".
+ */
+static const char *
+dims_str(char *buf, size_t n, const int64_t *dims, const char *const *sym, int from, int rank)
+{
+	size_t k = (size_t)snprintf(buf, n, "[");
+	for (int d = from; d < rank && k < n; d++) {
+		const char *sep = d > from ? "," : "";
+		if (dims[d] >= 0)
+			k += (size_t)snprintf(buf + k, n - k, "%s%lld", sep, (long long)dims[d]);
+		else
+			k += (size_t)snprintf(buf + k, n - k, "%s%s", sep,
+					      sym != NULL && sym[d] != NULL ? sym[d] : "?");
+	}
+	if (k < n)
+		snprintf(buf + k, n - k, "]");
+	return buf;
+}
+
+/*
+ * misfit: the data a do not fit input in: name the samples' shape (the
+ * dims after the first, which counts them) and the one the input takes.
+ */
+static int
+misfit(const char *path, const struct ml_tensor *in, const struct ml_tval *a, struct ml_err *e)
+{
+	char want[256], got[256];
+	dims_str(want, sizeof want, in->dims, (const char *const *)in->sym, 1, in->rank);
+	if (a->rank < 1)
+		return ml_fail(e, ML_EINVAL, "%s: the data are a scalar; input '%s' takes samples "
+			       "of shape %s", path, in->name, want);
+	return ml_fail(e, ML_EINVAL, "%s: the data are %lld samples of shape %s; input '%s' "
+		       "takes samples of shape %s", path, (long long)a->dims[0],
+		       dims_str(got, sizeof got, a->dims, NULL, 1, a->rank), in->name, want);
+}
+
+/*
  * cut: the batches of one input's array a (samples along dim 0, or one
  * sample of the input's rank less one) into c->b[k * n_in + ii].
  */
@@ -66,12 +104,10 @@ cut(struct ml_calib *c, int ii, const struct ml_tensor *in, const struct ml_tval
 		v.rank++;
 	}
 	if (v.rank != in->rank)
-		return ml_fail(e, ML_EINVAL, "%s: array of rank %d for input '%s' of rank %d", path,
-			       a->rank, in->name, in->rank);
+		return misfit(path, in, a, e);
 	for (int d = 1; d < v.rank; d++)
 		if (in->dims[d] >= 0 && in->dims[d] != v.dims[d])
-			return ml_fail(e, ML_EINVAL, "%s: dim %d is %lld, input '%s' wants %lld", path,
-				       d, (long long)v.dims[d], in->name, (long long)in->dims[d]);
+			return misfit(path, in, a, e);
 	if (!ml_dtype_is_float(v.dtype) && !ml_dtype_is_int(v.dtype))
 		return ml_fail(e, ML_EINVAL, "%s: %s data is not numeric", path,
 			       ml_dtype_name(v.dtype));
