@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# 5030-mlrun-bench.bats: mlrun as a benchmark and a reader of outputs:
+# 5040-mlrun-bench.bats: mlrun as a benchmark and a reader of outputs:
 # --duration, --warmup by time, p95/p99 in the summary and in --json, each
 # run's latency in --json, -v's per-run times, --json-values, and every
 # malformed value with its status.
