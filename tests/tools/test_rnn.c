@@ -373,7 +373,7 @@ main(void)
 						ok(run_case(&c), describe(&c, modes[m] ? modes[m] : "auto"));
 					}
 				}
-	/* above the own product's limit (batch * 4h * h > 2^18): BLAS, chosen, and own, forced */
+	/* above the own product's limit (batch * 4h * h > 3 * 2^16): BLAS, chosen, and own, forced */
 	struct rcase big = { .k = LSTM, .dirs = 1, .seq = 2, .batch = 3, .in = 8, .h = 160,
 			     .bias = true, .init = true };
 	unsetenv("ML_RNN_STEP");
