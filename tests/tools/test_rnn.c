@@ -86,14 +86,54 @@ clipd(const struct rcase *c, double v)
 }
 
 /*
+ * ref_elem: element j of the new hidden state (and *cv, LSTM's cell, in
+ * place) from g = W x + Wb and gr = R h + Rb of the step, h the previous
+ * state, rh the direction's R, pd its peepholes (NULL: none).
+ */
+static double
+ref_elem(const struct rcase *c, const enum act *f, int64_t j, const double *g, const double *gr,
+	 const float *rb, const float *rh, const float *pd, const double *h, double *cv)
+{
+	int64_t H = c->h;
+
+	if (c->k == RNN)
+		return act(f[0], clipd(c, g[j] + gr[j]));
+	if (c->k == GRU) {
+		double z = act(f[0], clipd(c, g[j] + gr[j]));
+		double rg = act(f[0], clipd(c, g[H + j] + gr[H + j]));
+		double hh;
+		if (c->lbr) {
+			hh = act(f[1], clipd(c, g[2 * H + j] + rg * gr[2 * H + j]));
+		} else {
+			/* Rh (r . h) + Rbh: the product over r . h, not over h */
+			double u = rb ? rb[2 * H + j] : 0;
+			for (int64_t i = 0; i < H; i++)
+				u += (double)rh[(2 * H + j) * H + i] *
+				     act(f[0], clipd(c, g[H + i] + gr[H + i])) * h[i];
+			hh = act(f[1], clipd(c, g[2 * H + j] + u));
+		}
+		return (1 - z) * hh + z * h[j];
+	}
+	double pi = pd ? pd[j] : 0, po = pd ? pd[H + j] : 0, pf = pd ? pd[2 * H + j] : 0;
+	double ig = act(f[0], clipd(c, g[j] + gr[j] + pi * *cv));
+	double fg = act(f[0], clipd(c, g[2 * H + j] + gr[2 * H + j] + pf * *cv));
+	if (c->cifg)
+		fg = 1 - ig;
+	double cn = fg * *cv + ig * act(f[1], clipd(c, g[3 * H + j] + gr[3 * H + j]));
+	double og = act(f[0], clipd(c, g[H + j] + gr[H + j] + po * cn));
+	*cv = cn;
+	return og * act(f[2], cn);
+}
+
+/*
  * reference: Y [seq, dirs, batch, h] (layout 0) or [batch, seq, dirs, h],
  * Y_h and Y_c [dirs, batch, h] or [batch, dirs, h], in double, one batch
  * entry and one time step at a time, as ONNX writes the equations.
  */
 static void
 reference(const struct rcase *c, const float *x, const float *w, const float *r, const float *b,
-	  const int32_t *lens, const float *h0, const float *c0, const float *p, const enum act *acts,
-	  double *y, double *yh, double *yc)
+	  const int32_t *lens, const float *h0, const float *c0, const float *p,
+	  const enum act *acts, double *y, double *yh, double *yc)
 {
 	int64_t H = c->h, I = c->in, ng = c->k == LSTM ? 4 : c->k == GRU ? 3 : 1, G = ng * H;
 	int nact = c->k == LSTM ? 3 : c->k == GRU ? 2 : 1;
@@ -102,81 +142,41 @@ reference(const struct rcase *c, const float *x, const float *w, const float *r,
 	double *hn = calloc((size_t)H, sizeof(double));
 
 	memset(y, 0, sizeof(double) * (size_t)(c->seq * c->dirs * c->batch * H));
-	for (int d = 0; d < c->dirs; d++) {
+	for (int64_t db = 0; db < c->dirs * c->batch; db++) {
+		int64_t d = db / c->batch, bi = db % c->batch;
 		bool rev = c->dirs == 2 ? d == 1 : c->reverse;
 		const float *wd = w + d * G * I, *rd = r + d * G * H;
 		const float *wb = b ? b + d * 2 * G : NULL, *rb = b ? wb + G : NULL;
 		const float *pd = p ? p + d * 3 * H : NULL;
-		const enum act *f = acts + d * nact;
-		for (int64_t bi = 0; bi < c->batch; bi++) {
-			int64_t len = lens ? lens[bi] : c->seq;
-			int64_t so = c->layout1 ? bi * c->dirs + d : d * c->batch + bi;
-			for (int64_t j = 0; j < H; j++) {
-				hv[j] = h0 ? h0[so * H + j] : 0;
-				cv[j] = c0 ? c0[so * H + j] : 0;
-			}
-			for (int64_t s = 0; s < len; s++) {
-				int64_t t = rev ? len - 1 - s : s;
-				const float *xt = x + (c->layout1 ? bi * c->seq + t : t * c->batch + bi) * I;
-				/* g = W x + Wb (+ Rb), gr = R h */
-				for (int64_t q = 0; q < G; q++) {
-					double v = wb ? wb[q] : 0, u = 0;
-					for (int64_t i = 0; i < I; i++)
-						v += (double)wd[q * I + i] * xt[i];
-					for (int64_t i = 0; i < H; i++)
-						u += (double)rd[q * H + i] * hv[i];
-					g[q] = v;
-					gr[q] = u;
-				}
-				for (int64_t j = 0; j < H; j++) {
-					double rbj[4] = { 0 };
-					for (int q = 0; q < ng && rb; q++)
-						rbj[q] = rb[q * H + j];
-					if (c->k == RNN) {
-						hn[j] = act(f[0], clipd(c, g[j] + gr[j] + rbj[0]));
-					} else if (c->k == GRU) {
-						double z = act(f[0], clipd(c, g[j] + gr[j] + rbj[0]));
-						double rg = act(f[0], clipd(c, g[H + j] + gr[H + j] + rbj[1]));
-						double hh;
-						if (c->lbr) {
-							hh = act(f[1], clipd(c, g[2 * H + j] +
-										rg * (gr[2 * H + j] + rbj[2])));
-						} else {
-							/* Rh (r . h): the product over r . h, not R h */
-							double u = 0;
-							for (int64_t i = 0; i < H; i++) {
-								double ri = act(f[0], clipd(c, g[H + i] + gr[H + i] +
-											    (rb ? rb[H + i] : 0)));
-								u += (double)rd[(2 * H + j) * H + i] * ri * hv[i];
-							}
-							hh = act(f[1], clipd(c, g[2 * H + j] + u + rbj[2]));
-						}
-						hn[j] = (1 - z) * hh + z * hv[j];
-					} else {
-						double pi = pd ? pd[j] : 0, po = pd ? pd[H + j] : 0;
-						double pf = pd ? pd[2 * H + j] : 0;
-						double ig = act(f[0], clipd(c, g[j] + gr[j] + rbj[0] + pi * cv[j]));
-						double fg = act(f[0], clipd(c, g[2 * H + j] + gr[2 * H + j] +
-									    rbj[2] + pf * cv[j]));
-						if (c->cifg)
-							fg = 1 - ig;
-						double ct = act(f[1], clipd(c, g[3 * H + j] + gr[3 * H + j] +
-									    rbj[3]));
-						double cn = fg * cv[j] + ig * ct;
-						double og = act(f[0], clipd(c, g[H + j] + gr[H + j] + rbj[1] +
-									    po * cn));
-						cv[j] = cn;
-						hn[j] = og * act(f[2], cn);
-					}
-				}
-				memcpy(hv, hn, sizeof(double) * (size_t)H);
-				int64_t yo = c->layout1 ? ((bi * c->seq + t) * c->dirs + d) * H :
-							  ((t * c->dirs + d) * c->batch + bi) * H;
-				memcpy(y + yo, hv, sizeof(double) * (size_t)H);
-			}
-			memcpy(yh + so * H, hv, sizeof(double) * (size_t)H);
-			memcpy(yc + so * H, cv, sizeof(double) * (size_t)H);
+		int64_t len = lens ? lens[bi] : c->seq;
+		int64_t so = c->layout1 ? bi * c->dirs + d : d * c->batch + bi;
+		for (int64_t j = 0; j < H; j++) {
+			hv[j] = h0 ? h0[so * H + j] : 0;
+			cv[j] = c0 ? c0[so * H + j] : 0;
 		}
+		for (int64_t s = 0; s < len; s++) {
+			int64_t t = rev ? len - 1 - s : s;
+			int64_t row = c->layout1 ? bi * c->seq + t : t * c->batch + bi;
+			const float *xt = x + row * I;
+			for (int64_t q = 0; q < G; q++) {
+				double v = wb ? wb[q] : 0, u = rb ? rb[q] : 0;
+				for (int64_t i = 0; i < I; i++)
+					v += (double)wd[q * I + i] * xt[i];
+				for (int64_t i = 0; i < H; i++)
+					u += (double)rd[q * H + i] * hv[i];
+				g[q] = v;
+				gr[q] = u;
+			}
+			for (int64_t j = 0; j < H; j++)
+				hn[j] = ref_elem(c, acts + d * nact, j, g, gr, rb, rd, pd, hv,
+						 &cv[j]);
+			memcpy(hv, hn, sizeof(double) * (size_t)H);
+			int64_t yo = c->layout1 ? ((bi * c->seq + t) * c->dirs + d) * H :
+						  ((t * c->dirs + d) * c->batch + bi) * H;
+			memcpy(y + yo, hv, sizeof(double) * (size_t)H);
+		}
+		memcpy(yh + so * H, hv, sizeof(double) * (size_t)H);
+		memcpy(yc + so * H, cv, sizeof(double) * (size_t)H);
 	}
 	free(hv);
 	free(cv);
@@ -236,7 +236,8 @@ run_case(const struct rcase *c)
 		for (int64_t i = 0; i < c->batch; i++)
 			lens[i] = (int32_t)(i == 0 ? c->seq : irand((int)c->seq + 1));
 		ml_graph_set_data(g, ml_graph_tensor(g, "sl"), ML_TK_CONST, ML_I32, 1,
-				  (int64_t[]){ c->batch }, lens, sizeof(int32_t) * (size_t)c->batch, &e);
+				  (int64_t[]){ c->batch }, lens, sizeof(int32_t) * (size_t)c->batch,
+				  &e);
 	}
 	if (c->init) {
 		h0 = set_const(g, "h0", 3, sd, &e);
@@ -350,30 +351,28 @@ main(void)
 	static const char *const modes[] = { NULL, "blas", "own" };
 	static const int64_t hs[] = { 5, 37 };
 
-	for (int k = RNN; k <= LSTM; k++)
-		for (int dir = 0; dir < 3; dir++)
-			for (int hi = 0; hi < 2; hi++)
-				for (int v = 0; v < 4; v++) {
-					struct rcase c = {
-						.k = (enum kind)k, .dirs = dir == 2 ? 2 : 1,
-						.reverse = dir == 1, .seq = 1 + irand(5),
-						.batch = 1 + irand(3), .in = 3 + irand(14), .h = hs[hi],
-						/* every option on in some variant, off in another */
-						.bias = v != 1, .init = v >= 2, .lens = v == 1 || v == 3,
-						.layout1 = v == 2, .lbr = k == GRU && (v & 1),
-						.peep = k == LSTM && (v == 0 || v == 3),
-						.cifg = k == LSTM && v == 2, .other_acts = v == 3,
-						.clip = v == 1 ? 0.7f : 0.0f,
-					};
-					for (int m = 0; m < 3; m++) {
-						if (modes[m] != NULL)
-							setenv("ML_RNN_STEP", modes[m], 1);
-						else
-							unsetenv("ML_RNN_STEP");
-						ok(run_case(&c), describe(&c, modes[m] ? modes[m] : "auto"));
-					}
-				}
-	/* above the own product's limit (batch * 4h * h > 3 * 2^16): BLAS, chosen, and own, forced */
+	/* op x direction (forward, reverse, both) x hidden x 4 variants of the options */
+	for (int i = 0; i < 3 * 3 * 2 * 4; i++) {
+		int k = i / 24, dir = i / 8 % 3, v = i % 4;
+		struct rcase c = {
+			.k = (enum kind)k, .dirs = dir == 2 ? 2 : 1, .reverse = dir == 1,
+			.seq = 1 + irand(5), .batch = 1 + irand(3), .in = 3 + irand(14),
+			.h = hs[i / 4 % 2],
+			/* every option on in some variant, off in another */
+			.bias = v != 1, .init = v >= 2, .lens = v == 1 || v == 3, .layout1 = v == 2,
+			.lbr = k == GRU && (v & 1), .peep = k == LSTM && (v == 0 || v == 3),
+			.cifg = k == LSTM && v == 2, .other_acts = v == 3,
+			.clip = v == 1 ? 0.7f : 0.0f,
+		};
+		for (int m = 0; m < 3; m++) {
+			if (modes[m] != NULL)
+				setenv("ML_RNN_STEP", modes[m], 1);
+			else
+				unsetenv("ML_RNN_STEP");
+			ok(run_case(&c), describe(&c, modes[m] ? modes[m] : "auto"));
+		}
+	}
+	/* above the own product's limit (batch * 4h * h > 3 * 2^16): BLAS chosen; own forced */
 	struct rcase big = { .k = LSTM, .dirs = 1, .seq = 2, .batch = 3, .in = 8, .h = 160,
 			     .bias = true, .init = true };
 	unsetenv("ML_RNN_STEP");
