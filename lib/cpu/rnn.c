@@ -246,7 +246,8 @@ step_own(int64_t nb, int64_t k, int64_t n, const float *restrict h, int64_t ldh,
 			o[j] = 0.0f;
 		for (; p + 4 <= k; p += 4) {
 			const float a0 = hb[p], a1 = hb[p + 1], a2 = hb[p + 2], a3 = hb[p + 3];
-			const float *r0 = rt + p * ldr, *r1 = r0 + ldr, *r2 = r1 + ldr, *r3 = r2 + ldr;
+			const float *r0 = rt + p * ldr, *r1 = r0 + ldr;
+			const float *r2 = r1 + ldr, *r3 = r2 + ldr;
 			for (int64_t j = 0; j < n; j++)
 				o[j] += a0 * r0[j] + a1 * r1[j] + a2 * r2[j] + a3 * r3[j];
 		}
@@ -399,7 +400,8 @@ gates_slow(const struct rnn *s, const struct act *fa, const float *xr, const flo
 			if (s->lbr) {
 				float rg = act(&fa[0], clipv(s, xr[H + j] + hb[H + j]));
 				float rbh = rb != NULL ? rb[2 * H + j] : 0.0f;
-				hh = act(&fa[1], clipv(s, xr[2 * H + j] + rg * (hb[2 * H + j] + rbh)));
+				float u = xr[2 * H + j] + rg * (hb[2 * H + j] + rbh);
+				hh = act(&fa[1], clipv(s, u));
 			} else {
 				hh = act(&fa[1], clipv(s, xr[2 * H + j] + hb[2 * H + j]));
 			}
@@ -409,7 +411,8 @@ gates_slow(const struct rnn *s, const struct act *fa, const float *xr, const flo
 		for (int64_t j = 0; j < H; j++) {
 			float cp = cv[j];
 			float ig = xr[j] + hb[j] + (p != NULL ? p[j] * cp : 0.0f);
-			float fg = xr[2 * H + j] + hb[2 * H + j] + (p != NULL ? p[2 * H + j] * cp : 0.0f);
+			float fg = xr[2 * H + j] + hb[2 * H + j] +
+				   (p != NULL ? p[2 * H + j] * cp : 0.0f);
 			float cg = xr[3 * H + j] + hb[3 * H + j];
 			float i = act(&fa[0], clipv(s, ig));
 			float f = s->input_forget ? 1.0f - i : act(&fa[0], clipv(s, fg));
@@ -482,10 +485,10 @@ run_dir(struct ml_opctx *c, const struct rnn *s, int64_t d, const struct rnn_buf
 				else if (fast)
 					gates_gru_r(H, xr, w->hr + b * G, hs + b * H, rhb, cl);
 				else
-					for (int64_t j = 0; j < H; j++)
-						rhb[j] = act(&fa[0], clipv(s, xr[H + j] +
-									     w->hr[b * G + H + j])) *
-							 hs[b * H + j];
+					for (int64_t j = 0; j < H; j++) {
+						float u = xr[H + j] + w->hr[b * G + H + j];
+						rhb[j] = act(&fa[0], clipv(s, u)) * hs[b * H + j];
+					}
 			}
 			ML_TRY(step_product(c, s, r, w, w->rh, 2 * H, H));
 		}
@@ -497,7 +500,8 @@ run_dir(struct ml_opctx *c, const struct rnn *s, int64_t d, const struct rnn_buf
 			const float *hb = w->hr + b * G;
 			float *hv = hs + b * H;
 			if (!fast)
-				gates_slow(s, fa, xr, hb, rb, p, hv, cs != NULL ? cs + b * H : NULL);
+				gates_slow(s, fa, xr, hb, rb, p, hv,
+					   cs != NULL ? cs + b * H : NULL);
 			else if (s->op == ML_OP_RNN)
 				gates_rnn(H, xr, hb, hv, cl);
 			else if (s->op == ML_OP_GRU && s->lbr)
