@@ -141,6 +141,40 @@ PYEOF
 	mlrun sig8.mlg -i x=x1.npy -o s
 }
 
+@test "mlquant quantises an -O2 encoder's FusedMatMuls (rank-3 inputs, bias, Relu)" {
+	"$PY" - <<'PYEOF'
+import numpy as np, torch, torch.nn as nn
+torch.manual_seed(0)
+class Enc(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.l = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        s.head = nn.Linear(32, 5)
+    def forward(s, x):
+        return s.head(s.l(x))
+x = torch.randn(16, 8, 32)
+torch.onnx.export(Enc().eval(), x[:1], 'enc.onnx', input_names=['x'], output_names=['y'],
+                  opset_version=14)
+np.save('cal.npy', x.numpy()); np.save('x1.npy', x[:1].numpy())
+PYEOF
+	mlopt -O2 enc.onnx -o o.mlg
+	mlconvert o.mlg -o o.mlt
+	[ "$(grep -c 'ml.FusedMatMul' o.mlt)" -eq 4 ]
+	run -0 --separate-stderr mlquant -c cal.npy --report -v o.mlg -o o8.mlg
+	# in_proj, out_proj (Gemm), linear1 with its Relu, linear2, head: all five products
+	[[ $stderr == *"5 of 5 layers quantised"* ]]
+	[[ $stderr == *"/l/linear1/MatMul"*"Gemm+Relu"*"int8"* ]]
+	[[ $stderr != *"stay"*"float"* ]]
+	mlconvert o8.mlg -o o8.mlt
+	run -1 grep -q 'ml.FusedMatMul' o8.mlt
+	[ "$(grep -c 'ml.Q8Conv' o8.mlt)" -eq 5 ]
+	# Attention's products (activation by activation) stay float
+	grep -q 'ml.Attention' o8.mlt
+	mlrun o.mlg -i x=x1.npy -o f
+	mlrun o8.mlg -i x=x1.npy -o q
+	[ "$(sqnr f/y.npy q/y.npy)" -ge 25 ]
+}
+
 @test "mlquant reads the model from a pipe and writes to one" {
 	mkcnn
 	mlconvert cnn.onnx -o - | mlquant -c cal.npy | mlrun - -i x=x1.npy -o p

@@ -83,6 +83,36 @@ quant_rows(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+/* quant_flat and dequant_flat: a matrix (h = w = 1), whose layout does not change: elements b..e */
+Q8_CLONES static void
+quant_flat(void *ctx, int64_t b, int64_t e)
+{
+	const struct qjob *j = ctx;
+	const float *restrict x = j->x;
+	uint8_t *restrict y = j->y;
+	const float inv = j->inv;
+	const int32_t zero = j->zero;
+
+	for (int64_t i = b; i < e; i++) {
+		float v = x[i] * inv;
+		v = v != v ? 0.0f : v;
+		y[i] = q8_clamp(q8_round(v) + zero, 0, 255);
+	}
+}
+
+Q8_CLONES static void
+dequant_flat(void *ctx, int64_t b, int64_t e)
+{
+	const struct qjob *j = ctx;
+	const uint8_t *restrict x = j->x;
+	float *restrict y = j->y;
+	const float scale = j->scale;
+	const int32_t zero = j->zero;
+
+	for (int64_t i = b; i < e; i++)
+		y[i] = (float)((int32_t)x[i] - zero) * scale;
+}
+
 Q8_CLONES static void
 dequant_rows(void *ctx, int64_t b, int64_t e)
 {
@@ -101,18 +131,23 @@ dequant_rows(void *ctx, int64_t b, int64_t e)
 	}
 }
 
-/* qjob_of: the [n, c, h, w] view of an NCHW x (rank 4) or [n, c] (rank 2). */
+/*
+ * qjob_of: the [n, c, h, w] view of an NCHW x (rank 4), or [rows, c] of a
+ * matrix ([N, C] or [N, T, C]: the same layout on both sides); *rows: n.
+ */
 static void
-qjob_of(struct qjob *j, const struct ml_tval *nchw)
+qjob_of(struct qjob *j, const struct ml_tval *nchw, int64_t *rows)
 {
 	if (nchw->rank == 4) {
 		j->c = nchw->dims[1];
 		j->h = nchw->dims[2];
 		j->w = nchw->dims[3];
+		*rows = nchw->dims[0];
 	} else {
-		j->c = nchw->dims[1];
+		j->c = nchw->dims[nchw->rank - 1];
 		j->h = 1;
 		j->w = 1;
+		*rows = j->c > 0 ? ml_tval_numel(nchw) / j->c : 0;
 	}
 }
 
@@ -125,10 +160,14 @@ ml_q8_run_quantize(struct ml_opctx *c)
 	j.scale = (float)ml_attr_float(c->node, "scale", 1.0);
 	j.inv = 1.0f / j.scale;
 	j.zero = (int32_t)ml_attr_int(c->node, "zero_point", 0);
-	qjob_of(&j, x);
+	int64_t rows;
+	qjob_of(&j, x, &rows);
 	if (ml_tval_numel(x) == 0)
 		return 0;
-	ml_parallel_for(x->dims[0] * j.h, 4096 / (j.c * j.w + 1) + 1, quant_rows, &j);
+	if (x->rank != 4)
+		ml_parallel_for(ml_tval_numel(x), 16384, quant_flat, &j);
+	else
+		ml_parallel_for(rows * j.h, 4096 / (j.c * j.w + 1) + 1, quant_rows, &j);
 	return 0;
 }
 
@@ -140,10 +179,14 @@ ml_q8_run_dequantize(struct ml_opctx *c)
 
 	j.scale = (float)ml_attr_float(c->node, "scale", 1.0);
 	j.zero = (int32_t)ml_attr_int(c->node, "zero_point", 0);
-	qjob_of(&j, y);
+	int64_t rows;
+	qjob_of(&j, y, &rows);
 	if (ml_tval_numel(y) == 0)
 		return 0;
-	ml_parallel_for(y->dims[0] * j.h, 4096 / (j.c * j.w + 1) + 1, dequant_rows, &j);
+	if (y->rank != 4)
+		ml_parallel_for(ml_tval_numel(y), 16384, dequant_flat, &j);
+	else
+		ml_parallel_for(rows * j.h, 4096 / (j.c * j.w + 1) + 1, dequant_rows, &j);
 	return 0;
 }
 

@@ -128,13 +128,28 @@ l_conv(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L
 	return L_NONE;
 }
 
-/* Gemm without transA, alpha or beta, with a rank-1 constant bias; MatMul of rank 2. */
+/*
+ * Gemm without transA, alpha or beta, with a rank-1 constant bias; MatMul
+ * of an x of rank 2 or 3 (the leading dims as rows); FusedMatMul as
+ * unfuse.c leaves it (x of rank 2 or 3, a constant bias of N, no residual,
+ * no activation, B not packed).
+ */
 static enum lkind
 l_gemm(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L)
 {
-	int w = n->n_in > 1 ? n->in[1] : -1;
-	if (!is_const_f32(g, w) || ml_graph_t(g, w)->rank != 2 || ml_graph_t(g, x)->rank != 2)
+	int w = n->n_in > 1 ? n->in[1] : -1, xr = ml_graph_t(g, x)->rank;
+	if (!is_const_f32(g, w) || ml_graph_t(g, w)->rank != 2 ||
+	    (xr != 2 && !(xr == 3 && n->op != ML_OP_GEMM)))
 		return L_NONE;
+	if (n->op == ML_OP_FUSED_MATMUL) {
+		int b = n->n_in > 2 ? n->in[2] : -1;
+		if (n->n_in > 3 || strcmp(ml_attr_str(n, "activation", ""), "") != 0 ||
+		    ml_attr_find(n, "packed_n") != NULL ||
+		    (b >= 0 && (!is_const_f32(g, b) || ml_graph_t(g, b)->rank != 1 ||
+				dimof(g, b, 0) != dimof(g, w, 1))))
+			return L_NONE;
+		return L_GEMM;
+	}
 	if (n->op != ML_OP_GEMM)
 		return L_GEMM;
 	if (ml_attr_int(n, "transA", 0) != 0 || ml_attr_float(n, "alpha", 1) != 1 ||
