@@ -34,7 +34,8 @@ static const char help_text[] =
 	"      --pow2              power-of-two weight levels (non-uniform)\n"
 	"      --exclude NODES     comma-separated node or output names that stay float\n"
 	"      --budget DB         keep the output SQNR at least DB decibels: layers slower\n"
-	"                          in int8, then the least accurate ones, stay float\n"
+	"                          in int8, then the least accurate ones, stay float; the\n"
+	"                          float model is written if int8 is not faster\n"
 	"      --report            print the per-layer report (SQNR, size, time) on stderr\n"
 	"      --json              the report as JSON\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
@@ -58,8 +59,12 @@ print_report(const struct ml_quant_report *r, bool json)
 
 	if (json) {
 		fprintf(fp, "{\"output_sqnr_db\": %.2f, \"bytes_in\": %lld, \"bytes_out\": %lld, "
-			"\"rounds\": %d, \"layers\": [", r->out_sqnr_db, (long long)r->bytes_in,
+			"\"rounds\": %d, ", r->out_sqnr_db, (long long)r->bytes_in,
 			(long long)r->bytes_out, r->rounds);
+		if (r->ms_f32 > 0)
+			fprintf(fp, "\"ms_f32\": %.4f, \"ms_q\": %.4f, \"kept_f32\": %s, ", r->ms_f32,
+				r->ms_q, r->kept_f32 ? "true" : "false");
+		fprintf(fp, "\"layers\": [");
 		for (int i = 0; i < r->n; i++) {
 			const struct ml_quant_layer *L = &r->layers[i];
 			fprintf(fp, "%s{\"name\": ", i ? ", " : "");
@@ -90,6 +95,40 @@ print_report(const struct ml_quant_report *r, bool json)
 	if (r->rounds > 0)
 		fprintf(fp, ", %d budget rounds", r->rounds);
 	fprintf(fp, "\n");
+}
+
+/*
+ * print_budget: what --budget did with the whole-model latencies: kept
+ * the int8 model, or wrote the float one because int8 was not faster.
+ */
+static void
+print_budget(const struct ml_quant_report *r)
+{
+	if (r->ms_f32 <= 0)
+		return;
+	if (r->kept_f32)
+		fprintf(stderr, "%s: --budget: the int8 model is not faster than the float one on "
+			"this CPU (%.3f ms against %.3f ms): wrote the float model\n", progname,
+			r->ms_q, r->ms_f32);
+	else
+		fprintf(stderr, "%s: --budget: int8 %.3f ms against float %.3f ms (%.2fx): wrote "
+			"the int8 model\n", progname, r->ms_q, r->ms_f32, r->ms_q / r->ms_f32);
+}
+
+/*
+ * fake_latency: ML_QUANT_FAKE_LATENCY=F,Q (milliseconds), for tests of
+ * --budget's decision without timing: reports F for the float model and Q
+ * for the quantised one.
+ */
+static int
+fake_latency(void *ctx, const struct ml_graph *f, const struct ml_graph *q,
+	     const struct ml_calib *cal, double *ms_f, double *ms_q, struct ml_err *e)
+{
+	const double *v = ctx;
+	(void)f, (void)q, (void)cal, (void)e;
+	*ms_f = v[0];
+	*ms_q = v[1];
+	return 0;
 }
 
 /* The options of one run, as parsed. */
@@ -274,6 +313,19 @@ check_args(struct opts *o, int argc, char **argv)
 	o->q.n_exclude = o->nexcl;
 	o->q.measure = o->report || o->json;
 	o->q.verbose = o->verbose;
+	const char *fake = getenv("ML_QUANT_FAKE_LATENCY");
+	if (fake != NULL && fake[0] != '\0') {
+		static double fv[2];
+		char *end;
+		fv[0] = strtod(fake, &end);
+		if (*end == ',')
+			fv[1] = strtod(end + 1, &end);
+		if (*end != '\0' || !(fv[0] > 0) || !(fv[1] > 0))
+			usage_error(synopsis, "ML_QUANT_FAKE_LATENCY must be F,Q (two positive "
+				    "milliseconds), not '%s'", fake);
+		o->q.latency = fake_latency;
+		o->q.latency_ctx = fv;
+	}
 }
 
 /* has_fakequant: whether g was trained with mltrain --qat (its ranges are in FakeQuant nodes). */
@@ -356,6 +408,8 @@ main(int argc, char **argv)
 	if ((o.report || o.json) && !o.quiet)
 		print_report(&rep, o.json);
 	if (!o.quiet)
+		print_budget(&rep);
+	if (!o.quiet && !rep.kept_f32)
 		warn_fused(q);
 	if (o.verbose && !o.quiet)
 		print_summary(&rep);

@@ -270,6 +270,35 @@ PYEOF
 	run -0 mlrun b.mlg -i x=x1.npy
 }
 
+@test "mlquant --budget never writes a model slower than the float one (injected latencies)" {
+	mkcnn
+	mlconvert cnn.onnx -o f.mlt
+	# int8 slower (2 ms against 1 ms): the float model, unchanged, and mlquant says so
+	ML_QUANT_FAKE_LATENCY=1,2 run -0 --separate-stderr mlquant -c cal.npy --budget 10 \
+		--json cnn.onnx -o s.mlt
+	[[ $stderr == *"not faster than the float one"*"2.000 ms against 1.000 ms"*"wrote the float model"* ]]
+	echo "$stderr" | head -1 | "$PY" -c "import json,sys; d=json.load(sys.stdin); \
+assert d['kept_f32'] is True and d['ms_q'] == 2 and d['ms_f32'] == 1; \
+assert not any(l['quantized'] for l in d['layers'])"
+	cmp f.mlt s.mlt
+	# a tie is not a gain: float again
+	ML_QUANT_FAKE_LATENCY=1,1 run -0 --separate-stderr mlquant -c cal.npy --budget 10 cnn.onnx \
+		-o t.mlt
+	cmp f.mlt t.mlt
+	# int8 faster: the int8 model
+	ML_QUANT_FAKE_LATENCY=2,1 run -0 --separate-stderr mlquant -c cal.npy --budget 10 cnn.onnx \
+		-o q.mlt
+	[[ $stderr == *"int8 1.000 ms against float 2.000 ms (0.50x): wrote the int8 model"* ]]
+	grep -q 'ml.Q8Conv' q.mlt
+	# -q says nothing; a malformed value is a usage error
+	ML_QUANT_FAKE_LATENCY=1,2 run -0 --separate-stderr mlquant -q -c cal.npy --budget 10 \
+		cnn.onnx -o s2.mlt
+	[ -z "$stderr" ]
+	ML_QUANT_FAKE_LATENCY=1,x run -2 --separate-stderr mlquant -c cal.npy --budget 10 cnn.onnx \
+		-o x.mlt
+	[[ $stderr == *"ML_QUANT_FAKE_LATENCY must be"* ]]
+}
+
 @test "mlquant refuses calibration data that does not fit the model with status 3" {
 	mkcnn
 	run -3 --separate-stderr mlquant -c bad.npy cnn.onnx -o o.mlg

@@ -1271,6 +1271,106 @@ out:
 	return rc;
 }
 
+/* ---- whole-model latency, for --budget's never-slower rule ---- */
+
+static int
+lat_session(struct ml_session **s, struct ml_graph **gx, const struct ml_graph *g,
+	    const struct ml_calib *cal, struct ml_err *e)
+{
+	ML_TRY(mlq_copy_graph(gx, g, e));
+	ML_TRY(ml_session_new(s, *gx, NULL, e));
+	for (int i = 0; i < (*gx)->n_inputs; i++)
+		ML_TRY(ml_session_set_input(*s, ml_graph_t(*gx, (*gx)->inputs[i])->name, &cal->b[i],
+					    e));
+	return ml_session_run(*s, e);	/* the warm-up */
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* timed: the median of k runs of s in ms (*ms) */
+static int
+timed(struct ml_session *s, int k, double *ms, struct ml_err *e)
+{
+	double v[64];
+	for (int i = 0; i < k; i++) {
+		double t0 = ml_now();
+		ML_TRY(ml_session_run(s, e));
+		v[i] = (ml_now() - t0) * 1e3;
+	}
+	qsort(v, (size_t)k, sizeof v[0], cmp_double);
+	*ms = v[k / 2];
+	return 0;
+}
+
+int
+ml_quant_latency(void *ctx, const struct ml_graph *f, const struct ml_graph *q,
+		 const struct ml_calib *cal, double *ms_f, double *ms_q, struct ml_err *e)
+{
+	enum { ROUNDS = 7 };
+	struct ml_graph *gf = NULL, *gq = NULL;
+	struct ml_session *sf = NULL, *sq = NULL;
+	double rf[ROUNDS], rq[ROUNDS], t0 = 0, t1 = 0;
+	int rc;
+
+	(void)ctx;
+	*ms_f = *ms_q = 0;
+	if ((rc = lat_session(&sf, &gf, f, cal, e)) < 0 || (rc = lat_session(&sq, &gq, q, cal, e)) < 0)
+		goto out;
+	/* runs per round: about 20 ms of the float model, 3 to 31 */
+	if ((rc = timed(sf, 1, &t0, e)) < 0 || (rc = timed(sq, 1, &t1, e)) < 0)
+		goto out;
+	int k = (int)ML_MIN(31.0, ML_MAX(3.0, 20.0 / (t0 + t1 + 1e-3)));
+	for (int r = 0; r < ROUNDS; r++)
+		if ((rc = timed(sf, k, &rf[r], e)) < 0 || (rc = timed(sq, k, &rq[r], e)) < 0)
+			goto out;
+	qsort(rf, ROUNDS, sizeof rf[0], cmp_double);
+	qsort(rq, ROUNDS, sizeof rq[0], cmp_double);
+	*ms_f = rf[ROUNDS / 2];
+	*ms_q = rq[ROUNDS / 2];
+out:
+	ml_session_free(sf);
+	ml_session_free(sq);
+	ml_graph_free(gf);
+	ml_graph_free(gq);
+	return rc;
+}
+
+/*
+ * never_slower: --budget's last step: the whole quantised model *out
+ * against g0 (the graph as given); when it is not faster, *out becomes a
+ * copy of g0 and every layer of the report goes back to float.
+ */
+static int
+never_slower(struct ml_graph **out, const struct ml_graph *g0, const struct ml_calib *cal,
+	     const struct ml_quant_opts *o, struct ml_quant_report *rep, struct ml_err *e)
+{
+	double mf = 0, mq = 0;
+	int rc = o->latency != NULL ? o->latency(o->latency_ctx, g0, *out, cal, &mf, &mq, e) :
+		 ml_quant_latency(NULL, g0, *out, cal, &mf, &mq, e);
+	if (rc < 0)
+		return rc;
+	rep->ms_f32 = mf;
+	rep->ms_q = mq;
+	if (mq < mf)
+		return 0;
+	struct ml_graph *c = NULL;
+	ML_TRY(mlq_copy_graph(&c, g0, e));
+	ml_graph_free(*out);
+	*out = c;
+	rep->kept_f32 = true;
+	rep->bytes_out = rep->bytes_in;
+	for (int i = 0; i < rep->n; i++) {
+		rep->layers[i].quantized = false;
+		snprintf(rep->layers[i].why, sizeof rep->layers[i].why, "int8 model not faster");
+	}
+	return 0;
+}
+
 /*
  * ---- quantisation-aware training (lib/quant/qat.c) ----
  * mlq_qat_strip: for a g with FakeQuant nodes, *out is a copy without them
@@ -1298,6 +1398,7 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 	struct mq_stat *st = NULL, *qst = NULL;
 	struct ml_graph *gq = NULL, *gu = NULL;
 	struct ml_quant_report tmp = { 0 };
+	const struct ml_graph *g0 = g;
 	bool *onv = NULL;
 	int rc;
 
@@ -1387,6 +1488,7 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 			goto out;
 		rep->bytes_out = const_bytes(*out);
 	}
+	rc = never_slower(out, g0, cal, o, rep, e);
 out:
 	if (rc < 0) {
 		ml_graph_free(*out);
