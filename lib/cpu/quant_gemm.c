@@ -2,15 +2,17 @@
  * quant_gemm.c: the packed u8 x s8 GEMM of the int8 engine, with the
  * requantisation fused into its epilogue (see quant_q8.h for the layouts).
  *
- * Three micro-kernels compute a block of rows by one 16-column panel over
+ * Four micro-kernels compute a block of rows by one 16-column panel over
  * the whole K, in int32: AVX-512 VNNI (vpdpbusd, 8 rows x 16 columns in
- * eight zmm), AVX2 (vpmaddubsw into int16 pairs, then vpmaddwd by ones into
- * int32, 4 rows x 16 columns in eight ymm) and portable C. The path is
- * chosen once at run time from __builtin_cpu_supports (the build is
- * x86-64-v2, so the vector kernels carry target attributes). The CI machine
- * and the development machine have AVX2 but no AVX-512: the VNNI kernel
- * compiles and dispatches there only on CPUs that have it, and has not run
- * on real hardware in this project's tests.
+ * eight zmm), AVX-VNNI (vpdpbusd on ymm, 8 rows x 16 columns in sixteen
+ * ymm, for CPUs with AVX-VNNI but not AVX-512), AVX2 (vpmaddubsw into
+ * int16 pairs, then vpmaddwd by ones into int32, 4 rows x 16 columns in
+ * eight ymm) and portable C. The path is chosen once at run time from
+ * __builtin_cpu_supports (the build is x86-64-v2, so the vector kernels
+ * carry target attributes). The ymm VNNI kernel is one source compiled
+ * twice: VEX-encoded (avxvnni) where the CPU has AVX-VNNI, else
+ * EVEX-encoded (avx512vnni + avx512vl), which is how the tests run it on an
+ * AVX-512 VNNI machine that lacks AVX-VNNI (AMD EPYC Zen 4).
  *
  * Work items are (a block of MB rows) x (a group of NBP panels) and split
  * over the thread pool; inside one, each panel (kp x 16 bytes, at most
@@ -200,6 +202,55 @@ kern_vnni(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, in
 	for (int r = 0; r < 8; r++)
 		_mm512_storeu_si512((void *)(c + r * 16), acc[r]);
 }
+
+/*
+ * KERN_YMM: the ymm VNNI kernel, 8 rows by the panel's two halves (columns
+ * 0-7 are the panel's first 32 bytes of each K group, 8-15 the next),
+ * with DP the vpdpbusd intrinsic of target TGT.
+ */
+#define KERN_YMM(NAME, TGT, DP)								\
+__attribute__((target(TGT))) static void						\
+NAME(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)	\
+{											\
+	const uint8_t *ar[8];								\
+	__m256i lo[8], hi[8];								\
+	for (int r = 0; r < 8; r++) {							\
+		ar[r] = a + (r < mr ? r * lda : 0);					\
+		lo[r] = hi[r] = _mm256_setzero_si256();					\
+	}										\
+	for (int64_t q = 0; q < kq; q++) {						\
+		__m256i b0 = _mm256_loadu_si256((const __m256i *)(b + q * 64));		\
+		__m256i b1 = _mm256_loadu_si256((const __m256i *)(b + q * 64 + 32));	\
+		for (int r = 0; r < 8; r++) {						\
+			__m256i x = _mm256_set1_epi32(ld32(ar[r] + q * 4));		\
+			lo[r] = DP(lo[r], x, b0);					\
+			hi[r] = DP(hi[r], x, b1);					\
+		}									\
+	}										\
+	for (int r = 0; r < 8; r++) {							\
+		_mm256_storeu_si256((__m256i *)(c + r * 16), lo[r]);			\
+		_mm256_storeu_si256((__m256i *)(c + r * 16 + 8), hi[r]);		\
+	}										\
+}
+KERN_YMM(kern_avxvnni, "avx2,avxvnni", _mm256_dpbusd_avx_epi32)
+KERN_YMM(kern_vnni256, "avx2,avx512f,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
+#undef KERN_YMM
+
+/* has_avxvnni: the CPU has AVX-VNNI (VEX); else the ymm kernel runs EVEX-encoded */
+static bool
+has_avxvnni(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avxvnni");
+}
+
+static bool
+has_vnni512(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vnni");
+}
 #endif
 
 /*
@@ -220,9 +271,9 @@ ml_q8_path_ok(enum ml_q8_path p)
 		__builtin_cpu_init();
 		return __builtin_cpu_supports("avx2");
 	case ML_Q8_VNNI:
-		__builtin_cpu_init();
-		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		       __builtin_cpu_supports("avx512vnni");
+		return has_vnni512();
+	case ML_Q8_AVXVNNI:
+		return has_avxvnni() || (has_vnni512() && __builtin_cpu_supports("avx512vl"));
 #endif
 	default:
 		return false;
@@ -232,8 +283,8 @@ ml_q8_path_ok(enum ml_q8_path p)
 const char *
 ml_q8_path_name(enum ml_q8_path p)
 {
-	static const char *const names[] = { "auto", "c", "avx2", "avx512vnni" };
-	return (unsigned)p < 4 ? names[p] : "?";
+	static const char *const names[] = { "auto", "c", "avx2", "avx512vnni", "avxvnni" };
+	return (unsigned)p < 5 ? names[p] : "?";
 }
 
 static enum ml_q8_path
@@ -243,12 +294,15 @@ best_path(void)
 	if (env != NULL) {
 		enum ml_q8_path p = strcmp(env, "c") == 0 ? ML_Q8_C :
 				    strcmp(env, "avx2") == 0 ? ML_Q8_AVX2 :
-				    strcmp(env, "vnni") == 0 ? ML_Q8_VNNI : ML_Q8_AUTO;
+				    strcmp(env, "vnni") == 0 ? ML_Q8_VNNI :
+				    strcmp(env, "avxvnni") == 0 ? ML_Q8_AVXVNNI : ML_Q8_AUTO;
 		if (p != ML_Q8_AUTO && ml_q8_path_ok(p))
 			return p;
 	}
 	if (ml_q8_path_ok(ML_Q8_VNNI))
 		return ML_Q8_VNNI;
+	if (ml_q8_path_ok(ML_Q8_AVXVNNI))
+		return ML_Q8_AVXVNNI;
 	if (ml_q8_path_ok(ML_Q8_AVX2))
 		return ML_Q8_AVX2;
 	return ML_Q8_C;
@@ -347,6 +401,11 @@ ml_q8_gemm(int64_t p, int64_t m, int64_t kp, const uint8_t *a, int64_t lda, cons
 	switch (ml_q8_path()) {
 	case ML_Q8_VNNI:
 		j.kern = kern_vnni;
+		j.epi = epi_avx2;
+		j.mr = 8;
+		break;
+	case ML_Q8_AVXVNNI:
+		j.kern = has_avxvnni() ? kern_avxvnni : kern_vnni256;
 		j.epi = epi_avx2;
 		j.mr = 8;
 		break;

@@ -56,14 +56,17 @@ struct ml_q8_epi {
 };
 
 /* Dispatch paths of ml_q8_gemm; ml_q8_path_ok says whether this CPU runs one. */
-enum ml_q8_path { ML_Q8_AUTO = 0, ML_Q8_C = 1, ML_Q8_AVX2 = 2, ML_Q8_VNNI = 3 };
+enum ml_q8_path { ML_Q8_AUTO = 0, ML_Q8_C = 1, ML_Q8_AVX2 = 2, ML_Q8_VNNI = 3, ML_Q8_AVXVNNI = 4 };
 bool ml_q8_path_ok(enum ml_q8_path p);
-/* ml_q8_path_name: "c", "avx2", "avx512vnni". */
+/*
+ * ml_q8_path_name: "c", "avx2", "avx512vnni", "avxvnni" (the ymm VNNI
+ * kernel: VEX-encoded on CPUs with AVX-VNNI, else EVEX on AVX-512 VNNI).
+ */
 const char *ml_q8_path_name(enum ml_q8_path p);
 /*
  * ml_q8_set_path: force a path for later calls (tests); AUTO picks the best
  * the CPU has. Returns false (and changes nothing) when the CPU lacks it.
- * ML_Q8_PATH=c|avx2|vnni in the environment does the same at first use.
+ * ML_Q8_PATH=c|avx2|vnni|avxvnni in the environment does the same at first use.
  */
 bool ml_q8_set_path(enum ml_q8_path p);
 enum ml_q8_path ml_q8_path(void);

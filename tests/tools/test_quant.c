@@ -206,7 +206,7 @@ dw_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k
 int
 main(void)
 {
-	static const enum ml_q8_path paths[] = { ML_Q8_C, ML_Q8_AVX2, ML_Q8_VNNI };
+	static const enum ml_q8_path paths[] = { ML_Q8_C, ML_Q8_AVX2, ML_Q8_VNNI, ML_Q8_AVXVNNI };
 	static const int64_t shapes[][3] = {
 		{ 1, 1, 1 }, { 1, 16, 4 }, { 3, 5, 7 }, { 4, 16, 64 }, { 17, 33, 27 },
 		{ 64, 64, 147 }, { 65, 100, 9 }, { 130, 17, 300 }, { 7, 1000, 512 }, { 200, 64, 576 },
@@ -214,8 +214,8 @@ main(void)
 	int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
 	char what[160];
 
-	printf("1..%d\n", 3 * (nshapes * 2 + 3) + 3 * 7 + 2);	/* 7: the depthwise cases */
-	for (int pi = 0; pi < 3; pi++) {
+	printf("1..%d\n", 4 * (nshapes * 2 + 3) + 4 * 7 + 2);	/* 7: the depthwise cases */
+	for (int pi = 0; pi < 4; pi++) {
 		enum ml_q8_path p = paths[pi];
 		bool have = ml_q8_set_path(p);
 		for (int s = 0; s < nshapes; s++)
@@ -252,7 +252,7 @@ main(void)
 		{ 1, 6, 6, 96, 1, 1, 0, 1, 5 }, { 1, 7, 7, 48, 2, 2, 0, 1, 250 },
 		{ 1, 5, 5, 15, 3, 1, 1, 1, 9 },
 	};
-	for (int pi = ML_Q8_C; pi <= ML_Q8_VNNI; pi++) {
+	for (int pi = ML_Q8_C; pi <= ML_Q8_AVXVNNI; pi++) {
 		enum ml_q8_path p = (enum ml_q8_path)pi;
 		for (size_t d = 0; d < sizeof dws / sizeof dws[0]; d++) {
 			const int64_t *v = dws[d];
