@@ -60,6 +60,7 @@ struct ml_quant_opts {
 	double percentile;	/* for ML_CALIB_PERCENTILE; 0: 99.99 */
 	bool act_signed;	/* activations symmetric int8 (zero point 0) instead of uint8 */
 	bool pow2;		/* weights on power-of-two levels (non-uniform) */
+	bool reduce_range;	/* integer form: 7-bit weights ([-64, 63]), faster on AVX2 */
 	int n_exclude;
 	const char *const *exclude;	/* node names (or output names) that stay float */
 	double budget;		/* > 0: minimum output SQNR in dB; worst layers go back to float */

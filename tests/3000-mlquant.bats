@@ -73,6 +73,37 @@ print(int(10*np.log10((a**2).sum()/max(((a-b)**2).sum(),1e-30))))" "$1" "$2"
 	cmp a/y.npy c2/y.npy
 }
 
+@test "mlquant --reduce-range: 7-bit weights, the same bytes on every path, and checked" {
+	mkcnn
+	mlquant -c cal.npy cnn.onnx -o full.mlt
+	mlquant -c cal.npy --reduce-range cnn.onnx -o r7.mlt
+	run -1 grep -q 'weight_bits' full.mlt
+	[ "$(grep -c 'weight_bits = 7' r7.mlt)" -ge 3 ]
+	# full 8-bit weights: more accurate against the float model
+	mlrun cnn.onnx -i x=cal.npy -o f
+	mlrun full.mlt -i x=cal.npy -o q8
+	mlrun r7.mlt -i x=cal.npy -o q7
+	[ "$(sqnr f/y.npy q8/y.npy)" -gt "$(sqnr f/y.npy q7/y.npy)" ]
+	for p in c avx2 vnni avxvnni; do
+		ML_Q8_PATH=$p mlrun r7.mlt -i x=cal.npy -o "r7$p"
+		cmp q7/y.npy "r7$p/y.npy"
+		ML_Q8_PATH=$p mlrun full.mlt -i x=cal.npy -o "r8$p"
+		cmp q8/y.npy "r8$p/y.npy"
+	done
+	# weight_bits 7 over 8-bit weights: refused where the AVX2 kernel relies on it
+	sed 's/x_zero_point = /weight_bits = 7, x_zero_point = /' full.mlt >lie.mlt
+	grep -q 'weight_bits = 7' lie.mlt
+	if grep -q avx2 /proc/cpuinfo; then
+		ML_Q8_PATH=avx2 run -3 --separate-stderr mlrun lie.mlt -i x=x1.npy
+		[[ $stderr == *"weight_bits is 7 but a weight is outside [-64, 63]"* ]]
+	fi
+	sed 's/x_zero_point = /weight_bits = 6, x_zero_point = /' full.mlt >bad.mlt
+	run -3 --separate-stderr mlrun bad.mlt -i x=x1.npy
+	[[ $stderr == *"weight_bits must be 7 or 8"* ]]
+	run -2 --separate-stderr mlquant -c cal.npy --qdq --reduce-range cnn.onnx -o x.mlg
+	[[ $stderr == *"--reduce-range is for the int8 ops"* ]]
+}
+
 @test "an int8 model runs on --device cl with the CPU's results, bit for bit" {
 	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
 	grep -q '"cl:0"' devs.json || skip "no OpenCL device"

@@ -470,6 +470,20 @@ run_dw(struct ml_opctx *c, const struct ml_q8_geom *g, const uint8_t *x, const i
 	return 0;
 }
 
+/*
+ * w7_ok: the packed weights of a weight_bits 7 Q8Conv are in [-64, 63]
+ * (checked where the AVX2 path relies on it: a damaged model must not give
+ * saturated sums there and other bytes elsewhere).
+ */
+static bool
+w7_ok(const int8_t *restrict w, int64_t n)
+{
+	int bad = 0;
+	for (int64_t i = 0; i < n; i++)
+		bad |= w[i] < ML_Q8_W7MIN || w[i] > ML_Q8_W7MAX;
+	return bad == 0;
+}
+
 int
 ml_q8_run_conv(struct ml_opctx *c)
 {
@@ -483,8 +497,10 @@ ml_q8_run_conv(struct ml_opctx *c)
 		return 0;
 	if (g.group != 1)
 		return run_dw(c, &g, x, w);
+	if (g.w7 && ml_q8_path() == ML_Q8_AVX2 && !w7_ok(w, ml_q8_packed_len(g.k, g.m)))
+		return ml_opfail(c, ML_EINVAL, "weight_bits is 7 but a weight is outside [-64, 63]");
 	struct ml_q8_epi ep = { .bias = c->in[2]->data, .mult = c->in[3]->data, .yzero = g.yzero,
-				.lo = g.lo, .hi = g.hi, .f32out = g.f32out };
+				.lo = g.lo, .hi = g.hi, .f32out = g.f32out, .w7 = g.w7 };
 	int64_t kp = ml_q8_kpad(g.k);
 	const uint8_t *a = x;
 	int64_t lda = g.c;

@@ -9,7 +9,8 @@
  *   Q8Dequantize(x u8 channels last) -> f32 [N,C(,H,W)] scale, zero_point
  *   Q8Conv(x, w i8 packed, bias i32 [M], mult f32 [M]) -> u8 [N,OH,OW,M] or [N,M]
  *       kernel_shape, strides, pads, dilations, group (1, or C for depthwise),
- *       x_zero_point, y_zero_point, act_min, act_max, out_float (f32 output)
+ *       x_zero_point, y_zero_point, act_min, act_max, out_float (f32 output),
+ *       weight_bits (8, or 7: the weights are in [-64, 63], see quant_q8.h)
  *   Q8Add(a, b) -> u8                                     a_scale, a_zero_point,
  *       b_scale, b_zero_point, y_scale, y_zero_point, act_min
  *   Q8MaxPool(x) -> u8                                    kernel_shape, strides, pads
@@ -74,6 +75,10 @@ ml_q8_geom(struct ml_opctx *c, struct ml_q8_geom *g)
 	g->lo = ml_attr_int(c->node, "act_min", 0);
 	g->hi = ml_attr_int(c->node, "act_max", 255);
 	g->f32out = ml_attr_int(c->node, "out_float", 0) != 0;
+	int64_t wb = ml_attr_int(c->node, "weight_bits", 8);
+	if (wb != 7 && wb != 8)
+		return ml_opfail(c, ML_EINVAL, "weight_bits must be 7 or 8");
+	g->w7 = wb == 7;
 	if (g->xzero < 0 || g->xzero > 255 || g->yzero < 0 || g->yzero > 255 || g->lo < 0 ||
 	    g->hi > 255 || g->lo > g->hi)
 		return ml_opfail(c, ML_EINVAL, "zero points and act_min/act_max must be in [0, 255]");

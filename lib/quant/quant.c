@@ -427,8 +427,8 @@ get_q8(struct rw *r, int t)
 
 /*
  * quant_weights: per output channel m of w (viewed [m][k] through index
- * function idx), int8 values into wq (m * k), scales into ws. The integer
- * form keeps 7 bits (see quant_q8.h); pow2 puts values on 0, +-2^i.
+ * function idx), int8 values in [-qmax, qmax] into wq (m * k), scales
+ * into ws; pow2 puts values on 0, +-2^i.
  */
 static void
 quant_weights(const float *w, int64_t m, int64_t k, int64_t (*idx)(int64_t, int64_t, const int64_t *),
@@ -577,7 +577,7 @@ emit_q8conv(struct rw *r, struct layer *L, struct ml_quant_layer *rep)
 		return xq;
 	n = &q->nodes[L->node];	/* get_q8 may add a node, which may move the nodes */
 	struct qp xp = r->qpar[x];
-	if ((rc = weights_of(r, L, ML_Q8_WMAX, &W)) < 0)
+	if ((rc = weights_of(r, L, r->o->reduce_range ? ML_Q8_W7MAX : ML_Q8_WMAX, &W)) < 0)
 		goto out;
 	const float *b = bias_of(r, L);
 	int32_t *bias = ml_malloc(sizeof(int32_t) * (size_t)W.m + 1);
@@ -648,6 +648,8 @@ emit_q8conv(struct rw *r, struct layer *L, struct ml_quant_layer *rep)
 			ml_node_set_int(q, ni, "group", W.m);
 	}
 	ml_node_set_int(q, ni, "x_zero_point", xp.zero);
+	if (r->o->reduce_range)
+		ml_node_set_int(q, ni, "weight_bits", 7);
 	if (f32out) {
 		ml_node_set_int(q, ni, "out_float", 1);
 	} else {
