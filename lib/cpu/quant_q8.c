@@ -576,6 +576,14 @@ struct pooljob {
 	int64_t h, w, c, oh, ow, kh, kw, sh, sw, pt, pl;
 };
 
+/* max_into: y = max(y, x) over C bytes (restrict: the uint8 pointers may alias anything) */
+static inline void
+max_into(uint8_t *restrict y, const uint8_t *restrict x, int64_t C)
+{
+	for (int64_t ch = 0; ch < C; ch++)
+		y[ch] = x[ch] > y[ch] ? x[ch] : y[ch];
+}
+
 Q8_CLONES static void
 maxpool_rows(void *ctx, int64_t b, int64_t e)
 {
@@ -594,9 +602,7 @@ maxpool_rows(void *ctx, int64_t b, int64_t e)
 					int64_t ix = ox * j->sw - j->pl + kx;
 					if (ix < 0 || ix >= j->w)
 						continue;
-					const uint8_t *xr = j->x + ((n * j->h + iy) * j->w + ix) * j->c;
-					for (int64_t ch = 0; ch < j->c; ch++)
-						yr[ch] = xr[ch] > yr[ch] ? xr[ch] : yr[ch];
+					max_into(yr, j->x + ((n * j->h + iy) * j->w + ix) * j->c, j->c);
 				}
 			}
 		}
