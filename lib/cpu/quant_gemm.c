@@ -4,10 +4,11 @@
  *
  * Four micro-kernels compute a block of rows by one 16-column panel over
  * the whole K, in int32: AVX-512 VNNI (vpdpbusd, 8 rows x 16 columns in
- * eight zmm), AVX-VNNI (vpdpbusd on ymm, 8 rows x 16 columns in sixteen
- * ymm, for CPUs with AVX-VNNI but not AVX-512), AVX2 (both operands
- * widened to int16, vpmaddwd into int32, 2 rows x 16 columns in eight ymm;
- * for 7-bit weights vpmaddubsw, about twice as fast) and portable C. The path is chosen once at run time from
+ * eight zmm, the epilogue applied in registers), AVX-VNNI (vpdpbusd on
+ * ymm, 8 rows x 16 columns in sixteen ymm, for CPUs with AVX-VNNI but not
+ * AVX-512), AVX2 (both operands widened to int16, vpmaddwd into int32, 2
+ * rows x 16 columns in eight ymm; for 7-bit weights vpmaddubsw, about twice
+ * as fast) and portable C. The path is chosen once at run time from
  * __builtin_cpu_supports (the build is x86-64-v2, so the vector kernels
  * carry target attributes). The ymm VNNI kernel is one source compiled
  * twice: VEX-encoded (avxvnni) where the CPU has AVX-VNNI, else
@@ -222,6 +223,10 @@ epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, voi
 		_mm256_storeu_ps((float *)y + 8, v[1]);
 		return;
 	}
+	/* the clamp to +-4e6 of epi_c, so that out-of-range values saturate alike */
+	const __m256 vmax = _mm256_set1_ps(4e6f), vmin = _mm256_set1_ps(-4e6f);
+	v[0] = _mm256_max_ps(_mm256_min_ps(v[0], vmax), vmin);
+	v[1] = _mm256_max_ps(_mm256_min_ps(v[1], vmax), vmin);
 	__m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v[0]), zy);
 	__m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v[1]), zy);
 	q0 = _mm256_min_epi32(_mm256_max_epi32(q0, lo), hi);
@@ -232,8 +237,17 @@ epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, voi
 	_mm_storeu_si128((__m128i *)y, b8);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
-kern_vnni(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)
+/*
+ * kern_vnni_epi: the AVX-512 VNNI kernel, 8 rows x 16 columns in eight
+ * zmm (vpdpbusd), with the epilogue applied to the accumulators in
+ * registers (no tile, no call per row) and the panel's bias and scales
+ * loaded once: rows r < mr of y (stride ys bytes) get columns c0 .. c0 +
+ * nc - 1, a narrow panel's columns masked. The clamp to +-4e6 before the
+ * conversion is epi_c's, so that out-of-range values saturate alike.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
+kern_vnni_epi(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,
+	      const struct ml_q8_epi *ep, int64_t c0, int nc, char *y, int64_t ys)
 {
 	const uint8_t *ar[8];
 	__m512i acc[8];
@@ -247,8 +261,23 @@ kern_vnni(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, in
 		for (int r = 0; r < 8; r++)
 			acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(ld32(ar[r] + q * 4)), bq);
 	}
-	for (int r = 0; r < 8; r++)
-		_mm512_storeu_si512((void *)(c + r * 16), acc[r]);
+	__mmask16 m = nc >= ML_Q8_NR ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
+	__m512i bias = _mm512_maskz_loadu_epi32(m, ep->bias + c0);
+	__m512 mult = _mm512_maskz_loadu_ps(m, ep->mult + c0);
+	const __m512 vmax = _mm512_set1_ps(4e6f), vmin = _mm512_set1_ps(-4e6f);
+	const __m512i zy = _mm512_set1_epi32(ep->yzero), lo = _mm512_set1_epi32(ep->lo),
+		      hi = _mm512_set1_epi32(ep->hi);
+	for (int r = 0; r < mr; r++) {
+		__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r], bias)), mult);
+		if (ep->f32out) {
+			_mm512_mask_storeu_ps(y + r * ys, m, v);
+			continue;
+		}
+		v = _mm512_max_ps(_mm512_min_ps(v, vmax), vmin);
+		__m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zy);
+		q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+		_mm_mask_storeu_epi8(y + r * ys, m, _mm512_cvtepi32_epi8(q));
+	}
 }
 
 /*
@@ -297,7 +326,7 @@ has_vnni512(void)
 {
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vnni");
+	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 #endif
 
@@ -385,6 +414,7 @@ struct q8job {
 	q8_kern kern;
 	q8_epi_fn epi;
 	int mr;
+	bool fused;		/* kern_vnni_epi instead of kern and epi */
 };
 
 static void
@@ -407,7 +437,7 @@ q8_units(void *ctx, int64_t b, int64_t e)
 			 * zero-padded to 16 once per panel, all lanes computed, nc
 			 * values stored (what epi_avx2 does per row when called so)
 			 */
-			bool pad = nc < ML_Q8_NR && j->epi != epi_c;
+			bool pad = nc < ML_Q8_NR && j->epi == epi_avx2;
 			struct ml_q8_epi pe = *j->ep;
 			int32_t pb[ML_Q8_NR] = { 0 };
 			float pm[ML_Q8_NR] = { 0 };
@@ -419,6 +449,14 @@ q8_units(void *ctx, int64_t b, int64_t e)
 			}
 			for (int64_t r = r0; r < r1; r += j->mr) {
 				int mr = (int)ML_MIN(j->mr, r1 - r);
+#ifdef HAVE_X86
+				if (j->fused) {
+					kern_vnni_epi(mr, j->kq, j->a + r * j->lda, j->lda, pan, j->ep, c0,
+						      nc, (char *)j->y + (r * j->ldy + c0) * (int64_t)ysz,
+						      j->ldy * (int64_t)ysz);
+					continue;
+				}
+#endif
 				j->kern(mr, j->kq, j->a + r * j->lda, j->lda, pan, tile);
 				for (int i = 0; i < mr; i++) {
 					char *yr = (char *)j->y + ((r + i) * j->ldy + c0) * (int64_t)ysz;
@@ -448,8 +486,7 @@ ml_q8_gemm(int64_t p, int64_t m, int64_t kp, const uint8_t *a, int64_t lda, cons
 #ifdef HAVE_X86
 	switch (ml_q8_path()) {
 	case ML_Q8_VNNI:
-		j.kern = kern_vnni;
-		j.epi = epi_avx2;
+		j.fused = true;
 		j.mr = 8;
 		break;
 	case ML_Q8_AVXVNNI:

@@ -90,7 +90,9 @@ one_case(int64_t p, int64_t m, int64_t k, int mode, bool f32out)
 			w[i] = (int8_t)(ML_Q8_WMIN + (int)(rnd() % (ML_Q8_WMAX - ML_Q8_WMIN + 1)));
 	for (int64_t j = 0; j < m; j++) {
 		bias[j] = (int32_t)(rnd() % 20001) - 10000;
-		mult[j] = mode & 1 ? 1e-3f : (float)(rnd() % 1000 + 1) * 1e-6f;
+		/* saturating modes: every other column's scale (+-1e5) takes v past int32 */
+		mult[j] = mode & 1 ? (j % 2 ? 1e-3f : j % 4 ? -1e5f : 1e5f) :
+			  (float)(rnd() % 1000 + 1) * 1e-6f;
 	}
 	struct ml_q8_epi ep = { .bias = bias, .mult = mult, .yzero = (int32_t)(rnd() % 256),
 				.lo = 0, .hi = 255, .f32out = f32out, .w7 = mode >= 2 };
