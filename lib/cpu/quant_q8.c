@@ -221,8 +221,28 @@ i2c_rows(void *ctx, int64_t b, int64_t e)
 			}
 		}
 		uint8_t *dst = j->a + r * j->kp, *rowend = dst + j->kp;
-		int64_t ix0 = ox * g->sw - g->pl;
+		int64_t ix0 = ox * g->sw - g->pl, iy0 = oy * g->sh - g->pt;
 		bool xin = g->dw == 1 && ix0 >= 0 && ix0 + g->kw <= g->w;
+		size_t wl = cb * (size_t)g->kw;
+		if (xin && wl <= 8 && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h &&
+		    (int64_t)((size_t)(g->kh - 1) * wl) + 8 <= j->kp) {
+			/*
+			 * the whole window inside x, rows of at most 8 bytes (a
+			 * first convolution's few channels): one 8-byte move per
+			 * window row from one base, the bytes past each row
+			 * rewritten by the next
+			 */
+			const uint8_t *src = j->x + ((n * g->h + iy0) * g->w + ix0) * g->c;
+			int64_t rs = g->w * g->c * g->dh;
+			if (src + (g->kh - 1) * rs + 8 <= j->xend) {
+				for (int64_t ky = 0; ky < g->kh; ky++)
+					memcpy(dst + (size_t)ky * wl, src + ky * rs, 8);
+				dst += (size_t)g->kh * wl;
+				for (int64_t q = g->k; q < j->kp; q++)
+					*dst++ = 0;
+				continue;
+			}
+		}
 		for (int64_t ky = 0; ky < g->kh; ky++) {
 			int64_t iy = oy * g->sh - g->pt + ky * g->dh;
 			if (xin && iy >= 0 && iy < g->h) {
@@ -586,7 +606,7 @@ ml_q8_run_conv(struct ml_opctx *c)
 			return nomem(c);
 		struct i2cjob ij = { .g = &g, .x = x, .xend = x + g.n * g.h * g.w * g.c, .a = buf,
 				     .kp = kp };
-		ml_parallel_for(P, 65536 / (kp + 1) + 1, i2c_rows, &ij);
+		ml_parallel_for(P, 16384 / (kp + 1) + 1, i2c_rows, &ij);
 		a = buf;
 		lda = kp;
 	}

@@ -320,6 +320,8 @@ main(void)
 	conv_case(2, 7, 7, 20, 33, 1, 1, 0, 1, false, 0, 5, 5, 200, false);
 	conv_case(1, 9, 9, 5, 17, 3, 1, 2, 2, false, 200, 30, 30, 255, false);
 	conv_case(1, 12, 12, 8, 16, 5, 2, 2, 1, false, 9, 0, 0, 255, false);
+	conv_case(2, 28, 28, 1, 6, 5, 1, 2, 1, false, 31, 3, 0, 255, false);	/* LeNet's first */
+	conv_case(1, 15, 13, 2, 5, 3, 2, 1, 1, false, 0, 7, 0, 255, false);
 	conv_case(2, 10, 9, 16, 16, 3, 1, 1, 1, true, 0, 0, 0, 255, false);
 	conv_case(1, 11, 11, 21, 21, 3, 2, 1, 1, true, 113, 70, 0, 180, false);
 	conv_case(1, 9, 9, 32, 32, 3, 1, 2, 2, true, 4, 128, 0, 255, false);
