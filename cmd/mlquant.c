@@ -12,9 +12,9 @@
 static const char synopsis[] =
 	"mlquant [-fqv] [-c DATA] [--samples N] [--method minmax|percentile|entropy]\n"
 	"               [--percentile P] [--dtype uint8|int8|fp16|bf16] [--qdq | --dynamic]\n"
-	"               [--pow2] [--exclude NODES]... [--budget DB] [--report] [--json]\n"
-	"               [--threads N] [--max-alloc SIZE] [--shape NAME=DIMS]... [--[no-]progress]\n"
-	"               [-o OUTPUT]\n"
+	"               [--pow2] [--reduce-range] [--exclude NODES]... [--budget DB]\n"
+	"               [--report] [--json] [--threads N] [--max-alloc SIZE] [--shape NAME=DIMS]...\n"
+	"               [--[no-]progress] [-o OUTPUT]\n"
 	"               [MODEL | -]";
 
 static const char help_text[] =
@@ -34,9 +34,12 @@ static const char help_text[] =
 	"                          instead of the project's int8 ops\n"
 	"      --dynamic           quantise weights only (no calibration)\n"
 	"      --pow2              power-of-two weight levels (non-uniform)\n"
+	"      --reduce-range      7-bit weights: less accurate, about twice as fast on\n"
+	"                          CPUs without VNNI (AVX2)\n"
 	"      --exclude NODES     comma-separated node or output names that stay float\n"
 	"      --budget DB         keep the output SQNR at least DB decibels: layers slower\n"
-	"                          in int8, then the least accurate ones, stay float\n"
+	"                          in int8, then the least accurate ones, stay float; the\n"
+	"                          float model is written if int8 is not faster\n"
 	"      --report            print the per-layer report (SQNR, size, time): on stdout\n"
 	"                          with -o FILE, on stderr when the model goes to stdout\n"
 	"      --json              the report as JSON (implies --report)\n"
@@ -58,7 +61,8 @@ static const char help_text[] =
 
 enum {
 	OPT_BUDGET = 256, OPT_DTYPE, OPT_DYNAMIC, OPT_EXCLUDE, OPT_JSON, OPT_MAX_ALLOC, OPT_METHOD,
-	OPT_PERCENTILE, OPT_POW2, OPT_QDQ, OPT_REPORT, OPT_SAMPLES, OPT_THREADS, OPT_SHAPE,
+	OPT_PERCENTILE, OPT_POW2, OPT_QDQ, OPT_REDUCE, OPT_REPORT, OPT_SAMPLES, OPT_THREADS,
+	OPT_SHAPE,
 };
 
 /*
@@ -71,8 +75,12 @@ print_report(FILE *fp, const struct ml_quant_report *r, bool json)
 
 	if (json) {
 		fprintf(fp, "{\"output_sqnr_db\": %.2f, \"bytes_in\": %lld, \"bytes_out\": %lld, "
-			"\"rounds\": %d, \"layers\": [", r->out_sqnr_db, (long long)r->bytes_in,
+			"\"rounds\": %d, ", r->out_sqnr_db, (long long)r->bytes_in,
 			(long long)r->bytes_out, r->rounds);
+		if (r->ms_f32 > 0)
+			fprintf(fp, "\"ms_f32\": %.4f, \"ms_q\": %.4f, \"kept_f32\": %s, ", r->ms_f32,
+				r->ms_q, r->kept_f32 ? "true" : "false");
+		fprintf(fp, "\"layers\": [");
 		for (int i = 0; i < r->n; i++) {
 			const struct ml_quant_layer *L = &r->layers[i];
 			fprintf(fp, "%s{\"name\": ", i ? ", " : "");
@@ -103,6 +111,40 @@ print_report(FILE *fp, const struct ml_quant_report *r, bool json)
 	if (r->rounds > 0)
 		fprintf(fp, ", %d budget rounds", r->rounds);
 	fprintf(fp, "\n");
+}
+
+/*
+ * print_budget: what --budget did with the whole-model latencies: kept
+ * the int8 model, or wrote the float one because int8 was not faster.
+ */
+static void
+print_budget(const struct ml_quant_report *r)
+{
+	if (r->ms_f32 <= 0)
+		return;
+	if (r->kept_f32)
+		fprintf(stderr, "%s: --budget: the int8 model is not faster than the float one on "
+			"this CPU (%.3f ms against %.3f ms): wrote the float model\n", progname,
+			r->ms_q, r->ms_f32);
+	else
+		fprintf(stderr, "%s: --budget: int8 %.3f ms against float %.3f ms (%.2fx): wrote "
+			"the int8 model\n", progname, r->ms_q, r->ms_f32, r->ms_q / r->ms_f32);
+}
+
+/*
+ * fake_latency: ML_QUANT_FAKE_LATENCY=F,Q (milliseconds), for tests of
+ * --budget's decision without timing: reports F for the float model and Q
+ * for the quantised one.
+ */
+static int
+fake_latency(void *ctx, const struct ml_graph *f, const struct ml_graph *q,
+	     const struct ml_calib *cal, double *ms_f, double *ms_q, struct ml_err *e)
+{
+	const double *v = ctx;
+	(void)f, (void)q, (void)cal, (void)e;
+	*ms_f = v[0];
+	*ms_q = v[1];
+	return 0;
 }
 
 /* The options of one run, as parsed. */
@@ -183,6 +225,7 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "percentile", required_argument, NULL, OPT_PERCENTILE },
 		{ "pow2", no_argument, NULL, OPT_POW2 },
 		{ "progress", no_argument, NULL, CLI_OPT_PROGRESS },
+		{ "reduce-range", no_argument, NULL, OPT_REDUCE },
 		{ "qdq", no_argument, NULL, OPT_QDQ },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "report", no_argument, NULL, OPT_REPORT },
@@ -244,6 +287,9 @@ parse_args(struct opts *o, int argc, char **argv)
 			if (o->q.percentile <= 50 || o->q.percentile > 100)
 				usage_error(synopsis, "--percentile must be in (50, 100]");
 			break;
+		case OPT_REDUCE:
+			o->q.reduce_range = true;
+			break;
 		case OPT_POW2:
 			o->q.pow2 = true;
 			break;
@@ -296,12 +342,28 @@ check_args(struct opts *o, int argc, char **argv)
 		o->q.form = o->qdq ? ML_QFORM_QDQ : o->dynamic ? ML_QFORM_DYNAMIC : ML_QFORM_INT;
 	if (o->calib != NULL && strcmp(o->calib, "-") == 0 && strcmp(o->path, "-") == 0)
 		usage_error(synopsis, "the model and the calibration data cannot both be stdin");
+	if (o->q.reduce_range && o->q.form != ML_QFORM_INT)
+		usage_error(synopsis, "--reduce-range is for the int8 ops (not --qdq, --dynamic, "
+			    "fp16 or bf16)");
 	o->q.exclude = o->excl;
 	o->q.n_exclude = o->nexcl;
 	o->q.measure = o->report || o->json;
 	o->q.verbose = o->verbose;
 	cli_progress_setup(o->progress, o->quiet);
 	o->q.progress = cli_progress();
+	const char *fake = getenv("ML_QUANT_FAKE_LATENCY");
+	if (fake != NULL && fake[0] != '\0') {
+		static double fv[2];
+		char *end;
+		fv[0] = strtod(fake, &end);
+		if (*end == ',')
+			fv[1] = strtod(end + 1, &end);
+		if (*end != '\0' || !(fv[0] > 0) || !(fv[1] > 0))
+			usage_error(synopsis, "ML_QUANT_FAKE_LATENCY must be F,Q (two positive "
+				    "milliseconds), not '%s'", fake);
+		o->q.latency = fake_latency;
+		o->q.latency_ctx = fv;
+	}
 }
 
 /* has_fakequant: whether g was trained with mltrain --qat (its ranges are in FakeQuant nodes). */
@@ -398,6 +460,8 @@ main(int argc, char **argv)
 	if ((o.report || o.json) && !o.quiet)
 		print_report(strcmp(o.output, "-") == 0 ? stderr : stdout, &rep, o.json);
 	if (!o.quiet)
+		print_budget(&rep);
+	if (!o.quiet && !rep.kept_f32)
 		warn_fused(q);
 	if (talk)
 		print_summary(&rep);

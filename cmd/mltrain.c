@@ -1020,7 +1020,7 @@ take_state(struct run *r, const char *resume)
 }
 
 /*
- * insert_fakequant: --qat: fake-quant ops on the weights (int8, 7 bits as
+ * insert_fakequant: --qat: fake-quant ops on the weights (int8 in [-127, 127] as
  * mlquant's integer form) and on the activations they read, whose ranges
  * come from the first batch of the data; a checkpoint of a --qat run has
  * them already, and inserting again adds nothing.
@@ -1035,7 +1035,7 @@ insert_fakequant(struct run *r, const char *from)
 	struct ml_calib *cal = NULL;
 	if (!has && ml_calib_load(&cal, r->model, r->data_path, r->o.batch, &err) < 0)
 		die_err(&err);
-	struct ml_quant_qat_opts qo = { .cal = cal, .weight_qmax = 63 };
+	struct ml_quant_qat_opts qo = { .cal = cal, .weight_qmax = 127 };
 	int qrc = ml_quant_insert_fakequant(r->model, &qo, &err);
 	ml_calib_free(cal);
 	if (qrc < 0)

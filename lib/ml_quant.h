@@ -62,6 +62,7 @@ struct ml_quant_opts {
 	double percentile;	/* for ML_CALIB_PERCENTILE; 0: 99.99 */
 	bool act_signed;	/* activations symmetric int8 (zero point 0) instead of uint8 */
 	bool pow2;		/* weights on power-of-two levels (non-uniform) */
+	bool reduce_range;	/* integer form: 7-bit weights ([-64, 63]), faster on AVX2 */
 	int n_exclude;
 	const char *const *exclude;	/* node names (or output names) that stay float */
 	double budget;		/* > 0: minimum output SQNR in dB; worst layers go back to float */
@@ -74,6 +75,15 @@ struct ml_quant_opts {
 	 * unit per round, total unknown).
 	 */
 	const struct ml_progress *progress;
+	/*
+	 * With budget (integer form): the whole-model latency in ms of the
+	 * float model f and of the quantised model q, or NULL to measure it
+	 * (ml_quant_latency on the first calibration batch). A test injects
+	 * a fake here to test the decision without timing.
+	 */
+	int (*latency)(void *ctx, const struct ml_graph *f, const struct ml_graph *q,
+		       const struct ml_calib *cal, double *ms_f, double *ms_q, struct ml_err *e);
+	void *latency_ctx;
 };
 
 /* One row of the report: one layer (a quantisable node and what is fused into it). */
@@ -93,13 +103,28 @@ struct ml_quant_report {
 	double out_sqnr_db;	/* of the first output over the calibration data */
 	int64_t bytes_in, bytes_out;	/* constant bytes before and after */
 	int rounds;		/* --budget rounds */
+	/* --budget: whole-model latencies (ms), and whether int8 lost and *out is the float model */
+	double ms_f32, ms_q;
+	bool kept_f32;
 };
 void ml_quant_report_free(struct ml_quant_report *r);
 
 /*
+ * ml_quant_latency: the latency in ms of f and of q on the first batch of
+ * cal, measured in interleaved rounds (a few runs of f, then of q, seven
+ * times; each round's median, then the median of those), so that a change
+ * of load on the machine falls on both alike.
+ */
+int ml_quant_latency(void *ctx, const struct ml_graph *f, const struct ml_graph *q,
+		     const struct ml_calib *cal, double *ms_f, double *ms_q, struct ml_err *e);
+
+/*
  * ml_quantize: a quantised copy of g (which it does not change) in *out.
  * cal may be NULL only for the dynamic, f16 and bf16 forms. ML_ENOTSUP for
- * a graph the chosen form cannot handle.
+ * a graph the chosen form cannot handle. With a budget in the integer
+ * form, the result is never slower than g: when the quantised model's
+ * measured latency (o->latency) is not below g's, *out is a copy of g and
+ * rep->kept_f32 says so.
  */
 int ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_calib *cal,
 		const struct ml_quant_opts *o, struct ml_quant_report *rep, struct ml_err *e);

@@ -73,6 +73,37 @@ print(int(10*np.log10((a**2).sum()/max(((a-b)**2).sum(),1e-30))))" "$1" "$2"
 	cmp a/y.npy c2/y.npy
 }
 
+@test "mlquant --reduce-range: 7-bit weights, the same bytes on every path, and checked" {
+	mkcnn
+	mlquant -c cal.npy cnn.onnx -o full.mlt
+	mlquant -c cal.npy --reduce-range cnn.onnx -o r7.mlt
+	run -1 grep -q 'weight_bits' full.mlt
+	[ "$(grep -c 'weight_bits = 7' r7.mlt)" -ge 3 ]
+	# full 8-bit weights: more accurate against the float model
+	mlrun cnn.onnx -i x=cal.npy -o f
+	mlrun full.mlt -i x=cal.npy -o q8
+	mlrun r7.mlt -i x=cal.npy -o q7
+	[ "$(sqnr f/y.npy q8/y.npy)" -gt "$(sqnr f/y.npy q7/y.npy)" ]
+	for p in c avx2 vnni avxvnni; do
+		ML_Q8_PATH=$p mlrun r7.mlt -i x=cal.npy -o "r7$p"
+		cmp q7/y.npy "r7$p/y.npy"
+		ML_Q8_PATH=$p mlrun full.mlt -i x=cal.npy -o "r8$p"
+		cmp q8/y.npy "r8$p/y.npy"
+	done
+	# weight_bits 7 over 8-bit weights: refused where the AVX2 kernel relies on it
+	sed 's/x_zero_point = /weight_bits = 7, x_zero_point = /' full.mlt >lie.mlt
+	grep -q 'weight_bits = 7' lie.mlt
+	if grep -q avx2 /proc/cpuinfo; then
+		ML_Q8_PATH=avx2 run -3 --separate-stderr mlrun lie.mlt -i x=x1.npy
+		[[ $stderr == *"weight_bits is 7 but a weight is outside [-64, 63]"* ]]
+	fi
+	sed 's/x_zero_point = /weight_bits = 6, x_zero_point = /' full.mlt >bad.mlt
+	run -3 --separate-stderr mlrun bad.mlt -i x=x1.npy
+	[[ $stderr == *"weight_bits must be 7 or 8"* ]]
+	run -2 --separate-stderr mlquant -c cal.npy --qdq --reduce-range cnn.onnx -o x.mlg
+	[[ $stderr == *"--reduce-range is for the int8 ops"* ]]
+}
+
 @test "an int8 model runs on --device cl with the CPU's results, bit for bit" {
 	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
 	grep -q '"cl:0"' devs.json || skip "no OpenCL device"
@@ -141,6 +172,41 @@ PYEOF
 	run -0 --separate-stderr mlquant -c cal.npy sig.mlg -o sig8.mlg
 	[[ $stderr == *"1 fused node ("*") stays float"* ]]
 	mlrun sig8.mlg -i x=x1.npy -o s
+}
+
+@test "mlquant quantises an -O2 encoder's FusedMatMuls (rank-3 inputs, bias, Relu)" {
+	"$PY" - <<'PYEOF'
+import numpy as np, torch, torch.nn as nn
+torch.manual_seed(0)
+class Enc(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.l = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        s.head = nn.Linear(32, 5)
+    def forward(s, x):
+        return s.head(s.l(x))
+x = torch.randn(16, 8, 32)
+torch.onnx.export(Enc().eval(), x[:1], 'enc.onnx', input_names=['x'], output_names=['y'],
+                  opset_version=14)
+np.save('cal.npy', x.numpy()); np.save('x1.npy', x[:1].numpy())
+PYEOF
+	mlopt -O2 enc.onnx -o o.mlg
+	mlconvert o.mlg -o o.mlt
+	[ "$(grep -c 'ml.FusedMatMul' o.mlt)" -eq 4 ]
+	run -0 --separate-stderr mlquant -c cal.npy --report -v o.mlg -o o8.mlg
+	# in_proj, out_proj (Gemm), linear1 with its Relu, linear2, head: all five products
+	[[ $stderr == *"5 of 5 layers quantised"* ]]
+	# the report goes to stdout (the model goes to a file)
+	[[ $output == *"/l/linear1/MatMul"*"Gemm+Relu"*"int8"* ]]
+	[[ $output != *"stay"*"float"* ]]
+	mlconvert o8.mlg -o o8.mlt
+	run -1 grep -q 'ml.FusedMatMul' o8.mlt
+	[ "$(grep -c 'ml.Q8Conv' o8.mlt)" -eq 5 ]
+	# Attention's products (activation by activation) stay float
+	grep -q 'ml.Attention' o8.mlt
+	mlrun o.mlg -i x=x1.npy -o f
+	mlrun o8.mlg -i x=x1.npy -o q
+	[ "$(sqnr f/y.npy q/y.npy)" -ge 25 ]
 }
 
 @test "mlquant reads the model from a pipe and writes to one" {
@@ -258,6 +324,35 @@ PYEOF
 	run -0 --separate-stderr mlquant -c cal.npy --budget 200 --report cnn.onnx -o b.mlg
 	[[ $output == *"budget"* ]]
 	run -0 mlrun b.mlg -i x=x1.npy
+}
+
+@test "mlquant --budget never writes a model slower than the float one (injected latencies)" {
+	mkcnn
+	mlconvert cnn.onnx -o f.mlt
+	# int8 slower (2 ms against 1 ms): the float model, unchanged, and mlquant says so
+	ML_QUANT_FAKE_LATENCY=1,2 run -0 --separate-stderr mlquant -c cal.npy --budget 10 \
+		--json cnn.onnx -o s.mlt
+	[[ $stderr == *"not faster than the float one"*"2.000 ms against 1.000 ms"*"wrote the float model"* ]]
+	echo "$output" | head -1 | "$PY" -c "import json,sys; d=json.load(sys.stdin); \
+assert d['kept_f32'] is True and d['ms_q'] == 2 and d['ms_f32'] == 1; \
+assert not any(l['quantized'] for l in d['layers'])"
+	cmp f.mlt s.mlt
+	# a tie is not a gain: float again
+	ML_QUANT_FAKE_LATENCY=1,1 run -0 --separate-stderr mlquant -c cal.npy --budget 10 cnn.onnx \
+		-o t.mlt
+	cmp f.mlt t.mlt
+	# int8 faster: the int8 model
+	ML_QUANT_FAKE_LATENCY=2,1 run -0 --separate-stderr mlquant -c cal.npy --budget 10 cnn.onnx \
+		-o q.mlt
+	[[ $stderr == *"int8 1.000 ms against float 2.000 ms (0.50x): wrote the int8 model"* ]]
+	grep -q 'ml.Q8Conv' q.mlt
+	# -q says nothing; a malformed value is a usage error
+	ML_QUANT_FAKE_LATENCY=1,2 run -0 --separate-stderr mlquant -q -c cal.npy --budget 10 \
+		cnn.onnx -o s2.mlt
+	[ -z "$stderr" ]
+	ML_QUANT_FAKE_LATENCY=1,x run -2 --separate-stderr mlquant -c cal.npy --budget 10 cnn.onnx \
+		-o x.mlt
+	[[ $stderr == *"ML_QUANT_FAKE_LATENCY must be"* ]]
 }
 
 @test "mlquant refuses calibration data that does not fit the model with status 3" {

@@ -79,20 +79,22 @@ too_big(struct ml_opctx *c, int64_t v)
 	return 0;
 }
 
-/* Q8Quantize and Q8Dequantize: the [N, C, HW] view of the f32 side. */
+/* Q8Quantize and Q8Dequantize: the [N, C, HW] view of the f32 side (HW 1 for a matrix). */
 static int
 run_qdq(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout, bool quant)
 {
 	const struct ml_tval *f = quant ? c->in[0] : c->out[0];
 	cl_long total = ml_tval_numel(f);
-	if (f->rank != 2 && f->rank != 4)
-		return ml_opfail(c, ML_EINVAL, "x must be rank 2 or 4");
+	if (f->rank < 2 || f->rank > 4)
+		return ml_opfail(c, ML_EINVAL, "x must be rank 2, 3 or 4");
 	if (total == 0)
 		return 0;
-	cl_int C = (cl_int)f->dims[1];
+	/* a matrix ([N, C] or [N, T, C]) keeps its layout: C its last dim, HW 1 */
+	int64_t cc = f->rank == 4 ? f->dims[1] : f->dims[f->rank - 1];
 	int64_t hw = f->rank == 4 ? f->dims[2] * f->dims[3] : 1;
 	ML_TRY(too_big(c, hw));
-	ML_TRY(too_big(c, f->dims[1]));
+	ML_TRY(too_big(c, cc));
+	cl_int C = (cl_int)cc;
 	cl_int HW = (cl_int)hw;
 	float scale = (float)ml_attr_float(c->node, "scale", 1.0);
 	float a = quant ? 1.0f / scale : scale;

@@ -2,15 +2,18 @@
  * quant_gemm.c: the packed u8 x s8 GEMM of the int8 engine, with the
  * requantisation fused into its epilogue (see quant_q8.h for the layouts).
  *
- * Three micro-kernels compute a block of rows by one 16-column panel over
+ * Four micro-kernels compute a block of rows by one 16-column panel over
  * the whole K, in int32: AVX-512 VNNI (vpdpbusd, 8 rows x 16 columns in
- * eight zmm), AVX2 (vpmaddubsw into int16 pairs, then vpmaddwd by ones into
- * int32, 4 rows x 16 columns in eight ymm) and portable C. The path is
- * chosen once at run time from __builtin_cpu_supports (the build is
- * x86-64-v2, so the vector kernels carry target attributes). The CI machine
- * and the development machine have AVX2 but no AVX-512: the VNNI kernel
- * compiles and dispatches there only on CPUs that have it, and has not run
- * on real hardware in this project's tests.
+ * eight zmm, the epilogue applied in registers), AVX-VNNI (vpdpbusd on
+ * ymm, 8 rows x 16 columns in sixteen ymm, for CPUs with AVX-VNNI but not
+ * AVX-512), AVX2 (both operands widened to int16, vpmaddwd into int32, 2
+ * rows x 16 columns in eight ymm; for 7-bit weights vpmaddubsw, about twice
+ * as fast) and portable C. The path is chosen once at run time from
+ * __builtin_cpu_supports (the build is x86-64-v2, so the vector kernels
+ * carry target attributes). The ymm VNNI kernel is one source compiled
+ * twice: VEX-encoded (avxvnni) where the CPU has AVX-VNNI, else
+ * EVEX-encoded (avx512vnni + avx512vl), which is how the tests run it on an
+ * AVX-512 VNNI machine that lacks AVX-VNNI (AMD EPYC Zen 4).
  *
  * Work items are (a block of MB rows) x (a group of NBP panels) and split
  * over the thread pool; inside one, each panel (kp x 16 bytes, at most
@@ -104,8 +107,14 @@ ld32(const uint8_t *p)
 	return v;
 }
 
+/*
+ * kern_avx2_w7: for weights in [-64, 63] (a Q8Conv of weight_bits 7,
+ * mlquant --reduce-range): vpmaddubsw into int16 pairs, which cannot
+ * saturate there (2 * 255 * 64 < 32768), then vpmaddwd by ones into int32;
+ * 4 rows x 16 columns in eight ymm, about twice kern_avx2's speed.
+ */
 __attribute__((target("avx2,fma"))) static void
-kern_avx2(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)
+kern_avx2_w7(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)
 {
 	const uint8_t *a0 = a, *a1 = a + (mr > 1 ? lda : 0), *a2 = a + (mr > 2 ? 2 * lda : 0),
 		      *a3 = a + (mr > 3 ? 3 * lda : 0);
@@ -137,6 +146,48 @@ kern_avx2(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, in
 	_mm256_storeu_si256((__m256i *)(c + 40), c21);
 	_mm256_storeu_si256((__m256i *)(c + 48), c30);
 	_mm256_storeu_si256((__m256i *)(c + 56), c31);
+}
+
+
+/*
+ * kern_avx2: exact for any int8 weights (vpmaddubsw, which adds two u8 x
+ * s8 products into a saturating int16, is not): the 4 bytes of a row's K
+ * group widened to int16 and broadcast, the panel's 64 bytes widened to
+ * int16 in four ymm (4 columns x 4 k each), vpmaddwd into int32 pairs
+ * (k0 + k1 and k2 + k3 of each column), the pairs added at the end. 2 rows
+ * at a time: 8 accumulators, 4 weight registers.
+ */
+__attribute__((target("avx2,fma"))) static void
+kern_avx2(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)
+{
+	const uint8_t *a0 = a, *a1 = a + (mr > 1 ? lda : 0);
+	__m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00, c10 = c00,
+		c11 = c00, c12 = c00, c13 = c00;
+
+	for (int64_t q = 0; q < kq; q++) {
+		const int8_t *bq = b + q * 64;
+		__m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bq));
+		__m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 16)));
+		__m256i w2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 32)));
+		__m256i w3 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 48)));
+		__m256i x0 = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(ld32(a0 + q * 4))));
+		__m256i x1 = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(ld32(a1 + q * 4))));
+		c00 = _mm256_add_epi32(c00, _mm256_madd_epi16(x0, w0));
+		c01 = _mm256_add_epi32(c01, _mm256_madd_epi16(x0, w1));
+		c02 = _mm256_add_epi32(c02, _mm256_madd_epi16(x0, w2));
+		c03 = _mm256_add_epi32(c03, _mm256_madd_epi16(x0, w3));
+		c10 = _mm256_add_epi32(c10, _mm256_madd_epi16(x1, w0));
+		c11 = _mm256_add_epi32(c11, _mm256_madd_epi16(x1, w1));
+		c12 = _mm256_add_epi32(c12, _mm256_madd_epi16(x1, w2));
+		c13 = _mm256_add_epi32(c13, _mm256_madd_epi16(x1, w3));
+	}
+	const __m256i acc[8] = { c00, c01, c02, c03, c10, c11, c12, c13 };
+	for (int v = 0; v < 8; v++) {
+		int32_t t[8];
+		_mm256_storeu_si256((__m256i *)t, acc[v]);
+		for (int jj = 0; jj < 4; jj++)	/* row v / 4, columns 4 (v % 4) + jj */
+			c[(v / 4) * ML_Q8_NR + (v % 4) * 4 + jj] = t[2 * jj] + t[2 * jj + 1];
+	}
 }
 
 /*
@@ -172,6 +223,10 @@ epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, voi
 		_mm256_storeu_ps((float *)y + 8, v[1]);
 		return;
 	}
+	/* the clamp to +-4e6 of epi_c, so that out-of-range values saturate alike */
+	const __m256 vmax = _mm256_set1_ps(4e6f), vmin = _mm256_set1_ps(-4e6f);
+	v[0] = _mm256_max_ps(_mm256_min_ps(v[0], vmax), vmin);
+	v[1] = _mm256_max_ps(_mm256_min_ps(v[1], vmax), vmin);
 	__m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v[0]), zy);
 	__m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v[1]), zy);
 	q0 = _mm256_min_epi32(_mm256_max_epi32(q0, lo), hi);
@@ -182,8 +237,17 @@ epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, voi
 	_mm_storeu_si128((__m128i *)y, b8);
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
-kern_vnni(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)
+/*
+ * kern_vnni_epi: the AVX-512 VNNI kernel, 8 rows x 16 columns in eight
+ * zmm (vpdpbusd), with the epilogue applied to the accumulators in
+ * registers (no tile, no call per row) and the panel's bias and scales
+ * loaded once: rows r < mr of y (stride ys bytes) get columns c0 .. c0 +
+ * nc - 1, a narrow panel's columns masked. The clamp to +-4e6 before the
+ * conversion is epi_c's, so that out-of-range values saturate alike.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
+kern_vnni_epi(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,
+	      const struct ml_q8_epi *ep, int64_t c0, int nc, char *y, int64_t ys)
 {
 	const uint8_t *ar[8];
 	__m512i acc[8];
@@ -197,8 +261,72 @@ kern_vnni(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, in
 		for (int r = 0; r < 8; r++)
 			acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(ld32(ar[r] + q * 4)), bq);
 	}
-	for (int r = 0; r < 8; r++)
-		_mm512_storeu_si512((void *)(c + r * 16), acc[r]);
+	__mmask16 m = nc >= ML_Q8_NR ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
+	__m512i bias = _mm512_maskz_loadu_epi32(m, ep->bias + c0);
+	__m512 mult = _mm512_maskz_loadu_ps(m, ep->mult + c0);
+	const __m512 vmax = _mm512_set1_ps(4e6f), vmin = _mm512_set1_ps(-4e6f);
+	const __m512i zy = _mm512_set1_epi32(ep->yzero), lo = _mm512_set1_epi32(ep->lo),
+		      hi = _mm512_set1_epi32(ep->hi);
+	for (int r = 0; r < mr; r++) {
+		__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r], bias)), mult);
+		if (ep->f32out) {
+			_mm512_mask_storeu_ps(y + r * ys, m, v);
+			continue;
+		}
+		v = _mm512_max_ps(_mm512_min_ps(v, vmax), vmin);
+		__m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zy);
+		q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+		_mm_mask_storeu_epi8(y + r * ys, m, _mm512_cvtepi32_epi8(q));
+	}
+}
+
+/*
+ * KERN_YMM: the ymm VNNI kernel, 8 rows by the panel's two halves (columns
+ * 0-7 are the panel's first 32 bytes of each K group, 8-15 the next),
+ * with DP the vpdpbusd intrinsic of target TGT.
+ */
+#define KERN_YMM(NAME, TGT, DP)								\
+__attribute__((target(TGT))) static void						\
+NAME(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)	\
+{											\
+	const uint8_t *ar[8];								\
+	__m256i lo[8], hi[8];								\
+	for (int r = 0; r < 8; r++) {							\
+		ar[r] = a + (r < mr ? r * lda : 0);					\
+		lo[r] = hi[r] = _mm256_setzero_si256();					\
+	}										\
+	for (int64_t q = 0; q < kq; q++) {						\
+		__m256i b0 = _mm256_loadu_si256((const __m256i *)(b + q * 64));		\
+		__m256i b1 = _mm256_loadu_si256((const __m256i *)(b + q * 64 + 32));	\
+		for (int r = 0; r < 8; r++) {						\
+			__m256i x = _mm256_set1_epi32(ld32(ar[r] + q * 4));		\
+			lo[r] = DP(lo[r], x, b0);					\
+			hi[r] = DP(hi[r], x, b1);					\
+		}									\
+	}										\
+	for (int r = 0; r < 8; r++) {							\
+		_mm256_storeu_si256((__m256i *)(c + r * 16), lo[r]);			\
+		_mm256_storeu_si256((__m256i *)(c + r * 16 + 8), hi[r]);		\
+	}										\
+}
+KERN_YMM(kern_avxvnni, "avx2,avxvnni", _mm256_dpbusd_avx_epi32)
+KERN_YMM(kern_vnni256, "avx2,avx512f,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
+#undef KERN_YMM
+
+/* has_avxvnni: the CPU has AVX-VNNI (VEX); else the ymm kernel runs EVEX-encoded */
+static bool
+has_avxvnni(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avxvnni");
+}
+
+static bool
+has_vnni512(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 #endif
 
@@ -220,9 +348,9 @@ ml_q8_path_ok(enum ml_q8_path p)
 		__builtin_cpu_init();
 		return __builtin_cpu_supports("avx2");
 	case ML_Q8_VNNI:
-		__builtin_cpu_init();
-		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		       __builtin_cpu_supports("avx512vnni");
+		return has_vnni512();
+	case ML_Q8_AVXVNNI:
+		return has_avxvnni() || (has_vnni512() && __builtin_cpu_supports("avx512vl"));
 #endif
 	default:
 		return false;
@@ -232,8 +360,8 @@ ml_q8_path_ok(enum ml_q8_path p)
 const char *
 ml_q8_path_name(enum ml_q8_path p)
 {
-	static const char *const names[] = { "auto", "c", "avx2", "avx512vnni" };
-	return (unsigned)p < 4 ? names[p] : "?";
+	static const char *const names[] = { "auto", "c", "avx2", "avx512vnni", "avxvnni" };
+	return (unsigned)p < 5 ? names[p] : "?";
 }
 
 static enum ml_q8_path
@@ -243,12 +371,15 @@ best_path(void)
 	if (env != NULL) {
 		enum ml_q8_path p = strcmp(env, "c") == 0 ? ML_Q8_C :
 				    strcmp(env, "avx2") == 0 ? ML_Q8_AVX2 :
-				    strcmp(env, "vnni") == 0 ? ML_Q8_VNNI : ML_Q8_AUTO;
+				    strcmp(env, "vnni") == 0 ? ML_Q8_VNNI :
+				    strcmp(env, "avxvnni") == 0 ? ML_Q8_AVXVNNI : ML_Q8_AUTO;
 		if (p != ML_Q8_AUTO && ml_q8_path_ok(p))
 			return p;
 	}
 	if (ml_q8_path_ok(ML_Q8_VNNI))
 		return ML_Q8_VNNI;
+	if (ml_q8_path_ok(ML_Q8_AVXVNNI))
+		return ML_Q8_AVXVNNI;
 	if (ml_q8_path_ok(ML_Q8_AVX2))
 		return ML_Q8_AVX2;
 	return ML_Q8_C;
@@ -283,6 +414,7 @@ struct q8job {
 	q8_kern kern;
 	q8_epi_fn epi;
 	int mr;
+	bool fused;		/* kern_vnni_epi instead of kern and epi */
 };
 
 static void
@@ -305,7 +437,7 @@ q8_units(void *ctx, int64_t b, int64_t e)
 			 * zero-padded to 16 once per panel, all lanes computed, nc
 			 * values stored (what epi_avx2 does per row when called so)
 			 */
-			bool pad = nc < ML_Q8_NR && j->epi != epi_c;
+			bool pad = nc < ML_Q8_NR && j->epi == epi_avx2;
 			struct ml_q8_epi pe = *j->ep;
 			int32_t pb[ML_Q8_NR] = { 0 };
 			float pm[ML_Q8_NR] = { 0 };
@@ -317,6 +449,14 @@ q8_units(void *ctx, int64_t b, int64_t e)
 			}
 			for (int64_t r = r0; r < r1; r += j->mr) {
 				int mr = (int)ML_MIN(j->mr, r1 - r);
+#ifdef HAVE_X86
+				if (j->fused) {
+					kern_vnni_epi(mr, j->kq, j->a + r * j->lda, j->lda, pan, j->ep, c0,
+						      nc, (char *)j->y + (r * j->ldy + c0) * (int64_t)ysz,
+						      j->ldy * (int64_t)ysz);
+					continue;
+				}
+#endif
 				j->kern(mr, j->kq, j->a + r * j->lda, j->lda, pan, tile);
 				for (int i = 0; i < mr; i++) {
 					char *yr = (char *)j->y + ((r + i) * j->ldy + c0) * (int64_t)ysz;
@@ -346,13 +486,18 @@ ml_q8_gemm(int64_t p, int64_t m, int64_t kp, const uint8_t *a, int64_t lda, cons
 #ifdef HAVE_X86
 	switch (ml_q8_path()) {
 	case ML_Q8_VNNI:
-		j.kern = kern_vnni;
+		j.fused = true;
+		j.mr = 8;
+		break;
+	case ML_Q8_AVXVNNI:
+		j.kern = has_avxvnni() ? kern_avxvnni : kern_vnni256;
 		j.epi = epi_avx2;
 		j.mr = 8;
 		break;
 	case ML_Q8_AVX2:
-		j.kern = kern_avx2;
+		j.kern = ep->w7 ? kern_avx2_w7 : kern_avx2;
 		j.epi = epi_avx2;
+		j.mr = ep->w7 ? 4 : 2;
 		break;
 	default:
 		break;

@@ -8,7 +8,8 @@
  * anything else first gathers an int8 im2col matrix, padded with the input
  * zero point, in the channels-last order of the packed weights
  * ((ky, kx, c) fastest last). Depthwise convolutions have an AVX2
- * kernel (dw_rows_avx2, on the AVX2 and VNNI paths), bit-identical to the
+ * kernel (dw_rows_avx2, on the AVX2 paths; dw_rows_avx512 with vpdpwssd on
+ * the AVX-512 VNNI path), bit-identical to the
  * portable loop; that loop, Add and the pools are loops the compiler
  * vectorises, cloned for AVX2 at run time.
  */
@@ -83,6 +84,36 @@ quant_rows(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+/* quant_flat and dequant_flat: a matrix (h = w = 1), whose layout does not change: elements b..e */
+Q8_CLONES static void
+quant_flat(void *ctx, int64_t b, int64_t e)
+{
+	const struct qjob *j = ctx;
+	const float *restrict x = j->x;
+	uint8_t *restrict y = j->y;
+	const float inv = j->inv;
+	const int32_t zero = j->zero;
+
+	for (int64_t i = b; i < e; i++) {
+		float v = x[i] * inv;
+		v = v != v ? 0.0f : v;
+		y[i] = q8_clamp(q8_round(v) + zero, 0, 255);
+	}
+}
+
+Q8_CLONES static void
+dequant_flat(void *ctx, int64_t b, int64_t e)
+{
+	const struct qjob *j = ctx;
+	const uint8_t *restrict x = j->x;
+	float *restrict y = j->y;
+	const float scale = j->scale;
+	const int32_t zero = j->zero;
+
+	for (int64_t i = b; i < e; i++)
+		y[i] = (float)((int32_t)x[i] - zero) * scale;
+}
+
 Q8_CLONES static void
 dequant_rows(void *ctx, int64_t b, int64_t e)
 {
@@ -101,18 +132,23 @@ dequant_rows(void *ctx, int64_t b, int64_t e)
 	}
 }
 
-/* qjob_of: the [n, c, h, w] view of an NCHW x (rank 4) or [n, c] (rank 2). */
+/*
+ * qjob_of: the [n, c, h, w] view of an NCHW x (rank 4), or [rows, c] of a
+ * matrix ([N, C] or [N, T, C]: the same layout on both sides); *rows: n.
+ */
 static void
-qjob_of(struct qjob *j, const struct ml_tval *nchw)
+qjob_of(struct qjob *j, const struct ml_tval *nchw, int64_t *rows)
 {
 	if (nchw->rank == 4) {
 		j->c = nchw->dims[1];
 		j->h = nchw->dims[2];
 		j->w = nchw->dims[3];
+		*rows = nchw->dims[0];
 	} else {
-		j->c = nchw->dims[1];
+		j->c = nchw->dims[nchw->rank - 1];
 		j->h = 1;
 		j->w = 1;
+		*rows = j->c > 0 ? ml_tval_numel(nchw) / j->c : 0;
 	}
 }
 
@@ -125,10 +161,14 @@ ml_q8_run_quantize(struct ml_opctx *c)
 	j.scale = (float)ml_attr_float(c->node, "scale", 1.0);
 	j.inv = 1.0f / j.scale;
 	j.zero = (int32_t)ml_attr_int(c->node, "zero_point", 0);
-	qjob_of(&j, x);
+	int64_t rows;
+	qjob_of(&j, x, &rows);
 	if (ml_tval_numel(x) == 0)
 		return 0;
-	ml_parallel_for(x->dims[0] * j.h, 4096 / (j.c * j.w + 1) + 1, quant_rows, &j);
+	if (x->rank != 4)
+		ml_parallel_for(ml_tval_numel(x), 16384, quant_flat, &j);
+	else
+		ml_parallel_for(rows * j.h, 4096 / (j.c * j.w + 1) + 1, quant_rows, &j);
 	return 0;
 }
 
@@ -140,10 +180,14 @@ ml_q8_run_dequantize(struct ml_opctx *c)
 
 	j.scale = (float)ml_attr_float(c->node, "scale", 1.0);
 	j.zero = (int32_t)ml_attr_int(c->node, "zero_point", 0);
-	qjob_of(&j, y);
+	int64_t rows;
+	qjob_of(&j, y, &rows);
 	if (ml_tval_numel(y) == 0)
 		return 0;
-	ml_parallel_for(y->dims[0] * j.h, 4096 / (j.c * j.w + 1) + 1, dequant_rows, &j);
+	if (y->rank != 4)
+		ml_parallel_for(ml_tval_numel(y), 16384, dequant_flat, &j);
+	else
+		ml_parallel_for(rows * j.h, 4096 / (j.c * j.w + 1) + 1, dequant_rows, &j);
 	return 0;
 }
 
@@ -177,8 +221,28 @@ i2c_rows(void *ctx, int64_t b, int64_t e)
 			}
 		}
 		uint8_t *dst = j->a + r * j->kp, *rowend = dst + j->kp;
-		int64_t ix0 = ox * g->sw - g->pl;
+		int64_t ix0 = ox * g->sw - g->pl, iy0 = oy * g->sh - g->pt;
 		bool xin = g->dw == 1 && ix0 >= 0 && ix0 + g->kw <= g->w;
+		size_t wl = cb * (size_t)g->kw;
+		if (xin && wl <= 8 && iy0 >= 0 && iy0 + (g->kh - 1) * g->dh < g->h &&
+		    (int64_t)((size_t)(g->kh - 1) * wl) + 8 <= j->kp) {
+			/*
+			 * the whole window inside x, rows of at most 8 bytes (a
+			 * first convolution's few channels): one 8-byte move per
+			 * window row from one base, the bytes past each row
+			 * rewritten by the next
+			 */
+			const uint8_t *src = j->x + ((n * g->h + iy0) * g->w + ix0) * g->c;
+			int64_t rs = g->w * g->c * g->dh;
+			if (src + (g->kh - 1) * rs + 8 <= j->xend) {
+				for (int64_t ky = 0; ky < g->kh; ky++)
+					memcpy(dst + (size_t)ky * wl, src + ky * rs, 8);
+				dst += (size_t)g->kh * wl;
+				for (int64_t q = g->k; q < j->kp; q++)
+					*dst++ = 0;
+				continue;
+			}
+		}
 		for (int64_t ky = 0; ky < g->kh; ky++) {
 			int64_t iy = oy * g->sh - g->pt + ky * g->dh;
 			if (xin && iy >= 0 && iy < g->h) {
@@ -386,11 +450,81 @@ dw_rows_avx2(void *ctx, int64_t b, int64_t e)
 	ml_free(src);
 	ml_free(acc);
 }
+
+/*
+ * dw_rows_avx512: dw_rows_avx2 on the VNNI path: per 16 channels and tap
+ * pair, the two taps' uint8 inputs widened into the low and high int16 of
+ * 32-bit lanes against the same packed weight pairs, vpdpwssd adding both
+ * products into int32 (exact), and the epilogue on 16 lanes (cvtps rounds
+ * half to even, as dw_out does). Bit for bit dw_rows'.
+ */
+__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vnni"))) static void
+dw_rows_avx512(void *ctx, int64_t b, int64_t e)
+{
+	const struct dwjob *j = ctx;
+	const struct ml_q8_geom *g = j->g;
+	int64_t C = g->c, T = g->kh * g->kw, ntp = (T + 1) / 2, nb = C / 16, c0 = nb * 16;
+	const uint8_t **src = ml_malloc(sizeof *src * (size_t)(T + 1));
+	int32_t *acc = ml_malloc(sizeof(int32_t) * (size_t)(C - c0 + 1));
+	const __m512 vmax = _mm512_set1_ps(4e6f), vmin = _mm512_set1_ps(-4e6f);
+	const __m512i zy = _mm512_set1_epi32(g->yzero), lo = _mm512_set1_epi32(g->lo),
+		      hi = _mm512_set1_epi32(g->hi);
+
+	if (src == NULL || acc == NULL) {
+		ml_free(src);
+		ml_free(acc);
+		return;		/* checked by the caller's probe allocation */
+	}
+	for (int64_t r = b; r < e; r++) {
+		int64_t n = r / g->oh, oy = r % g->oh;
+		for (int64_t ox = 0; ox < g->ow; ox++) {
+			for (int64_t ky = 0; ky < g->kh; ky++) {
+				int64_t iy = oy * g->sh - g->pt + ky * g->dh;
+				for (int64_t kx = 0; kx < g->kw; kx++) {
+					int64_t ix = ox * g->sw - g->pl + kx * g->dw;
+					src[ky * g->kw + kx] =
+						iy < 0 || iy >= g->h || ix < 0 || ix >= g->w ? j->zrow :
+						j->x + ((n * g->h + iy) * g->w + ix) * C;
+				}
+			}
+			src[T] = src[T - 1];	/* the odd tap's partner, against zero weights */
+			uint8_t *y = j->y + ((n * g->oh + oy) * g->ow + ox) * C;
+			for (int64_t cb = 0; cb < nb; cb++) {
+				const int16_t *wp = j->wpk + cb * ntp * 32;
+				__m512i acc = _mm512_loadu_si512((const void *)(j->bias + cb * 16));
+				for (int64_t t = 0; t < ntp; t++, wp += 32) {
+					__m512i x0 = _mm512_cvtepu8_epi32(
+						_mm_loadu_si128((const __m128i *)(src[2 * t] + cb * 16)));
+					__m512i x1 = _mm512_cvtepu8_epi32(
+						_mm_loadu_si128((const __m128i *)(src[2 * t + 1] + cb * 16)));
+					acc = _mm512_dpwssd_epi32(acc, _mm512_or_si512(x0,
+								  _mm512_slli_epi32(x1, 16)),
+								  _mm512_loadu_si512((const void *)wp));
+				}
+				__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc),
+							 _mm512_loadu_ps(j->mult + cb * 16));
+				v = _mm512_max_ps(_mm512_min_ps(v, vmax), vmin);
+				__m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zy);
+				q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+				_mm_storeu_si128((__m128i *)(y + cb * 16), _mm512_cvtepi32_epi8(q));
+			}
+			if (c0 == C)
+				continue;
+			memcpy(acc, j->bias + c0, sizeof(int32_t) * (size_t)(C - c0));
+			for (int64_t t = 0; t < T; t++)
+				dw_tap(acc, src[t] + c0, j->w + t * C + c0, C - c0);
+			dw_out(y + c0, acc, j->mult + c0, C - c0, g->yzero, g->lo, g->hi);
+		}
+	}
+	ml_free(src);
+	ml_free(acc);
+}
 #endif
 
 /*
  * run_dw: the depthwise Q8Conv; on the AVX2 and VNNI paths with at least
- * 16 channels, dw_rows_avx2 over weights packed once per call.
+ * 16 channels, dw_rows_avx2 (dw_rows_avx512 on the VNNI path) over weights
+ * packed once per call.
  */
 static int
 run_dw(struct ml_opctx *c, const struct ml_q8_geom *g, const uint8_t *x, const int8_t *w)
@@ -406,7 +540,7 @@ run_dw(struct ml_opctx *c, const struct ml_q8_geom *g, const uint8_t *x, const i
 		if (wpk == NULL)
 			return nomem(c);
 		dw_pack(wpk, w, g->c, T);
-		rows = dw_rows_avx2;
+		rows = ml_q8_path() == ML_Q8_VNNI ? dw_rows_avx512 : dw_rows_avx2;
 	}
 #endif
 	uint8_t *zrow = ml_malloc((size_t)g->c + 16);
@@ -427,6 +561,20 @@ run_dw(struct ml_opctx *c, const struct ml_q8_geom *g, const uint8_t *x, const i
 	return 0;
 }
 
+/*
+ * w7_ok: the packed weights of a weight_bits 7 Q8Conv are in [-64, 63]
+ * (checked where the AVX2 path relies on it: a damaged model must not give
+ * saturated sums there and other bytes elsewhere).
+ */
+static bool
+w7_ok(const int8_t *restrict w, int64_t n)
+{
+	int bad = 0;
+	for (int64_t i = 0; i < n; i++)
+		bad |= w[i] < ML_Q8_W7MIN || w[i] > ML_Q8_W7MAX;
+	return bad == 0;
+}
+
 int
 ml_q8_run_conv(struct ml_opctx *c)
 {
@@ -440,8 +588,10 @@ ml_q8_run_conv(struct ml_opctx *c)
 		return 0;
 	if (g.group != 1)
 		return run_dw(c, &g, x, w);
+	if (g.w7 && ml_q8_path() == ML_Q8_AVX2 && !w7_ok(w, ml_q8_packed_len(g.k, g.m)))
+		return ml_opfail(c, ML_EINVAL, "weight_bits is 7 but a weight is outside [-64, 63]");
 	struct ml_q8_epi ep = { .bias = c->in[2]->data, .mult = c->in[3]->data, .yzero = g.yzero,
-				.lo = g.lo, .hi = g.hi, .f32out = g.f32out };
+				.lo = g.lo, .hi = g.hi, .f32out = g.f32out, .w7 = g.w7 };
 	int64_t kp = ml_q8_kpad(g.k);
 	const uint8_t *a = x;
 	int64_t lda = g.c;
@@ -456,7 +606,7 @@ ml_q8_run_conv(struct ml_opctx *c)
 			return nomem(c);
 		struct i2cjob ij = { .g = &g, .x = x, .xend = x + g.n * g.h * g.w * g.c, .a = buf,
 				     .kp = kp };
-		ml_parallel_for(P, 65536 / (kp + 1) + 1, i2c_rows, &ij);
+		ml_parallel_for(P, 16384 / (kp + 1) + 1, i2c_rows, &ij);
 		a = buf;
 		lda = kp;
 	}
@@ -517,6 +667,14 @@ struct pooljob {
 	int64_t h, w, c, oh, ow, kh, kw, sh, sw, pt, pl;
 };
 
+/* max_into: y = max(y, x) over C bytes (restrict: the uint8 pointers may alias anything) */
+static inline void
+max_into(uint8_t *restrict y, const uint8_t *restrict x, int64_t C)
+{
+	for (int64_t ch = 0; ch < C; ch++)
+		y[ch] = x[ch] > y[ch] ? x[ch] : y[ch];
+}
+
 Q8_CLONES static void
 maxpool_rows(void *ctx, int64_t b, int64_t e)
 {
@@ -535,9 +693,7 @@ maxpool_rows(void *ctx, int64_t b, int64_t e)
 					int64_t ix = ox * j->sw - j->pl + kx;
 					if (ix < 0 || ix >= j->w)
 						continue;
-					const uint8_t *xr = j->x + ((n * j->h + iy) * j->w + ix) * j->c;
-					for (int64_t ch = 0; ch < j->c; ch++)
-						yr[ch] = xr[ch] > yr[ch] ? xr[ch] : yr[ch];
+					max_into(yr, j->x + ((n * j->h + iy) * j->w + ix) * j->c, j->c);
 				}
 			}
 		}

@@ -4,10 +4,12 @@
  *
  * Activations between Q8 ops are uint8, channels last (NHWC, or [N, C] for a
  * matrix), with a per-tensor scale and zero point. Weights are int8, symmetric
- * per output channel, kept in 7 bits ([-64, 63]) so that AVX2's vpmaddubsw,
- * which adds two u8 x s8 products into a saturating int16, can never saturate
- * (2 * 255 * 64 < 32768); the VNNI and portable paths are exact for any int8
- * but get the same 7-bit weights, so every path computes the same integers.
+ * per output channel, in [-127, 127]; every path (VNNI's vpdpbusd, AVX2's
+ * vpmaddwd on operands widened to int16, portable C) sums the products
+ * exactly in int32, so every path computes the same integers. A Q8Conv
+ * of weight_bits 7 (mlquant --reduce-range) promises weights in [-64, 63],
+ * for which AVX2's faster vpmaddubsw (two u8 x s8 products into a
+ * saturating int16) cannot saturate (2 * 255 * 64 < 32768).
  */
 #ifndef ML_CPU_QUANT_Q8_H
 #define ML_CPU_QUANT_Q8_H
@@ -17,9 +19,12 @@
 /* Columns (output channels) per packed weight panel, and K bytes per group. */
 #define ML_Q8_NR 16
 #define ML_Q8_KG 4
-/* The weight range the packed GEMM relies on (see above). */
-#define ML_Q8_WMIN (-64)
-#define ML_Q8_WMAX 63
+/* The weight range the quantiser writes (see above). */
+#define ML_Q8_WMIN (-127)
+#define ML_Q8_WMAX 127
+/* ... and with weight_bits 7 */
+#define ML_Q8_W7MIN (-64)
+#define ML_Q8_W7MAX 63
 
 /* ml_q8_kpad: K rounded up to a multiple of ML_Q8_KG. */
 static inline int64_t
@@ -46,24 +51,28 @@ void ml_q8_pack(int8_t *dst, const int8_t *w, int64_t m, int64_t k);
  * struct ml_q8_epi: the epilogue fused into the GEMM. For output column j
  * and int32 sum acc: v = acc + bias[j]; with f32out y = v * mult[j] (float),
  * otherwise y = clamp(round(v * mult[j]) + yzero, lo, hi) as uint8
- * (round half to even).
+ * (round half to even). w7: the weights are in [ML_Q8_W7MIN, ML_Q8_W7MAX]
+ * (the AVX2 path may then use vpmaddubsw; weights outside would saturate it).
  */
 struct ml_q8_epi {
 	const int32_t *bias;
 	const float *mult;
 	int32_t yzero, lo, hi;
-	bool f32out;
+	bool f32out, w7;
 };
 
 /* Dispatch paths of ml_q8_gemm; ml_q8_path_ok says whether this CPU runs one. */
-enum ml_q8_path { ML_Q8_AUTO = 0, ML_Q8_C = 1, ML_Q8_AVX2 = 2, ML_Q8_VNNI = 3 };
+enum ml_q8_path { ML_Q8_AUTO = 0, ML_Q8_C = 1, ML_Q8_AVX2 = 2, ML_Q8_VNNI = 3, ML_Q8_AVXVNNI = 4 };
 bool ml_q8_path_ok(enum ml_q8_path p);
-/* ml_q8_path_name: "c", "avx2", "avx512vnni". */
+/*
+ * ml_q8_path_name: "c", "avx2", "avx512vnni", "avxvnni" (the ymm VNNI
+ * kernel: VEX-encoded on CPUs with AVX-VNNI, else EVEX on AVX-512 VNNI).
+ */
 const char *ml_q8_path_name(enum ml_q8_path p);
 /*
  * ml_q8_set_path: force a path for later calls (tests); AUTO picks the best
  * the CPU has. Returns false (and changes nothing) when the CPU lacks it.
- * ML_Q8_PATH=c|avx2|vnni in the environment does the same at first use.
+ * ML_Q8_PATH=c|avx2|vnni|avxvnni in the environment does the same at first use.
  */
 bool ml_q8_set_path(enum ml_q8_path p);
 enum ml_q8_path ml_q8_path(void);

@@ -558,13 +558,13 @@ body_silu(struct fb *b, const char **y)
 	return 0;
 }
 
-/* rank_of: the rank of input j, refusing the node when it is unknown or not 2 or 4. */
+/* rank_of: the rank of input j, refusing the node when it is unknown or not 2, 3 or 4. */
 static int
 rank_of(struct fb *b, int j, int *rank)
 {
 	const struct ml_tensor *t = tin(b, j);
-	if (t == NULL || (t->rank != 2 && t->rank != 4))
-		return notsup(b, "its input's rank is unknown or not 2 or 4");
+	if (t == NULL || t->rank < 2 || t->rank > 4)
+		return notsup(b, "its input's rank is unknown or not 2, 3 or 4");
 	*rank = t->rank;
 	return 0;
 }
@@ -623,9 +623,13 @@ body_q8_conv(struct fb *b, const char **y)
 	if (kh < 1 || kh > 64 || kw < 1 || kw > 64 || m < 1 || c < 1 || m > INT32_MAX ||
 	    c > INT32_MAX)
 		return notsup(b, "its kernel or channel counts are out of range");
+	if (rank == 3 && (x->dims[0] < 0 || x->dims[1] < 0))
+		return notsup(b, "its input [N, T, C] has an unknown N or T");
+	int64_t d0 = x->dims[0], d1 = rank == 3 ? x->dims[1] : 0;
 
+	/* a matrix, or a batch of them ([N, T, C]: N * T rows), as [rows, C, 1, 1] */
 	const char *xi = rank == 4 ? PERM(b, in_(b, 0), 0, 3, 1, 2) :
-		reshape(b, in_(b, 0), KI64(b, 0, 0, 1, 1));
+		reshape(b, in_(b, 0), KI64(b, -1, c, 1, 1));
 	if (pads[0] || pads[1] || pads[2] || pads[3])
 		xi = OP(b, "Pad", xi, KI64(b, 0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]),
 			ku8(b, xz));
@@ -651,7 +655,8 @@ body_q8_conv(struct fb *b, const char **y)
 	if (ml_attr_int(b->n, "out_float", 0) == 0)
 		f = requant(b, f, yz, ml_attr_int(b->n, "act_min", 0),
 			    ml_attr_int(b->n, "act_max", 255));
-	*y = rank == 4 ? PERM(b, f, 0, 2, 3, 1) : reshape(b, f, KI64(b, 0, -1));
+	*y = rank == 4 ? PERM(b, f, 0, 2, 3, 1) : rank == 3 ? reshape(b, f, KI64(b, d0, d1, m)) :
+	     reshape(b, f, KI64(b, 0, -1));
 	return 0;
 }
 

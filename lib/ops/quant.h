@@ -34,7 +34,7 @@ struct ml_q8_geom {
 	int64_t n, h, w, c, m, k, oh, ow, group;
 	int64_t kh, kw, sh, sw, dh, dw, pt, pl;
 	int32_t xzero, yzero, lo, hi;
-	bool f32out;
+	bool f32out, w7;	/* w7: weight_bits 7 (weights in [-64, 63]) */
 };
 int ml_q8_geom(struct ml_opctx *c, struct ml_q8_geom *g);
 int ml_q8_infer_conv(struct ml_opctx *c);

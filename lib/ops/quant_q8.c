@@ -1,14 +1,16 @@
 /*
  * quant_q8.c: definitions of the internal int8 ops (domain "ml", family
  * quant) that mlquant's integer form uses. Their activations are uint8,
- * channels last ([N, H, W, C], or [N, C]), with one scale and zero point per
+ * channels last ([N, H, W, C], or [N, C]), or [N, T, C] for a
+ * batch of matrices: rows are every dim but the last), with one scale and zero point per
  * tensor given as attributes; see lib/cpu/quant_q8.h for the weight layout.
  *
  *   Q8Quantize(x f32 [N,C(,H,W)]) -> u8 channels last   scale, zero_point
  *   Q8Dequantize(x u8 channels last) -> f32 [N,C(,H,W)] scale, zero_point
  *   Q8Conv(x, w i8 packed, bias i32 [M], mult f32 [M]) -> u8 [N,OH,OW,M] or [N,M]
  *       kernel_shape, strides, pads, dilations, group (1, or C for depthwise),
- *       x_zero_point, y_zero_point, act_min, act_max, out_float (f32 output)
+ *       x_zero_point, y_zero_point, act_min, act_max, out_float (f32 output),
+ *       weight_bits (8, or 7: the weights are in [-64, 63], see quant_q8.h)
  *   Q8Add(a, b) -> u8                                     a_scale, a_zero_point,
  *       b_scale, b_zero_point, y_scale, y_zero_point, act_min
  *   Q8MaxPool(x) -> u8                                    kernel_shape, strides, pads
@@ -73,18 +75,25 @@ ml_q8_geom(struct ml_opctx *c, struct ml_q8_geom *g)
 	g->lo = ml_attr_int(c->node, "act_min", 0);
 	g->hi = ml_attr_int(c->node, "act_max", 255);
 	g->f32out = ml_attr_int(c->node, "out_float", 0) != 0;
+	int64_t wb = ml_attr_int(c->node, "weight_bits", 8);
+	if (wb != 7 && wb != 8)
+		return ml_opfail(c, ML_EINVAL, "weight_bits must be 7 or 8");
+	g->w7 = wb == 7;
 	if (g->xzero < 0 || g->xzero > 255 || g->yzero < 0 || g->yzero > 255 || g->lo < 0 ||
 	    g->hi > 255 || g->lo > g->hi)
 		return ml_opfail(c, ML_EINVAL, "zero points and act_min/act_max must be in [0, 255]");
 	g->rank = x->rank;
 	if (x->rank < 0)
 		return 0;
-	if (x->rank != 2 && x->rank != 4)
-		return ml_opfail(c, ML_EINVAL, "x must be [N, C] or [N, H, W, C], not rank %d",
-				 x->rank);
+	if (x->rank < 2 || x->rank > 4)
+		return ml_opfail(c, ML_EINVAL, "x must be [N, C], [N, T, C] or [N, H, W, C], not "
+				 "rank %d", x->rank);
 	g->n = x->dims[0];
-	if (x->rank == 2) {
-		g->c = x->dims[1];
+	if (x->rank < 4) {
+		/* a matrix: the rows of [N, T, C] are N * T */
+		if (x->rank == 3)
+			g->n = x->dims[0] < 0 || x->dims[1] < 0 ? -1 : x->dims[0] * x->dims[1];
+		g->c = x->dims[x->rank - 1];
 		g->kh = g->kw = g->sh = g->sw = g->dh = g->dw = 1;
 		g->h = g->w = g->oh = g->ow = 1;
 	} else {
@@ -141,9 +150,11 @@ ml_q8_infer_conv(struct ml_opctx *c)
 		c->out[0]->rank = -1;
 		return 0;
 	}
-	if (g.rank == 2) {
-		int64_t d[2] = { g.n, g.m };
-		ml_set_shape(c->out[0], dt, 2, d);
+	if (g.rank < 4) {
+		const struct ml_tval *x = ML_IN(c, 0);
+		int64_t d[3] = { x->dims[0], x->dims[1], g.m };
+		d[g.rank - 1] = g.m;
+		ml_set_shape(c->out[0], dt, g.rank, d);
 	} else {
 		if (g.f32out)
 			return ml_opfail(c, ML_EINVAL, "out_float needs a matrix input");
@@ -187,7 +198,7 @@ check_zero_attr(struct ml_opctx *c, const char *name)
 	return 0;
 }
 
-/* Q8Quantize: [N, C, H, W] (or [N, C]) f32 to [N, H, W, C] uint8. */
+/* Q8Quantize: [N, C, H, W] f32 to [N, H, W, C] uint8; [N, C] and [N, T, C] keep their layout. */
 int
 ml_q8_infer_quant(struct ml_opctx *c)
 {
@@ -196,8 +207,8 @@ ml_q8_infer_quant(struct ml_opctx *c)
 	ML_TRY(need_dt(c, 0, ML_F32, "x"));
 	ML_TRY(check_scale_attr(c, "scale"));
 	ML_TRY(check_zero_attr(c, "zero_point"));
-	if (x->rank >= 0 && x->rank != 2 && x->rank != 4)
-		return ml_opfail(c, ML_EINVAL, "x must be rank 2 or 4");
+	if (x->rank >= 0 && (x->rank < 2 || x->rank > 4))
+		return ml_opfail(c, ML_EINVAL, "x must be rank 2, 3 or 4");
 	if (x->rank == 4) {
 		int64_t d[4] = { x->dims[0], x->dims[2], x->dims[3], x->dims[1] };
 		ml_set_shape(c->out[0], ML_U8, 4, d);
@@ -216,8 +227,8 @@ ml_q8_infer_dequant(struct ml_opctx *c)
 	ML_TRY(need_dt(c, 0, ML_U8, "x"));
 	ML_TRY(check_scale_attr(c, "scale"));
 	ML_TRY(check_zero_attr(c, "zero_point"));
-	if (x->rank >= 0 && x->rank != 2 && x->rank != 4)
-		return ml_opfail(c, ML_EINVAL, "x must be rank 2 or 4");
+	if (x->rank >= 0 && (x->rank < 2 || x->rank > 4))
+		return ml_opfail(c, ML_EINVAL, "x must be rank 2, 3 or 4");
 	if (x->rank == 4) {
 		int64_t d[4] = { x->dims[0], x->dims[3], x->dims[1], x->dims[2] };
 		ml_set_shape(c->out[0], ML_F32, 4, d);

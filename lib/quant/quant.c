@@ -128,13 +128,28 @@ l_conv(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L
 	return L_NONE;
 }
 
-/* Gemm without transA, alpha or beta, with a rank-1 constant bias; MatMul of rank 2. */
+/*
+ * Gemm without transA, alpha or beta, with a rank-1 constant bias; MatMul
+ * of an x of rank 2 or 3 (the leading dims as rows); FusedMatMul as
+ * unfuse.c leaves it (x of rank 2 or 3, a constant bias of N, no residual,
+ * no activation, B not packed).
+ */
 static enum lkind
 l_gemm(const struct ml_graph *g, const struct ml_node *n, int x, struct layer *L)
 {
-	int w = n->n_in > 1 ? n->in[1] : -1;
-	if (!is_const_f32(g, w) || ml_graph_t(g, w)->rank != 2 || ml_graph_t(g, x)->rank != 2)
+	int w = n->n_in > 1 ? n->in[1] : -1, xr = ml_graph_t(g, x)->rank;
+	if (!is_const_f32(g, w) || ml_graph_t(g, w)->rank != 2 ||
+	    (xr != 2 && !(xr == 3 && n->op != ML_OP_GEMM)))
 		return L_NONE;
+	if (n->op == ML_OP_FUSED_MATMUL) {
+		int b = n->n_in > 2 ? n->in[2] : -1;
+		if (n->n_in > 3 || strcmp(ml_attr_str(n, "activation", ""), "") != 0 ||
+		    ml_attr_find(n, "packed_n") != NULL ||
+		    (b >= 0 && (!is_const_f32(g, b) || ml_graph_t(g, b)->rank != 1 ||
+				dimof(g, b, 0) != dimof(g, w, 1))))
+			return L_NONE;
+		return L_GEMM;
+	}
 	if (n->op != ML_OP_GEMM)
 		return L_GEMM;
 	if (ml_attr_int(n, "transA", 0) != 0 || ml_attr_float(n, "alpha", 1) != 1 ||
@@ -412,8 +427,8 @@ get_q8(struct rw *r, int t)
 
 /*
  * quant_weights: per output channel m of w (viewed [m][k] through index
- * function idx), int8 values into wq (m * k), scales into ws. The integer
- * form keeps 7 bits (see quant_q8.h); pow2 puts values on 0, +-2^i.
+ * function idx), int8 values in [-qmax, qmax] into wq (m * k), scales
+ * into ws; pow2 puts values on 0, +-2^i.
  */
 static void
 quant_weights(const float *w, int64_t m, int64_t k, int64_t (*idx)(int64_t, int64_t, const int64_t *),
@@ -562,7 +577,7 @@ emit_q8conv(struct rw *r, struct layer *L, struct ml_quant_layer *rep)
 		return xq;
 	n = &q->nodes[L->node];	/* get_q8 may add a node, which may move the nodes */
 	struct qp xp = r->qpar[x];
-	if ((rc = weights_of(r, L, ML_Q8_WMAX, &W)) < 0)
+	if ((rc = weights_of(r, L, r->o->reduce_range ? ML_Q8_W7MAX : ML_Q8_WMAX, &W)) < 0)
 		goto out;
 	const float *b = bias_of(r, L);
 	int32_t *bias = ml_malloc(sizeof(int32_t) * (size_t)W.m + 1);
@@ -633,6 +648,8 @@ emit_q8conv(struct rw *r, struct layer *L, struct ml_quant_layer *rep)
 			ml_node_set_int(q, ni, "group", W.m);
 	}
 	ml_node_set_int(q, ni, "x_zero_point", xp.zero);
+	if (r->o->reduce_range)
+		ml_node_set_int(q, ni, "weight_bits", 7);
 	if (f32out) {
 		ml_node_set_int(q, ni, "out_float", 1);
 	} else {
@@ -1269,6 +1286,106 @@ out:
 	return rc;
 }
 
+/* ---- whole-model latency, for --budget's never-slower rule ---- */
+
+static int
+lat_session(struct ml_session **s, struct ml_graph **gx, const struct ml_graph *g,
+	    const struct ml_calib *cal, struct ml_err *e)
+{
+	ML_TRY(mlq_copy_graph(gx, g, e));
+	ML_TRY(ml_session_new(s, *gx, NULL, e));
+	for (int i = 0; i < (*gx)->n_inputs; i++)
+		ML_TRY(ml_session_set_input(*s, ml_graph_t(*gx, (*gx)->inputs[i])->name, &cal->b[i],
+					    e));
+	return ml_session_run(*s, e);	/* the warm-up */
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* timed: the median of k runs of s in ms (*ms) */
+static int
+timed(struct ml_session *s, int k, double *ms, struct ml_err *e)
+{
+	double v[64];
+	for (int i = 0; i < k; i++) {
+		double t0 = ml_now();
+		ML_TRY(ml_session_run(s, e));
+		v[i] = (ml_now() - t0) * 1e3;
+	}
+	qsort(v, (size_t)k, sizeof v[0], cmp_double);
+	*ms = v[k / 2];
+	return 0;
+}
+
+int
+ml_quant_latency(void *ctx, const struct ml_graph *f, const struct ml_graph *q,
+		 const struct ml_calib *cal, double *ms_f, double *ms_q, struct ml_err *e)
+{
+	enum { ROUNDS = 7 };
+	struct ml_graph *gf = NULL, *gq = NULL;
+	struct ml_session *sf = NULL, *sq = NULL;
+	double rf[ROUNDS], rq[ROUNDS], t0 = 0, t1 = 0;
+	int rc;
+
+	(void)ctx;
+	*ms_f = *ms_q = 0;
+	if ((rc = lat_session(&sf, &gf, f, cal, e)) < 0 || (rc = lat_session(&sq, &gq, q, cal, e)) < 0)
+		goto out;
+	/* runs per round: about 20 ms of the float model, 3 to 31 */
+	if ((rc = timed(sf, 1, &t0, e)) < 0 || (rc = timed(sq, 1, &t1, e)) < 0)
+		goto out;
+	int k = (int)ML_MIN(31.0, ML_MAX(3.0, 20.0 / (t0 + t1 + 1e-3)));
+	for (int r = 0; r < ROUNDS; r++)
+		if ((rc = timed(sf, k, &rf[r], e)) < 0 || (rc = timed(sq, k, &rq[r], e)) < 0)
+			goto out;
+	qsort(rf, ROUNDS, sizeof rf[0], cmp_double);
+	qsort(rq, ROUNDS, sizeof rq[0], cmp_double);
+	*ms_f = rf[ROUNDS / 2];
+	*ms_q = rq[ROUNDS / 2];
+out:
+	ml_session_free(sf);
+	ml_session_free(sq);
+	ml_graph_free(gf);
+	ml_graph_free(gq);
+	return rc;
+}
+
+/*
+ * never_slower: --budget's last step: the whole quantised model *out
+ * against g0 (the graph as given); when it is not faster, *out becomes a
+ * copy of g0 and every layer of the report goes back to float.
+ */
+static int
+never_slower(struct ml_graph **out, const struct ml_graph *g0, const struct ml_calib *cal,
+	     const struct ml_quant_opts *o, struct ml_quant_report *rep, struct ml_err *e)
+{
+	double mf = 0, mq = 0;
+	int rc = o->latency != NULL ? o->latency(o->latency_ctx, g0, *out, cal, &mf, &mq, e) :
+		 ml_quant_latency(NULL, g0, *out, cal, &mf, &mq, e);
+	if (rc < 0)
+		return rc;
+	rep->ms_f32 = mf;
+	rep->ms_q = mq;
+	if (mq < mf)
+		return 0;
+	struct ml_graph *c = NULL;
+	ML_TRY(mlq_copy_graph(&c, g0, e));
+	ml_graph_free(*out);
+	*out = c;
+	rep->kept_f32 = true;
+	rep->bytes_out = rep->bytes_in;
+	for (int i = 0; i < rep->n; i++) {
+		rep->layers[i].quantized = false;
+		snprintf(rep->layers[i].why, sizeof rep->layers[i].why, "int8 model not faster");
+	}
+	return 0;
+}
+
 /*
  * ---- quantisation-aware training (lib/quant/qat.c) ----
  * mlq_qat_strip: for a g with FakeQuant nodes, *out is a copy without them
@@ -1296,6 +1413,7 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 	struct mq_stat *st = NULL, *qst = NULL;
 	struct ml_graph *gq = NULL, *gu = NULL;
 	struct ml_quant_report tmp = { 0 };
+	const struct ml_graph *g0 = g;
 	bool *onv = NULL;
 	int rc;
 
@@ -1388,6 +1506,7 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 		rep->bytes_out = const_bytes(*out);
 		ml_progress_report(o->progress, "budget search", rep->rounds, 0);
 	}
+	rc = never_slower(out, g0, cal, o, rep, e);
 out:
 	if (rc < 0) {
 		ml_graph_free(*out);

@@ -4,10 +4,14 @@
 # MobileNet-V2; Fashion-MNIST MLP and CNN accuracy in fp32 and int8 (the
 # MLP and LeNet of examples/, trained here by mltrain for 2 epochs); the QDQ export checked by onnx.checker and run in ONNX Runtime
 # against mlrun. Called by tests/bench/run.sh; prints tables, writes
-# WORK/bench_quant.json. Targets: latency ratio <= 0.5 (ResNet-18,
-# MobileNet-V2), every model no slower in int8, size ratio <= 0.3, accuracy
-# loss <= 0.3 points.
-# Usage: bench_quant.py --bin DIR --work DIR --models DIR [--ort-python PY] [--repeat N]
+# WORK/bench_quant.json. Targets: latency ratio <= 0.5 and top-1 agreement
+# >= 0.98 (ResNet-18, MobileNet-V2, the encoder), every model no slower in
+# int8, size ratio <= 0.3, accuracy loss <= 0.3 points.
+# The zoo table: int8 against fp32 on ResNet-18, MobileNet-V2 and the encoder,
+# ours and ORT's int8 (quantize_static) in the same interleaved rounds, with
+# the CPU, the load average and top-1 agreement on 50 random inputs.
+# Usage: bench_quant.py --bin DIR --work DIR --models DIR [--ort-python PY]
+#        [--ort-path DIR] [--repeat N] [--rounds N] [--only zoo|fashion|qdq]
 import argparse
 import gzip
 import json
@@ -62,10 +66,110 @@ def input_name(onnx_path):
     return [i.name for i in m.graph.input if i.name not in inits][0]
 
 
+ORT_WORKER = r"""
+import json, sys, time, numpy as np, onnxruntime as ort
+cmd = sys.argv[1]
+so = ort.SessionOptions()
+so.intra_op_num_threads = 2
+so.inter_op_num_threads = 1
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+if cmd == "quantize":
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    src, dst, cal = sys.argv[2], sys.argv[3], np.load(sys.argv[4])
+    name = ort.InferenceSession(src, providers=["CPUExecutionProvider"]).get_inputs()[0].name
+    class R(CalibrationDataReader):
+        def __init__(s):
+            s.it = iter([{name: cal[i:i + 1]} for i in range(len(cal))])
+        def get_next(s):
+            return next(s.it, None)
+    quantize_static(src, dst, R(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+elif cmd == "time":
+    # one round: the median of `repeat` runs of each model, fp32 first
+    x, repeat, out = np.load(sys.argv[2]), int(sys.argv[3]), {}
+    for tag, path in (("f32", sys.argv[4]), ("int8", sys.argv[5])):
+        s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        feed = {s.get_inputs()[0].name: x}
+        for _ in range(3):
+            s.run(None, feed)
+        t = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            s.run(None, feed)
+            t.append((time.perf_counter() - t0) * 1e3)
+        out[tag] = sorted(t)[len(t) // 2]
+    print(json.dumps(out))
+elif cmd == "outputs":
+    xs, res = np.load(sys.argv[2]), {}
+    for tag, path in (("f32", sys.argv[4]), ("int8", sys.argv[5])):
+        s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        n = s.get_inputs()[0].name
+        res[tag] = np.stack([s.run(None, {n: xs[i:i + 1]})[0][0] for i in range(len(xs))])
+    np.savez(sys.argv[3], **res)
+"""
+
+
+def ort_call(a, args):
+    env = dict(os.environ)
+    if a.ort_path:
+        env["PYTHONPATH"] = a.ort_path + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return run([a.ort_python, "-c", ORT_WORKER] + args, env=env)
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def cpu_name():
+    isa = []
+    name = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and name == "?":
+                    name = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    fl = line.split(":", 1)[1].split()
+                    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16")
+                           if f in fl]
+                    break
+    except OSError:
+        pass
+    return "%s (%s)" % (name, " ".join(isa))
+
+
+def top1(y):
+    """the top-1 index of each sample (and, for a sequence output, of each token)"""
+    return y.reshape(-1, y.shape[-1]).argmax(-1)
+
+
+def our_outputs(a, model, iname, xs, w, tag):
+    """the first output of mlrun on each sample of xs (one run per sample: the zoo's
+    models have a batch of 1)"""
+    ys = []
+    for i in range(len(xs)):
+        np.save(os.path.join(w, "s.npy"), xs[i:i + 1])
+        o = outputs(a.bin, model, {iname: os.path.join(w, "s.npy")},
+                    os.path.join(w, "o%s%d" % (tag, i)))
+        ys.append(o[sorted(o)[0]][0])
+    return np.stack(ys)
+
+
 def zoo(a, res):
-    print("%-14s %9s %9s %7s %11s %11s %7s %9s" % ("model", "fp32 ms", "int8 ms", "ratio",
-                                                   "fp32 bytes", "int8 bytes", "size", "SQNR dB"))
-    for name in ["resnet18", "mobilenet_v2"]:
+    """int8 against fp32, ours (mlopt -O2, then mlquant static min-max) and ORT's
+    (quantize_static, QDQ, per channel, on the same ONNX), timed in interleaved rounds
+    (each round: mlrun fp32, mlrun int8, ORT fp32 and int8), the median of the round
+    medians; top-1 agreement of int8 with fp32 on 50 random inputs."""
+    print("CPU: %s; load average before: %s" % (cpu_name(), loadavg()))
+    print("%-14s %8s %8s %6s %8s %8s %6s %6s %6s %8s %7s" % (
+        "model", "fp32 ms", "int8 ms", "ratio", "ORT f32", "ORT int8", "ratio", "top1",
+        "ORTtop1", "SQNR dB", "size"))
+    for name in ["resnet18", "mobilenet_v2", "transformer"]:
         d = os.path.join(a.models, name)
         onnx_path = os.path.join(d, "model.onnx")
         if not os.path.exists(onnx_path):
@@ -75,25 +179,59 @@ def zoo(a, res):
         os.makedirs(w, exist_ok=True)
         f32 = os.path.join(w, "f32.mlg")
         q8 = os.path.join(w, "int8.mlg")
-        run([os.path.join(a.bin, "mlconvert"), onnx_path, "-o", f32])
-        x = np.load(os.path.join(d, "input.npy"))
-        rs = np.random.RandomState(0)
-        cal = np.concatenate([x + 0.25 * rs.randn(*x.shape).astype(np.float32) for _ in range(8)])
-        np.save(os.path.join(w, "cal.npy"), cal.astype(np.float32))
+        run([os.path.join(a.bin, "mlopt"), "-O2", onnx_path, "-o", f32])
+        x = np.load(os.path.join(d, "input.npy")).astype(np.float32)
+        cal = np.random.RandomState(1).standard_normal((16,) + x.shape[1:]).astype(np.float32)
+        xs = np.random.RandomState(2).standard_normal((50,) + x.shape[1:]).astype(np.float32)
+        np.save(os.path.join(w, "cal.npy"), cal)
+        np.save(os.path.join(w, "rand50.npy"), xs)
         run([os.path.join(a.bin, "mlquant"), "-c", os.path.join(w, "cal.npy"), f32, "-o", q8])
         iname = input_name(onnx_path)
         inp = (iname, os.path.join(d, "input.npy"))
-        t32, t8 = latency_pair(a.bin, f32, q8, inp, a.repeat)
-        o32 = outputs(a.bin, f32, {iname: inp[1]}, os.path.join(w, "o32"))
-        o8 = outputs(a.bin, q8, {iname: inp[1]}, os.path.join(w, "o8"))
-        k = sorted(o32)[0]
-        s32, s8 = os.path.getsize(f32), os.path.getsize(q8)
-        r = {"fp32_ms": t32, "int8_ms": t8, "latency_ratio": t8 / t32, "fp32_bytes": s32,
-             "int8_bytes": s8, "size_ratio": s8 / s32, "sqnr_db": sqnr(o32[k], o8[k]),
-             "top1_agree": bool(o32[k].argmax() == o8[k].argmax())}
+        ortq = os.path.join(w, "ort_int8.onnx")
+        ort_ok = False
+        if a.ort_python:
+            try:
+                ort_call(a, ["quantize", onnx_path, ortq, os.path.join(w, "cal.npy")])
+                ort_ok = True
+            except subprocess.CalledProcessError as ex:
+                print("%-14s ORT quantize_static failed: %s" % (
+                    name, (ex.stderr.strip().splitlines() or ["?"])[-1]))
+        t32, t8, o32t, o8t = [], [], [], []
+        reps = a.repeat * (20 if name == "transformer" else 1)
+        for _ in range(a.rounds):
+            t32.append(latency(a.bin, f32, inp, reps))
+            t8.append(latency(a.bin, q8, inp, reps))
+            if ort_ok:
+                r = json.loads(ort_call(a, ["time", inp[1], str(reps), onnx_path, ortq]).stdout)
+                o32t.append(r["f32"])
+                o8t.append(r["int8"])
+        y32 = our_outputs(a, f32, iname, xs, w, "f")
+        y8 = our_outputs(a, q8, iname, xs, w, "q")
+        r = {"fp32_ms": statistics.median(t32), "int8_ms": statistics.median(t8),
+             "fp32_bytes": os.path.getsize(f32), "int8_bytes": os.path.getsize(q8),
+             "sqnr_db": sqnr(y32, y8),
+             "top1_agree": float((top1(y32) == top1(y8)).mean()),
+             "rounds_fp32_ms": t32, "rounds_int8_ms": t8}
+        r["latency_ratio"] = r["int8_ms"] / r["fp32_ms"]
+        r["size_ratio"] = r["int8_bytes"] / r["fp32_bytes"]
+        if ort_ok:
+            r["ort_fp32_ms"] = statistics.median(o32t)
+            r["ort_int8_ms"] = statistics.median(o8t)
+            r["ort_ratio"] = r["ort_int8_ms"] / r["ort_fp32_ms"]
+            ort_call(a, ["outputs", os.path.join(w, "rand50.npy"), os.path.join(w, "ort.npz"),
+                         onnx_path, ortq])
+            z = np.load(os.path.join(w, "ort.npz"))
+            r["ort_top1_agree"] = float((top1(z["f32"]) == top1(z["int8"])).mean())
         res[name] = r
-        print("%-14s %9.2f %9.2f %7.3f %11d %11d %7.3f %9.1f" % (
-            name, t32, t8, r["latency_ratio"], s32, s8, r["size_ratio"], r["sqnr_db"]))
+        na = "%8s" % "-"
+        print("%-14s %8.3f %8.3f %6.3f %s %s %6s %6.3f %6s %8.1f %7.3f" % (
+            name, r["fp32_ms"], r["int8_ms"], r["latency_ratio"],
+            "%8.3f" % r["ort_fp32_ms"] if ort_ok else na,
+            "%8.3f" % r["ort_int8_ms"] if ort_ok else na,
+            "%6.3f" % r["ort_ratio"] if ort_ok else "-", r["top1_agree"],
+            "%6.3f" % r["ort_top1_agree"] if ort_ok else "-", r["sqnr_db"], r["size_ratio"]))
+    print("load average after: %s" % loadavg())
 
 
 def idx(path):
@@ -152,7 +290,7 @@ def qdq(a, res):
     q = os.path.join(w, "qdq.mlg")
     qo = os.path.join(w, "qdq.onnx")
     run([os.path.join(a.bin, "mlquant"), "--qdq", "-c", os.path.join(w, "cal.npy"),
-         os.path.join(w, "f32.mlg"), "-o", q])
+         os.path.join(d, "model.onnx"), "-o", q])
     run([os.path.join(a.bin, "mlconvert"), q, "-o", qo])
     r = {"checker": "ok"}
     try:
@@ -190,22 +328,35 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--ort-python")
+    ap.add_argument("--ort-path", help="prepended to PYTHONPATH for ORT (its quantization "
+                    "tools need onnx >= 1.14 and ml_dtypes)")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", choices=("zoo", "fashion", "qdq"),
+                    help="run only that part: the int8 against fp32 table, Fashion-MNIST "
+                    "accuracy, or the QDQ export")
     a = ap.parse_args()
     a.work = os.path.join(a.work, "quant")
     os.makedirs(a.work, exist_ok=True)
     res = {}
-    zoo(a, res)
-    fashion(a, res)
-    qdq(a, res)
+    if a.only in (None, "zoo"):
+        zoo(a, res)
+    if a.only in (None, "fashion"):
+        fashion(a, res)
+    if a.only in (None, "qdq"):
+        qdq(a, res)
     ok = True
     print("targets:")
-    for k in ("resnet18", "mobilenet_v2"):
+    for k in ("resnet18", "mobilenet_v2", "transformer"):
         if k in res:
             t = res[k]["latency_ratio"] <= 0.5
             ok &= t
             print("  %-14s latency ratio %.3f <= 0.5: %s" % (k, res[k]["latency_ratio"],
                                                            "yes" if t else "NO"))
+            t = res[k]["top1_agree"] >= 0.98
+            ok &= t
+            print("  %-14s top-1 agreement %.3f >= 0.98: %s" % (k, res[k]["top1_agree"],
+                                                              "yes" if t else "NO"))
     for k, r in res.items():
         if "latency_ratio" in r:
             t = r["latency_ratio"] <= 1.0

@@ -168,7 +168,8 @@ out:
 }
 
 /*
- * conv_case: Q8Conv of x [n, h, w, c] (h = w = 0: a matrix [n, c]) to m
+ * conv_case: Q8Conv of x [n, h, w, c] (h = w = 0: a matrix [n, c]; h < 0:
+ * a batch of matrices [n, -h, c]) to m
  * channels, kernel k, stride s, pad p, dilation d, depthwise when dw.
  */
 static void
@@ -178,9 +179,11 @@ conv_case(int64_t n, int64_t h, int64_t w, int64_t c, int64_t m, int64_t k, int6
 {
 	struct qc q;
 	qc_init(&q);
-	bool mat = h == 0;
+	bool mat = h <= 0;
 	int64_t kk = mat ? c : dw ? k * k : k * k * c;
-	if (mat)
+	if (h < 0)
+		qc_x(&q, "x", ML_U8, 3, (const int64_t[]){ n, -h, c });
+	else if (mat)
 		qc_x(&q, "x", ML_U8, 2, (const int64_t[]){ n, c });
 	else
 		qc_x(&q, "x", ML_U8, 4, (const int64_t[]){ n, h, w, c });
@@ -233,24 +236,29 @@ conv_case(int64_t n, int64_t h, int64_t w, int64_t c, int64_t m, int64_t k, int6
 static void
 qdq_cases(void)
 {
-	for (int rank = 2; rank <= 4; rank += 2) {
-		const int64_t d4[] = { 2, 5, 7, 3 }, d2[] = { 3, 37 };
+	for (int rank = 2; rank <= 4; rank++) {
+		const int64_t d4[] = { 2, 5, 7, 3 }, d2[] = { 3, 37 }, d3[] = { 2, 3, 37 };
+		char what[64];
 		struct qc q;
 		qc_init(&q);
-		qc_x(&q, "x", ML_F32, rank, rank == 4 ? d4 : d2);
+		qc_x(&q, "x", ML_F32, rank, rank == 4 ? d4 : rank == 3 ? d3 : d2);
 		const char *in[] = { "x" };
 		int ni = qc_node(&q, "Q8Quantize", 1, in);
 		ml_node_set_float(q.g, ni, "scale", 0.0237);
 		ml_node_set_int(q.g, ni, "zero_point", 119);
-		qc_check(&q, rank == 4 ? "Q8Quantize f32[2,5,7,3] (NaN, inf)" : "Q8Quantize f32[3,37]");
+		snprintf(what, sizeof what, "Q8Quantize f32%s", rank == 4 ? "[2,5,7,3] (NaN, inf)" :
+			 rank == 3 ? "[2,3,37]" : "[3,37]");
+		qc_check(&q, what);
 
 		const int64_t e4[] = { 2, 7, 3, 5 };
 		qc_init(&q);
-		qc_x(&q, "x", ML_U8, rank, rank == 4 ? e4 : d2);
+		qc_x(&q, "x", ML_U8, rank, rank == 4 ? e4 : rank == 3 ? d3 : d2);
 		ni = qc_node(&q, "Q8Dequantize", 1, in);
 		ml_node_set_float(q.g, ni, "scale", 0.0137);
 		ml_node_set_int(q.g, ni, "zero_point", 77);
-		qc_check(&q, rank == 4 ? "Q8Dequantize u8[2,7,3,5]" : "Q8Dequantize u8[3,37]");
+		snprintf(what, sizeof what, "Q8Dequantize u8%s", rank == 4 ? "[2,7,3,5]" :
+			 rank == 3 ? "[2,3,37]" : "[3,37]");
+		qc_check(&q, what);
 	}
 }
 
@@ -312,11 +320,15 @@ main(void)
 	conv_case(2, 7, 7, 20, 33, 1, 1, 0, 1, false, 0, 5, 5, 200, false);
 	conv_case(1, 9, 9, 5, 17, 3, 1, 2, 2, false, 200, 30, 30, 255, false);
 	conv_case(1, 12, 12, 8, 16, 5, 2, 2, 1, false, 9, 0, 0, 255, false);
+	conv_case(2, 28, 28, 1, 6, 5, 1, 2, 1, false, 31, 3, 0, 255, false);	/* LeNet's first */
+	conv_case(1, 15, 13, 2, 5, 3, 2, 1, 1, false, 0, 7, 0, 255, false);
 	conv_case(2, 10, 9, 16, 16, 3, 1, 1, 1, true, 0, 0, 0, 255, false);
 	conv_case(1, 11, 11, 21, 21, 3, 2, 1, 1, true, 113, 70, 0, 180, false);
 	conv_case(1, 9, 9, 32, 32, 3, 1, 2, 2, true, 4, 128, 0, 255, false);
 	conv_case(3, 0, 0, 37, 10, 1, 1, 0, 1, false, 7, 0, 0, 255, true);
 	conv_case(4, 0, 0, 64, 19, 1, 1, 0, 1, false, 0, 128, 0, 255, false);
+	conv_case(2, -5, 0, 36, 21, 1, 1, 0, 1, false, 3, 0, 0, 255, true);
+	conv_case(3, -4, 0, 64, 40, 1, 1, 0, 1, false, 0, 100, 100, 255, false);
 	other_cases();
 	printf("1..%d\n", ntest);
 	return nfail == 0 ? 0 : 1;

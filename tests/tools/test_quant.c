@@ -2,9 +2,10 @@
  * test_quant.c: TAP tests of the int8 engine (lib/cpu/quant_gemm.c): the
  * packed u8 x s8 GEMM with its fused epilogue against a plain integer
  * reference, on random and odd shapes, on every dispatch path this CPU
- * has (the AVX-512 VNNI path is skipped where the CPU lacks it), and on
- * saturation edge cases (all-255 activations against the extreme 7-bit
- * weights, which would saturate vpmaddubsw with 8-bit weights); and the
+ * has (a path is skipped where the CPU lacks it), and on saturation edge
+ * cases (all-255 activations against pairs of equal extreme weights, 127
+ * and -128, whose products would saturate an int16 pair sum such as
+ * vpmaddubsw's); and the
  * depthwise Q8Conv on every path (the AVX2 kernel on the AVX2 and VNNI
  * paths, the portable loop on the C path) against a direct reference.
  */
@@ -57,7 +58,11 @@ ref_gemm(int64_t p, int64_t m, int64_t k, const uint8_t *a, int64_t lda, const i
 		}
 }
 
-/* one_case: p x m x k with fill mode (0 random, 1 saturating extremes); true when equal. */
+/*
+ * one_case: p x m x k with fill mode (0 random, 1 saturating extremes;
+ * 2 and 3 the same in 7 bits, with ep.w7: 3 is all-255 activations against
+ * pairs of -64 and of 63); true when equal.
+ */
 static bool
 one_case(int64_t p, int64_t m, int64_t k, int mode, bool f32out)
 {
@@ -73,18 +78,29 @@ one_case(int64_t p, int64_t m, int64_t k, int mode, bool f32out)
 
 	for (int64_t i = 0; i < p; i++)
 		for (int64_t q = 0; q < lda; q++)
-			a[i * lda + q] = q >= k ? (uint8_t)rnd() : mode ? 255 : (uint8_t)rnd();
+			a[i * lda + q] = q >= k ? (uint8_t)rnd() : mode & 1 ? 255 : (uint8_t)rnd();
 	for (int64_t i = 0; i < m * k; i++)
-		w[i] = mode ? (int8_t)((i & 1) ? ML_Q8_WMIN : ML_Q8_WMAX) :
-			      (int8_t)(ML_Q8_WMIN + (int)(rnd() % (ML_Q8_WMAX - ML_Q8_WMIN + 1)));
+		if (mode == 1)
+			w[i] = (int8_t)((i / 2 & 1) ? INT8_MIN : INT8_MAX);
+		else if (mode == 3)
+			w[i] = (int8_t)((i / 2 & 1) ? ML_Q8_W7MIN : ML_Q8_W7MAX);
+		else if (mode == 2)
+			w[i] = (int8_t)(ML_Q8_W7MIN + (int)(rnd() % (ML_Q8_W7MAX - ML_Q8_W7MIN + 1)));
+		else
+			w[i] = (int8_t)(ML_Q8_WMIN + (int)(rnd() % (ML_Q8_WMAX - ML_Q8_WMIN + 1)));
 	for (int64_t j = 0; j < m; j++) {
 		bias[j] = (int32_t)(rnd() % 20001) - 10000;
-		mult[j] = mode ? 1e-3f : (float)(rnd() % 1000 + 1) * 1e-6f;
+		/* saturating modes: every other column's scale (+-1e5) takes v past int32 */
+		mult[j] = mode & 1 ? (j % 2 ? 1e-3f : j % 4 ? -1e5f : 1e5f) :
+			  (float)(rnd() % 1000 + 1) * 1e-6f;
 	}
 	struct ml_q8_epi ep = { .bias = bias, .mult = mult, .yzero = (int32_t)(rnd() % 256),
-				.lo = 0, .hi = 255, .f32out = f32out };
-	if (rnd() % 2)
-		ep.lo = ep.yzero, ep.hi = 255 - (int32_t)(rnd() % 40);
+				.lo = 0, .hi = 255, .f32out = f32out, .w7 = mode >= 2 };
+	if (rnd() % 2) {
+		int32_t hi = 255 - (int32_t)(rnd() % 40);
+		ep.lo = ep.yzero;
+		ep.hi = ML_MAX(ep.lo, hi);	/* lo <= hi, as Q8Conv requires */
+	}
 	ml_q8_pack(bp, w, m, k);
 	ml_q8_gemm(p, m, kp, a, lda, bp, &ep, y, m);
 	ref_gemm(p, m, k, a, lda, w, &ep, yr);
@@ -95,6 +111,13 @@ one_case(int64_t p, int64_t m, int64_t k, int mode, bool f32out)
 		}
 	} else {
 		same = memcmp(y, yr, (size_t)(p * m)) == 0;
+		for (int64_t i = 0; i < p * m && !same; i++)
+			if (((uint8_t *)y)[i] != ((uint8_t *)yr)[i]) {
+				printf("# first difference: [%lld, %lld] %d, want %d\n",
+				       (long long)(i / m), (long long)(i % m), ((uint8_t *)y)[i],
+				       ((uint8_t *)yr)[i]);
+				break;
+			}
 	}
 	free(a);
 	free(w);
@@ -206,7 +229,7 @@ dw_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k
 int
 main(void)
 {
-	static const enum ml_q8_path paths[] = { ML_Q8_C, ML_Q8_AVX2, ML_Q8_VNNI };
+	static const enum ml_q8_path paths[] = { ML_Q8_C, ML_Q8_AVX2, ML_Q8_VNNI, ML_Q8_AVXVNNI };
 	static const int64_t shapes[][3] = {
 		{ 1, 1, 1 }, { 1, 16, 4 }, { 3, 5, 7 }, { 4, 16, 64 }, { 17, 33, 27 },
 		{ 64, 64, 147 }, { 65, 100, 9 }, { 130, 17, 300 }, { 7, 1000, 512 }, { 200, 64, 576 },
@@ -214,34 +237,36 @@ main(void)
 	int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
 	char what[160];
 
-	printf("1..%d\n", 3 * (nshapes * 2 + 3) + 3 * 7 + 2);	/* 7: the depthwise cases */
-	for (int pi = 0; pi < 3; pi++) {
+	printf("1..%d\n", 4 * (nshapes * 4 + 6) + 4 * 7 + 2);	/* 7: the depthwise cases */
+	for (int pi = 0; pi < 4; pi++) {
 		enum ml_q8_path p = paths[pi];
 		bool have = ml_q8_set_path(p);
 		for (int s = 0; s < nshapes; s++)
-			for (int f = 0; f < 2; f++) {
-				snprintf(what, sizeof what, "%s gemm %lldx%lldx%lld %s", ml_q8_path_name(p),
+			for (int f = 0; f < 4; f++) {	/* f & 1: f32 out; f & 2: 7-bit weights */
+				snprintf(what, sizeof what, "%s gemm %lldx%lldx%lld %s%s", ml_q8_path_name(p),
 					 (long long)shapes[s][0], (long long)shapes[s][1],
-					 (long long)shapes[s][2], f ? "f32 out" : "u8 out");
+					 (long long)shapes[s][2], f & 1 ? "f32 out" : "u8 out",
+					 f & 2 ? ", weight_bits 7" : "");
 				if (!have) {
 					ntest++;
 					printf("ok %d - %s # SKIP this CPU lacks %s\n", ntest, what,
 					       ml_q8_path_name(p));
 					continue;
 				}
-				ok(one_case(shapes[s][0], shapes[s][1], shapes[s][2], 0, f), what);
+				ok(one_case(shapes[s][0], shapes[s][1], shapes[s][2], f & 2, f & 1), what);
 			}
-		for (int t = 0; t < 3; t++) {
-			int64_t k = t == 0 ? 4 : t == 1 ? 1024 : 4611;
-			snprintf(what, sizeof what, "%s saturation: 255 x +-64 over k=%lld",
-				 ml_q8_path_name(p), (long long)k);
+		for (int t = 0; t < 6; t++) {
+			int64_t k = t % 3 == 0 ? 4 : t % 3 == 1 ? 1024 : 4611;
+			snprintf(what, sizeof what, "%s saturation: 255 x %s pairs over k=%lld",
+				 ml_q8_path_name(p), t < 3 ? "127 and -128" : "63 and -64 (weight_bits 7)",
+				 (long long)k);
 			if (!have) {
 				ntest++;
 				printf("ok %d - %s # SKIP this CPU lacks %s\n", ntest, what,
 				       ml_q8_path_name(p));
 				continue;
 			}
-			ok(one_case(9, 20, k, 1, t == 2), what);
+			ok(one_case(9, 20, k, t < 3 ? 1 : 3, t % 3 == 2), what);
 		}
 	}
 	/* depthwise: the AVX2 kernel (AVX2 and VNNI paths) against the reference, as the C loop */
@@ -252,7 +277,7 @@ main(void)
 		{ 1, 6, 6, 96, 1, 1, 0, 1, 5 }, { 1, 7, 7, 48, 2, 2, 0, 1, 250 },
 		{ 1, 5, 5, 15, 3, 1, 1, 1, 9 },
 	};
-	for (int pi = ML_Q8_C; pi <= ML_Q8_VNNI; pi++) {
+	for (int pi = ML_Q8_C; pi <= ML_Q8_AVXVNNI; pi++) {
 		enum ml_q8_path p = (enum ml_q8_path)pi;
 		for (size_t d = 0; d < sizeof dws / sizeof dws[0]; d++) {
 			const int64_t *v = dws[d];
