@@ -147,6 +147,17 @@ bool ml_sgemv_own(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 bool ml_wino_ok(const struct ml_conv3 *v);
 int ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
 		 const float *bias, float *y);
+/*
+ * lib/cpu/nn_direct.c: ml_direct_ok tells whether the direct f32
+ * convolution for few input channels (first layers) applies to v (2-D,
+ * one group, at most 4 input channels, windows up to 11 wide, strides up
+ * to 4, no dilation); ml_direct_conv computes Y (bias included) with it.
+ * It uses scratch slots 0 and 2. ML_CONV_DIRECT=c forces its portable
+ * kernel, ML_CONV_DIRECT=0 turns it off.
+ */
+bool ml_direct_ok(const struct ml_conv3 *v);
+int ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+		   const float *bias, float *y);
 /* Kernels of lib/cpu/nn_pool.c. */
 int ml_cpu_max_pool(struct ml_opctx *c);
 int ml_cpu_avg_pool(struct ml_opctx *c);

@@ -7,6 +7,7 @@
  *   a 2-D window: direct loops over the output planes, split with
  *   ml_parallel_for (a per-channel GEMM would be a tiny GEMV), with
  *   register-blocked kernels for square 3, 5 and 7 wide windows;
+ * - at most 4 input channels (the first layer): direct, nn_direct.c;
  * - 3x3 stride 1 on wide layers: Winograd F(4x4, 3x3) (nn_wino.c);
  * - everything else, on CPUs with AVX-512: im2col straight into the
  *   packed panels of the library's own SGEMM (nn_gemm.c), which adds the
@@ -558,6 +559,8 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 		ml_parallel_for(v->n * v->cout, ML_MAX(1, 32768 / ML_MAX(work, 1)), dw_planes, &j);
 		return 0;
 	}
+	if (ml_direct_ok(v))
+		return ml_direct_conv(c, v, x, w, bias, y);
 	if (ml_wino_ok(v))
 		return ml_wino_conv(c, v, x, w, bias, y);
 	/* a few output columns would fill little of ml_pgemm's 32-wide panels: BLAS's GEMV wins */

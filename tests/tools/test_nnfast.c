@@ -8,7 +8,8 @@
  * (strides 1 to 3, pads, dilation, ceil_mode) and 3x3 Conv (Winograd over
  * several tile-row groups and filter blocks, and im2col; also through
  * BLAS in a child with ML_PGEMM=0; batches folded into the GEMMs, and
- * image by image with ML_CONV_FOLD=0), each through a one-node graph, and
+ * image by image with ML_CONV_FOLD=0; the direct kernel for few input
+ * channels, AVX-512 and portable), each through a one-node graph, and
  * the kernels' scratch lent from the arena's free room (ml_cpu_scratch_lend).
  * Prints TAP.
  */
@@ -443,10 +444,23 @@ conv_batch_cases(void)
 	       conv_nks(3, 3, 16, 37, 37, 7, 2, 3);
 }
 
+/*
+ * Few input channels (nn_direct.c): 7x7 s2 (ResNet's first layer), 3x3 s2
+ * unpadded with channels left over from the blocks of 8 (SqueezeNet's),
+ * 5x5 s1 on one channel, 3x3 s3 on 4 channels, rows wider than a block.
+ */
+static bool
+conv_direct_cases(void)
+{
+	return conv_nks(2, 3, 64, 37, 37, 7, 2, 3) && conv_nks(2, 3, 10, 20, 23, 3, 2, 0) &&
+	       conv_nks(1, 1, 12, 15, 40, 5, 1, 2) && conv_nks(3, 4, 8, 9, 70, 3, 3, 1);
+}
+
 static void
 test_conv(void)
 {
 	ok(conv_batch_cases(), "Conv batches: Winograd and im2col over several images");
+	ok(conv_direct_cases(), "Conv with few input channels (direct kernel)");
 	ok(conv_case(16, 20, 24, 24, 1), "Conv 3x3 16->20 on 24x24 (Winograd, one group)");
 	ok(conv_case(16, 24, 10, 130, 1), "Conv 3x3 16->24 on 10x130 (Winograd, 3 tile-row groups)");
 	ok(conv_case(256, 40, 23, 25, 1), "Conv 3x3 256->40 on 23x25 (Winograd, 2 filter blocks)");
@@ -553,6 +567,19 @@ main(void)
 	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 	ok(waited && WEXITSTATUS(st) == 0,
 	   "Conv batches image by image (ML_CONV_FOLD=0) and without Winograd (ML_WINOGRAD=0)");
+	/* the portable direct kernel (ML_CONV_DIRECT=c), and im2col instead (ML_CONV_DIRECT=0) */
+	for (int k = 0; k < 2; k++) {
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			setenv("ML_CONV_DIRECT", k == 0 ? "c" : "0", 1);
+			_exit(conv_direct_cases() ? 0 : 1);
+		}
+		waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+		ok(waited && WEXITSTATUS(st) == 0,
+		   k == 0 ? "Conv with few input channels, portable kernel (ML_CONV_DIRECT=c)" :
+			    "Conv with few input channels through im2col (ML_CONV_DIRECT=0)");
+	}
 	if (ml_pgemm_ok()) {
 		fails = gemm_all(&n);
 		char what[128];
