@@ -9,7 +9,8 @@
  * several tile-row groups and filter blocks, and im2col; also through
  * BLAS in a child with ML_PGEMM=0; batches folded into the GEMMs, and
  * image by image with ML_CONV_FOLD=0; the direct kernel for few input
- * channels, AVX-512 and portable), each through a one-node graph, and
+ * channels, AVX-512 and portable; MaxPool's AVX-512 kernel and, with
+ * ML_MAXPOOL=c, the portable one), each through a one-node graph, and
  * the kernels' scratch lent from the arena's free room (ml_cpu_scratch_lend).
  * Prints TAP.
  */
@@ -510,9 +511,19 @@ loan_case(void)
 	return good;
 }
 
+/* The shapes of the AVX-512 MaxPool kernel (strides 1 and 2 across, edges, ceil_mode). */
+static bool
+maxpool_simd_cases(void)
+{
+	return maxpool_case(55, 55, 3, 2, 0, 1, 1) && maxpool_case(112, 112, 3, 2, 1, 1, 0) &&
+	       maxpool_case(40, 37, 3, 1, 1, 1, 0) && maxpool_case(13, 70, 5, 2, 2, 1, 1) &&
+	       maxpool_case(11, 37, 2, 2, 0, 1, 1) && maxpool_case(9, 33, 4, 1, 0, 2, 0);
+}
+
 static void
 test_maxpool(void)
 {
+	ok(maxpool_simd_cases(), "MaxPool 3x3 s2 ceil_mode on 55x55 (SqueezeNet's), s1, 5x5 s2, edges");
 	ok(maxpool_case(112, 112, 3, 2, 1, 1, 0), "MaxPool 3x3 s2 p1 on 112x112 (ResNet's)");
 	ok(maxpool_case(11, 13, 3, 2, 1, 1, 0), "MaxPool 3x3 s2 p1 on 11x13");
 	ok(maxpool_case(9, 10, 2, 1, 0, 1, 0), "MaxPool 2x2 s1 on 9x10");
@@ -567,6 +578,15 @@ main(void)
 	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 	ok(waited && WEXITSTATUS(st) == 0,
 	   "Conv batches image by image (ML_CONV_FOLD=0) and without Winograd (ML_WINOGRAD=0)");
+	/* the portable MaxPool kernel (ML_MAXPOOL=c) */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ML_MAXPOOL", "c", 1);
+		_exit(maxpool_simd_cases() ? 0 : 1);
+	}
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0, "MaxPool, portable kernel (ML_MAXPOOL=c)");
 	/* the portable direct kernel (ML_CONV_DIRECT=c), and im2col instead (ML_CONV_DIRECT=0) */
 	for (int k = 0; k < 2; k++) {
 		fflush(stdout);
