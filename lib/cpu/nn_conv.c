@@ -27,6 +27,7 @@
 #include "cpu/elem.h"
 #include "cpu/nn.h"
 #include "cpu/train_conv.h"
+#include "ops/fused.h"
 
 /* The largest im2col tile, in elements; big enough for one tile in most CNN layers. */
 #define COL_MAX ((int64_t)1 << 18)
@@ -479,8 +480,9 @@ scatter_rows(void *ctx, int64_t b, int64_t e)
  * conv_pgemm: the im2col variant over ml_pgemm, with im2col (and, for a
  * pointwise convolution, the plain copy it reduces to) writing B in
  * ml_pgemm's panels and the bias added by the GEMM's store.
- * The batch is folded into the GEMM's columns: the output positions of
- * all images are one run of N * outsz columns, cut into tiles of at least
+ * Where a plane is narrower than a tile, the batch is folded into the
+ * GEMM's columns: the output positions of all images are one run of
+ * N * outsz columns, cut into tiles of at least
  * COL_MIN_TN columns where COL_BATCH_MAX allows, so that the weights (A,
  * megabytes in the 14x14 and 7x7 layers, where an image has 49 or 196
  * columns) are read once per tile instead of once per image. A tile that
@@ -491,13 +493,14 @@ conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const f
 	   const float *bias, float *y)
 {
 	int64_t K = v->cg * v->ksz, K1 = ML_MAX(K, 1);
-	bool fold = v->n > 1 && conv_fold_enabled();
+	int64_t lo = ML_MAX(COL_MAX / K1, ML_MIN(COL_MIN_TN, COL_BATCH_MAX / K1));
+	int64_t tmax = ML_MAX(lo / ML_PG_NR * ML_PG_NR, ML_PG_NR);
+	/* fold when a tile holds a whole plane; larger planes fill tiles on their own */
+	bool fold = v->n > 1 && v->outsz < tmax && conv_fold_enabled();
 	int64_t span = fold ? v->n * v->outsz : v->outsz, tn = span;
 
-	if (K * tn > COL_MAX) {
-		int64_t lo = ML_MAX(COL_MAX / K1, ML_MIN(COL_MIN_TN, COL_BATCH_MAX / K1));
-		tn = ML_MIN(tn, ML_MAX(lo / ML_PG_NR * ML_PG_NR, ML_PG_NR));
-	}
+	if (K * tn > COL_MAX)
+		tn = ML_MIN(tn, tmax);
 	/* narrower tiles, down to 4 panels, where that avoids allocating */
 	int64_t fit = (int64_t)(ml_cpu_scratch_room(0) / sizeof(float)) / K1 / ML_PG_NR * ML_PG_NR;
 	if (ml_pgemm_packed_len(K, tn) > fit * K && fit >= 4 * ML_PG_NR)
@@ -552,6 +555,12 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 	/* batches of few output channels, not depthwise (training a small CNN): train_conv.c */
 	if (v->n >= 2 && (v->group == 1 || v->cg > 1) && ml_train_conv_ok(v))
 		return ml_train_conv_f32(c, v, x, w, bias, y);
+	/* pointwise, one group: fused_mm.c's kernel, the batch's images as column tiles of one job */
+	if (v->ksz == 1 && v->group == 1) {
+		int rc = ml_cpu_fconv_fast(c);
+		if (rc <= 0)
+			return rc;
+	}
 	if (v->cg == 1 && v->in[0] == 1 && v->k[0] == 1 && v->out[0] == 1 &&
 	    v->p[0] == 0) {
 		struct dw_job j = { v, x, w, bias, y };
