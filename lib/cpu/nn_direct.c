@@ -12,7 +12,10 @@
  * consecutive outputs. A block of 8 output channels by 32 output columns
  * then sums all cin * KH * KW taps in registers (16 zmm accumulators, the
  * weights packed per block so that each tap's 8 values are adjacent and
- * broadcast from memory) and stores once, bias included.
+ * broadcast from memory) and stores once, bias included. For FusedConv
+ * (ml_cpu_fconv_direct) the residual and the activation are applied to
+ * the block as it is stored, while it is in L1, instead of in another
+ * pass over the output.
  *
  * The AVX-512 kernel is picked at run time (__builtin_cpu_supports); the
  * portable kernel is the same loop nest in plain C (built as target clones,
@@ -25,6 +28,7 @@
 #include <stdatomic.h>
 
 #include "cpu/nn.h"
+#include "ops/fused.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_AVX512 1
@@ -82,7 +86,10 @@ ml_direct_ok(const struct ml_conv3 *v)
 struct djob {
 	const struct ml_conv3 *v;
 	const float *x, *wp, *bias;	/* wp: [cout / OCB blocks][cin * KH * KW][OCB] */
+	const float *z;			/* FusedConv's residual (y's layout), or NULL */
 	float *y;
+	int act;			/* FusedConv's activation (ML_ACT_*), or ML_ACT_NONE */
+	float lo, hi;			/* Clip's bounds */
 	int64_t TW;			/* floats per phase row */
 	int64_t nob;			/* blocks of output channels */
 	int64_t koff[DIRECT_MAX_K];	/* tap kw's offset in a window row: (kw % s) * TW + kw / s */
@@ -220,23 +227,30 @@ direct_rows(void *ctx, int64_t b, int64_t e)
 			for (int64_t ow0 = 0; ow0 < OW; ow0 += OWB) {
 				int64_t nw = ML_MIN((int64_t)OWB, OW - ow0);
 #ifdef HAVE_AVX512
-				if (j->level == 2) {
+				if (j->level == 2)
 					block_avx512(j, rows, wb, ob * OCB, ow0, nw, yrow);
-					continue;
-				}
+				else
 #endif
-				block_c(j, rows, wb, ob * OCB, ow0, nw, yrow);
+					block_c(j, rows, wb, ob * OCB, ow0, nw, yrow);
+				if (j->z == NULL && j->act <= ML_ACT_NONE)
+					continue;
+				int64_t off = (yrow - j->y) + ob * OCB * v->outsz + ow0;
+				ml_fused_tile_epi(j->y + off, ML_MIN((int64_t)OCB, v->cout - ob * OCB), nw,
+						  v->outsz, NULL, j->z != NULL ? j->z + off : NULL, j->act,
+						  j->lo, j->hi);
 			}
 		}
 	}
 }
 
-int
-ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
-	       const float *bias, float *y)
+/* direct: the convolution of v into y, then z added and act applied (see struct djob) */
+static int
+direct(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+       const float *bias, const float *z, int act, float lo, float hi, float *y)
 {
 	int64_t CKK = v->cin * v->k[1] * v->k[2];
-	struct djob j = { .v = v, .x = x, .bias = bias, .y = y, .level = direct_level() };
+	struct djob j = { .v = v, .x = x, .bias = bias, .z = z, .y = y, .act = act, .lo = lo,
+			  .hi = hi, .level = direct_level() };
 
 	j.nob = (v->cout + OCB - 1) / OCB;
 	/* the columns block_* may read: whole OWB blocks, plus the window's reach */
@@ -258,4 +272,30 @@ ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, con
 	if (atomic_load(&j.nomem))
 		return ml_opfail(c, ML_ENOMEM, "out of memory");
 	return 0;
+}
+
+int
+ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+	       const float *bias, float *y)
+{
+	return direct(c, v, x, w, bias, NULL, ML_ACT_NONE, 0.0f, 0.0f, y);
+}
+
+int
+ml_cpu_fconv_direct(struct ml_opctx *c)
+{
+	const struct ml_tval *x = c->in[0], *w = c->in[1], *b = ML_IN(c, 2), *z = ML_IN(c, 3);
+	struct ml_tval *y = c->out[0];
+	struct ml_conv3 v;
+
+	if (x->dtype != ML_F32 || w->dtype != ML_F32 || y->dtype != ML_F32 ||
+	    (b != NULL && (b->dtype != ML_F32 || ml_tval_numel(b) != w->dims[0])) ||
+	    (z != NULL && (z->dtype != ML_F32 || ml_tval_numel(z) != ml_tval_numel(y))) ||
+	    ml_cpu_conv3(c, &v) < 0 || !ml_direct_ok(&v) || v.outsz == 0 || v.n == 0)
+		return 1;
+	int act = ml_fused_act(c->node);
+	float lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+	float hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+	return direct(c, &v, x->data, w->data, b != NULL ? b->data : NULL,
+		      z != NULL ? z->data : NULL, act, lo, hi, y->data);
 }

@@ -56,6 +56,12 @@ int ml_fused_block(const struct ml_tval *x, const struct ml_tval *y, int64_t *in
  */
 int ml_cpu_fmatmul_fast(struct ml_opctx *c);
 int ml_cpu_fconv_fast(struct ml_opctx *c);
+/*
+ * ml_cpu_fconv_direct (lib/cpu/nn_direct.c): a FusedConv with few input
+ * channels (ml_direct_ok) by the direct kernel, residual and activation
+ * applied as each block is stored; 1 (nothing done) when it does not apply.
+ */
+int ml_cpu_fconv_direct(struct ml_opctx *c);
 /* ml_fused_unpack: packed B (panels) of k x n into b [k, n]. */
 void ml_fused_unpack(const float *bp, int64_t k, int64_t n, float *b);
 int ml_cpu_attention(struct ml_opctx *c);
