@@ -432,7 +432,8 @@ conv_case(int64_t C, int64_t M, int64_t H, int64_t W, int64_t p)
 
 /*
  * Batches: Winograd with tile groups across images (14x14 planes, 16
- * tiles each), im2col with one tile over all images (7x7) and with tiles
+ * tiles each; 7x7, 4 each), im2col with one tile over all images (5x5
+ * windows on 7x7) and with tiles
  * that start and end inside images (13x13 outputs, large K), a 1x1
  * stride-2 convolution (ResNet's downsample), 1x1 stride-1 ones (MobileNet's
  * projections, through fused_mm.c's kernel when large) and a 7x7 stride-2 one with
@@ -442,6 +443,7 @@ static bool
 conv_batch_cases(void)
 {
 	return conv_nks(3, 32, 40, 14, 14, 3, 1, 1) && conv_nks(8, 64, 36, 7, 7, 3, 1, 1) &&
+	       conv_nks(8, 64, 36, 7, 7, 5, 1, 2) &&
 	       conv_nks(8, 300, 30, 25, 25, 3, 2, 1) && conv_nks(4, 48, 64, 14, 14, 1, 2, 0) &&
 	       conv_nks(8, 144, 24, 28, 28, 1, 1, 0) && conv_nks(3, 40, 24, 9, 11, 1, 1, 0) &&
 	       conv_nks(3, 3, 16, 37, 37, 7, 2, 3);
