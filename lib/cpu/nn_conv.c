@@ -455,6 +455,8 @@ conv_fold_enabled(void)
 struct scatter_job {
 	const float *cs;	/* [mg, cur] */
 	float *y;		/* the group's first output plane of the first image */
+	const float *z;		/* e's residual at the same place, or NULL */
+	const struct ml_conv_epi *e;
 	int64_t p0, cur, outsz, ystride;
 };
 
@@ -468,12 +470,44 @@ scatter_rows(void *ctx, int64_t b, int64_t e)
 		for (int64_t q = j->p0, off = 0; off < j->cur;) {
 			int64_t img = q / j->outsz, pp = q % j->outsz;
 			int64_t run = ML_MIN(j->outsz - pp, j->cur - off);
-			memcpy(j->y + img * j->ystride + i * j->outsz + pp, src + off,
-			       sizeof(float) * (size_t)run);
+			int64_t at = img * j->ystride + i * j->outsz + pp;
+			memcpy(j->y + at, src + off, sizeof(float) * (size_t)run);
+			if (j->e != NULL)
+				ml_fused_tile_epi(j->y + at, 1, run, run, NULL,
+						  j->z != NULL ? j->z + at : NULL, j->e->act, j->e->lo,
+						  j->e->hi);
 			off += run;
 			q += run;
 		}
 	}
+}
+
+/*
+ * epi_tile: e over a GEMM tile of Y just stored (m rows of n, ldc apart),
+ * split over the pool by rows.
+ */
+struct epi_job {
+	const struct ml_conv_epi *e;
+	float *y;
+	const float *z;
+	int64_t n, ldc;
+};
+
+static void
+epi_rows(void *ctx, int64_t b, int64_t e)
+{
+	const struct epi_job *j = ctx;
+
+	ml_fused_tile_epi(j->y + b * j->ldc, e - b, j->n, j->ldc, NULL,
+			  j->z != NULL ? j->z + b * j->ldc : NULL, j->e->act, j->e->lo, j->e->hi);
+}
+
+static void
+epi_tile(const struct ml_conv_epi *e, float *y, const float *z, int64_t m, int64_t n,
+	 int64_t ldc)
+{
+	struct epi_job j = { e, y, z, n, ldc };
+	ml_parallel_for(m, ML_MAX(1, 16384 / ML_MAX(n, 1)), epi_rows, &j);
 }
 
 /*
@@ -490,7 +524,7 @@ scatter_rows(void *ctx, int64_t b, int64_t e)
  */
 static int
 conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
-	   const float *bias, float *y)
+	   const float *bias, const struct ml_conv_epi *e, float *y)
 {
 	int64_t K = v->cg * v->ksz, K1 = ML_MAX(K, 1);
 	int64_t lo = ML_MAX(COL_MAX / K1, ML_MIN(COL_MIN_TN, COL_BATCH_MAX / K1));
@@ -519,6 +553,7 @@ conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const f
 			const float *wg = w + g * v->mg * K;
 			float *yg = y + n * ys + g * v->mg * v->outsz;
 			const float *bg = bias != NULL ? bias + g * v->mg : NULL;
+			const float *zg = e != NULL && e->z != NULL ? e->z + (yg - y) : NULL;
 			for (int64_t p0 = 0; p0 < span; p0 += tn) {
 				int64_t cur = ML_MIN(tn, span - p0);
 				struct im2col_job j = { v, xg, col, p0, cur, ML_PG_NR, ML_PG_NR * K,
@@ -528,6 +563,10 @@ conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const f
 				if (pp + cur <= v->outsz) {
 					ml_pgemm(v->mg, cur, K, wg, K, col, bg, yg + img * ys + pp,
 						 v->outsz, false);
+					if (e != NULL)
+						epi_tile(e, yg + img * ys + pp,
+							 zg != NULL ? zg + img * ys + pp : NULL, v->mg,
+							 cur, v->outsz);
 					continue;
 				}
 				float *cs = ml_cpu_scratch(1, sizeof(float) * (size_t)(v->mg * cur));
@@ -535,7 +574,7 @@ conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const f
 					return ml_opfail(c, ML_ENOMEM, "cannot allocate %lld bytes for "
 							 "a GEMM tile", (long long)(v->mg * cur * 4));
 				ml_pgemm(v->mg, cur, K, wg, K, col, bg, cs, cur, false);
-				struct scatter_job sj = { cs, yg, p0, cur, v->outsz, ys };
+				struct scatter_job sj = { cs, yg, zg, e, p0, cur, v->outsz, ys };
 				ml_parallel_for(v->mg, ML_MAX(1, 16384 / cur), scatter_rows, &sj);
 			}
 		}
@@ -569,12 +608,12 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 		return 0;
 	}
 	if (ml_direct_ok(v))
-		return ml_direct_conv(c, v, x, w, bias, y);
+		return ml_direct_conv(c, v, x, w, bias, NULL, y);
 	if (ml_wino_ok(v))
-		return ml_wino_conv(c, v, x, w, bias, y);
+		return ml_wino_conv(c, v, x, w, bias, NULL, y);
 	/* a few output columns would fill little of ml_pgemm's 32-wide panels: BLAS's GEMV wins */
 	if (ml_pgemm_ok() && v->outsz >= 16)
-		return conv_pgemm(c, v, x, w, bias, y);
+		return conv_pgemm(c, v, x, w, bias, NULL, y);
 	fill_bias(y, bias, v->n, v->cout, v->outsz);
 	bool pointwise = v->ksz == 1;
 	for (int i = 0; i < 3; i++)
@@ -672,6 +711,36 @@ ml_cpu_conv(struct ml_opctx *c)
 		return ml_opfail(c, ML_ENOTSUP, "dtype %s is not supported",
 				 ml_dtype_name(c->in[0]->dtype));
 	}
+}
+
+int
+ml_cpu_fconv_conv(struct ml_opctx *c)
+{
+	const struct ml_tval *x = c->in[0], *w = c->in[1], *b = ML_IN(c, 2), *z = ML_IN(c, 3);
+	struct ml_tval *y = c->out[0];
+	struct ml_conv3 v;
+
+	if (x->dtype != ML_F32 || w->dtype != ML_F32 || y->dtype != ML_F32 ||
+	    (b != NULL && (b->dtype != ML_F32 || ml_tval_numel(b) != w->dims[0])) ||
+	    (z != NULL && (z->dtype != ML_F32 || ml_tval_numel(z) != ml_tval_numel(y))) ||
+	    ml_cpu_conv3(c, &v) < 0 || v.outsz == 0 || v.n == 0 || v.cout == 0)
+		return 1;
+	struct ml_conv_epi e = { .z = z != NULL ? z->data : NULL, .act = ml_fused_act(c->node) };
+	e.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+	e.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+	const float *bias = b != NULL ? b->data : NULL;
+	/* conv_f32's choice, where the kernel has the epilogue */
+	if (v.n >= 2 && (v.group == 1 || v.cg > 1) && ml_train_conv_ok(&v))
+		return 1;
+	if (v.cg == 1 && v.in[0] == 1 && v.k[0] == 1 && v.out[0] == 1 && v.p[0] == 0)
+		return 1;
+	if (ml_direct_ok(&v))
+		return ml_direct_conv(c, &v, x->data, w->data, bias, &e, y->data);
+	if (ml_wino_ok(&v))
+		return ml_wino_conv(c, &v, x->data, w->data, bias, &e, y->data);
+	if (ml_pgemm_ok() && v.outsz >= 16)
+		return conv_pgemm(c, &v, x->data, w->data, bias, &e, y->data);
+	return 1;
 }
 
 /*

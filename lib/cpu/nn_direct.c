@@ -13,7 +13,7 @@
  * then sums all cin * KH * KW taps in registers (16 zmm accumulators, the
  * weights packed per block so that each tap's 8 values are adjacent and
  * broadcast from memory) and stores once, bias included. For FusedConv
- * (ml_cpu_fconv_direct) the residual and the activation are applied to
+ * (struct ml_conv_epi) the residual and the activation are applied to
  * the block as it is stored, while it is in L1, instead of in another
  * pass over the output.
  *
@@ -276,26 +276,9 @@ direct(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float
 
 int
 ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
-	       const float *bias, float *y)
+	       const float *bias, const struct ml_conv_epi *e, float *y)
 {
-	return direct(c, v, x, w, bias, NULL, ML_ACT_NONE, 0.0f, 0.0f, y);
-}
-
-int
-ml_cpu_fconv_direct(struct ml_opctx *c)
-{
-	const struct ml_tval *x = c->in[0], *w = c->in[1], *b = ML_IN(c, 2), *z = ML_IN(c, 3);
-	struct ml_tval *y = c->out[0];
-	struct ml_conv3 v;
-
-	if (x->dtype != ML_F32 || w->dtype != ML_F32 || y->dtype != ML_F32 ||
-	    (b != NULL && (b->dtype != ML_F32 || ml_tval_numel(b) != w->dims[0])) ||
-	    (z != NULL && (z->dtype != ML_F32 || ml_tval_numel(z) != ml_tval_numel(y))) ||
-	    ml_cpu_conv3(c, &v) < 0 || !ml_direct_ok(&v) || v.outsz == 0 || v.n == 0)
-		return 1;
-	int act = ml_fused_act(c->node);
-	float lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
-	float hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
-	return direct(c, &v, x->data, w->data, b != NULL ? b->data : NULL,
-		      z != NULL ? z->data : NULL, act, lo, hi, y->data);
+	if (e == NULL)
+		return direct(c, v, x, w, bias, NULL, ML_ACT_NONE, 0.0f, 0.0f, y);
+	return direct(c, v, x, w, bias, e->z, e->act, e->lo, e->hi, y);
 }

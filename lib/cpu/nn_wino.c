@@ -13,7 +13,8 @@
  * The tiles of a batch's images are the columns of the same GEMMs (groups
  * of tile rows run on across images), so the transformed filters are made
  * and read once per group of tiles, not once per image, and small planes
- * (14x14: 16 tiles) reach Winograd at batch 3 and more.
+ * (14x14: 16 tiles) reach Winograd at batch 2 and more. A FusedConv's
+ * residual and activation are applied as the output transform writes rows.
  * The transforms amplify rounding: the error is about 1e-5 of the
  * output's magnitude, against 1e-6 for im2col (end to end on ResNet-18,
  * 5e-6 on logits of 2). ML_WINOGRAD=0 in the environment turns it off.
@@ -24,6 +25,7 @@
 #include <stdatomic.h>
 
 #include "cpu/nn.h"
+#include "ops/fused.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define ML_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -91,6 +93,7 @@ struct wino {
 	int64_t ty0, ty1, Tg;
 	int64_t m0, Mb;		/* the first filter and the filters of the current block */
 	const float *x, *w, *bias;	/* x, y: the first image's */
+	const struct ml_conv_epi *e;	/* FusedConv's residual and activation, or NULL */
 	float *y, *U, *V, *Mo;
 	bool packed;		/* V in ml_pgemm's panels, vstride floats per position */
 	int64_t vstride;
@@ -277,6 +280,13 @@ wino_outputs(void *ctx, int64_t m0, int64_t m1)
 			float *ym = j->y + ((ty / j->TH) * j->M + j->m0 + m) * v->outsz;
 			for (int q = 0; q < 4 && 4 * ly + q < OH; q++)
 				memcpy(ym + (4 * ly + q) * OW, orow + q * 4 * TW, sizeof(float) * (size_t)OW);
+			if (j->e != NULL) {
+				/* the tile row's output rows, still in L1 */
+				int64_t nr = ML_MIN((int64_t)4, OH - 4 * ly), off = ym + 4 * ly * OW - j->y;
+				ml_fused_tile_epi(j->y + off, nr, OW, OW, NULL,
+						  j->e->z != NULL ? j->e->z + off : NULL, j->e->act,
+						  j->e->lo, j->e->hi);
+			}
 		}
 	}
 	ml_free(t);
@@ -327,9 +337,9 @@ wino_shape(const struct wino *j, int64_t *TR, int64_t *MB)
 
 int
 ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
-	     const float *bias, float *y)
+	     const float *bias, const struct ml_conv_epi *e, float *y)
 {
-	struct wino j = { .v = v, .C = v->cin, .M = v->cout, .w = w, .bias = bias };
+	struct wino j = { .v = v, .C = v->cin, .M = v->cout, .w = w, .bias = bias, .e = e };
 
 	j.TH = (v->out[1] + 3) / 4;
 	j.TW = (v->out[2] + 3) / 4;

@@ -275,6 +275,10 @@ static const struct kcase kcases[] = {
 	/* few input channels (FusedConv's direct kernel: residual and activation per block) */
 	{ 2, 3, 20, 19, 20, 7, 7, 1, 2, 1, { 3, 3, 3, 3 }, false, true, "Relu" },
 	{ 1, 4, 12, 40, 10, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, false, false, "Clip" },
+	/* FusedConv's epilogue inside Winograd (tiles of 2 images) and the folded im2col */
+	{ 2, 16, 14, 14, 20, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, false, true, "Relu" },
+	{ 3, 20, 9, 9, 24, 3, 3, 1, 2, 1, { 1, 1, 1, 1 }, false, true, "Clip" },
+	{ 2, 20, 12, 13, 24, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, false, false, "Silu" },
 };
 #define NKCASES ((int)(sizeof kcases / sizeof kcases[0]))
 
