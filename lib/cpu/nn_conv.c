@@ -474,8 +474,8 @@ scatter_rows(void *ctx, int64_t b, int64_t e)
 			memcpy(j->y + at, src + off, sizeof(float) * (size_t)run);
 			if (j->e != NULL)
 				ml_fused_tile_epi(j->y + at, 1, run, run, NULL,
-						  j->z != NULL ? j->z + at : NULL, j->e->act, j->e->lo,
-						  j->e->hi);
+						  j->z != NULL ? j->z + at : NULL, j->e->act,
+						  j->e->lo, j->e->hi);
 			off += run;
 			q += run;
 		}
@@ -565,14 +565,15 @@ conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const f
 						 v->outsz, false);
 					if (e != NULL)
 						epi_tile(e, yg + img * ys + pp,
-							 zg != NULL ? zg + img * ys + pp : NULL, v->mg,
-							 cur, v->outsz);
+							 zg != NULL ? zg + img * ys + pp : NULL,
+							 v->mg, cur, v->outsz);
 					continue;
 				}
-				float *cs = ml_cpu_scratch(1, sizeof(float) * (size_t)(v->mg * cur));
+				size_t csz = sizeof(float) * (size_t)(v->mg * cur);
+				float *cs = ml_cpu_scratch(1, csz);
 				if (cs == NULL)
-					return ml_opfail(c, ML_ENOMEM, "cannot allocate %lld bytes for "
-							 "a GEMM tile", (long long)(v->mg * cur * 4));
+					return ml_opfail(c, ML_ENOMEM, "cannot allocate %zu bytes "
+							 "for a GEMM tile", csz);
 				ml_pgemm(v->mg, cur, K, wg, K, col, bg, cs, cur, false);
 				struct scatter_job sj = { cs, yg, zg, e, p0, cur, v->outsz, ys };
 				ml_parallel_for(v->mg, ML_MAX(1, 16384 / cur), scatter_rows, &sj);
@@ -594,7 +595,7 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 	/* batches of few output channels, not depthwise (training a small CNN): train_conv.c */
 	if (v->n >= 2 && (v->group == 1 || v->cg > 1) && ml_train_conv_ok(v))
 		return ml_train_conv_f32(c, v, x, w, bias, y);
-	/* pointwise, one group: fused_mm.c's kernel, the batch's images as column tiles of one job */
+	/* pointwise, one group: fused_mm.c's kernel (images: column tiles of one job) */
 	if (v->ksz == 1 && v->group == 1) {
 		int rc = ml_cpu_fconv_fast(c);
 		if (rc <= 0)

@@ -92,7 +92,7 @@ struct djob {
 	float lo, hi;			/* Clip's bounds */
 	int64_t TW;			/* floats per phase row */
 	int64_t nob;			/* blocks of output channels */
-	int64_t koff[DIRECT_MAX_K];	/* tap kw's offset in a window row: (kw % s) * TW + kw / s */
+	int64_t koff[DIRECT_MAX_K];	/* tap kw's offset in a row: (kw % s) * TW + kw / s */
 	int level;
 	atomic_int nomem;
 };
@@ -154,7 +154,8 @@ block_c(const struct djob *j, const float *rows, const float *wb, int64_t oc0, i
 	for (int64_t ci = 0; ci < v->cin; ci++)
 		for (int64_t kh = 0; kh < KH; kh++)
 			for (int64_t kw = 0; kw < KW; kw++) {
-				const float *xr = rows + (ci * KH + kh) * s * TW + ow0 + j->koff[kw];
+				const float *xr = rows + (ci * KH + kh) * s * TW + ow0 +
+						  j->koff[kw];
 				const float *wv = wb + ((ci * KH + kh) * KW + kw) * OCB;
 				for (int o = 0; o < OCB; o++)
 					for (int t = 0; t < OWB; t++)
@@ -235,9 +236,10 @@ direct_rows(void *ctx, int64_t b, int64_t e)
 				if (j->z == NULL && j->act <= ML_ACT_NONE)
 					continue;
 				int64_t off = (yrow - j->y) + ob * OCB * v->outsz + ow0;
-				ml_fused_tile_epi(j->y + off, ML_MIN((int64_t)OCB, v->cout - ob * OCB), nw,
-						  v->outsz, NULL, j->z != NULL ? j->z + off : NULL, j->act,
-						  j->lo, j->hi);
+				int64_t nc = ML_MIN((int64_t)OCB, v->cout - ob * OCB);
+				ml_fused_tile_epi(j->y + off, nc, nw, v->outsz, NULL,
+						  j->z != NULL ? j->z + off : NULL, j->act, j->lo,
+						  j->hi);
 			}
 		}
 	}
@@ -265,7 +267,8 @@ direct(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float
 		for (int64_t r = 0; r < CKK; r++)
 			for (int o = 0; o < OCB; o++) {
 				int64_t oc = ob * OCB + o;
-				wp[(ob * CKK + r) * OCB + o] = oc < v->cout ? w[oc * CKK + r] : 0.0f;
+				float wv = oc < v->cout ? w[oc * CKK + r] : 0.0f;
+				wp[(ob * CKK + r) * OCB + o] = wv;
 			}
 	j.wp = wp;
 	ml_parallel_for(v->n * v->out[1], 1, direct_rows, &j);

@@ -302,6 +302,9 @@ pool_simd(void)
  * comparison keeps the current value unless the new one is greater, as
  * maxpool2d_f32 does (NaN never wins).
  */
+/* t where t > acc, else acc (as `t > acc ? t : acc`, lane by lane) */
+#define GT_KEEP(t, acc) _mm512_mask_blend_ps(_mm512_cmp_ps_mask((t), (acc), _CMP_GT_OQ), (acc), (t))
+
 __attribute__((target("avx512f"))) static void
 maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
 {
@@ -336,13 +339,13 @@ maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
 			const struct win *wh = &j->w[1][oh];
 			float *yr = y + oh * OW;
 			for (int64_t iw = 0; iw < W; iw += 16) {
-				__mmask16 m = (__mmask16)(W - iw >= 16 ? 0xffff : (1u << (W - iw)) - 1);
+				int64_t nw = ML_MIN((int64_t)16, W - iw);
+				__mmask16 m = (__mmask16)(nw >= 16 ? 0xffff : (1u << nw) - 1);
 				__m512 acc = ninf;
 				for (int64_t kh = wh->lo; kh < wh->hi; kh++) {
 					const float *xr = x + (wh->start + kh * dh) * W + iw;
 					__m512 t = _mm512_maskz_loadu_ps(m, xr);
-					acc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, acc, _CMP_GT_OQ),
-								   acc, t);
+					acc = GT_KEEP(t, acc);
 				}
 				_mm512_mask_storeu_ps(vb + iw, m, acc);
 			}
@@ -358,8 +361,7 @@ maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
 					else
 						t = _mm512_permutex2var_ps(_mm512_loadu_ps(p), even,
 									   _mm512_loadu_ps(p + 16));
-					acc = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(t, acc, _CMP_GT_OQ),
-								   acc, t);
+					acc = GT_KEEP(t, acc);
 				}
 				_mm512_mask_storeu_ps(yr + ow, m, acc);
 			}

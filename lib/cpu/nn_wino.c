@@ -75,7 +75,7 @@ ml_wino_ok(const struct ml_conv3 *v)
 {
 	int64_t tiles = ((v->out[1] + 3) / 4) * ((v->out[2] + 3) / 4);
 
-	/* the batch's images share the GEMMs (their tiles are the columns), so they count together */
+	/* the batch's images share the GEMMs (their tiles are columns): they count together */
 	return wino_enabled() && v->group == 1 && v->k[0] == 1 && v->k[1] == 3 && v->k[2] == 3 && v->in[0] == 1 &&
 	       v->out[0] == 1 && v->p[0] == 0 && v->s[1] == 1 && v->s[2] == 1 && v->d[1] == 1 &&
 	       v->d[2] == 1 && v->cin >= WINO_MIN_CHANNELS && v->cout >= WINO_MIN_CHANNELS &&
@@ -279,10 +279,12 @@ wino_outputs(void *ctx, int64_t m0, int64_t m1)
 			int64_t ly = ty % j->TH;
 			float *ym = j->y + ((ty / j->TH) * j->M + j->m0 + m) * v->outsz;
 			for (int q = 0; q < 4 && 4 * ly + q < OH; q++)
-				memcpy(ym + (4 * ly + q) * OW, orow + q * 4 * TW, sizeof(float) * (size_t)OW);
+				memcpy(ym + (4 * ly + q) * OW, orow + q * 4 * TW,
+				       sizeof(float) * (size_t)OW);
 			if (j->e != NULL) {
 				/* the tile row's output rows, still in L1 */
-				int64_t nr = ML_MIN((int64_t)4, OH - 4 * ly), off = ym + 4 * ly * OW - j->y;
+				int64_t nr = ML_MIN((int64_t)4, OH - 4 * ly);
+				int64_t off = ym + 4 * ly * OW - j->y;
 				ml_fused_tile_epi(j->y + off, nr, OW, OW, NULL,
 						  j->e->z != NULL ? j->e->z + off : NULL, j->e->act,
 						  j->e->lo, j->e->hi);
