@@ -84,6 +84,8 @@ run_fconv(struct ml_opctx *c)
 	int rc = ml_cpu_fconv_fast(c);
 	if (rc <= 0)
 		return rc;
+	if ((rc = ml_cpu_fconv_conv(c)) <= 0)
+		return rc;
 	ML_TRY(base(c, ML_OP_CONV, 3));
 	epilogue(c, c->out[0], NULL, 0, ML_IN(c, 3));
 	return 0;

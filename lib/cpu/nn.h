@@ -140,13 +140,37 @@ bool ml_sgemv_own(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
 		  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 /*
+ * struct ml_conv_epi: what a FusedConv adds after the convolution and its
+ * bias: the residual z (Y's layout, NULL: none), then activation act
+ * (ML_ACT_*; ML_ACT_NONE or below: none), Clip within [lo, hi]. The
+ * kernels that take one apply it to each block of Y as they store it
+ * (ml_fused_tile_epi), instead of in another pass over Y; NULL: nothing.
+ */
+struct ml_conv_epi {
+	const float *z;
+	int act;
+	float lo, hi;
+};
+
+/*
  * lib/cpu/nn_wino.c: ml_wino_ok tells whether the f32 Winograd F(4x4, 3x3)
  * convolution applies to v and pays; ml_wino_conv computes Y (bias
- * included) with it. It uses scratch slots 0 to 2.
+ * included, then e) with it. It uses scratch slots 0 to 2.
  */
 bool ml_wino_ok(const struct ml_conv3 *v);
 int ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
-		 const float *bias, float *y);
+		 const float *bias, const struct ml_conv_epi *e, float *y);
+/*
+ * lib/cpu/nn_direct.c: ml_direct_ok tells whether the direct f32
+ * convolution for few input channels (first layers) applies to v (2-D,
+ * one group, at most 4 input channels, windows up to 11 wide, strides up
+ * to 4, no dilation); ml_direct_conv computes Y (bias included, then e)
+ * with it. It uses scratch slots 0 and 2. ML_CONV_DIRECT=c forces its
+ * portable kernel, ML_CONV_DIRECT=0 turns it off.
+ */
+bool ml_direct_ok(const struct ml_conv3 *v);
+int ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+		   const float *bias, const struct ml_conv_epi *e, float *y);
 /* Kernels of lib/cpu/nn_pool.c. */
 int ml_cpu_max_pool(struct ml_opctx *c);
 int ml_cpu_avg_pool(struct ml_opctx *c);

@@ -7,6 +7,7 @@
  *   a 2-D window: direct loops over the output planes, split with
  *   ml_parallel_for (a per-channel GEMM would be a tiny GEMV), with
  *   register-blocked kernels for square 3, 5 and 7 wide windows;
+ * - at most 4 input channels (the first layer): direct, nn_direct.c;
  * - 3x3 stride 1 on wide layers: Winograd F(4x4, 3x3) (nn_wino.c);
  * - everything else, on CPUs with AVX-512: im2col straight into the
  *   packed panels of the library's own SGEMM (nn_gemm.c), which adds the
@@ -21,12 +22,19 @@
 /* -O2 runs the vectoriser with its "very cheap" cost model, which skips loops with epilogues. */
 #pragma GCC optimize("O3")
 #endif
+#include <stdatomic.h>
+
 #include "cpu/elem.h"
 #include "cpu/nn.h"
 #include "cpu/train_conv.h"
+#include "ops/fused.h"
 
 /* The largest im2col tile, in elements; big enough for one tile in most CNN layers. */
 #define COL_MAX ((int64_t)1 << 18)
+/* The largest im2col tile (8 MB) that may be taken to reach COL_MIN_TN columns. */
+#define COL_BATCH_MAX ((int64_t)1 << 21)
+/* The columns a tile of a layer with large weights should have (see conv_pgemm). */
+#define COL_MIN_TN 256
 
 int
 ml_cpu_conv3(struct ml_opctx *c, struct ml_conv3 *v)
@@ -92,14 +100,18 @@ fill_bias(float *y, const float *bias, int64_t n, int64_t cout, int64_t sz)
  * col[(q / pw) * pstride + r * rstride + q % pw]: a plain [rows, tn]
  * matrix (pw = tn, rstride = tn) or ml_pgemm's panels (pw = ML_PG_NR).
  * The copy runs in segments that end at an output row or a panel edge,
- * each over the range that reads inside the input.
+ * each over the range that reads inside the input. Positions count on
+ * across the images of the batch (p0 may be past the first image's
+ * plane, and a tile may end in a later image), images xstride floats
+ * apart in x, so that one GEMM serves the columns of several images.
  */
 struct im2col_job {
 	const struct ml_conv3 *v;
-	const float *x;		/* the group's first input plane */
+	const float *x;		/* the group's first input plane of the first image */
 	float *col;
 	int64_t p0, tn;
 	int64_t pw, pstride, rstride;
+	int64_t xstride;	/* floats from one image's input to the next */
 };
 
 ML_CLONES static void
@@ -110,12 +122,13 @@ im2col_rows(void *ctx, int64_t r0, int64_t r1)
 	int64_t W = v->in[2], H = v->in[1], D = v->in[0];
 	int64_t OW = v->out[2], OH = v->out[1];
 	/* the output position of column 0, and its panel offset, tracked without division */
-	int64_t ow00 = j->p0 % OW, oh00 = j->p0 / OW % OH, od00 = j->p0 / (OW * OH);
+	int64_t img0 = j->p0 / v->outsz, pp = j->p0 % v->outsz;
+	int64_t ow00 = pp % OW, oh00 = pp / OW % OH, od00 = pp / (OW * OH);
 
 	for (int64_t r = r0; r < r1; r++) {
 		int64_t ci = r / v->ksz, kk = r % v->ksz;
 		int64_t kw = kk % v->k[2], kh = kk / v->k[2] % v->k[1], kd = kk / (v->k[2] * v->k[1]);
-		const float *xc = j->x + ci * v->insz;
+		const float *xc = j->x + img0 * j->xstride + ci * v->insz;
 		int64_t off = kw * v->d[2] - v->p[2], s = v->s[2];
 		int64_t vlo, vhi;
 		ml_valid_range(off, s, W, OW, &vlo, &vhi);
@@ -159,7 +172,11 @@ im2col_rows(void *ctx, int64_t r0, int64_t r1)
 				ow0 = 0;
 				if (++oh == OH) {
 					oh = 0;
-					od++;
+					if (++od == v->out[0]) {
+						/* on to the next image of the batch */
+						od = 0;
+						xc += j->xstride;
+					}
 				}
 			}
 		}
@@ -413,39 +430,153 @@ dw_planes(void *ctx, int64_t b, int64_t e)
 }
 
 /*
+ * conv_fold_enabled: false when the environment sets ML_CONV_FOLD=0, which
+ * makes conv_pgemm run one image at a time (tests force that path).
+ */
+static bool
+conv_fold_enabled(void)
+{
+	/* -1 until known; racing first callers compute the same value */
+	static atomic_int on = -1;
+	int v = atomic_load_explicit(&on, memory_order_relaxed);
+
+	if (v < 0) {
+		const char *e = getenv("ML_CONV_FOLD");
+		v = e != NULL && strcmp(e, "0") == 0 ? 0 : 1;
+		atomic_store_explicit(&on, v, memory_order_relaxed);
+	}
+	return v == 1;
+}
+
+/*
+ * A GEMM tile that spans images lands in a [mg, cur] buffer first; rows
+ * [b, e) of it go to their images' planes here.
+ */
+struct scatter_job {
+	const float *cs;	/* [mg, cur] */
+	float *y;		/* the group's first output plane of the first image */
+	const float *z;		/* e's residual at the same place, or NULL */
+	const struct ml_conv_epi *e;
+	int64_t p0, cur, outsz, ystride;
+};
+
+static void
+scatter_rows(void *ctx, int64_t b, int64_t e)
+{
+	const struct scatter_job *j = ctx;
+
+	for (int64_t i = b; i < e; i++) {
+		const float *src = j->cs + i * j->cur;
+		for (int64_t q = j->p0, off = 0; off < j->cur;) {
+			int64_t img = q / j->outsz, pp = q % j->outsz;
+			int64_t run = ML_MIN(j->outsz - pp, j->cur - off);
+			int64_t at = img * j->ystride + i * j->outsz + pp;
+			memcpy(j->y + at, src + off, sizeof(float) * (size_t)run);
+			if (j->e != NULL)
+				ml_fused_tile_epi(j->y + at, 1, run, run, NULL,
+						  j->z != NULL ? j->z + at : NULL, j->e->act,
+						  j->e->lo, j->e->hi);
+			off += run;
+			q += run;
+		}
+	}
+}
+
+/*
+ * epi_tile: e over a GEMM tile of Y just stored (m rows of n, ldc apart),
+ * split over the pool by rows.
+ */
+struct epi_job {
+	const struct ml_conv_epi *e;
+	float *y;
+	const float *z;
+	int64_t n, ldc;
+};
+
+static void
+epi_rows(void *ctx, int64_t b, int64_t e)
+{
+	const struct epi_job *j = ctx;
+
+	ml_fused_tile_epi(j->y + b * j->ldc, e - b, j->n, j->ldc, NULL,
+			  j->z != NULL ? j->z + b * j->ldc : NULL, j->e->act, j->e->lo, j->e->hi);
+}
+
+static void
+epi_tile(const struct ml_conv_epi *e, float *y, const float *z, int64_t m, int64_t n,
+	 int64_t ldc)
+{
+	struct epi_job j = { e, y, z, n, ldc };
+	ml_parallel_for(m, ML_MAX(1, 16384 / ML_MAX(n, 1)), epi_rows, &j);
+}
+
+/*
  * conv_pgemm: the im2col variant over ml_pgemm, with im2col (and, for a
  * pointwise convolution, the plain copy it reduces to) writing B in
  * ml_pgemm's panels and the bias added by the GEMM's store.
+ * Where a plane is narrower than a tile, the batch is folded into the
+ * GEMM's columns: the output positions of all images are one run of
+ * N * outsz columns, cut into tiles of at least
+ * COL_MIN_TN columns where COL_BATCH_MAX allows, so that the weights (A,
+ * megabytes in the 14x14 and 7x7 layers, where an image has 49 or 196
+ * columns) are read once per tile instead of once per image. A tile that
+ * spans images is computed into scratch slot 1 and copied to the planes.
  */
 static int
 conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
-	   const float *bias, float *y)
+	   const float *bias, const struct ml_conv_epi *e, float *y)
 {
-	int64_t K = v->cg * v->ksz, tn = v->outsz;
+	int64_t K = v->cg * v->ksz, K1 = ML_MAX(K, 1);
+	int64_t lo = ML_MAX(COL_MAX / K1, ML_MIN(COL_MIN_TN, COL_BATCH_MAX / K1));
+	int64_t tmax = ML_MAX(lo / ML_PG_NR * ML_PG_NR, ML_PG_NR);
+	/* fold when a tile holds a whole plane; larger planes fill tiles on their own */
+	bool fold = v->n > 1 && v->outsz < tmax && conv_fold_enabled();
+	int64_t span = fold ? v->n * v->outsz : v->outsz, tn = span;
 
 	if (K * tn > COL_MAX)
-		tn = ML_MIN(tn, ML_MAX(COL_MAX / ML_MAX(K, 1) / ML_PG_NR * ML_PG_NR, ML_PG_NR));
+		tn = ML_MIN(tn, tmax);
 	/* narrower tiles, down to 4 panels, where that avoids allocating */
-	int64_t fit = (int64_t)(ml_cpu_scratch_room(0) / sizeof(float)) / ML_MAX(K, 1) / ML_PG_NR *
-		      ML_PG_NR;
+	int64_t fit = (int64_t)(ml_cpu_scratch_room(0) / sizeof(float)) / K1 / ML_PG_NR * ML_PG_NR;
 	if (ml_pgemm_packed_len(K, tn) > fit * K && fit >= 4 * ML_PG_NR)
 		tn = fit;
+	/* tiles of even width, whole panels each */
+	int64_t ntiles = (span + tn - 1) / tn;
+	tn = ML_MIN(tn, ((span + ntiles - 1) / ntiles + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR);
 	float *col = ml_cpu_scratch(0, sizeof(float) * (size_t)ml_pgemm_packed_len(K, tn));
 	if (col == NULL)
 		return ml_opfail(c, ML_ENOMEM, "cannot allocate %lld bytes for im2col",
 				 (long long)(ml_pgemm_packed_len(K, tn) * 4));
-	for (int64_t n = 0; n < v->n; n++)
+	int64_t nimg = fold ? 1 : v->n, xs = v->cin * v->insz, ys = v->cout * v->outsz;
+	for (int64_t n = 0; n < nimg; n++)
 		for (int64_t g = 0; g < v->group; g++) {
-			const float *xg = x + (n * v->cin + g * v->cg) * v->insz;
+			const float *xg = x + n * xs + g * v->cg * v->insz;
 			const float *wg = w + g * v->mg * K;
-			float *yg = y + (n * v->cout + g * v->mg) * v->outsz;
+			float *yg = y + n * ys + g * v->mg * v->outsz;
 			const float *bg = bias != NULL ? bias + g * v->mg : NULL;
-			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
-				int64_t cur = ML_MIN(tn, v->outsz - p0);
+			const float *zg = e != NULL && e->z != NULL ? e->z + (yg - y) : NULL;
+			for (int64_t p0 = 0; p0 < span; p0 += tn) {
+				int64_t cur = ML_MIN(tn, span - p0);
 				struct im2col_job j = { v, xg, col, p0, cur, ML_PG_NR, ML_PG_NR * K,
-							ML_PG_NR };
+							ML_PG_NR, xs };
 				ml_parallel_for(K, ML_MAX(1, 16384 / cur), im2col_rows, &j);
-				ml_pgemm(v->mg, cur, K, wg, K, col, bg, yg + p0, v->outsz, false);
+				int64_t img = p0 / v->outsz, pp = p0 % v->outsz;
+				if (pp + cur <= v->outsz) {
+					ml_pgemm(v->mg, cur, K, wg, K, col, bg, yg + img * ys + pp,
+						 v->outsz, false);
+					if (e != NULL)
+						epi_tile(e, yg + img * ys + pp,
+							 zg != NULL ? zg + img * ys + pp : NULL,
+							 v->mg, cur, v->outsz);
+					continue;
+				}
+				size_t csz = sizeof(float) * (size_t)(v->mg * cur);
+				float *cs = ml_cpu_scratch(1, csz);
+				if (cs == NULL)
+					return ml_opfail(c, ML_ENOMEM, "cannot allocate %zu bytes "
+							 "for a GEMM tile", csz);
+				ml_pgemm(v->mg, cur, K, wg, K, col, bg, cs, cur, false);
+				struct scatter_job sj = { cs, yg, zg, e, p0, cur, v->outsz, ys };
+				ml_parallel_for(v->mg, ML_MAX(1, 16384 / cur), scatter_rows, &sj);
 			}
 		}
 	return 0;
@@ -464,6 +595,12 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 	/* batches of few output channels, not depthwise (training a small CNN): train_conv.c */
 	if (v->n >= 2 && (v->group == 1 || v->cg > 1) && ml_train_conv_ok(v))
 		return ml_train_conv_f32(c, v, x, w, bias, y);
+	/* pointwise, one group: fused_mm.c's kernel (images: column tiles of one job) */
+	if (v->ksz == 1 && v->group == 1) {
+		int rc = ml_cpu_fconv_fast(c);
+		if (rc <= 0)
+			return rc;
+	}
 	if (v->cg == 1 && v->in[0] == 1 && v->k[0] == 1 && v->out[0] == 1 &&
 	    v->p[0] == 0) {
 		struct dw_job j = { v, x, w, bias, y };
@@ -471,11 +608,13 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 		ml_parallel_for(v->n * v->cout, ML_MAX(1, 32768 / ML_MAX(work, 1)), dw_planes, &j);
 		return 0;
 	}
+	if (ml_direct_ok(v))
+		return ml_direct_conv(c, v, x, w, bias, NULL, y);
 	if (ml_wino_ok(v))
-		return ml_wino_conv(c, v, x, w, bias, y);
+		return ml_wino_conv(c, v, x, w, bias, NULL, y);
 	/* a few output columns would fill little of ml_pgemm's 32-wide panels: BLAS's GEMV wins */
 	if (ml_pgemm_ok() && v->outsz >= 16)
-		return conv_pgemm(c, v, x, w, bias, y);
+		return conv_pgemm(c, v, x, w, bias, NULL, y);
 	fill_bias(y, bias, v->n, v->cout, v->outsz);
 	bool pointwise = v->ksz == 1;
 	for (int i = 0; i < 3; i++)
@@ -504,7 +643,7 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 			}
 			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
 				int64_t cur = ML_MIN(tn, v->outsz - p0);
-				struct im2col_job j = { v, xg, col, p0, cur, cur, 0, cur };
+				struct im2col_job j = { v, xg, col, p0, cur, cur, 0, cur, 0 };
 				ml_parallel_for(K, ML_MAX(1, 16384 / cur), im2col_rows, &j);
 				if (!ml_sgemm(false, false, v->mg, cur, K, 1.0f, wg, K, col, cur, 1.0f,
 					      yg + p0, v->outsz))
@@ -573,6 +712,36 @@ ml_cpu_conv(struct ml_opctx *c)
 		return ml_opfail(c, ML_ENOTSUP, "dtype %s is not supported",
 				 ml_dtype_name(c->in[0]->dtype));
 	}
+}
+
+int
+ml_cpu_fconv_conv(struct ml_opctx *c)
+{
+	const struct ml_tval *x = c->in[0], *w = c->in[1], *b = ML_IN(c, 2), *z = ML_IN(c, 3);
+	struct ml_tval *y = c->out[0];
+	struct ml_conv3 v;
+
+	if (x->dtype != ML_F32 || w->dtype != ML_F32 || y->dtype != ML_F32 ||
+	    (b != NULL && (b->dtype != ML_F32 || ml_tval_numel(b) != w->dims[0])) ||
+	    (z != NULL && (z->dtype != ML_F32 || ml_tval_numel(z) != ml_tval_numel(y))) ||
+	    ml_cpu_conv3(c, &v) < 0 || v.outsz == 0 || v.n == 0 || v.cout == 0)
+		return 1;
+	struct ml_conv_epi e = { .z = z != NULL ? z->data : NULL, .act = ml_fused_act(c->node) };
+	e.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+	e.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+	const float *bias = b != NULL ? b->data : NULL;
+	/* conv_f32's choice, where the kernel has the epilogue */
+	if (v.n >= 2 && (v.group == 1 || v.cg > 1) && ml_train_conv_ok(&v))
+		return 1;
+	if (v.cg == 1 && v.in[0] == 1 && v.k[0] == 1 && v.out[0] == 1 && v.p[0] == 0)
+		return 1;
+	if (ml_direct_ok(&v))
+		return ml_direct_conv(c, &v, x->data, w->data, bias, &e, y->data);
+	if (ml_wino_ok(&v))
+		return ml_wino_conv(c, &v, x->data, w->data, bias, &e, y->data);
+	if (ml_pgemm_ok() && v.outsz >= 16)
+		return conv_pgemm(c, &v, x->data, w->data, bias, &e, y->data);
+	return 1;
 }
 
 /*

@@ -3,11 +3,15 @@
  * AveragePool, LpPool and the global pools, over the 3-D view of
  * struct ml_conv3. Work splits over the [n, c] planes with
  * ml_parallel_for. MaxPool runs f32, f64, int8 and uint8; the others f32
- * and f64 (with f64 sums); f16 and bf16 run as f32.
+ * and f64 (with f64 sums); f16 and bf16 run as f32. 2-D f32 MaxPool has an
+ * AVX-512 kernel (strides 1 and 2 across), chosen at run time; ML_MAXPOOL=c
+ * forces the plain C one.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
+#include <stdatomic.h>
+
 #include "cpu/elem.h"
 #include "cpu/nn.h"
 
@@ -255,6 +259,130 @@ maxpool2x2_f32(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HAVE_POOL512 1
+#include <immintrin.h>
+#endif
+
+/*
+ * pool_simd: 2 when the AVX-512 MaxPool kernel runs (the CPU has
+ * AVX-512F and ML_MAXPOOL is not "c"), else 0 (maxpool2d_f32, plain C
+ * built as target clones). Computed once.
+ */
+static int
+pool_simd(void)
+{
+	/* -1 until known; racing first callers compute the same value */
+	static atomic_int level = -1;
+	int v = atomic_load_explicit(&level, memory_order_relaxed);
+
+	if (v < 0) {
+		const char *e = getenv("ML_MAXPOOL");
+		v = 0;
+#ifdef HAVE_POOL512
+		__builtin_cpu_init();
+		if (__builtin_cpu_supports("avx512f"))
+			v = 2;
+#endif
+		if (e != NULL && strcmp(e, "c") == 0)
+			v = 0;
+		atomic_store_explicit(&level, v, memory_order_relaxed);
+	}
+	return v;
+}
+
+#ifdef HAVE_POOL512
+/*
+ * 2-D f32 MaxPool without Indices, window rows first, in AVX-512: for
+ * each output row, the max down its window's input rows (contiguous, 16
+ * columns at a time) into a row buffer, then across each window of that
+ * row: at stride 1 a tap is an unaligned load, at stride 2 the even
+ * elements of two loads (one permute), 16 outputs at a time; the few
+ * windows at the edges read the buffer through the window table. Each
+ * comparison keeps the current value unless the new one is greater, as
+ * maxpool2d_f32 does (NaN never wins).
+ */
+/* t where t > acc, else acc (as `t > acc ? t : acc`, lane by lane) */
+#define GT_KEEP(t, acc) _mm512_mask_blend_ps(_mm512_cmp_ps_mask((t), (acc), _CMP_GT_OQ), (acc), (t))
+
+__attribute__((target("avx512f"))) static void
+maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
+{
+	const struct pool_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], OH = v->out[1], OW = v->out[2];
+	int64_t dh = v->d[1], KW = v->k[2], sw = v->s[2], pl0 = v->p[2], olo = OW, ohi = OW;
+	/* the row buffer, with room for the last block's loads past the row (never stored) */
+	float *vb = ml_malloc(sizeof(float) * (size_t)(W + 2 * KW + 64));
+	const __m512 ninf = _mm512_set1_ps(-INFINITY);
+	const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+					      2, 0);
+
+	if (vb == NULL) {
+		maxpool2d_f32(ctx, b, e);
+		return;
+	}
+	for (int64_t i = W; i < W + 2 * KW + 64; i++)
+		vb[i] = -INFINITY;
+	for (int64_t ow = 0; ow < OW; ow++)
+		if (j->w[2][ow].lo == 0 && j->w[2][ow].hi == KW) {
+			if (olo == OW)
+				olo = ow;
+			ohi = ow + 1;
+		} else if (olo < OW) {
+			break;
+		}
+	for (int64_t pl = b; pl < e; pl++) {
+		const float *x = (const float *)j->x + pl * v->insz;
+		float *y = (float *)j->y + pl * v->outsz;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			const struct win *wh = &j->w[1][oh];
+			float *yr = y + oh * OW;
+			for (int64_t iw = 0; iw < W; iw += 16) {
+				int64_t nw = ML_MIN((int64_t)16, W - iw);
+				__mmask16 m = (__mmask16)(nw >= 16 ? 0xffff : (1u << nw) - 1);
+				__m512 acc = ninf;
+				for (int64_t kh = wh->lo; kh < wh->hi; kh++) {
+					const float *xr = x + (wh->start + kh * dh) * W + iw;
+					__m512 t = _mm512_maskz_loadu_ps(m, xr);
+					acc = GT_KEEP(t, acc);
+				}
+				_mm512_mask_storeu_ps(vb + iw, m, acc);
+			}
+			for (int64_t ow = olo; ow < ohi; ow += 16) {
+				int64_t n = ML_MIN((int64_t)16, ohi - ow);
+				__mmask16 m = (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
+				__m512 acc = ninf;
+				for (int64_t kw = 0; kw < KW; kw++) {
+					const float *p = vb + ow * sw + kw - pl0;
+					__m512 t;
+					if (sw == 1)
+						t = _mm512_loadu_ps(p);
+					else
+						t = _mm512_permutex2var_ps(_mm512_loadu_ps(p), even,
+									   _mm512_loadu_ps(p + 16));
+					acc = GT_KEEP(t, acc);
+				}
+				_mm512_mask_storeu_ps(yr + ow, m, acc);
+			}
+			for (int64_t ow = 0; ow < OW; ow++) {
+				if (ow == olo && ohi > olo) {
+					ow = ohi - 1;
+					continue;
+				}
+				const struct win *ww = &j->w[2][ow];
+				const float *p = vb + ww->start;
+				float mx = -INFINITY;
+				for (int64_t kw = ww->lo; kw < ww->hi; kw++)
+					mx = p[kw] > mx ? p[kw] : mx;
+				yr[ow] = mx;
+			}
+		}
+	}
+	ml_free(vb);
+}
+#endif
+
 int
 ml_cpu_max_pool(struct ml_opctx *c)
 {
@@ -284,6 +412,11 @@ ml_cpu_max_pool(struct ml_opctx *c)
 	    v.d[1] == 1 && v.d[2] == 1 && v.p[1] == 0 && v.p[2] == 0 && 2 * v.out[1] <= v.in[1] &&
 	    2 * v.out[2] <= v.in[2])
 		fn = maxpool2x2_f32;
+#ifdef HAVE_POOL512
+	/* windows down the rows in any form; across, stride 1 or 2 without dilation */
+	if (fn == maxpool2d_f32 && v.d[2] == 1 && (v.s[2] == 1 || v.s[2] == 2) && pool_simd() == 2)
+		fn = maxpool2d_f32_avx512;
+#endif
 	ml_parallel_for(v.n * v.cin, plane_grain(&v), fn, &j);
 	ml_free((void *)j.w[0]);
 	return 0;

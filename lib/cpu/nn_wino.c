@@ -10,6 +10,11 @@
  * the price of the transforms, which are linear passes over memory split
  * over ml_parallel_for. It pays on the wide layers of ResNet-style
  * networks; ml_wino_ok keeps it to shapes where the GEMMs stay large.
+ * The tiles of a batch's images are the columns of the same GEMMs (groups
+ * of tile rows run on across images), so the transformed filters are made
+ * and read once per group of tiles, not once per image, and small planes
+ * (14x14: 16 tiles) reach Winograd at batch 2 and more. A FusedConv's
+ * residual and activation are applied as the output transform writes rows.
  * The transforms amplify rounding: the error is about 1e-5 of the
  * output's magnitude, against 1e-6 for im2col (end to end on ResNet-18,
  * 5e-6 on logits of 2). ML_WINOGRAD=0 in the environment turns it off.
@@ -20,6 +25,7 @@
 #include <stdatomic.h>
 
 #include "cpu/nn.h"
+#include "ops/fused.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define ML_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -27,8 +33,13 @@
 #define ML_CLONES
 #endif
 
-/* The fewest tiles (GEMM columns) and channels for which Winograd beats im2col + SGEMM. */
-#define WINO_MIN_TILES 36
+/*
+ * The fewest tiles (GEMM columns, over the batch) and channels for which
+ * Winograd beats im2col + SGEMM. 32 takes in ResNet's 7x7 layers at batch
+ * 8 (4 tiles an image): their three 3x3 stride-1 convolutions measured
+ * 0.6-0.8x of im2col's time with the batch folded (AMD EPYC, 2 threads).
+ */
+#define WINO_MIN_TILES 32
 #define WINO_MIN_CHANNELS 16
 /*
  * The scratch is bounded by working on groups of about WINO_GROUP tiles
@@ -64,18 +75,25 @@ ml_wino_ok(const struct ml_conv3 *v)
 {
 	int64_t tiles = ((v->out[1] + 3) / 4) * ((v->out[2] + 3) / 4);
 
+	/* the batch's images share the GEMMs (their tiles are columns): they count together */
 	return wino_enabled() && v->group == 1 && v->k[0] == 1 && v->k[1] == 3 && v->k[2] == 3 && v->in[0] == 1 &&
 	       v->out[0] == 1 && v->p[0] == 0 && v->s[1] == 1 && v->s[2] == 1 && v->d[1] == 1 &&
 	       v->d[2] == 1 && v->cin >= WINO_MIN_CHANNELS && v->cout >= WINO_MIN_CHANNELS &&
-	       tiles >= WINO_MIN_TILES;
+	       tiles * v->n >= WINO_MIN_TILES;
 }
 
 struct wino {
 	const struct ml_conv3 *v;
 	int64_t C, M, TH, TW, T;
-	int64_t ty0, ty1, Tg;	/* the tile rows of the current group, and its tiles */
+	/*
+	 * The tile rows of the current group, and its tiles. Rows count on
+	 * across the batch (row ty is row ty % TH of image ty / TH), so a
+	 * group, and the GEMMs over it, may take the tiles of several images.
+	 */
+	int64_t ty0, ty1, Tg;
 	int64_t m0, Mb;		/* the first filter and the filters of the current block */
-	const float *x, *w, *bias;
+	const float *x, *w, *bias;	/* x, y: the first image's */
+	const struct ml_conv_epi *e;	/* FusedConv's residual and activation, or NULL */
 	float *y, *U, *V, *Mo;
 	bool packed;		/* V in ml_pgemm's panels, vstride floats per position */
 	int64_t vstride;
@@ -130,8 +148,8 @@ wino_filters(void *ctx, int64_t m0, int64_t m1)
 }
 
 /*
- * The input transform V = B^T d B for channels [c0, c1) of one image,
- * over the tile rows of the current group.
+ * The input transform V = B^T d B for channels [c0, c1), over the tile
+ * rows of the current group (of one image or several).
  * Per tile row, the six input rows (zero-padded) are first combined down
  * the columns, vectorised along the row, then across each tile.
  */
@@ -149,10 +167,11 @@ wino_inputs(void *ctx, int64_t c0, int64_t c1)
 	}
 	float *t = rows + 6 * WP;
 	for (int64_t c = c0; c < c1; c++) {
-		const float *xc = j->x + c * v->insz;
 		for (int64_t ty = j->ty0; ty < j->ty1; ty++) {
+			const float *xc = j->x + ((ty / j->TH) * j->C + c) * v->insz;
+			int64_t ly = ty % j->TH;
 			for (int i = 0; i < 6; i++) {
-				int64_t ih = 4 * ty - v->p[1] + i;
+				int64_t ih = 4 * ly - v->p[1] + i;
 				float *rw = rows + i * WP;
 				if (ih < 0 || ih >= H) {
 					memset(rw, 0, sizeof(float) * (size_t)WP);
@@ -257,9 +276,19 @@ wino_outputs(void *ctx, int64_t m0, int64_t m1)
 					orow[3 * 4 * TW + 4 * tx + s] = b + e1 - e2 + 8 * (e3 - e4) + e5;
 				}
 			}
-			float *ym = j->y + (j->m0 + m) * v->outsz;
-			for (int q = 0; q < 4 && 4 * ty + q < OH; q++)
-				memcpy(ym + (4 * ty + q) * OW, orow + q * 4 * TW, sizeof(float) * (size_t)OW);
+			int64_t ly = ty % j->TH;
+			float *ym = j->y + ((ty / j->TH) * j->M + j->m0 + m) * v->outsz;
+			for (int q = 0; q < 4 && 4 * ly + q < OH; q++)
+				memcpy(ym + (4 * ly + q) * OW, orow + q * 4 * TW,
+				       sizeof(float) * (size_t)OW);
+			if (j->e != NULL) {
+				/* the tile row's output rows, still in L1 */
+				int64_t nr = ML_MIN((int64_t)4, OH - 4 * ly);
+				int64_t off = ym + 4 * ly * OW - j->y;
+				ml_fused_tile_epi(j->y + off, nr, OW, OW, NULL,
+						  j->e->z != NULL ? j->e->z + off : NULL, j->e->act,
+						  j->e->lo, j->e->hi);
+			}
 		}
 	}
 	ml_free(t);
@@ -310,16 +339,16 @@ wino_shape(const struct wino *j, int64_t *TR, int64_t *MB)
 
 int
 ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
-	     const float *bias, float *y)
+	     const float *bias, const struct ml_conv_epi *e, float *y)
 {
-	struct wino j = { .v = v, .C = v->cin, .M = v->cout, .w = w, .bias = bias };
+	struct wino j = { .v = v, .C = v->cin, .M = v->cout, .w = w, .bias = bias, .e = e };
 
 	j.TH = (v->out[1] + 3) / 4;
 	j.TW = (v->out[2] + 3) / 4;
 	j.T = j.TH * j.TW;
 	atomic_init(&j.nomem, 0);
 	/* tile rows per group, and filters per block (all when U fits WINO_U_MAX) */
-	int64_t TR = ML_MIN(j.TH, ML_MAX(1, WINO_GROUP / j.TW));
+	int64_t TR = ML_MIN(v->n * j.TH, ML_MAX(1, WINO_GROUP / j.TW));
 	int64_t MB = ML_MAX(1, WINO_U_MAX / (36 * (int64_t)sizeof(float) * j.C));
 	MB = MB >= j.M ? j.M : ML_MAX(12, MB / 12 * 12);
 	j.packed = ml_pgemm_ok();
@@ -337,11 +366,12 @@ ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 		j.Mb = j.M;
 		ml_parallel_for(j.M, ML_MAX(1, 4096 / (j.C * 8)), wino_filters, &j);
 	}
-	for (int64_t n = 0; n < v->n; n++) {
-		j.x = x + n * j.C * v->insz;
-		j.y = y + n * j.M * v->outsz;
-		for (j.ty0 = 0; j.ty0 < j.TH; j.ty0 = j.ty1) {
-			j.ty1 = ML_MIN(j.TH, j.ty0 + TR);
+	j.x = x;
+	j.y = y;
+	{
+		int64_t rows = v->n * j.TH;
+		for (j.ty0 = 0; j.ty0 < rows; j.ty0 = j.ty1) {
+			j.ty1 = ML_MIN(rows, j.ty0 + TR);
 			j.Tg = (j.ty1 - j.ty0) * j.TW;
 			if (j.packed)
 				j.vstride = ml_pgemm_packed_len(j.C, j.Tg);

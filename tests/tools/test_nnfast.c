@@ -7,7 +7,10 @@
  * child process with ML_PGEMM=avx2, the AVX2 one), the 2-D f32 MaxPool
  * (strides 1 to 3, pads, dilation, ceil_mode) and 3x3 Conv (Winograd over
  * several tile-row groups and filter blocks, and im2col; also through
- * BLAS in a child with ML_PGEMM=0), each through a one-node graph, and
+ * BLAS in a child with ML_PGEMM=0; batches folded into the GEMMs, and
+ * image by image with ML_CONV_FOLD=0; the direct kernel for few input
+ * channels, AVX-512 and portable; MaxPool's AVX-512 kernel and, with
+ * ML_MAXPOOL=c, the portable one), each through a one-node graph, and
  * the kernels' scratch lent from the arena's free room (ml_cpu_scratch_lend).
  * Prints TAP.
  */
@@ -323,26 +326,29 @@ out:
 }
 
 /*
- * A graph with one 3x3 Conv (pads p, bias), run on random x [1, C, H, W]
- * and weights; compared with a double-precision direct convolution. The
- * shapes below reach Winograd F(4x4, 3x3), over several groups of tile
- * rows and several blocks of filters.
+ * A graph with one KxK Conv (stride s, pads p, bias), run on random
+ * x [N, C, H, W] and weights; compared with a double-precision direct
+ * convolution. The shapes below reach Winograd F(4x4, 3x3), over several
+ * groups of tile rows (across images too) and several blocks of filters,
+ * and im2col with the batch folded into the GEMM's columns, tiles that
+ * span images included.
  */
 /* conv_case's Concat of conv_room copies of y after the Conv: arena room while the Conv runs */
 static int conv_room;
 
 static bool
-conv_case(int64_t C, int64_t M, int64_t H, int64_t W, int64_t p)
+conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64_t s, int64_t p)
 {
 	struct ml_err e = { 0 };
 	struct ml_graph *g = NULL;
 	struct ml_session *ss = NULL;
-	int64_t xd[4] = { 1, C, H, W }, wd[4] = { M, C, 3, 3 }, bd[1] = { M };
+	int64_t xd[4] = { N, C, H, W }, wd[4] = { M, C, K, K }, bd[1] = { M };
 	struct ml_tval x = { 0 };
-	float *w = malloc(sizeof(float) * (size_t)(M * C * 9)), *b = malloc(sizeof(float) * (size_t)M);
+	int64_t KK = K * K;
+	float *w = malloc(sizeof(float) * (size_t)(M * C * KK)), *b = malloc(sizeof(float) * (size_t)M);
 	bool good = false;
 
-	for (int64_t i = 0; i < M * C * 9; i++)
+	for (int64_t i = 0; i < M * C * KK; i++)
 		w[i] = frand();
 	for (int64_t i = 0; i < M; i++)
 		b[i] = frand();
@@ -355,12 +361,13 @@ conv_case(int64_t C, int64_t M, int64_t H, int64_t W, int64_t p)
 	memcpy(g->tensors[xi]->dims, xd, sizeof xd);
 	ml_graph_add_input(g, xi, &e);
 	ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_CONST, ML_F32, 4, wd, w,
-			  sizeof(float) * (size_t)(M * C * 9), &e);
+			  sizeof(float) * (size_t)(M * C * KK), &e);
 	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_F32, 1, bd, b,
 			  sizeof(float) * (size_t)M, &e);
 	const char *in[] = { "x", "w", "b" }, *outn[] = { "y" };
 	int nd = ml_graph_add_node(g, "Conv", "", "", 3, in, 1, outn, &e);
-	ml_node_set_ints(g, nd, "kernel_shape", 2, (int64_t[]){ 3, 3 });
+	ml_node_set_ints(g, nd, "kernel_shape", 2, (int64_t[]){ K, K });
+	ml_node_set_ints(g, nd, "strides", 2, (int64_t[]){ s, s });
 	ml_node_set_ints(g, nd, "pads", 4, (int64_t[]){ p, p, p, p });
 	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
 	if (conv_room > 0) {
@@ -382,27 +389,29 @@ conv_case(int64_t C, int64_t M, int64_t H, int64_t W, int64_t p)
 	if (ml_session_set_input(ss, "x", &x, &e) < 0 || ml_session_run(ss, &e) < 0)
 		goto out;
 	const struct ml_tval *y = ml_session_output(ss, 0);
-	int64_t OH = H + 2 * p - 2, OW = W + 2 * p - 2;
-	if (y->rank != 4 || y->dims[1] != M || y->dims[2] != OH || y->dims[3] != OW)
+	int64_t OH = (H + 2 * p - K) / s + 1, OW = (W + 2 * p - K) / s + 1;
+	if (y->rank != 4 || y->dims[0] != N || y->dims[1] != M || y->dims[2] != OH ||
+	    y->dims[3] != OW)
 		goto out;
 	good = true;
+	for (int64_t n = 0; n < N; n++)
 	for (int64_t m = 0; m < M; m++)
 		for (int64_t oh = 0; oh < OH; oh++)
 			for (int64_t ow = 0; ow < OW; ow++) {
-				double s = b[m], mag = fabs(b[m]);
+				double sum = b[m], mag = fabs(b[m]);
 				for (int64_t c = 0; c < C; c++)
-					for (int64_t kh = 0; kh < 3; kh++)
-						for (int64_t kw = 0; kw < 3; kw++) {
-							int64_t ih = oh - p + kh, iw = ow - p + kw;
+					for (int64_t kh = 0; kh < K; kh++)
+						for (int64_t kw = 0; kw < K; kw++) {
+							int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
 							if (ih < 0 || ih >= H || iw < 0 || iw >= W)
 								continue;
-							double t = (double)w[((m * C + c) * 3 + kh) * 3 + kw] *
-								   xv[(c * H + ih) * W + iw];
-							s += t;
+							double t = (double)w[((m * C + c) * K + kh) * K + kw] *
+								   xv[((n * C + c) * H + ih) * W + iw];
+							sum += t;
 							mag += fabs(t);
 						}
-				float got = ((const float *)y->data)[(m * OH + oh) * OW + ow];
-				if (!(fabs(got - s) <= 1e-5 * mag + 1e-6))
+				float got = ((const float *)y->data)[((n * M + m) * OH + oh) * OW + ow];
+				if (!(fabs(got - sum) <= 1e-5 * mag + 1e-6))
 					good = false;
 			}
 out:
@@ -414,9 +423,49 @@ out:
 	return good;
 }
 
+/* conv_case: a 3x3 stride-1 Conv of one image. */
+static bool
+conv_case(int64_t C, int64_t M, int64_t H, int64_t W, int64_t p)
+{
+	return conv_nks(1, C, M, H, W, 3, 1, p);
+}
+
+/*
+ * Batches: Winograd with tile groups across images (14x14 planes, 16
+ * tiles each; 7x7, 4 each), im2col with one tile over all images (5x5
+ * windows on 7x7) and with tiles
+ * that start and end inside images (13x13 outputs, large K), a 1x1
+ * stride-2 convolution (ResNet's downsample), 1x1 stride-1 ones (MobileNet's
+ * projections, through fused_mm.c's kernel when large) and a 7x7 stride-2 one with
+ * 3 input channels (the first layer).
+ */
+static bool
+conv_batch_cases(void)
+{
+	return conv_nks(3, 32, 40, 14, 14, 3, 1, 1) && conv_nks(8, 64, 36, 7, 7, 3, 1, 1) &&
+	       conv_nks(8, 64, 36, 7, 7, 5, 1, 2) &&
+	       conv_nks(8, 300, 30, 25, 25, 3, 2, 1) && conv_nks(4, 48, 64, 14, 14, 1, 2, 0) &&
+	       conv_nks(8, 144, 24, 28, 28, 1, 1, 0) && conv_nks(3, 40, 24, 9, 11, 1, 1, 0) &&
+	       conv_nks(3, 3, 16, 37, 37, 7, 2, 3);
+}
+
+/*
+ * Few input channels (nn_direct.c): 7x7 s2 (ResNet's first layer), 3x3 s2
+ * unpadded with channels left over from the blocks of 8 (SqueezeNet's),
+ * 5x5 s1 on one channel, 3x3 s3 on 4 channels, rows wider than a block.
+ */
+static bool
+conv_direct_cases(void)
+{
+	return conv_nks(2, 3, 64, 37, 37, 7, 2, 3) && conv_nks(2, 3, 10, 20, 23, 3, 2, 0) &&
+	       conv_nks(1, 1, 12, 15, 40, 5, 1, 2) && conv_nks(3, 4, 8, 9, 70, 3, 3, 1);
+}
+
 static void
 test_conv(void)
 {
+	ok(conv_batch_cases(), "Conv batches: Winograd and im2col over several images");
+	ok(conv_direct_cases(), "Conv with few input channels (direct kernel)");
 	ok(conv_case(16, 20, 24, 24, 1), "Conv 3x3 16->20 on 24x24 (Winograd, one group)");
 	ok(conv_case(16, 24, 10, 130, 1), "Conv 3x3 16->24 on 10x130 (Winograd, 3 tile-row groups)");
 	ok(conv_case(256, 40, 23, 25, 1), "Conv 3x3 256->40 on 23x25 (Winograd, 2 filter blocks)");
@@ -466,9 +515,19 @@ loan_case(void)
 	return good;
 }
 
+/* The shapes of the AVX-512 MaxPool kernel (strides 1 and 2 across, edges, ceil_mode). */
+static bool
+maxpool_simd_cases(void)
+{
+	return maxpool_case(55, 55, 3, 2, 0, 1, 1) && maxpool_case(112, 112, 3, 2, 1, 1, 0) &&
+	       maxpool_case(40, 37, 3, 1, 1, 1, 0) && maxpool_case(13, 70, 5, 2, 2, 1, 1) &&
+	       maxpool_case(11, 37, 2, 2, 0, 1, 1) && maxpool_case(9, 33, 4, 1, 0, 2, 0);
+}
+
 static void
 test_maxpool(void)
 {
+	ok(maxpool_simd_cases(), "MaxPool 3x3 s2 ceil_mode on 55x55 (SqueezeNet's), s1, 5x5 s2, edges");
 	ok(maxpool_case(112, 112, 3, 2, 1, 1, 0), "MaxPool 3x3 s2 p1 on 112x112 (ResNet's)");
 	ok(maxpool_case(11, 13, 3, 2, 1, 1, 0), "MaxPool 3x3 s2 p1 on 11x13");
 	ok(maxpool_case(9, 10, 2, 1, 0, 1, 0), "MaxPool 2x2 s1 on 9x10");
@@ -494,24 +553,57 @@ main(void)
 		setenv("ML_PGEMM", "avx2", 1);
 		if (!ml_pgemm_ok())
 			_exit(77);
-		_exit(gemm_all(&n) == 0 ? 0 : 1);
+		_exit(gemm_all(&n) == 0 && conv_batch_cases() ? 0 : 1);
 	}
 	int st = 0;
 	bool waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 	if (waited && WEXITSTATUS(st) == 77)
 		printf("ok %d - packed SGEMM, AVX2 kernel # SKIP no AVX2 and FMA\n", ++ntest);
 	else
-		ok(waited && WEXITSTATUS(st) == 0, "packed SGEMM, AVX2 kernel (ML_PGEMM=avx2)");
+		ok(waited && WEXITSTATUS(st) == 0, "packed SGEMM and Conv batches, AVX2 kernel (ML_PGEMM=avx2)");
 	/* the BLAS paths (Winograd's GEMMs and im2col's), in a child with ML_PGEMM=0 */
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {
 		setenv("ML_PGEMM", "0", 1);
 		_exit(conv_case(16, 24, 10, 130, 1) && conv_case(256, 40, 23, 25, 1) &&
-		      conv_case(8, 5, 9, 7, 1) ? 0 : 1);
+		      conv_case(8, 5, 9, 7, 1) && conv_batch_cases() ? 0 : 1);
 	}
 	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
-	ok(waited && WEXITSTATUS(st) == 0, "Conv 3x3 through BLAS (ML_PGEMM=0), Winograd and im2col");
+	ok(waited && WEXITSTATUS(st) == 0, "Conv through BLAS (ML_PGEMM=0), Winograd and im2col");
+	/* one image at a time (ML_CONV_FOLD=0), and im2col for every 3x3 (ML_WINOGRAD=0) */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ML_CONV_FOLD", "0", 1);
+		setenv("ML_WINOGRAD", "0", 1);
+		_exit(conv_batch_cases() ? 0 : 1);
+	}
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0,
+	   "Conv batches image by image (ML_CONV_FOLD=0) and without Winograd (ML_WINOGRAD=0)");
+	/* the portable MaxPool kernel (ML_MAXPOOL=c) */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ML_MAXPOOL", "c", 1);
+		_exit(maxpool_simd_cases() ? 0 : 1);
+	}
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0, "MaxPool, portable kernel (ML_MAXPOOL=c)");
+	/* the portable direct kernel (ML_CONV_DIRECT=c), and im2col instead (ML_CONV_DIRECT=0) */
+	for (int k = 0; k < 2; k++) {
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			setenv("ML_CONV_DIRECT", k == 0 ? "c" : "0", 1);
+			_exit(conv_direct_cases() ? 0 : 1);
+		}
+		waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+		ok(waited && WEXITSTATUS(st) == 0,
+		   k == 0 ? "Conv with few input channels, portable kernel (ML_CONV_DIRECT=c)" :
+			    "Conv with few input channels through im2col (ML_CONV_DIRECT=0)");
+	}
 	if (ml_pgemm_ok()) {
 		fails = gemm_all(&n);
 		char what[128];

@@ -1,0 +1,287 @@
+/*
+ * nn_direct.c: f32 2-D convolution with few input channels (the first
+ * layer of an image network: 3 channels, 7x7 or 3x3, stride 2) computed
+ * directly, without im2col. Its K is 27 to 147, too short for a GEMM to
+ * pay back the column matrix (147 rows of the whole output plane, written
+ * and read again), and a stride-2 im2col gathers every other element.
+ *
+ * Work items are output rows of one image. For an item, the input rows
+ * its windows read are copied once into a small buffer, zero-padded and
+ * split by stride phase (phase ph holds padded columns ph, ph + s, ...),
+ * so that the taps of a window row read contiguous floats for 16
+ * consecutive outputs. A block of 8 output channels by 32 output columns
+ * then sums all cin * KH * KW taps in registers (16 zmm accumulators, the
+ * weights packed per block so that each tap's 8 values are adjacent and
+ * broadcast from memory) and stores once, bias included. For FusedConv
+ * (struct ml_conv_epi) the residual and the activation are applied to
+ * the block as it is stored, while it is in L1, instead of in another
+ * pass over the output.
+ *
+ * The AVX-512 kernel is picked at run time (__builtin_cpu_supports); the
+ * portable kernel is the same loop nest in plain C (built as target clones,
+ * so AVX2 CPUs get it vectorised). ML_CONV_DIRECT=c forces the portable
+ * kernel, ML_CONV_DIRECT=0 turns the path off (im2col, as before).
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#include <stdatomic.h>
+
+#include "cpu/nn.h"
+#include "ops/fused.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define HAVE_AVX512 1
+#include <immintrin.h>
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define ML_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ML_CLONES
+#endif
+
+#define OCB 8			/* output channels per block */
+#define OWB 32			/* output columns per block */
+#define DIRECT_MAX_CIN 4	/* the most input channels this path takes */
+#define DIRECT_MAX_K 11		/* the widest window */
+#define DIRECT_MAX_S 4		/* the largest stride */
+
+/* direct_level: 0 off, 1 the portable kernel, 2 AVX-512; computed once. */
+static int
+direct_level(void)
+{
+	/* -1 until known; racing first callers compute the same value */
+	static atomic_int level = -1;
+	int v = atomic_load_explicit(&level, memory_order_relaxed);
+
+	if (v < 0) {
+		const char *e = getenv("ML_CONV_DIRECT");
+		v = 1;
+#ifdef HAVE_AVX512
+		__builtin_cpu_init();
+		if (__builtin_cpu_supports("avx512f"))
+			v = 2;
+#endif
+		if (e != NULL && strcmp(e, "c") == 0)
+			v = 1;
+		if (e != NULL && strcmp(e, "0") == 0)
+			v = 0;
+		atomic_store_explicit(&level, v, memory_order_relaxed);
+	}
+	return v;
+}
+
+bool
+ml_direct_ok(const struct ml_conv3 *v)
+{
+	return direct_level() > 0 && v->group == 1 && v->cin >= 1 &&
+	       v->cin <= DIRECT_MAX_CIN && v->cout >= OCB / 2 && v->in[0] == 1 && v->k[0] == 1 &&
+	       v->out[0] == 1 && v->p[0] == 0 && v->d[1] == 1 && v->d[2] == 1 &&
+	       v->k[1] <= DIRECT_MAX_K && v->k[2] <= DIRECT_MAX_K && v->s[1] >= 1 &&
+	       v->s[1] <= DIRECT_MAX_S && v->s[2] >= 1 && v->s[2] <= DIRECT_MAX_S &&
+	       v->p[1] >= 0 && v->p[2] >= 0 && v->out[2] >= 8;
+}
+
+struct djob {
+	const struct ml_conv3 *v;
+	const float *x, *wp, *bias;	/* wp: [cout / OCB blocks][cin * KH * KW][OCB] */
+	const float *z;			/* FusedConv's residual (y's layout), or NULL */
+	float *y;
+	int act;			/* FusedConv's activation (ML_ACT_*), or ML_ACT_NONE */
+	float lo, hi;			/* Clip's bounds */
+	int64_t TW;			/* floats per phase row */
+	int64_t nob;			/* blocks of output channels */
+	int64_t koff[DIRECT_MAX_K];	/* tap kw's offset in a row: (kw % s) * TW + kw / s */
+	int level;
+	atomic_int nomem;
+};
+
+/*
+ * rows_for: the input rows output row oh of image n reads, into rows:
+ * rows[((ci * KH + kh) * s + ph) * TW + t] = padded column t * s + ph of
+ * input row oh * sh - pt + kh of channel ci (zero outside the input).
+ */
+static void
+rows_for(const struct djob *j, int64_t n, int64_t oh, float *rows)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t H = v->in[1], W = v->in[2], KH = v->k[1], s = v->s[2], TW = j->TW;
+
+	for (int64_t ci = 0; ci < v->cin; ci++)
+		for (int64_t kh = 0; kh < KH; kh++) {
+			int64_t ih = oh * v->s[1] - v->p[1] + kh;
+			const float *xr = j->x + ((n * v->cin + ci) * H + ih) * W;
+			for (int64_t ph = 0; ph < s; ph++) {
+				float *d = rows + ((ci * KH + kh) * s + ph) * TW;
+				if (ih < 0 || ih >= H) {
+					memset(d, 0, sizeof(float) * (size_t)TW);
+					continue;
+				}
+				/* t * s + ph - pl in [0, W) for t in [lo, hi) */
+				int64_t lo, hi;
+				ml_valid_range(ph - v->p[2], s, W, TW, &lo, &hi);
+				for (int64_t t = 0; t < lo; t++)
+					d[t] = 0.0f;
+				if (s == 1) {
+					memcpy(d + lo, xr + lo + ph - v->p[2],
+					       sizeof(float) * (size_t)(hi - lo));
+				} else {
+					for (int64_t t = lo; t < hi; t++)
+						d[t] = xr[t * s + ph - v->p[2]];
+				}
+				for (int64_t t = hi; t < TW; t++)
+					d[t] = 0.0f;
+			}
+		}
+}
+
+/* one block of OCB channels [oc0, oc0 + OCB) by nw <= OWB columns at ow0, plain C */
+ML_CLONES static void
+block_c(const struct djob *j, const float *rows, const float *wb, int64_t oc0, int64_t ow0,
+	int64_t nw, float *yrow)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t KH = v->k[1], KW = v->k[2], s = v->s[2], TW = j->TW;
+	int64_t plane = v->outsz;
+	float acc[OCB][OWB];
+
+	for (int o = 0; o < OCB; o++) {
+		float b = j->bias != NULL && oc0 + o < v->cout ? j->bias[oc0 + o] : 0.0f;
+		for (int t = 0; t < OWB; t++)
+			acc[o][t] = b;
+	}
+	for (int64_t ci = 0; ci < v->cin; ci++)
+		for (int64_t kh = 0; kh < KH; kh++)
+			for (int64_t kw = 0; kw < KW; kw++) {
+				const float *xr = rows + (ci * KH + kh) * s * TW + ow0 +
+						  j->koff[kw];
+				const float *wv = wb + ((ci * KH + kh) * KW + kw) * OCB;
+				for (int o = 0; o < OCB; o++)
+					for (int t = 0; t < OWB; t++)
+						acc[o][t] += wv[o] * xr[t];
+			}
+	for (int o = 0; o < OCB && oc0 + o < v->cout; o++)
+		memcpy(yrow + (oc0 + o) * plane + ow0, acc[o], sizeof(float) * (size_t)nw);
+}
+
+#ifdef HAVE_AVX512
+/* block_c with 16 zmm accumulators: 8 channels by two vectors of 16 columns */
+__attribute__((target("avx512f"))) static void
+block_avx512(const struct djob *j, const float *rows, const float *wb, int64_t oc0, int64_t ow0,
+	     int64_t nw, float *yrow)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t KH = v->k[1], KW = v->k[2], s = v->s[2], TW = j->TW;
+	int64_t plane = v->outsz;
+	__m512 c0[OCB], c1[OCB];
+
+	for (int o = 0; o < OCB; o++) {
+		float b = j->bias != NULL && oc0 + o < v->cout ? j->bias[oc0 + o] : 0.0f;
+		c0[o] = _mm512_set1_ps(b);
+		c1[o] = c0[o];
+	}
+	for (int64_t ci = 0; ci < v->cin; ci++)
+		for (int64_t kh = 0; kh < KH; kh++) {
+			const float *xb = rows + (ci * KH + kh) * s * TW + ow0;
+			const float *wv = wb + (ci * KH + kh) * KW * OCB;
+			for (int64_t kw = 0; kw < KW; kw++, wv += OCB) {
+				const float *xr = xb + j->koff[kw];
+				__m512 b0 = _mm512_loadu_ps(xr), b1 = _mm512_loadu_ps(xr + 16);
+				_Pragma("GCC unroll 8")
+				for (int o = 0; o < OCB; o++) {
+					__m512 a = _mm512_set1_ps(wv[o]);
+					c0[o] = _mm512_fmadd_ps(a, b0, c0[o]);
+					c1[o] = _mm512_fmadd_ps(a, b1, c1[o]);
+				}
+			}
+		}
+	__mmask16 m0 = (__mmask16)(nw >= 16 ? 0xffff : (1u << nw) - 1);
+	__mmask16 m1 = (__mmask16)(nw >= 32 ? 0xffff : nw <= 16 ? 0 : (1u << (nw - 16)) - 1);
+	for (int o = 0; o < OCB && oc0 + o < v->cout; o++) {
+		float *yo = yrow + (oc0 + o) * plane + ow0;
+		_mm512_mask_storeu_ps(yo, m0, c0[o]);
+		_mm512_mask_storeu_ps(yo + 16, m1, c1[o]);
+	}
+}
+#endif
+
+static void
+direct_rows(void *ctx, int64_t b, int64_t e)
+{
+	struct djob *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t OH = v->out[1], OW = v->out[2], CKK = v->cin * v->k[1] * v->k[2];
+	float *rows = ml_cpu_scratch(0, sizeof(float) *
+					    (size_t)(v->cin * v->k[1] * v->s[2] * j->TW));
+
+	if (rows == NULL) {
+		atomic_store(&j->nomem, 1);
+		return;
+	}
+	for (int64_t it = b; it < e; it++) {
+		int64_t n = it / OH, oh = it % OH;
+		rows_for(j, n, oh, rows);
+		float *yrow = j->y + n * v->cout * v->outsz + oh * OW;
+		for (int64_t ob = 0; ob < j->nob; ob++) {
+			const float *wb = j->wp + ob * CKK * OCB;
+			for (int64_t ow0 = 0; ow0 < OW; ow0 += OWB) {
+				int64_t nw = ML_MIN((int64_t)OWB, OW - ow0);
+#ifdef HAVE_AVX512
+				if (j->level == 2)
+					block_avx512(j, rows, wb, ob * OCB, ow0, nw, yrow);
+				else
+#endif
+					block_c(j, rows, wb, ob * OCB, ow0, nw, yrow);
+				if (j->z == NULL && j->act <= ML_ACT_NONE)
+					continue;
+				int64_t off = (yrow - j->y) + ob * OCB * v->outsz + ow0;
+				int64_t nc = ML_MIN((int64_t)OCB, v->cout - ob * OCB);
+				ml_fused_tile_epi(j->y + off, nc, nw, v->outsz, NULL,
+						  j->z != NULL ? j->z + off : NULL, j->act, j->lo,
+						  j->hi);
+			}
+		}
+	}
+}
+
+/* direct: the convolution of v into y, then z added and act applied (see struct djob) */
+static int
+direct(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+       const float *bias, const float *z, int act, float lo, float hi, float *y)
+{
+	int64_t CKK = v->cin * v->k[1] * v->k[2];
+	struct djob j = { .v = v, .x = x, .bias = bias, .z = z, .y = y, .act = act, .lo = lo,
+			  .hi = hi, .level = direct_level() };
+
+	j.nob = (v->cout + OCB - 1) / OCB;
+	/* the columns block_* may read: whole OWB blocks, plus the window's reach */
+	j.TW = (v->out[2] + OWB - 1) / OWB * OWB + (v->k[2] - 1) / v->s[2] + 1;
+	for (int64_t kw = 0; kw < v->k[2]; kw++)
+		j.koff[kw] = (kw % v->s[2]) * j.TW + kw / v->s[2];
+	atomic_init(&j.nomem, 0);
+	float *wp = ml_cpu_scratch(2, sizeof(float) * (size_t)(j.nob * CKK * OCB));
+	if (wp == NULL)
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate the packed weights");
+	for (int64_t ob = 0; ob < j.nob; ob++)
+		for (int64_t r = 0; r < CKK; r++)
+			for (int o = 0; o < OCB; o++) {
+				int64_t oc = ob * OCB + o;
+				float wv = oc < v->cout ? w[oc * CKK + r] : 0.0f;
+				wp[(ob * CKK + r) * OCB + o] = wv;
+			}
+	j.wp = wp;
+	ml_parallel_for(v->n * v->out[1], 1, direct_rows, &j);
+	if (atomic_load(&j.nomem))
+		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	return 0;
+}
+
+int
+ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+	       const float *bias, const struct ml_conv_epi *e, float *y)
+{
+	if (e == NULL)
+		return direct(c, v, x, w, bias, NULL, ML_ACT_NONE, 0.0f, 0.0f, y);
+	return direct(c, v, x, w, bias, e->z, e->act, e->lo, e->hi, y);
+}
