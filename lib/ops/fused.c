@@ -340,8 +340,9 @@ flops_felem(const struct ml_opctx *c)
 
 const struct ml_opdef ml_opdefs_fused[] = {
 	{ ML_OP_FUSED_CONV, 2, 4, 1, 1, infer_fconv, flops_fused },
-	{ ML_OP_FUSED_GEMM, 2, 3, 1, 1, infer_fgemm, flops_fused },
-	{ ML_OP_FUSED_MATMUL, 2, 4, 1, 1, infer_fmatmul, flops_fused, .qclass = ML_QC_GEMM },
+	{ ML_OP_FUSED_GEMM, 2, 3, 1, 1, infer_fgemm, flops_fused, .weights = 6 },
+	{ ML_OP_FUSED_MATMUL, 2, 4, 1, 1, infer_fmatmul, flops_fused, .weights = 7,
+	  .qclass = ML_QC_GEMM },
 	{ ML_OP_ML_LAYER_NORM, 2, 3, 1, 3, infer_flayernorm, flops_fused },
 	{ ML_OP_FUSED_ELEMWISE, 1, -1, 1, 1, infer_felem, flops_felem },
 	{ ML_OP_FUSED_ATTENTION, 3, 3, 1, 1, infer_fattention, flops_fattention },
