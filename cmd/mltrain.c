@@ -18,7 +18,8 @@
 static const char synopsis[] =
 	"mltrain [-qv] --data PATH -o OUT.mlg [--loss L] [--optimizer O] [--lr F] [--momentum F]\n"
 	"               [--nesterov] [--weight-decay F] [--clip-norm F] [--lr-schedule S]\n"
-	"               [--batch N] [--epochs N] [--seed S] [--val-split F] [--checkpoint-every N]\n"
+	"               [--batch N] [--accumulate K] [--epochs N] [--seed S] [--val-split F]\n"
+	"               [--checkpoint-every N]\n"
 	"               [--checkpoint FILE] [--resume CKPT.mlg] [--device DEV] [--threads N]\n"
 	"               [--log FILE] [--json] [--bucket-mb MiB] [--mpi] [--qat] [--keep-denormals]\n"
 	"               [--augment A] [--normalize M/S] [--workers N] [--shape NAME=DIMS]...\n"
@@ -50,6 +51,8 @@ static const char help_text[] =
 	"      --warmup-steps N    linear warm-up over the first N steps (warmup: default 100)\n"
 	"      --batch N           samples per step (default 64); a model exported with a\n"
 	"                          fixed batch is re-batched to any size (-v says so)\n"
+	"      --accumulate K      sum the gradients of K batches (micro-batches) and update\n"
+	"                          once with their mean: trains as batch K*N (default 1)\n"
 	"      --epochs N          epochs to train in all, resumed ones included (default 1)\n"
 	"      --seed S            seed of shuffling, splits and dropout (default 0)\n"
 	"      --no-shuffle        keep the data in file order\n"
@@ -94,12 +97,12 @@ static const char help_text[] =
 struct opts {
 	const char *loss, *optimizer, *schedule;
 	double lr, momentum, beta1, beta2, eps, wd, clip, lr_gamma, lr_min, val_split;
-	int64_t nesterov, lr_step, warmup, batch, epochs, seed, shuffle, every, keep_dn;
+	int64_t nesterov, lr_step, warmup, batch, epochs, seed, shuffle, every, keep_dn, accum;
 };
 
 enum { S_LOSS, S_OPT, S_SCHED, S_LR, S_MOM, S_B1, S_B2, S_EPS, S_WD, S_CLIP, S_GAMMA, S_LRMIN,
        S_VAL, S_NEST, S_LRSTEP, S_WARM, S_BATCH, S_EPOCHS, S_SEED, S_SHUF, S_EVERY,
-       S_KEEPDN, S_N };
+       S_KEEPDN, S_ACCUM, S_N };
 static bool given[S_N];
 
 static volatile sig_atomic_t got_int, got_usr1;
@@ -228,6 +231,7 @@ train_opts(struct ml_train_opts *to, const struct opts *o)
 	to->weight_decay = o->wd;
 	to->clip_norm = o->clip;
 	to->seed = (uint64_t)o->seed;
+	to->accumulate = (int)o->accum;
 }
 
 /* run_state: the state of the run that a checkpoint keeps (lib/ml_train.h). */
@@ -263,7 +267,7 @@ take_config(struct opts *o, const struct ml_train_state *st)
 		"loss", "optimizer", "lr_schedule", "lr", "momentum", "beta1", "beta2", "eps",
 		"weight_decay", "clip_norm", "lr_gamma", "lr_min", "val_split", "nesterov",
 		"lr_step", "warmup_steps", "batch", "epochs", "seed", "shuffle", "checkpoint_every",
-		"keep_denormals",
+		"keep_denormals", "accumulate",
 	};
 	static const size_t off[S_N] = {
 		offsetof(struct opts, loss), offsetof(struct opts, optimizer),
@@ -276,7 +280,7 @@ take_config(struct opts *o, const struct ml_train_state *st)
 		offsetof(struct opts, warmup), offsetof(struct opts, batch),
 		offsetof(struct opts, epochs), offsetof(struct opts, seed),
 		offsetof(struct opts, shuffle), offsetof(struct opts, every),
-		offsetof(struct opts, keep_dn),
+		offsetof(struct opts, keep_dn), offsetof(struct opts, accum),
 	};
 	const struct ml_lr_schedule *sc = &st->sched;
 	struct opts ck = {
@@ -288,6 +292,7 @@ take_config(struct opts *o, const struct ml_train_state *st)
 		.nesterov = st->opts.nesterov, .lr_step = sc->step_epochs, .warmup = sc->warmup,
 		.batch = st->batch, .epochs = sc->epochs, .seed = (int64_t)st->opts.seed,
 		.shuffle = st->shuffle, .every = st->checkpoint_every, .keep_dn = st->keep_denormals,
+		.accum = st->opts.accumulate > 1 ? st->opts.accumulate : 1,
 	};
 	for (int i = 0; i < S_N; i++) {
 		bool order = i == S_BATCH || i == S_SEED || i == S_SHUF || i == S_VAL;
@@ -328,7 +333,7 @@ make_schedule(struct run *r)
 	if (sc->kind < 0)
 		sc->kind = ML_LR_CONSTANT;
 	sc->lr = o->lr;
-	sc->steps_per_epoch = r->spe;
+	sc->steps_per_epoch = r->spe / (o->accum > 1 ? o->accum : 1);	/* optimizer steps */
 	sc->epochs = o->epochs;
 	sc->step_epochs = o->lr_step;
 	sc->gamma = o->lr_gamma;
@@ -470,6 +475,11 @@ setup_data(struct run *r)
 	r->spe = ml_loader_batches(r->ld);
 	if (r->spe == 0)
 		die(EXIT_INVALID, "%s: fewer samples than one batch", r->data_path);
+	if (r->o.accum > 1 && r->spe % r->o.accum != 0)
+		die(EXIT_INVALID, "--accumulate %lld does not divide the %lld batches of an epoch "
+		    "(%lld samples in batches of %lld%s)", (long long)r->o.accum, (long long)r->spe,
+		    (long long)r->train->n, (long long)r->o.batch,
+		    lo.drop_last ? ", the last partial one dropped" : "");
 	make_eval(r);
 }
 
@@ -656,8 +666,10 @@ train(struct run *r)
 				die(EXIT_FAIL, "step %llu: the loss is %s; stopping (no checkpoint was written)",
 				    (unsigned long long)r->step_no + 1, isnan(loss) ? "nan" : "infinite");
 			}
-			r->step_no++;
 			r->in_epoch++;
+			/* with --accumulate K the optimizer steps on every K-th batch of the epoch */
+			bool stepped = r->o.accum <= 1 || r->in_epoch % r->o.accum == 0;
+			r->step_no += stepped;
 			r->loss_sum += loss * (double)b;
 			r->seen += b;
 			r->correct += nok;
@@ -681,7 +693,7 @@ train(struct run *r)
 				if (usr1_seen)
 					got_usr1 = 0;
 				checkpoint(r, "SIGUSR1");
-			} else if (r->o.every > 0 && r->step_no % (uint64_t)r->o.every == 0 &&
+			} else if (r->o.every > 0 && stepped && r->step_no % (uint64_t)r->o.every == 0 &&
 				   r->in_epoch < r->spe) {
 				checkpoint(r, "every N steps");
 			}
@@ -761,9 +773,10 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 	enum { O_LOSS = 256, O_OPT, O_LR, O_MOM, O_NEST, O_B1, O_B2, O_EPS, O_WD, O_CLIP, O_SCHED,
 	       O_LRSTEP, O_GAMMA, O_LRMIN, O_WARM, O_BATCH, O_EPOCHS, O_SEED, O_NOSHUF, O_VAL,
 	       O_EVERY, O_CKPT, O_RESUME, O_DUMP, O_DEVICE, O_THREADS, O_LOG, O_JSON, O_MAXALLOC,
-	       O_BUCKET, O_MPI, O_QAT, O_KEEPDN, O_AUG, O_NORM, O_WORKERS, O_SHAPE };
+	       O_BUCKET, O_MPI, O_QAT, O_KEEPDN, O_AUG, O_NORM, O_WORKERS, O_SHAPE, O_ACCUM };
 	struct ml_err err = { 0 };
 	static const struct option longopts[] = {
+		{ "accumulate", required_argument, NULL, O_ACCUM },
 		{ "augment", required_argument, NULL, O_AUG },
 		{ "batch", required_argument, NULL, O_BATCH },
 		{ "beta1", required_argument, NULL, O_B1 },
@@ -858,6 +871,7 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		INT(O_EPOCHS, epochs, S_EPOCHS, 0, 1000000);
 		INT(O_SEED, seed, S_SEED, 0, INT64_MAX);
 		INT(O_EVERY, every, S_EVERY, 0, INT64_MAX / 2);
+		INT(O_ACCUM, accum, S_ACCUM, 1, 65536);
 #undef INT
 		case O_NEST: o->nesterov = 1; given[S_NEST] = true; break;
 		case O_NOSHUF: o->shuffle = 0; given[S_SHUF] = true; break;
@@ -1089,10 +1103,10 @@ distribute(struct run *r, struct args *a)
 static void
 check_resume(const struct run *r, const char *resume)
 {
-	int64_t v = r->ck.sched.steps_per_epoch;
-	if (v > 0 && v != r->spe)
+	int64_t v = r->ck.sched.steps_per_epoch, spe = r->spe / (r->o.accum > 1 ? r->o.accum : 1);
+	if (v > 0 && v != spe)
 		die(EXIT_INVALID, "%s: the data give %lld steps an epoch, the checkpoint had %lld",
-		    r->data_path, (long long)r->spe, (long long)v);
+		    r->data_path, (long long)spe, (long long)v);
 	if (r->in_epoch < 0 || r->correct < 0 || r->seen < 0 || r->in_epoch > r->spe)
 		die(EXIT_INVALID, "%s: damaged training state (step %lld of an epoch of %lld)",
 		    resume, (long long)r->in_epoch, (long long)r->spe);
@@ -1191,7 +1205,7 @@ main(int argc, char **argv)
 	r.o = (struct opts){ .loss = "softmax-cross-entropy", .optimizer = "sgd",
 			     .schedule = "constant", .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999,
 			     .eps = 1e-8, .lr_gamma = 0.1, .lr_step = 1, .batch = 64, .epochs = 1,
-			     .shuffle = 1 };
+			     .shuffle = 1, .accum = 1 };
 	ml_dist_opts_init(&a.dopt);
 	r.device = "cpu";
 	r.last_ckpt = UINT64_MAX;

@@ -430,3 +430,31 @@ PYEOF
 	run -0 mlconvert --info r.mlg
 	[[ $output == *"ml.FakeQuant  4"* ]]
 }
+
+@test "--accumulate 4 with batch 4 trains as batch 16, resumes exactly, and is refused where it does not divide" {
+	# 400 samples: 25 batches of 16, 100 of 4 (25 groups of 4)
+	run -0 mltrain tiny.mlt --data d --lr 0.05 --momentum 0.9 --threads 1 --batch 16 \
+		--epochs 2 -q -o b16.mlg
+	run -0 mltrain tiny.mlt --data d --lr 0.05 --momentum 0.9 --threads 1 --batch 4 \
+		--accumulate 4 --epochs 2 -q -o acc.mlg
+	run -0 mltrain tiny.mlt --data d --lr 0.05 --momentum 0.9 --threads 1 --batch 4 \
+		--epochs 2 -q -o b4.mlg
+	"$PY" -c "import numpy as np; np.save('x.npy', np.random.default_rng(3).random((5,1,8,8), dtype=np.float32))"
+	for m in b16 acc b4; do run -0 mlrun $m.mlg -i x=x.npy -o o$m; done
+	npcmp oacc/y.npy ob16/y.npy --rtol 1e-4 --atol 1e-5
+	# and not merely batch 4's model
+	run -1 npcmp oacc/y.npy ob4/y.npy --rtol 1e-4 --atol 1e-5
+	# the checkpoint keeps K: a resumed run (K not given again) ends as an uninterrupted one
+	run -0 mltrain tiny.mlt --data d --lr 0.05 --momentum 0.9 --threads 1 --batch 4 \
+		--accumulate 4 --epochs 1 -q -o r.mlg
+	run -0 mltrain --resume r.ckpt.mlg --data d --epochs 2 --threads 1 -q -o r.mlg
+	cmp r.mlg acc.mlg
+	# 100 batches of 4 are not groups of 3: one line, status 3, nothing written
+	run -3 mltrain tiny.mlt --data d --batch 4 --accumulate 3 --threads 1 -o no.mlg
+	[[ "$output" == "mltrain: --accumulate 3 does not divide the 100 batches of an epoch"* ]]
+	[ "${#lines[@]}" -eq 1 ]
+	[ ! -e no.mlg ]
+	run -2 mltrain tiny.mlt --data d --accumulate 0 -o no.mlg
+	run -2 mltrain tiny.mlt --data d --accumulate x -o no.mlg
+	[ ! -e no.mlg ]
+}
