@@ -184,12 +184,13 @@ load helpers
 	for f in conv.in/*.npy; do
 		args+=(-i "$(basename "$f" .npy)=$f")
 	done
-	# the convolution's GEMM through BLAS: opened at first use
-	ML_PGEMM=0 ML_WINOGRAD=0 LD_DEBUG=files run -0 --separate-stderr mlrun conv.mlg "${args[@]}" -o b
+	# the convolution's GEMM through BLAS (not the direct kernel that takes
+	# few input channels): opened at first use
+	ML_PGEMM=0 ML_WINOGRAD=0 ML_CONV_DIRECT=0 LD_DEBUG=files run -0 --separate-stderr mlrun conv.mlg "${args[@]}" -o b
 	[[ "$stderr" == *libopenblas* ]]
 	npcmpdir b conv.ref
 	# the portable loop gives the same products
-	ML_BLAS=none ML_PGEMM=0 ML_WINOGRAD=0 LD_DEBUG=files run -0 --separate-stderr mlrun conv.mlg "${args[@]}" -o c
+	ML_BLAS=none ML_PGEMM=0 ML_WINOGRAD=0 ML_CONV_DIRECT=0 LD_DEBUG=files run -0 --separate-stderr mlrun conv.mlg "${args[@]}" -o c
 	[[ "$stderr" != *libopenblas* ]]
 	npcmpdir c conv.ref
 }
