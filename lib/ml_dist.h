@@ -101,7 +101,8 @@ struct ml_dist_opts {
 	 * range with 8 bits of mantissa; f16 has 11 bits but flushes values
 	 * under 6e-8 to zero and overflows above 65504. float64 gradients stay
 	 * float64. On a world of one (force) the values make the same round
-	 * trip, so one process shows the rounding.
+	 * trip, so one process shows the rounding. ML_UNDEF (a zeroed
+	 * struct) is ML_F32.
 	 */
 	enum ml_dtype wire;
 };

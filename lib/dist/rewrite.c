@@ -197,9 +197,11 @@ ml_train_distribute(struct ml_graph *g, const struct ml_dist_opts *o, struct ml_
 	}
 	if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1048576))
 		return ml_fail(e, ML_EINVAL, "bucket size %g MiB is not in [0, 1048576]", o->bucket_mb);
-	if (o->wire != ML_F32 && o->wire != ML_BF16 && o->wire != ML_F16)
+	/* a zeroed struct (ML_UNDEF) sends float32, as ml_dist_opts_init says */
+	enum ml_dtype wire = o->wire == ML_UNDEF ? ML_F32 : o->wire;
+	if (wire != ML_F32 && wire != ML_BF16 && wire != ML_F16)
 		return ml_fail(e, ML_EINVAL, "gradients cannot cross the wire as %s (f32, bf16, fp16)",
-			       ml_dtype_name(o->wire));
+			       ml_dtype_name(wire));
 	if (!o->force && ml_dist_size() <= 1)
 		return 0;
 	for (int i = 0; i < g->n_nodes; i++)
@@ -275,7 +277,7 @@ ml_train_distribute(struct ml_graph *g, const struct ml_dist_opts *o, struct ml_
 			cur = NULL;
 	}
 	for (int k = 0; k < nb; k++)
-		if ((rc = add_pair(g, k, &bk[k], list, red_out, o->wire, e)) < 0)
+		if ((rc = add_pair(g, k, &bk[k], list, red_out, wire, e)) < 0)
 			goto out;
 	/* the readers of each reduced value read its average instead */
 	for (int i = 0; i < nn; i++) {

@@ -537,6 +537,17 @@ test_wire(void)
 	ok(g != NULL && ml_train_distribute(g, &o, &e) == ML_EINVAL && strstr(e.msg, "i32") != NULL,
 	   "an int32 wire type is refused with ML_EINVAL");
 	ml_graph_free(g);
+	struct ml_dist_opts zero;
+	memset(&zero, 0, sizeof zero);
+	zero.force = true;
+	g = step_of(model, NULL);
+	int zrc = g != NULL ? ml_train_distribute(g, &zero, &e) : -99;
+	bool no_wire = zrc >= 1;	/* bucket_mb 0: one bucket per gradient */
+	for (int i = 0; no_wire && i < g->n_nodes; i++)
+		if (g->nodes[i].op == ML_OP_ALLREDUCE_START)
+			no_wire = ml_attr_int(&g->nodes[i], "wire", -1) == -1;
+	ok(no_wire, "a zeroed ml_dist_opts (wire ML_UNDEF) sends float32: no wire attribute");
+	ml_graph_free(g);
 	struct ml_graph *plain = step_of(model, NULL);
 	int np = 0;
 	bool plain_ok = plain != NULL && train(plain, 5, false, 7) == 0;
