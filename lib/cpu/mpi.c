@@ -146,80 +146,123 @@ from_bf16(uint16_t h)
 }
 
 /*
- * F16C (every x86-64 since 2012, but not in the x86-64-v2 baseline the
- * library is built for): eight conversions an instruction, rounding to
- * nearest even as ml_f32_to_f16 does, with the same results. The portable
- * loops take what remains and other CPUs.
+ * F16C and AVX2 (every x86-64 since 2013, but not in the x86-64-v2
+ * baseline the library is built for): eight values an instruction. F16C
+ * converts to fp16 rounding to nearest even, as ml_f32_to_f16 does; the
+ * AVX2 bf16 rounding is to_bf16's arithmetic, lane by lane, so both give
+ * the bits of the portable loops, which take what remains and other CPUs.
+ * (AVX-512 BF16's vcvtneps2bf16 would flush subnormals: not used.)
  */
 #if defined(__x86_64__) || defined(__i386__)
-static int f16c_state;	/* 0: not asked yet, 1: yes, -1: no */
+static int simd_state;	/* 0: not asked yet, 1: F16C and AVX2, -1: no */
 
 static bool
-has_f16c(void)
+has_simd(void)
 {
-	int s = __atomic_load_n(&f16c_state, __ATOMIC_RELAXED);
+	int s = __atomic_load_n(&simd_state, __ATOMIC_RELAXED);
 	if (s == 0) {
 		__builtin_cpu_init();
-		s = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx") ? 1 : -1;
-		__atomic_store_n(&f16c_state, s, __ATOMIC_RELAXED);
+		s = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") ? 1 : -1;
+		__atomic_store_n(&simd_state, s, __ATOMIC_RELAXED);
 	}
 	return s > 0;
 }
 
-__attribute__((target("avx,f16c")))
-static int64_t
-sum_f16_f16c(const uint16_t *in, uint16_t *io, int64_t n)
+#define SIMD __attribute__((target("avx2,f16c")))
+
+SIMD static inline __m256
+load_bf16x8(const uint16_t *p)
+{
+	__m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+	return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* store_bf16x8: to_bf16 of eight floats. */
+SIMD static inline void
+store_bf16x8(uint16_t *p, __m256 x)
+{
+	__m256i u = _mm256_castps_si256(x);
+	__m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+	__m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+	__m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	__m256i r = _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+	r = _mm256_srli_epi32(r, 16);
+	__m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+	r = _mm256_blendv_epi8(r, q, nan);
+	/* 32 to 16 bits: the pack works per 128-bit lane, the permute joins them */
+	__m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+	_mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(pk));
+}
+
+SIMD static inline __m256
+load_f16x8(const uint16_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+SIMD static inline void
+store_f16x8(uint16_t *p, __m256 x)
+{
+	_mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* The vector loops return how many values they did (a multiple of 8). */
+SIMD static int64_t
+sum16_simd(enum ml_dtype t, const uint16_t *in, uint16_t *io, int64_t n)
 {
 	int64_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		__m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + i)));
-		__m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(io + i)));
-		_mm_storeu_si128((__m128i *)(io + i),
-				 _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT));
-	}
+	if (t == ML_BF16)
+		for (; i + 8 <= n; i += 8)
+			store_bf16x8(io + i, _mm256_add_ps(load_bf16x8(in + i), load_bf16x8(io + i)));
+	else
+		for (; i + 8 <= n; i += 8)
+			store_f16x8(io + i, _mm256_add_ps(load_f16x8(in + i), load_f16x8(io + i)));
 	return i;
 }
 
-__attribute__((target("avx,f16c")))
-static int64_t
-pack_f16_f16c(uint16_t *d, const float *s, int64_t n, float w)
+SIMD static int64_t
+pack16_simd(enum ml_dtype t, uint16_t *d, const float *s, int64_t n, float w)
 {
 	int64_t i = 0;
 	__m256 vw = _mm256_set1_ps(w);
-	for (; i + 8 <= n; i += 8)
-		_mm_storeu_si128((__m128i *)(d + i),
-				 _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(s + i), vw),
-						 _MM_FROUND_TO_NEAREST_INT));
+	if (t == ML_BF16)
+		for (; i + 8 <= n; i += 8)
+			store_bf16x8(d + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), vw));
+	else
+		for (; i + 8 <= n; i += 8)
+			store_f16x8(d + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), vw));
 	return i;
 }
 
-__attribute__((target("avx,f16c")))
-static int64_t
-unpack_f16_f16c(float *d, const uint16_t *s, int64_t n)
+SIMD static int64_t
+unpack16_simd(enum ml_dtype t, float *d, const uint16_t *s, int64_t n)
 {
 	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		_mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+	if (t == ML_BF16)
+		for (; i + 8 <= n; i += 8)
+			_mm256_storeu_ps(d + i, load_bf16x8(s + i));
+	else
+		for (; i + 8 <= n; i += 8)
+			_mm256_storeu_ps(d + i, load_f16x8(s + i));
 	return i;
 }
 #else
-static bool has_f16c(void) { return false; }
-#define sum_f16_f16c(in, io, n) ((int64_t)0)
-#define pack_f16_f16c(d, s, n, w) ((int64_t)0)
-#define unpack_f16_f16c(d, s, n) ((int64_t)0)
+static bool has_simd(void) { return false; }
+#define sum16_simd(t, in, io, n) ((int64_t)0)
+#define pack16_simd(t, d, s, n, w) ((int64_t)0)
+#define unpack16_simd(t, d, s, n) ((int64_t)0)
 #endif
 
 void
 ml_dist_sum16(enum ml_dtype t, const uint16_t *in, uint16_t *inout, int64_t n)
 {
-	if (t == ML_BF16) {
-		for (int64_t i = 0; i < n; i++)
+	int64_t i = has_simd() ? sum16_simd(t, in, inout, n) : 0;
+	if (t == ML_BF16)
+		for (; i < n; i++)
 			inout[i] = to_bf16(from_bf16(in[i]) + from_bf16(inout[i]));
-		return;
-	}
-	int64_t i = has_f16c() ? sum_f16_f16c(in, inout, n) : 0;
-	for (; i < n; i++)
-		inout[i] = ml_f32_to_f16(ml_f16_to_f32(in[i]) + ml_f16_to_f32(inout[i]));
+	else
+		for (; i < n; i++)
+			inout[i] = ml_f32_to_f16(ml_f16_to_f32(in[i]) + ml_f16_to_f32(inout[i]));
 }
 
 /* op_bf16, op_f16: the MPI user ops (MPI_User_function) of 16-bit buckets. */
@@ -710,30 +753,19 @@ bucket_get(int64_t id, bool create)
 static void
 pack(void *dst, enum ml_dtype rt, const void *src, enum ml_dtype st, int64_t n, double w)
 {
-	if (rt == ML_BF16 && st == ML_F32) {
+	if ((rt == ML_BF16 || rt == ML_F16) && st == ML_F32) {
 		uint16_t *d = dst;
 		const float *s = src;
 		float fw = (float)w;
-		for (int64_t i = 0; i < n; i++)
-			d[i] = to_bf16(s[i] * fw);
-	} else if (rt == ML_F16 && st == ML_F32) {
-		uint16_t *d = dst;
-		const float *s = src;
-		float fw = (float)w;
-		int64_t i = has_f16c() ? pack_f16_f16c(d, s, n, fw) : 0;
+		int64_t i = has_simd() ? pack16_simd(rt, d, s, n, fw) : 0;
 		for (; i < n; i++)
-			d[i] = ml_f32_to_f16(s[i] * fw);
-	} else if (rt == ML_F32 && st == ML_BF16 && w == 1) {
+			d[i] = rt == ML_BF16 ? to_bf16(s[i] * fw) : ml_f32_to_f16(s[i] * fw);
+	} else if (rt == ML_F32 && (st == ML_BF16 || st == ML_F16) && w == 1) {
 		float *d = dst;
 		const uint16_t *s = src;
-		for (int64_t i = 0; i < n; i++)
-			d[i] = from_bf16(s[i]);
-	} else if (rt == ML_F32 && st == ML_F16 && w == 1) {
-		float *d = dst;
-		const uint16_t *s = src;
-		int64_t i = has_f16c() ? unpack_f16_f16c(d, s, n) : 0;
+		int64_t i = has_simd() ? unpack16_simd(st, d, s, n) : 0;
 		for (; i < n; i++)
-			d[i] = ml_f16_to_f32(s[i]);
+			d[i] = st == ML_BF16 ? from_bf16(s[i]) : ml_f16_to_f32(s[i]);
 	} else if (rt == ML_F32 && st == ML_F32) {
 		float *d = dst, fw = (float)w;
 		const float *s = src;
