@@ -92,8 +92,28 @@ int ml_dist_available(struct ml_err *e);
 struct ml_dist_opts {
 	double bucket_mb;	/* MiB of gradients per all-reduce (default 25; 0: one per tensor) */
 	bool force;		/* rewrite on a world of one too (tests; the ops are then local) */
+	/*
+	 * The type float32 gradients cross the network in: ML_F32 (default),
+	 * ML_BF16 or ML_F16. A 16-bit type halves the bytes all-reduced: each
+	 * rank's weighted gradient is rounded to it (to nearest, ties to
+	 * even), and the reduction adds two values in float32 and rounds the
+	 * sum back, so each partial sum is rounded once. bf16 keeps float32's
+	 * range with 8 bits of mantissa; f16 has 11 bits but flushes values
+	 * under 6e-8 to zero and overflows above 65504. float64 gradients stay
+	 * float64. On a world of one (force) the values make the same round
+	 * trip, so one process shows the rounding. ML_UNDEF (a zeroed
+	 * struct) is ML_F32.
+	 */
+	enum ml_dtype wire;
 };
 void ml_dist_opts_init(struct ml_dist_opts *o);
+/*
+ * ml_dist_wire_parse: the wire type named s ("f32", "bf16" or "fp16") into
+ * *dt; ML_EINVAL (with the names allowed) for any other name.
+ */
+int ml_dist_wire_parse(const char *s, enum ml_dtype *dt, struct ml_err *e);
+/* ml_dist_wire_name: "f32", "bf16" or "fp16" (the names of --allreduce-dtype). */
+const char *ml_dist_wire_name(enum ml_dtype dt);
 
 /*
  * ml_train_distribute: rewrite a step graph of ml_train_step_graph so its
@@ -107,9 +127,11 @@ void ml_dist_opts_init(struct ml_dist_opts *o);
  * ml.AllReduceStart (it packs the bucket, hands it to the communication
  * thread and returns), and before the first node that reads one of the
  * bucket's tensors an ml.AllReduceWait (it waits and unpacks the averages
- * into new tensors, which those readers then read). Returns the number of
+ * into new tensors, which those readers then read); a start whose bucket
+ * crosses the wire in a 16-bit type (o->wire) says so in its attribute
+ * wire (the dtype), so the graph file keeps it. Returns the number of
  * buckets (0: nothing changed, as on a world of one without force).
- * ML_EINVAL for a graph distributed already or a bad bucket size,
+ * ML_EINVAL for a graph distributed already, a bad bucket size or wire type,
  * ML_ENOTSUP for a reduced tensor without a static shape.
  */
 int ml_train_distribute(struct ml_graph *step, const struct ml_dist_opts *o, struct ml_err *e);
@@ -180,7 +202,9 @@ void ml_dist_set_weight(double w);
 struct ml_dist_stats {
 	int64_t steps;		/* step graph runs (first buckets started) */
 	int64_t buckets;	/* buckets reduced */
-	int64_t bytes;		/* bytes of buckets reduced, per rank */
+	int64_t bytes;		/* bytes of buckets reduced, per rank (as sent: 2 a value in bf16) */
+	int64_t values;		/* values of buckets reduced, per rank */
+	enum ml_dtype wire;	/* the wire type of the last bucket reduced (ML_UNDEF: none) */
 	double comm_s;
 	double wait_s;
 	double other_s;		/* time of the other collectives (metrics, broadcasts) */

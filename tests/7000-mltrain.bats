@@ -322,6 +322,13 @@ PYEOF
 	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --batch 0
 	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --val-split 1.5
 	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --bogus
+	# a bad --allreduce-dtype: one line naming the types (checked before MPI starts)
+	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --allreduce-dtype f16
+	[ "$stderr" = "mltrain: --allreduce-dtype: unknown all-reduce type 'f16' (f32, bf16, fp16)" ]
+	run -2 --separate-stderr mltrain tiny.mlt --data d -o o.mlg --allreduce-dtype=
+	[ "$(wc -l <<<"$stderr")" -eq 1 ]
+	run -0 mltrain --help
+	[[ $output == *"--allreduce-dtype T under mpirun: send the gradients as f32 (default), bf16"* ]]
 	run -2 --separate-stderr mltrain
 	mltrain tiny.mlt --data d $TRAIN -q -o c.mlg
 	run -2 --separate-stderr mltrain --resume c.ckpt.mlg --data d --batch 8 -o c.mlg

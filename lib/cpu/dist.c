@@ -18,7 +18,8 @@ run_start(struct ml_opctx *c)
 		return ml_opfail(c, ML_ENOTSUP, "runs only in a session");
 	int64_t id = ml_attr_int(c->node, "bucket", 0);
 	bool first = ml_attr_int(c->node, "first", 0) != 0;
-	int rc = ml_dist_bucket_start(id, c->n_in, c->in, first, &e);
+	enum ml_dtype wire = (enum ml_dtype)ml_attr_int(c->node, "wire", ML_F32);
+	int rc = ml_dist_bucket_start(id, c->n_in, c->in, wire, first, &e);
 	if (rc < 0)
 		return ml_opfail(c, rc, "%s", e.msg);
 	*(int64_t *)c->out[0]->data = id;

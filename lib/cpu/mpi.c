@@ -24,8 +24,20 @@
  * the order they were queued, and every rank queues the same requests in
  * the same order (the same graph, the same calls), so the collectives
  * match across ranks.
+ *
+ * 16-bit buckets (ml_dist_opts.wire bf16 or fp16): the values are packed
+ * as uint16 and reduced with a user op (MPI_Op_create) that adds two
+ * buffers in float32 and rounds each sum back to nearest, ties to even:
+ * Open MPI's predefined MPI_SUM knows no bf16, and its fp16 type is an
+ * extension that not every build has. The op is commutative, so every
+ * rank's algorithm may combine the partial sums in its own order; fp
+ * addition of two operands is commutative, so the ranks still get the same
+ * bits.
  */
 #include <dlfcn.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,9 +63,12 @@ struct mpi_api {
 	int (*Abort)(mpi_obj, int);
 	int (*Error_string)(int, char *, int *);
 	int (*Get_library_version)(char *, int *);
+	int (*Op_create)(void (*)(void *, void *, int *, mpi_obj *), int, mpi_obj *);
+	int (*Op_free)(mpi_obj *);
 	mpi_obj comm_world, errors_return;
-	mpi_obj t_float, t_double, t_int, t_int64, t_byte;
+	mpi_obj t_float, t_double, t_int, t_int64, t_byte, t_uint16;
 	mpi_obj op_sum, op_max, op_min;
+	mpi_obj op_bf16, op_f16;	/* ours, made by dist_init */
 };
 
 enum { REQ_BUCKET, REQ_ALLREDUCE, REQ_BCAST, REQ_BARRIER, REQ_STOP };
@@ -78,7 +93,7 @@ enum { B_FREE, B_BUSY, B_DONE };
 /* struct bucket: the packed values of one ml.AllReduceStart. */
 struct bucket {
 	int state;
-	enum ml_dtype rt;	/* ML_F32 or ML_F64: what the buffer holds */
+	enum ml_dtype rt;	/* ML_F32, ML_F64, ML_BF16 or ML_F16: what the buffer holds */
 	void *buf;
 	size_t cap;		/* bytes of buf */
 	int64_t total;		/* elements packed */
@@ -106,6 +121,164 @@ static struct {
 	.info = { .rank = 0, .size = 1, .local_rank = 0, .local_size = 1 },
 	.weight = 1,
 };
+
+/* 16-bit buckets. */
+
+/* to_bf16: f rounded to bfloat16, to nearest, ties to even (NaN stays a quiet NaN). */
+static inline uint16_t
+to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fff + ((u >> 16) & 1);
+	return (uint16_t)(u >> 16);
+}
+
+static inline float
+from_bf16(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/*
+ * F16C and AVX2 (every x86-64 since 2013, but not in the x86-64-v2
+ * baseline the library is built for): eight values an instruction. F16C
+ * converts to fp16 rounding to nearest even, as ml_f32_to_f16 does; the
+ * AVX2 bf16 rounding is to_bf16's arithmetic, lane by lane, so both give
+ * the bits of the portable loops, which take what remains and other CPUs.
+ * (AVX-512 BF16's vcvtneps2bf16 would flush subnormals: not used.)
+ */
+#if defined(__x86_64__) || defined(__i386__)
+static int simd_state;	/* 0: not asked yet, 1: F16C and AVX2, -1: no */
+
+static bool
+has_simd(void)
+{
+	int s = __atomic_load_n(&simd_state, __ATOMIC_RELAXED);
+	if (s == 0) {
+		__builtin_cpu_init();
+		s = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") ? 1 : -1;
+		__atomic_store_n(&simd_state, s, __ATOMIC_RELAXED);
+	}
+	return s > 0;
+}
+
+#define SIMD __attribute__((target("avx2,f16c")))
+
+SIMD static inline __m256
+load_bf16x8(const uint16_t *p)
+{
+	__m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+	return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* store_bf16x8: to_bf16 of eight floats. */
+SIMD static inline void
+store_bf16x8(uint16_t *p, __m256 x)
+{
+	__m256i u = _mm256_castps_si256(x);
+	__m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+	__m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+	__m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	__m256i r = _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+	r = _mm256_srli_epi32(r, 16);
+	__m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+	r = _mm256_blendv_epi8(r, q, nan);
+	/* 32 to 16 bits: the pack works per 128-bit lane, the permute joins them */
+	__m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+	_mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(pk));
+}
+
+SIMD static inline __m256
+load_f16x8(const uint16_t *p)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+SIMD static inline void
+store_f16x8(uint16_t *p, __m256 x)
+{
+	_mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* The vector loops return how many values they did (a multiple of 8). */
+SIMD static int64_t
+sum16_simd(enum ml_dtype t, const uint16_t *in, uint16_t *io, int64_t n)
+{
+	int64_t i = 0;
+	if (t == ML_BF16)
+		for (; i + 8 <= n; i += 8)
+			store_bf16x8(io + i, _mm256_add_ps(load_bf16x8(in + i), load_bf16x8(io + i)));
+	else
+		for (; i + 8 <= n; i += 8)
+			store_f16x8(io + i, _mm256_add_ps(load_f16x8(in + i), load_f16x8(io + i)));
+	return i;
+}
+
+SIMD static int64_t
+pack16_simd(enum ml_dtype t, uint16_t *d, const float *s, int64_t n, float w)
+{
+	int64_t i = 0;
+	__m256 vw = _mm256_set1_ps(w);
+	if (t == ML_BF16)
+		for (; i + 8 <= n; i += 8)
+			store_bf16x8(d + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), vw));
+	else
+		for (; i + 8 <= n; i += 8)
+			store_f16x8(d + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), vw));
+	return i;
+}
+
+SIMD static int64_t
+unpack16_simd(enum ml_dtype t, float *d, const uint16_t *s, int64_t n)
+{
+	int64_t i = 0;
+	if (t == ML_BF16)
+		for (; i + 8 <= n; i += 8)
+			_mm256_storeu_ps(d + i, load_bf16x8(s + i));
+	else
+		for (; i + 8 <= n; i += 8)
+			_mm256_storeu_ps(d + i, load_f16x8(s + i));
+	return i;
+}
+#else
+static bool has_simd(void) { return false; }
+#define sum16_simd(t, in, io, n) ((int64_t)0)
+#define pack16_simd(t, d, s, n, w) ((int64_t)0)
+#define unpack16_simd(t, d, s, n) ((int64_t)0)
+#endif
+
+void
+ml_dist_sum16(enum ml_dtype t, const uint16_t *in, uint16_t *inout, int64_t n)
+{
+	int64_t i = has_simd() ? sum16_simd(t, in, inout, n) : 0;
+	if (t == ML_BF16)
+		for (; i < n; i++)
+			inout[i] = to_bf16(from_bf16(in[i]) + from_bf16(inout[i]));
+	else
+		for (; i < n; i++)
+			inout[i] = ml_f32_to_f16(ml_f16_to_f32(in[i]) + ml_f16_to_f32(inout[i]));
+}
+
+/* op_bf16, op_f16: the MPI user ops (MPI_User_function) of 16-bit buckets. */
+static void
+op_bf16(void *in, void *inout, int *len, mpi_obj *dt)
+{
+	(void)dt;
+	ml_dist_sum16(ML_BF16, in, inout, *len);
+}
+
+static void
+op_f16(void *in, void *inout, int *len, mpi_obj *dt)
+{
+	(void)dt;
+	ml_dist_sum16(ML_F16, in, inout, *len);
+}
 
 /* Loading. */
 
@@ -149,17 +322,17 @@ load(struct mpi_api *m, struct ml_err *e)
 	static const char *const fn_names[] = {
 		"MPI_Init_thread", "MPI_Finalize", "MPI_Comm_rank", "MPI_Comm_size",
 		"MPI_Comm_set_errhandler", "MPI_Allreduce", "MPI_Bcast", "MPI_Barrier", "MPI_Abort",
-		"MPI_Error_string", "MPI_Get_library_version",
+		"MPI_Error_string", "MPI_Get_library_version", "MPI_Op_create", "MPI_Op_free",
 	};
 	void *fns[sizeof fn_names / sizeof fn_names[0]];
 	static const char *const obj_names[] = {
 		"ompi_mpi_comm_world", "ompi_mpi_errors_return", "ompi_mpi_float", "ompi_mpi_double",
-		"ompi_mpi_int", "ompi_mpi_int64_t", "ompi_mpi_byte", "ompi_mpi_op_sum",
-		"ompi_mpi_op_max", "ompi_mpi_op_min",
+		"ompi_mpi_int", "ompi_mpi_int64_t", "ompi_mpi_byte", "ompi_mpi_uint16_t",
+		"ompi_mpi_op_sum", "ompi_mpi_op_max", "ompi_mpi_op_min",
 	};
 	mpi_obj *objs[] = {
 		&m->comm_world, &m->errors_return, &m->t_float, &m->t_double, &m->t_int,
-		&m->t_int64, &m->t_byte, &m->op_sum, &m->op_max, &m->op_min,
+		&m->t_int64, &m->t_byte, &m->t_uint16, &m->op_sum, &m->op_max, &m->op_min,
 	};
 	for (size_t i = 0; i < sizeof fn_names / sizeof fn_names[0]; i++)
 		if ((fns[i] = dlsym(lib_handle, fn_names[i])) == NULL)
@@ -181,6 +354,8 @@ load(struct mpi_api *m, struct ml_err *e)
 	memcpy(&m->Abort, &fns[8], sizeof(void *));
 	memcpy(&m->Error_string, &fns[9], sizeof(void *));
 	memcpy(&m->Get_library_version, &fns[10], sizeof(void *));
+	memcpy(&m->Op_create, &fns[11], sizeof(void *));
+	memcpy(&m->Op_free, &fns[12], sizeof(void *));
 	return 0;
 }
 
@@ -277,6 +452,8 @@ comm_main(void *arg)
 			D.st.comm_s += t;
 			D.st.buckets++;
 			D.st.bytes += r->count * (int64_t)r->elsize;
+			D.st.values += r->count;
+			D.st.wire = r->b->rt;
 			r->b->state = B_DONE;
 		} else {
 			D.st.other_s += t;
@@ -395,6 +572,14 @@ dist_init(int mode, struct ml_dist_info *info, struct ml_err *e)
 	if (D.info.local_size < 1)
 		D.info.local_size = 1;
 	D.weight = 1.0 / size;
+	/* before the communication thread: MPI is still this thread's */
+	if (D.m.Op_create(op_bf16, 1, &D.m.op_bf16) != MPI_SUCCESS_ ||
+	    D.m.Op_create(op_f16, 1, &D.m.op_f16) != MPI_SUCCESS_) {
+		D.m.Finalize();
+		D.finalized = true;
+		D.info.active = false;
+		return ml_fail(e, ML_EIO, "MPI_Op_create failed");
+	}
 	if (pthread_create(&D.th, NULL, comm_main, NULL) != 0) {
 		D.m.Finalize();
 		D.finalized = true;
@@ -424,6 +609,8 @@ ml_dist_finalize(struct ml_err *e)
 	D.th_running = false;
 	D.active = false;
 	D.finalized = true;
+	D.m.Op_free(&D.m.op_bf16);
+	D.m.Op_free(&D.m.op_f16);
 	int rc = D.m.Finalize();
 	D.info.active = false;
 	D.info.rank = 0;
@@ -566,7 +753,20 @@ bucket_get(int64_t id, bool create)
 static void
 pack(void *dst, enum ml_dtype rt, const void *src, enum ml_dtype st, int64_t n, double w)
 {
-	if (rt == ML_F32 && st == ML_F32) {
+	if ((rt == ML_BF16 || rt == ML_F16) && st == ML_F32) {
+		uint16_t *d = dst;
+		const float *s = src;
+		float fw = (float)w;
+		int64_t i = has_simd() ? pack16_simd(rt, d, s, n, fw) : 0;
+		for (; i < n; i++)
+			d[i] = rt == ML_BF16 ? to_bf16(s[i] * fw) : ml_f32_to_f16(s[i] * fw);
+	} else if (rt == ML_F32 && (st == ML_BF16 || st == ML_F16) && w == 1) {
+		float *d = dst;
+		const uint16_t *s = src;
+		int64_t i = has_simd() ? unpack16_simd(st, d, s, n) : 0;
+		for (; i < n; i++)
+			d[i] = st == ML_BF16 ? from_bf16(s[i]) : ml_f16_to_f32(s[i]);
+	} else if (rt == ML_F32 && st == ML_F32) {
 		float *d = dst, fw = (float)w;
 		const float *s = src;
 		if (w == 1)
@@ -586,8 +786,12 @@ pack(void *dst, enum ml_dtype rt, const void *src, enum ml_dtype st, int64_t n, 
 }
 
 int
-ml_dist_bucket_start(int64_t id, int n, struct ml_tval *const *in, bool first, struct ml_err *e)
+ml_dist_bucket_start(int64_t id, int n, struct ml_tval *const *in, enum ml_dtype wire, bool first,
+		     struct ml_err *e)
 {
+	if (wire != ML_F32 && wire != ML_BF16 && wire != ML_F16)
+		return ml_fail(e, ML_EINVAL, "bucket %lld: cannot send %s values", (long long)id,
+			       ml_dtype_name(wire));
 	int64_t total = 0;
 	bool all64 = true;
 	for (int i = 0; i < n; i++) {
@@ -597,7 +801,7 @@ ml_dist_bucket_start(int64_t id, int n, struct ml_tval *const *in, bool first, s
 		all64 &= in[i]->dtype == ML_F64;
 		total += ml_tval_numel(in[i]);
 	}
-	enum ml_dtype rt = n > 0 && all64 ? ML_F64 : ML_F32;
+	enum ml_dtype rt = n > 0 && all64 ? ML_F64 : wire;
 	pthread_mutex_lock(&D.mu);
 	struct bucket *b = bucket_get(id, true);
 	if (b == NULL) {
@@ -648,8 +852,8 @@ ml_dist_bucket_start(int64_t id, int n, struct ml_tval *const *in, bool first, s
 		b->r.buf = b->buf;
 		b->r.count = total;
 		b->r.elsize = es;
-		b->r.dt = rt == ML_F64 ? D.m.t_double : D.m.t_float;
-		b->r.op = D.m.op_sum;
+		b->r.dt = rt == ML_F64 ? D.m.t_double : rt == ML_F32 ? D.m.t_float : D.m.t_uint16;
+		b->r.op = rt == ML_BF16 ? D.m.op_bf16 : rt == ML_F16 ? D.m.op_f16 : D.m.op_sum;
 		b->state = B_BUSY;
 		enqueue(&b->r);
 	} else {

@@ -15,12 +15,21 @@
  * ml_dist_bucket_start: pack the n arrays in[] (floats) into bucket id's
  * buffer, each scaled by this rank's weight, and hand it to the
  * communication thread (MPI active) or keep it as it is (inactive: the
- * bucket is then complete at once). first counts a step. A bucket still in
- * flight from an earlier, failed run is waited for first. Thread: the
- * session's.
+ * bucket is then complete at once). wire (ML_F32, ML_BF16 or ML_F16) is
+ * the type a float32 bucket is packed in and sent as (a float64 bucket
+ * ignores it); inactive, the values still make the round trip through it.
+ * first counts a step. A bucket still in flight from an earlier, failed
+ * run is waited for first. Thread: the session's.
  */
-int ml_dist_bucket_start(int64_t id, int n, struct ml_tval *const *in, bool first,
-			 struct ml_err *e);
+int ml_dist_bucket_start(int64_t id, int n, struct ml_tval *const *in, enum ml_dtype wire,
+			 bool first, struct ml_err *e);
+/*
+ * ml_dist_sum16: inout[i] = round(in[i] + inout[i]) for n values of type t
+ * (ML_BF16 or ML_F16), added in float32 and rounded to nearest, ties to
+ * even: the reduction of a 16-bit bucket (the MPI user op), exposed for
+ * test_dist.
+ */
+void ml_dist_sum16(enum ml_dtype t, const uint16_t *in, uint16_t *inout, int64_t n);
 /*
  * ml_dist_bucket_wait: wait until bucket id is reduced, then unpack it into
  * the n arrays out[] (allocated, with the shapes of the start's inputs in

@@ -15,6 +15,29 @@ ml_dist_opts_init(struct ml_dist_opts *o)
 {
 	memset(o, 0, sizeof *o);
 	o->bucket_mb = 25;
+	o->wire = ML_F32;
+}
+
+int
+ml_dist_wire_parse(const char *s, enum ml_dtype *dt, struct ml_err *e)
+{
+	static const struct { const char *name; enum ml_dtype dt; } wires[] = {
+		{ "f32", ML_F32 }, { "bf16", ML_BF16 }, { "fp16", ML_F16 },
+	};
+	for (size_t i = 0; s != NULL && i < sizeof wires / sizeof wires[0]; i++)
+		if (strcmp(s, wires[i].name) == 0) {
+			*dt = wires[i].dt;
+			return 0;
+		}
+	return ml_fail(e, ML_EINVAL, "unknown all-reduce type '%s' (f32, bf16, fp16)",
+		       s != NULL ? s : "");
+}
+
+const char *
+ml_dist_wire_name(enum ml_dtype dt)
+{
+	return dt == ML_BF16 ? "bf16" : dt == ML_F16 ? "fp16" : dt == ML_F32 ? "f32" :
+	       ml_dtype_name(dt);
 }
 
 static bool
@@ -91,7 +114,7 @@ select_reduced(const struct ml_graph *g, bool *mark)
 /* add_pair: the start and wait nodes of bucket k; red_out[t] gets each member's average. */
 static int
 add_pair(struct ml_graph *g, int k, const struct bucket_plan *b, const int *list, int *red_out,
-	 struct ml_err *e)
+	 enum ml_dtype wire, struct ml_err *e)
 {
 	int n = b->hi - b->lo, rc = 0;
 	const char **names = ml_malloc(sizeof(char *) * (size_t)(n + 1));
@@ -127,7 +150,10 @@ add_pair(struct ml_graph *g, int k, const struct bucket_plan *b, const int *list
 		rc = si;
 		goto out;
 	}
-	if (ml_node_set_int(g, si, "bucket", k) < 0 || (k == 0 && ml_node_set_int(g, si, "first", 1) < 0)) {
+	/* a float64 bucket keeps its precision; only float32 ones are narrowed */
+	bool narrow = !b->f64 && wire != ML_F32;
+	if (ml_node_set_int(g, si, "bucket", k) < 0 || (k == 0 && ml_node_set_int(g, si, "first", 1) < 0) ||
+	    (narrow && ml_node_set_int(g, si, "wire", wire) < 0)) {
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -171,6 +197,11 @@ ml_train_distribute(struct ml_graph *g, const struct ml_dist_opts *o, struct ml_
 	}
 	if (!(o->bucket_mb >= 0 && o->bucket_mb <= 1048576))
 		return ml_fail(e, ML_EINVAL, "bucket size %g MiB is not in [0, 1048576]", o->bucket_mb);
+	/* a zeroed struct (ML_UNDEF) sends float32, as ml_dist_opts_init says */
+	enum ml_dtype wire = o->wire == ML_UNDEF ? ML_F32 : o->wire;
+	if (wire != ML_F32 && wire != ML_BF16 && wire != ML_F16)
+		return ml_fail(e, ML_EINVAL, "gradients cannot cross the wire as %s (f32, bf16, fp16)",
+			       ml_dtype_name(wire));
 	if (!o->force && ml_dist_size() <= 1)
 		return 0;
 	for (int i = 0; i < g->n_nodes; i++)
@@ -246,7 +277,7 @@ ml_train_distribute(struct ml_graph *g, const struct ml_dist_opts *o, struct ml_
 			cur = NULL;
 	}
 	for (int k = 0; k < nb; k++)
-		if ((rc = add_pair(g, k, &bk[k], list, red_out, e)) < 0)
+		if ((rc = add_pair(g, k, &bk[k], list, red_out, wire, e)) < 0)
 			goto out;
 	/* the readers of each reduced value read its average instead */
 	for (int i = 0; i < nn; i++) {

@@ -3,12 +3,14 @@
  * of data-parallel training that ml_train_distribute (lib/dist/rewrite.c)
  * puts into a step graph:
  *
- *   AllReduceStart(X_1, ..., X_k) -> token   bucket=ID [first=1]
+ *   AllReduceStart(X_1, ..., X_k) -> token   bucket=ID [first=1] [wire=DT]
  *       packs the float arrays X_i into bucket ID, each times this rank's
  *       weight (ml_dist_set_weight), hands the bucket to the communication
  *       thread for an MPI_Allreduce (sum) and returns at once; the token
  *       (i64 scalar, the bucket id) orders the wait after it. first marks
- *       the bucket that starts a step (statistics only).
+ *       the bucket that starts a step (statistics only). wire (ML_BF16 or
+ *       ML_F16; default float32) is the type the packed values cross the
+ *       network in: rounded to it, summed in float32, rounded back.
  *   AllReduceWait(token) -> Y_1, ..., Y_k     bucket=ID dtypes=[..] ranks=[..] dims=[..]
  *       waits until bucket ID is reduced and unpacks Y_i (the averages of
  *       X_i over the ranks), typed and shaped by the attributes (dims holds
@@ -35,6 +37,10 @@ infer_start(struct ml_opctx *c)
 {
 	int64_t id;
 	ML_TRY(bucket_attr(c, &id));
+	int64_t wire = ml_attr_int(c->node, "wire", ML_F32);
+	if (wire != ML_F32 && wire != ML_BF16 && wire != ML_F16)
+		return ml_opfail(c, ML_EINVAL, "wire type %lld is not f32, bf16 or f16",
+				 (long long)wire);
 	for (int i = 0; i < c->n_in; i++) {
 		const struct ml_tval *x = ML_IN(c, i);
 		if (x == NULL)

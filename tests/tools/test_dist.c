@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ml.h"
+#include "dist/dist.h"	/* ml_dist_sum16, the reduction of 16-bit buckets */
 
 static int ntest, nfail;
 
@@ -425,6 +426,173 @@ test_shard(void)
 	ml_tval_clear(&x);
 }
 
+/* max_param_diff: the largest |a - b| over the float PARAMs of a and b (INFINITY: unlike graphs). */
+static double
+max_param_diff(const struct ml_graph *a, const struct ml_graph *b)
+{
+	double md = 0;
+	for (int t = 0; t < a->n_tensors; t++) {
+		const struct ml_tensor *x = a->tensors[t];
+		if (x->kind != ML_TK_PARAM || x->data == NULL || x->dtype != ML_F32)
+			continue;
+		int u = ml_graph_find(b, x->name);
+		if (u < 0 || b->tensors[u]->nbytes != x->nbytes)
+			return INFINITY;
+		const float *p = x->data, *q = b->tensors[u]->data;
+		for (size_t i = 0; i < x->nbytes / 4; i++)
+			md = fmax(md, fabs((double)p[i] - q[i]));
+	}
+	return md;
+}
+
+/* sum16_ref: the sum of two 16-bit values of type t through the library's scalar conversions. */
+static uint16_t
+sum16_ref(enum ml_dtype t, uint16_t a, uint16_t b)
+{
+	if (t == ML_BF16)
+		return ml_f32_to_bf16(ml_bf16_to_f32(a) + ml_bf16_to_f32(b));
+	return ml_f32_to_f16(ml_f16_to_f32(a) + ml_f16_to_f32(b));
+}
+
+static bool
+is_nan16(enum ml_dtype t, uint16_t h)
+{
+	return t == ML_BF16 ? (h & 0x7fff) > 0x7f80 : (h & 0x7fff) > 0x7c00;
+}
+
+/*
+ * test_wire: gradients sent as bf16 or fp16: the names, the reduction op
+ * (float32 sum rounded to nearest even; the F16C path against the
+ * portable one), and a forced 16-bit step graph on one process, whose
+ * values make the round trip: close to float32, but not equal.
+ */
+static void
+test_wire(void)
+{
+	struct ml_err e = { 0 };
+	enum ml_dtype dt = ML_UNDEF;
+	ok(ml_dist_wire_parse("bf16", &dt, &e) == 0 && dt == ML_BF16 &&
+	   ml_dist_wire_parse("fp16", &dt, &e) == 0 && dt == ML_F16 &&
+	   ml_dist_wire_parse("f32", &dt, &e) == 0 && dt == ML_F32 &&
+	   strcmp(ml_dist_wire_name(ML_F16), "fp16") == 0 &&
+	   strcmp(ml_dist_wire_name(ML_BF16), "bf16") == 0,
+	   "ml_dist_wire_parse and ml_dist_wire_name: f32, bf16, fp16");
+	ok(ml_dist_wire_parse("f16", &dt, &e) == ML_EINVAL &&
+	   strstr(e.msg, "(f32, bf16, fp16)") != NULL && ml_dist_wire_parse("", &dt, &e) == ML_EINVAL,
+	   "another name is ML_EINVAL, with the names allowed");
+
+	/* ties to even: 1 + 2^-8 is halfway between bf16 1 and 1 + 2^-7 */
+	uint16_t in[3] = { 0x3b80, 0x3b80, 0x7f7f }, io[3] = { 0x3f80, 0x3f81, 0x7f7f };
+	ml_dist_sum16(ML_BF16, in, io, 3);
+	ok(io[0] == 0x3f80 && io[1] == 0x3f82 && io[2] == 0x7f80,
+	   "bf16 sums round to nearest even (1 + 2^-8 -> 1, (1 + 2^-7) + 2^-8 -> 1 + 2^-6), "
+	   "overflow to inf");
+	/* 2^-11, 2^-11, 65504; nine values, so the F16C path's eight go through it too */
+	uint16_t hin[9] = { 0x1000, 0x1000, 0x7bff, 0, 0, 0, 0, 0, 0x1000 };
+	uint16_t hio[9] = { 0x3c00, 0x3c01, 0x7bff, 0, 0, 0, 0, 0, 0x3c01 };
+	ml_dist_sum16(ML_F16, hin, hio, 9);
+	ok(hio[0] == 0x3c00 && hio[1] == 0x3c02 && hio[2] == 0x7c00 && hio[8] == 0x3c02,
+	   "fp16 sums round to nearest even (1 + 2^-11 -> 1, (1 + 2^-10) + 2^-11 -> 1 + 2^-9), "
+	   "65504 + 65504 overflows to inf");
+
+	/* 100000 random pairs (normals, subnormals, infs, NaNs) against the scalar reference */
+	enum { NR = 100003 };	/* odd: the vector loops leave a tail */
+	uint16_t *a = malloc(NR * 2), *b = malloc(NR * 2), *c = malloc(NR * 2);
+	for (int k = 0; k < 2; k++) {
+		enum ml_dtype t = k == 0 ? ML_BF16 : ML_F16;
+		int bad = 0;
+		for (int i = 0; i < NR; i++) {
+			a[i] = (uint16_t)(urand() * 65536);
+			b[i] = (uint16_t)(urand() * 65536);
+			if (i % 7 == 0)	/* close magnitudes: carries and cancellations */
+				b[i] = (uint16_t)((a[i] & 0xff00) | (b[i] & 0xff)) ^ (i % 14 ? 0x8000 : 0);
+		}
+		memcpy(c, b, NR * 2);
+		ml_dist_sum16(t, a, c, NR);
+		for (int i = 0; i < NR; i++) {
+			uint16_t r = sum16_ref(t, a[i], b[i]);
+			if (is_nan16(t, r) ? !is_nan16(t, c[i]) : r != c[i]) {
+				if (bad++ < 3)
+					printf("# %s: %04x + %04x = %04x, expected %04x\n",
+					       ml_dtype_name(t), a[i], b[i], c[i], r);
+			}
+		}
+		char what[120];
+		snprintf(what, sizeof what, "%s: the all-reduce op equals float32 addition rounded "
+			 "to nearest even on %d pairs", ml_dist_wire_name(t), NR);
+		ok(bad == 0, what);
+	}
+	free(a);
+	free(b);
+	free(c);
+
+	/* a forced 16-bit bucket on one process: the round trip */
+	struct ml_graph *model = from_text(mlp_text);
+	struct ml_dist_opts o;
+	ml_dist_opts_init(&o);
+	ok(o.wire == ML_F32, "ml_dist_opts_init: gradients cross the wire as f32");
+	o.force = true;
+	o.wire = ML_I32;
+	struct ml_graph *g = step_of(model, NULL);
+	ok(g != NULL && ml_train_distribute(g, &o, &e) == ML_EINVAL && strstr(e.msg, "i32") != NULL,
+	   "an int32 wire type is refused with ML_EINVAL");
+	ml_graph_free(g);
+	struct ml_dist_opts zero;
+	memset(&zero, 0, sizeof zero);
+	zero.force = true;
+	g = step_of(model, NULL);
+	int zrc = g != NULL ? ml_train_distribute(g, &zero, &e) : -99;
+	bool no_wire = zrc >= 1;	/* bucket_mb 0: one bucket per gradient */
+	for (int i = 0; no_wire && i < g->n_nodes; i++)
+		if (g->nodes[i].op == ML_OP_ALLREDUCE_START)
+			no_wire = ml_attr_int(&g->nodes[i], "wire", -1) == -1;
+	ok(no_wire, "a zeroed ml_dist_opts (wire ML_UNDEF) sends float32: no wire attribute");
+	ml_graph_free(g);
+	struct ml_graph *plain = step_of(model, NULL);
+	int np = 0;
+	bool plain_ok = plain != NULL && train(plain, 5, false, 7) == 0;
+	for (int k = 0; k < 2; k++) {
+		o.wire = k == 0 ? ML_BF16 : ML_F16;
+		const char *wn = ml_dist_wire_name(o.wire);
+		char what[160];
+		g = step_of(model, NULL);
+		int rc = g != NULL ? ml_train_distribute(g, &o, &e) : -99;
+		int si = -1;
+		for (int i = 0; rc == 1 && i < g->n_nodes; i++)
+			if (g->nodes[i].op == ML_OP_ALLREDUCE_START)
+				si = i;
+		snprintf(what, sizeof what, "%s: the start node says wire=%d", wn, (int)o.wire);
+		ok(si >= 0 && ml_attr_int(&g->nodes[si], "wire", 0) == o.wire, what);
+		ml_dist_stats_reset();
+		bool trained = rc == 1 && train(g, 5, false, 7) == 0;
+		double md = trained && plain_ok ? max_param_diff(g, plain) : INFINITY;
+		printf("# %s: 5 steps: largest parameter difference from f32 %.3g\n", wn, md);
+		snprintf(what, sizeof what, "%s: 5 SGD steps on one process differ from f32 by "
+			 "rounding only (0 < diff < 2e-3)", wn);
+		ok(trained && !same_params(g, plain, &np) && md > 0 && md < 2e-3, what);
+
+		/* the graph file keeps the wire attribute: the reloaded graph trains alike */
+		uint8_t *buf = NULL;
+		size_t len = 0;
+		struct ml_graph *back = NULL;
+		rc = trained ? ml_mlg_encode(g, &buf, &len, &e) : -99;
+		if (rc == 0)
+			rc = ml_mlg_decode(&back, buf, len, &e);
+		if (rc == 0)
+			rc = ml_graph_toposort(back, &e) < 0 || ml_graph_validate(back, &e) < 0 ||
+			     ml_graph_infer(back, &e) < 0;
+		snprintf(what, sizeof what, "%s: a 16-bit step graph round-trips through the graph "
+			 "file and trains alike", wn);
+		ok(rc == 0 && train(back, 2, false, 9) == 0 && train(g, 2, false, 9) == 0 &&
+		   same_params(back, g, &np), what);
+		ml_free(buf);
+		ml_graph_free(back);
+		ml_graph_free(g);
+	}
+	ml_graph_free(plain);
+	ml_graph_free(model);
+}
+
 static void
 test_runtime(void)
 {
@@ -470,6 +638,7 @@ main(void)
 	ml_set_threads(1);
 	test_rewrite();
 	test_shard();
+	test_wire();
 	test_runtime();
 	printf("1..%d\n", ntest);
 	return nfail != 0;
