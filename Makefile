@@ -174,9 +174,10 @@ asan: deps
 
 # ThreadSanitizer over the threaded C tests: the pool (test_nnfast at 1 to 3
 # threads), the loader's prefetch thread (test_data), training steps
-# (test_train), the training loop (test_trainer), the MPI layer without MPI
-# (test_dist), sessions (test_lib), and mltrain then mlrun on 2 threads
-# (tests/tools/tsan-train.sh). Any report fails it (halt_on_error, status 66). GCC, as the normal build,
+# (test_train), the training loop (test_trainer), the MPI layer without
+# MPI (test_dist), sessions (test_lib),
+# and mltrain then mlrun on 2 threads (tests/tools/tsan-train.sh). Any
+# report fails it (halt_on_error, status 66). GCC, as the normal build,
 # with its function entry/exit hooks off: it instruments the ifunc resolvers
 # of target_clones, which run before the TSan runtime is up and crash at
 # load. OPENCL=0: POCL's threads are not instrumented. OpenBLAS (not

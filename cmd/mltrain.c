@@ -424,29 +424,13 @@ setup_data(struct run *r)
 	} else {
 		r->eval = test;
 	}
-	const struct ml_graph *g = r->step;
-	int xi = g->inputs[0], yi = ml_graph_find(g, "label");
-	const struct ml_tensor *xt = g->tensors[xi], *yt = g->tensors[yi];
+	const struct ml_tensor *xt = r->step->tensors[r->step->inputs[0]];
 	r->xname = xt->name;
 	if (xt->rank >= 1 && xt->dims[0] >= 0 && xt->dims[0] != r->o.batch)
 		die(EXIT_INVALID, "%s: the model's input '%s' has a fixed batch of %lld, not %lld",
 		    r->model_path, xt->name, (long long)xt->dims[0], (long long)r->o.batch);
-	r->xs.dtype = xt->dtype == ML_UNDEF ? ML_F32 : xt->dtype;
-	if (xt->rank >= 1) {
-		r->xs.rank = xt->rank - 1;
-		memcpy(r->xs.dims, xt->dims + 1, sizeof(int64_t) * (size_t)r->xs.rank);
-	} else {
-		r->xs.rank = r->train->rank;
-		memcpy(r->xs.dims, r->train->dims, sizeof r->xs.dims);
-	}
-	r->ys.dtype = yt->dtype;
-	r->ys.rank = yt->rank >= 1 ? yt->rank - 1 : 0;
-	memcpy(r->ys.dims, yt->dims + 1, sizeof(int64_t) * (size_t)r->ys.rank);
-	/* classes: the last dim of the output the loss reads */
-	const struct ml_tensor *zt = r->model->tensors[r->model->outputs[0]];
-	r->classes = zt->rank >= 2 ? zt->dims[zt->rank - 1] : -1;
-	if (r->train->ytype != ML_I64)
-		r->classes = -1;
+	if (ml_train_batch_specs(r->step, r->train, &r->xs, &r->ys, &r->classes, &err) < 0)
+		die_run(&err, r->model_path);
 	struct ml_batch_spec xs = r->xs, ys = r->ys;
 	if (ml_dataset_check(r->train, &r->xs, &r->ys, r->classes, &err) < 0)
 		die_err(&err);

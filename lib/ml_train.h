@@ -594,6 +594,21 @@ struct ml_trainer_opts {
 	struct ml_trainer_hooks hooks;	/* default: none */
 };
 
+/*
+ * ml_train_batch_specs: the batches a step graph of ml_train_step_graph
+ * takes from dataset d, for ml_dataset_check and the loader: *xs the
+ * samples of its first input (its dtype, f32 where undefined, and its
+ * dims after the batch dim; an input without dims takes d's samples as
+ * they are), *ys the labels of its "label" input; *classes (may be NULL)
+ * the classes of the output the loss reads (its last dim, of an output of
+ * rank 2 or more) when d's labels are class indices, else -1. Nothing is
+ * checked against d (ml_dataset_check does). ML_EINVAL for a graph without
+ * an input or a "label" input, or without the loss's output.
+ */
+int ml_train_batch_specs(const struct ml_graph *step, const struct ml_dataset *d,
+			 struct ml_batch_spec *xs, struct ml_batch_spec *ys, int64_t *classes,
+			 struct ml_err *e);
+
 /* ml_trainer_opts_init: the defaults above. */
 void ml_trainer_opts_init(struct ml_trainer_opts *o);
 

@@ -33,6 +33,36 @@ ml_trainer_opts_init(struct ml_trainer_opts *o)
 	o->epochs = 1;
 }
 
+int
+ml_train_batch_specs(const struct ml_graph *step, const struct ml_dataset *d,
+		     struct ml_batch_spec *xs, struct ml_batch_spec *ys, int64_t *classes,
+		     struct ml_err *e)
+{
+	int yi = ml_graph_find(step, "label");
+	if (step->n_inputs < 1 || yi < 0 || step->n_outputs < 2)
+		return ml_fail(e, ML_EINVAL, "not a training step: no input, 'label' or loss output");
+	const struct ml_tensor *xt = step->tensors[step->inputs[0]], *yt = step->tensors[yi];
+	memset(xs, 0, sizeof *xs);
+	memset(ys, 0, sizeof *ys);
+	xs->dtype = xt->dtype == ML_UNDEF ? ML_F32 : xt->dtype;
+	if (xt->rank >= 1) {
+		xs->rank = xt->rank - 1;
+		memcpy(xs->dims, xt->dims + 1, sizeof(int64_t) * (size_t)xs->rank);
+	} else {
+		xs->rank = d->rank;
+		memcpy(xs->dims, d->dims, sizeof xs->dims);
+	}
+	ys->dtype = yt->dtype;
+	ys->rank = yt->rank >= 1 ? yt->rank - 1 : 0;
+	memcpy(ys->dims, yt->dims + 1, sizeof(int64_t) * (size_t)ys->rank);
+	if (classes != NULL) {
+		/* the step's second output is the model output the loss reads */
+		const struct ml_tensor *zt = step->tensors[step->outputs[1]];
+		*classes = zt->rank >= 2 && d->ytype == ML_I64 ? zt->dims[zt->rank - 1] : -1;
+	}
+	return 0;
+}
+
 /* new_session: the step graph's session, afresh (device state synced back first). */
 static int
 new_session(struct ml_trainer *t, struct ml_err *e)

@@ -118,6 +118,7 @@ struct run {
 	struct ml_loader *ld;
 	struct ml_train_eval *ev;
 	struct ml_batch_spec xs, ys;
+	int64_t classes;
 	struct ml_trainer *t;
 	struct seen seen;
 };
@@ -170,9 +171,8 @@ start(struct run *r, const char *from, bool ckpt, int64_t epochs, const char *pa
 	ML_TRY(ml_train_step_graph(&r->step, r->model, &st.opts, e));
 	if ((r->train = data(100, 1)) == NULL || (r->test = data(40, 2)) == NULL)
 		return ml_fail(e, ML_ENOMEM, "no data");
-	r->xs = (struct ml_batch_spec){ .dtype = ML_F32, .rank = 1, .dims = { 4 } };
-	r->ys = (struct ml_batch_spec){ .dtype = ML_I64, .rank = 0 };
-	ML_TRY(ml_dataset_check(r->train, &r->xs, &r->ys, 3, e));
+	ML_TRY(ml_train_batch_specs(r->step, r->train, &r->xs, &r->ys, &r->classes, e));
+	ML_TRY(ml_dataset_check(r->train, &r->xs, &r->ys, r->classes, e));
 	struct ml_loader_opts lo = { .batch = st.batch, .shuffle = st.shuffle, .prefetch = true,
 				     .seed = st.opts.seed, .x = r->xs, .y = r->ys };
 	ML_TRY(ml_loader_new(&r->ld, r->train, &lo, e));
@@ -264,6 +264,8 @@ test_resume(void)
 	if (rc == 0)
 		rc = ml_trainer_run(a.t, &e);
 	ok(rc == 0, "two epochs train through ml_trainer_run");
+	ok(a.xs.dtype == ML_F32 && a.xs.rank == 1 && a.xs.dims[0] == 4 && a.ys.dtype == ML_I64 &&
+	   a.ys.rank == 0 && a.classes == 3, "ml_train_batch_specs: f32 [4] samples, 3 classes");
 	if (rc != 0)
 		printf("# %s\n", e.msg);
 	ok(a.seen.epochs_begun == 2 && a.seen.steps == 14, "on_epoch_begin and on_step once each");
