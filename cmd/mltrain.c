@@ -129,24 +129,6 @@ dist_atexit(void)
 }
 
 /*
- * dist_resume_state: rank 0's state of the run it resumes (st) on every
- * rank: the options, the step and epoch, the position in the epoch and its
- * sums, so every rank takes the same batches from the same point. The
- * weights, the optimizer state and the RNG state ("train.rng") are PARAM
- * tensors that ml_dist_bcast_params gives every rank later. Every rank must
- * call it.
- */
-static void
-dist_resume_state(struct ml_train_state *st)
-{
-	struct ml_err err = { 0 };
-	if (ml_dist_bcast(st, sizeof *st, 0, &err) < 0)
-		die_err(&err);
-	st->opts.frozen = NULL;	/* rank 0's pointer: no frozen parameters are kept */
-	st->opts.n_frozen = 0;
-}
-
-/*
  * on_signal: SIGINT or SIGTERM asks the loop to stop after the step that
  * runs, with a checkpoint; SIGUSR1 asks for a checkpoint. A step normally
  * ends in milliseconds, but one can take much longer (a large batch, a
@@ -586,26 +568,17 @@ rebatch(struct run *r, const struct args *a)
 {
 	struct ml_err err = { 0 };
 	const struct ml_graph *g = r->model;
-	if (g->n_inputs != 1)
-		return;
-	const struct ml_tensor *t = g->tensors[g->inputs[0]];
-	if (t->rank < 1 || t->dims[0] < 0)
-		return;
-	for (int i = 0; i < a->shapes.n; i++)
-		if (strcmp(a->shapes.a[i].name, t->name) == 0)
+	for (int i = 0; g->n_inputs == 1 && i < a->shapes.n; i++)
+		if (strcmp(a->shapes.a[i].name, g->tensors[g->inputs[0]]->name) == 0)
 			return;
-	struct ml_shape_arg s = { .name = t->name, .rank = t->rank };
-	memcpy(s.dims, t->dims, sizeof s.dims);
-	memcpy(s.sym, t->sym, sizeof s.sym);
-	s.dims[0] = -1;
-	s.sym[0] = "N";
-	int64_t old = t->dims[0];
-	int nr = 0;
-	if (ml_graph_set_input_shapes(r->model, &s, 1, &nr, &err) < 0)
+	int64_t old = 0;
+	int nr = 0, rc = ml_train_rebatch(r->model, "N", &old, &nr, &err);
+	if (rc < 0)
 		die(ml_exit_status(err.code),
 		    "%s: the model's input '%s' has a fixed batch of %lld that cannot be changed "
-		    "(%s); give --shape", a->from, s.name, (long long)old, err.msg);
-	if (r->verbose)
+		    "(%s); give --shape", a->from, g->tensors[g->inputs[0]]->name, (long long)old,
+		    err.msg);
+	if (rc > 0 && r->verbose)
 		fprintf(stderr, "%s: %s: input '%s' had a fixed batch of %lld; re-batched to N "
 			"(--batch %lld), %d Reshape target%s rewritten\n", progname, a->from,
 			ml_graph_t(r->model, r->model->inputs[0])->name, (long long)old,
@@ -868,8 +841,9 @@ take_state(struct run *r, const char *resume)
 			die(EXIT_INVALID, "%s: not a checkpoint of mltrain (no training state)", resume);
 		die(EXIT_INVALID, "%s: %s", resume, err.msg);
 	}
-	if (ml_dist_size() > 1)
-		dist_resume_state(st);
+	/* rank 0's state on every rank, so that every rank takes the same batches */
+	if (ml_dist_size() > 1 && ml_train_state_bcast(st, 0, &err) < 0)
+		die_err(&err);
 	take_config(&r->o, st);
 }
 

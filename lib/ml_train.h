@@ -609,6 +609,29 @@ int ml_train_batch_specs(const struct ml_graph *step, const struct ml_dataset *d
 			 struct ml_batch_spec *xs, struct ml_batch_spec *ys, int64_t *classes,
 			 struct ml_err *e);
 
+/*
+ * ml_train_rebatch: a model whose one input has a fixed batch (its first
+ * dim; a PyTorch export at batch 4) gets a symbolic one named sym, through
+ * ml_graph_set_input_shapes (whose Reshape targets that held the old batch
+ * are rewritten; *rewritten, may be NULL, counts them), so that it trains
+ * at any batch and the trained model runs at any. *old (may be NULL) gets
+ * the fixed batch. Returns 1 when g changed, 0 when it has nothing to
+ * change (not one input, an input without dims, a symbolic batch already);
+ * the errors of ml_graph_set_input_shapes, with g unchanged.
+ */
+int ml_train_rebatch(struct ml_graph *g, const char *sym, int64_t *old, int *rewritten,
+		     struct ml_err *e);
+
+/*
+ * ml_train_state_bcast: under MPI, root's st on every rank (the options,
+ * the step and epoch, the place in the epoch and its sums), so that every
+ * rank of a resumed run takes the same batches from the same point; the
+ * weights, the optimizer's and the RNG's state are PARAM tensors that
+ * ml_dist_bcast_params gives every rank. opts.frozen does not travel (it
+ * is left NULL). Every rank must call it; ml_dist_bcast's errors.
+ */
+int ml_train_state_bcast(struct ml_train_state *st, int root, struct ml_err *e);
+
 /* ml_trainer_opts_init: the defaults above. */
 void ml_trainer_opts_init(struct ml_trainer_opts *o);
 

@@ -63,6 +63,35 @@ ml_train_batch_specs(const struct ml_graph *step, const struct ml_dataset *d,
 	return 0;
 }
 
+int
+ml_train_rebatch(struct ml_graph *g, const char *sym, int64_t *old, int *rewritten,
+		 struct ml_err *e)
+{
+	if (g->n_inputs != 1)
+		return 0;
+	const struct ml_tensor *t = g->tensors[g->inputs[0]];
+	if (t->rank < 1 || t->dims[0] < 0)
+		return 0;
+	struct ml_shape_arg s = { .name = t->name, .rank = t->rank };
+	memcpy(s.dims, t->dims, sizeof s.dims);
+	memcpy(s.sym, t->sym, sizeof s.sym);
+	s.dims[0] = -1;
+	s.sym[0] = (char *)sym;
+	if (old != NULL)
+		*old = t->dims[0];
+	ML_TRY(ml_graph_set_input_shapes(g, &s, 1, rewritten, e));
+	return 1;
+}
+
+int
+ml_train_state_bcast(struct ml_train_state *st, int root, struct ml_err *e)
+{
+	ML_TRY(ml_dist_bcast(st, sizeof *st, root, e));
+	st->opts.frozen = NULL;	/* root's pointer: no frozen parameters are kept */
+	st->opts.n_frozen = 0;
+	return 0;
+}
+
 /* new_session: the step graph's session, afresh (device state synced back first). */
 static int
 new_session(struct ml_trainer *t, struct ml_err *e)

@@ -363,6 +363,37 @@ test_accumulate(void)
 	run_free(&r);
 }
 
+/* a fixed batch made symbolic; the resume state on every rank (one here) */
+static void
+test_rebatch(void)
+{
+	static const char *fixed =
+		"<ir_version: 8, opset_import: [\"\" : 17], seed: 3>\n"
+		"mlp (float[4,4] x) => (float[4,3] y)\n{\n    dense(units=3)\n}\n";
+	struct ml_err e = { 0 };
+	struct ml_graph *g = NULL;
+	int64_t old = 0;
+	int nr = -1, rc = -1;
+	if (ml_text_decode(&g, fixed, strlen(fixed), "fixed.mlt", &e) == 0 &&
+	    ml_graph_toposort(g, &e) == 0 && ml_graph_infer(g, &e) == 0)
+		rc = ml_train_rebatch(g, "N", &old, &nr, &e);
+	const struct ml_tensor *x = g != NULL ? g->tensors[g->inputs[0]] : NULL;
+	ok(rc == 1 && old == 4 && nr == 0 && x->dims[0] < 0 && strcmp(x->sym[0], "N") == 0,
+	   "ml_train_rebatch: a fixed batch of 4 becomes N");
+	ok(ml_train_rebatch(g, "N", NULL, NULL, &e) == 0, "and a symbolic one stays");
+	ml_graph_free(g);
+
+	struct ml_train_state st;
+	static const char *const frozen[] = { "w" };
+	ml_train_state_init(&st);
+	st.step = 42;
+	st.opts.frozen = frozen;
+	st.opts.n_frozen = 1;
+	rc = ml_train_state_bcast(&st, 0, &e);
+	ok(rc == 0 && st.step == 42 && st.opts.frozen == NULL && st.opts.n_frozen == 0,
+	   "ml_train_state_bcast: the state stays, its frozen list does not travel");
+}
+
 static void
 test_failures(void)
 {
@@ -405,6 +436,7 @@ main(void)
 	}
 	test_resume();
 	test_accumulate();
+	test_rebatch();
 	test_failures();
 	const char *names[] = { "a.ckpt.mlg", "b.ckpt.mlg", "c.ckpt.mlg", "a.mlg", "b.mlg", "c.mlg" };
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
