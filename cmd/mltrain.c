@@ -1,8 +1,10 @@
 /*
  * mltrain.c: train a model from the command line: load a model and a
- * dataset, build the training-step graph (lib/train), run it batch after
- * batch, evaluate each epoch, write checkpoints that resume exactly
- * (lib/train/ckpt.c) and, at the end, the trained model for inference.
+ * dataset, build the training-step graph (lib/train) and run the library's
+ * training loop (struct ml_trainer, lib/train/trainer.c), which evaluates
+ * each epoch and writes checkpoints that resume exactly; its hooks are
+ * this tool's part: the progress bar, the report of each epoch, the
+ * signals. At the end, the trained model for inference.
  */
 #include <errno.h>
 #include <stddef.h>

@@ -644,10 +644,12 @@ void ml_trainer_opts_init(struct ml_trainer_opts *o);
  * epoch_step and the epoch's sums where the run stands. model, step and
  * loader are borrowed and must outlive the trainer; model receives the
  * trained state at each checkpoint and ml_trainer_export. The step's
- * session is made here. ML_EINVAL for a step without the input or a
- * "label" or "lr" input, a loader without batches, opts.accumulate that
- * does not divide an epoch's batches, or a position outside the epoch;
- * the session's errors; ML_ENOMEM. *out is NULL on failure.
+ * session is made here. The loader's batch size is the one that counts
+ * (st->batch is only kept in checkpoints). ML_EINVAL for a step without
+ * the input or a "label" or "lr" input, an evaluation without its data or
+ * specs, a loader without batches, opts.accumulate that does not divide an
+ * epoch's batches, or a position outside the epoch; the session's errors;
+ * ML_ENOMEM. *out is NULL on failure.
  */
 int ml_trainer_new(struct ml_trainer **out, struct ml_graph *model, struct ml_graph *step,
 		   struct ml_loader *loader, const struct ml_train_state *st,

@@ -143,6 +143,10 @@ ml_trainer_new(struct ml_trainer **out, struct ml_graph *model, struct ml_graph 
 			     t->xname != NULL ? t->xname : "");
 		goto fail;
 	}
+	if (t->o.eval != NULL && (t->o.eval_data == NULL || t->o.eval_x == NULL || t->o.eval_y == NULL)) {
+		rc = ml_fail(e, ML_EINVAL, "trainer: an evaluation without its data or specs");
+		goto fail;
+	}
 	if (t->spe <= 0) {
 		rc = ml_fail(e, ML_EINVAL, "trainer: the loader has no batch");
 		goto fail;
