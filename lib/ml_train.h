@@ -490,7 +490,7 @@ bool ml_train_is_step(const struct ml_graph *g);
  * epoch after epoch, from where a run's state (struct ml_train_state) says
  * it stands: it sets each batch, the label and the step's learning rate
  * (ml_lr_at of the state's schedule), sums the loss and the hits of the
- * epoch, counts optimizer steps (one every opts.accumulate batches),
+ * epoch, counts optimizer steps (one every st.opts.accumulate batches),
  * evaluates at each epoch's end and writes checkpoints (every
  * checkpoint_every steps, at each epoch's end but the last, and when
  * asked), so that a fresh trainer made from a checkpoint's state goes on
@@ -522,7 +522,7 @@ struct ml_loader;	/* ml_data.h */
 enum ml_trainer_ckpt {
 	ML_TRAINER_CKPT_CALL = 0,	/* the caller's ml_trainer_checkpoint */
 	ML_TRAINER_CKPT_ASKED = 1,	/* the poll hook asked for one (on some rank) */
-	ML_TRAINER_CKPT_EVERY = 2,	/* opts: every checkpoint_every optimizer steps */
+	ML_TRAINER_CKPT_EVERY = 2,	/* every st.checkpoint_every optimizer steps */
 	ML_TRAINER_CKPT_EPOCH = 3,	/* an epoch ended, and more are to come */
 };
 
