@@ -1,8 +1,10 @@
 /*
  * mltrain.c: train a model from the command line: load a model and a
- * dataset, build the training-step graph (lib/train), run it batch after
- * batch, evaluate each epoch, write checkpoints that resume exactly
- * (lib/train/ckpt.c) and, at the end, the trained model for inference.
+ * dataset, build the training-step graph (lib/train) and run the library's
+ * training loop (struct ml_trainer, lib/train/trainer.c), which evaluates
+ * each epoch and writes checkpoints that resume exactly; its hooks are
+ * this tool's part: the progress bar, the report of each epoch, the
+ * signals. At the end, the trained model for inference.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -132,24 +134,6 @@ dist_atexit(void)
 }
 
 /*
- * dist_resume_state: rank 0's state of the run it resumes (st) on every
- * rank: the options, the step and epoch, the position in the epoch and its
- * sums, so every rank takes the same batches from the same point. The
- * weights, the optimizer state and the RNG state ("train.rng") are PARAM
- * tensors that ml_dist_bcast_params gives every rank later. Every rank must
- * call it.
- */
-static void
-dist_resume_state(struct ml_train_state *st)
-{
-	struct ml_err err = { 0 };
-	if (ml_dist_bcast(st, sizeof *st, 0, &err) < 0)
-		die_err(&err);
-	st->opts.frozen = NULL;	/* rank 0's pointer: no frozen parameters are kept */
-	st->opts.n_frozen = 0;
-}
-
-/*
  * on_signal: SIGINT or SIGTERM asks the loop to stop after the step that
  * runs, with a checkpoint; SIGUSR1 asks for a checkpoint. A step normally
  * ends in milliseconds, but one can take much longer (a large batch, a
@@ -191,7 +175,7 @@ struct run {
 	struct opts o;
 	const char *model_path, *out, *ckpt, *data_path;
 	struct ml_graph *model, *step;
-	struct ml_session *sess;
+	struct ml_trainer *tr;		/* the training loop (lib/train/trainer.c) */
 	struct ml_train_eval *ev;	/* the evaluation of r->eval (make_eval) */
 	struct ml_dataset *train, *eval;
 	struct ml_loader *ld;
@@ -200,12 +184,6 @@ struct run {
 	int64_t classes;
 	int64_t spe;		/* steps per epoch */
 	struct ml_lr_schedule sched;	/* the learning rate of each step (make_schedule) */
-	uint64_t step_no;	/* optimizer steps taken */
-	uint64_t epoch;		/* epochs completed */
-	int64_t in_epoch;	/* batches of the current epoch done */
-	double loss_sum;	/* of the current epoch, over samples */
-	int64_t correct, seen;
-	uint64_t last_ckpt;	/* the step of the last checkpoint written, or UINT64_MAX */
 	struct ml_train_state ck;	/* --resume: the state of the run the checkpoint saved */
 	int verbose, quiet;
 	struct ml_augment aug, norm;	/* training batches' augmentation; evaluation's normalisation */
@@ -213,7 +191,6 @@ struct run {
 	const char *device;
 	FILE *log;
 	/* the last epoch's figures, for --json */
-	int64_t cur_batch;	/* the batch size the session has bound */
 	double train_secs;	/* time in training steps and batches, this process */
 	int64_t train_samples;
 	double last_loss, last_acc, last_eval_loss, last_eval_acc, last_sps;
@@ -237,7 +214,10 @@ train_opts(struct ml_train_opts *to, const struct opts *o)
 	to->accumulate = (int)o->accum;
 }
 
-/* run_state: the state of the run that a checkpoint keeps (lib/ml_train.h). */
+/*
+ * run_state: the state of the run that a checkpoint keeps (lib/ml_train.h),
+ * where the trainer starts: at the resumed checkpoint's place, else at 0.
+ */
 static void
 run_state(const struct run *r, struct ml_train_state *st)
 {
@@ -250,12 +230,12 @@ run_state(const struct run *r, struct ml_train_state *st)
 	st->val_split = o->val_split;
 	st->checkpoint_every = o->every;
 	st->keep_denormals = o->keep_dn != 0;
-	st->step = r->step_no;
-	st->epoch = r->epoch;
-	st->epoch_step = r->in_epoch;
-	st->epoch_loss_sum = r->loss_sum;
-	st->epoch_correct = r->correct;
-	st->epoch_seen = r->seen;
+	st->step = r->ck.step;
+	st->epoch = r->ck.epoch;
+	st->epoch_step = r->ck.epoch_step;
+	st->epoch_loss_sum = r->ck.epoch_loss_sum;
+	st->epoch_correct = r->ck.epoch_correct;
+	st->epoch_seen = r->ck.epoch_seen;
 }
 
 /*
@@ -350,53 +330,49 @@ die_run(const struct ml_err *err, const char *what)
 	die(ml_exit_status(err->code), "%s%s%s", what ? what : "", what ? ": " : "", err->msg);
 }
 
-/*
- * export_state: the trained state back into the model (weights on a device
- * first), with the run's state, as a checkpoint keeps it.
- */
-static void
-export_state(struct run *r)
+/* on_checkpoint: -v: say where and why a checkpoint was written. */
+static int
+on_checkpoint(void *ctx, const struct ml_trainer *t, int why, struct ml_err *e)
 {
-	struct ml_err err = { 0 };
-	struct ml_train_state st;
-	run_state(r, &st);
-	if (ml_session_sync(r->sess, &err) < 0 || ml_train_export(r->model, r->step, &err) < 0 ||
-	    ml_train_state_set(r->model, &st, &err) < 0)
-		die_run(&err, NULL);
-}
-
-static void
-checkpoint(struct run *r, const char *why)
-{
-	struct ml_err err = { 0 };
-	export_state(r);
-	if (ml_dist_rank() == 0 && ml_model_save(r->model, r->ckpt, ML_FMT_MLG, &err) < 0)
-		die_err(&err);
-	r->last_ckpt = r->step_no;
+	static const char *const whys[] = {
+		[ML_TRAINER_CKPT_CALL] = "interrupted", [ML_TRAINER_CKPT_ASKED] = "SIGUSR1",
+		[ML_TRAINER_CKPT_EVERY] = "every N steps", [ML_TRAINER_CKPT_EPOCH] = "end of epoch",
+	};
+	const struct run *r = ctx;
+	(void)e;
 	if (r->verbose) {
 		cli_progress_clear();
 		fprintf(stderr, "%s: checkpoint at step %llu (%s) in %s\n", progname,
-			(unsigned long long)r->step_no, why, r->ckpt);
+			(unsigned long long)ml_trainer_state(t)->step, whys[why], r->ckpt);
 	}
+	return 0;
 }
 
 /*
  * progress: the bar of the epoch in progress (cmd/cli.c: steps done of
  * the epoch's, their rate, the ETA) with the running mean loss and
- * accuracy of the epoch so far.
+ * accuracy of the epoch so far; the trainer's on_epoch_begin (the bar
+ * from where the epoch starts, mid-way on resume) and on_step hook.
  */
-static void
-progress(const struct run *r)
+static int
+progress(void *ctx, const struct ml_trainer *t, struct ml_err *e)
 {
+	const struct run *r = ctx;
+	const struct ml_train_state *st = ml_trainer_state(t);
 	char what[64], extra[96] = "";
-	double n = (double)r->seen;
-	snprintf(what, sizeof what, "epoch %llu/%lld", (unsigned long long)r->epoch + 1,
+	double n = (double)st->epoch_seen;
+	(void)e;
+	if (!cli_progress_on())
+		return 0;
+	snprintf(what, sizeof what, "epoch %llu/%lld", (unsigned long long)st->epoch + 1,
 		 (long long)r->o.epochs);
-	int k = r->seen > 0 ? snprintf(extra, sizeof extra, "loss %.4f", r->loss_sum / n) : 0;
-	if (r->seen > 0 && r->classes > 0 && k > 0 && (size_t)k < sizeof extra)
+	int k = st->epoch_seen > 0 ? snprintf(extra, sizeof extra, "loss %.4f",
+					      st->epoch_loss_sum / n) : 0;
+	if (st->epoch_seen > 0 && r->classes > 0 && k > 0 && (size_t)k < sizeof extra)
 		snprintf(extra + k, sizeof extra - (size_t)k, " acc %.2f%%",
-			 100.0 * (double)r->correct / n);
-	cli_progress_update(what, r->in_epoch, r->spe, extra);
+			 100.0 * (double)st->epoch_correct / n);
+	cli_progress_update(what, st->epoch_step, r->spe, extra);
+	return 0;
 }
 
 /*
@@ -435,29 +411,13 @@ setup_data(struct run *r)
 	} else {
 		r->eval = test;
 	}
-	const struct ml_graph *g = r->step;
-	int xi = g->inputs[0], yi = ml_graph_find(g, "label");
-	const struct ml_tensor *xt = g->tensors[xi], *yt = g->tensors[yi];
+	const struct ml_tensor *xt = r->step->tensors[r->step->inputs[0]];
 	r->xname = xt->name;
 	if (xt->rank >= 1 && xt->dims[0] >= 0 && xt->dims[0] != r->o.batch)
 		die(EXIT_INVALID, "%s: the model's input '%s' has a fixed batch of %lld, not %lld",
 		    r->model_path, xt->name, (long long)xt->dims[0], (long long)r->o.batch);
-	r->xs.dtype = xt->dtype == ML_UNDEF ? ML_F32 : xt->dtype;
-	if (xt->rank >= 1) {
-		r->xs.rank = xt->rank - 1;
-		memcpy(r->xs.dims, xt->dims + 1, sizeof(int64_t) * (size_t)r->xs.rank);
-	} else {
-		r->xs.rank = r->train->rank;
-		memcpy(r->xs.dims, r->train->dims, sizeof r->xs.dims);
-	}
-	r->ys.dtype = yt->dtype;
-	r->ys.rank = yt->rank >= 1 ? yt->rank - 1 : 0;
-	memcpy(r->ys.dims, yt->dims + 1, sizeof(int64_t) * (size_t)r->ys.rank);
-	/* classes: the last dim of the output the loss reads */
-	const struct ml_tensor *zt = r->model->tensors[r->model->outputs[0]];
-	r->classes = zt->rank >= 2 ? zt->dims[zt->rank - 1] : -1;
-	if (r->train->ytype != ML_I64)
-		r->classes = -1;
+	if (ml_train_batch_specs(r->step, r->train, &r->xs, &r->ys, &r->classes, &err) < 0)
+		die_run(&err, r->model_path);
 	struct ml_batch_spec xs = r->xs, ys = r->ys;
 	if (ml_dataset_check(r->train, &r->xs, &r->ys, r->classes, &err) < 0)
 		die_err(&err);
@@ -518,20 +478,24 @@ log_dist(FILE *fp, double secs, bool json)
 			mt, 100 * share);
 }
 
-static void
-report_epoch(struct run *r, double secs, double sps)
+/*
+ * report_epoch: the trainer's on_epoch hook: the epoch's line on stderr
+ * (it replaces the bar), its --log line, and its figures for --json.
+ */
+static int
+report_epoch(void *ctx, const struct ml_trainer *t, const struct ml_trainer_epoch *ep,
+	     struct ml_err *e)
 {
-	double vl = NAN, va = NAN;
-	double tl = r->loss_sum / (double)(r->seen ? r->seen : 1);
-	double ta = r->classes > 0 ? (double)r->correct / (double)(r->seen ? r->seen : 1) : NAN;
-	struct ml_err err = { 0 };
-	if (r->eval != NULL && (ml_session_sync(r->sess, &err) < 0 ||
-				ml_train_eval_run(r->ev, r->step, r->eval, &r->xs, &r->ys, &vl, &va,
-						  &err) < 0))
-		die_run(&err, NULL);
+	struct run *r = ctx;
+	double tl = ep->loss, ta = ep->acc, vl = ep->eval_loss, va = ep->eval_acc;
+	double secs = ep->secs, sps = ep->samples_per_s;
+	(void)t, (void)e;
+	cli_progress_end(false);
+	r->train_secs += secs;
+	r->train_samples += ep->samples;
 	const char *what = r->o.val_split > 0 ? "val" : "test";
 	if (!r->quiet) {
-		fprintf(stderr, "epoch %llu/%lld: loss %.4f", (unsigned long long)r->epoch,
+		fprintf(stderr, "epoch %llu/%lld: loss %.4f", (unsigned long long)ep->epoch,
 			(long long)r->o.epochs, tl);
 		if (!isnan(ta))
 			fprintf(stderr, " acc %.2f%%", 100 * ta);
@@ -546,7 +510,7 @@ report_epoch(struct run *r, double secs, double sps)
 		log_dist(stderr, secs, false);
 	if (r->log != NULL) {
 		fprintf(r->log, "{\"epoch\": %llu, \"step\": %llu, \"loss\": %.6g",
-			(unsigned long long)r->epoch, (unsigned long long)r->step_no, tl);
+			(unsigned long long)ep->epoch, (unsigned long long)ep->step, tl);
 		if (!isnan(ta))
 			fprintf(r->log, ", \"accuracy\": %.6g", ta);
 		if (r->eval != NULL) {
@@ -555,7 +519,7 @@ report_epoch(struct run *r, double secs, double sps)
 				fprintf(r->log, ", \"%s_accuracy\": %.6g", what, va);
 		}
 		fprintf(r->log, ", \"samples_per_s\": %.1f, \"seconds\": %.3f, \"lr\": %.6g", sps,
-			secs, ml_lr_at(&r->sched, r->step_no ? r->step_no - 1 : 0));
+			secs, ep->lr);
 		if (ml_dist_size() > 1)
 			log_dist(r->log, secs, true);
 		fputs("}\n", r->log);
@@ -566,6 +530,7 @@ report_epoch(struct run *r, double secs, double sps)
 	r->last_eval_loss = vl;
 	r->last_eval_acc = va;
 	r->last_sps = sps;
+	return 0;
 }
 
 static void
@@ -577,153 +542,18 @@ json_num(FILE *fp, const char *key, double v)
 		fprintf(fp, ", \"%s\": %.6g", key, v);
 }
 
-/* new_session: the step graph's session, afresh (device state synced back first). */
-static void
-new_session(struct run *r)
+/*
+ * poll_signals: the trainer's question after each step: stop (SIGINT or SIGTERM,
+ * the signal's number), and a checkpoint (SIGUSR1, whose flag this takes).
+ */
+static int
+poll_signals(void *ctx, bool *checkpoint)
 {
-	struct ml_err err = { 0 };
-	struct ml_session_opts so = { .device = r->device, .verbose = r->verbose };
-	if (r->sess != NULL && ml_session_sync(r->sess, &err) < 0)
-		die_run(&err, NULL);
-	ml_session_free(r->sess);
-	r->sess = NULL;
-	if (ml_session_new(&r->sess, r->step, &so, &err) < 0)
-		die_err(&err);
-}
-
-/* train: the epochs from where the run stands to o.epochs. */
-static void
-train(struct run *r)
-{
-	struct ml_err err = { 0 };
-	struct ml_tval lr = { 0 };
-	const struct ml_tval *x, *y;
-	int rc;
-
-	if (ml_tval_alloc(&lr, ML_F32, 0, NULL, &err) < 0)
-		die_err(&err);
-	while ((int64_t)r->epoch < r->o.epochs) {
-		double t0 = ml_now(), tstep = 0;
-		int64_t seen0 = r->seen;
-		ml_dist_stats_reset();	/* the communication of this epoch, for report_epoch */
-		if (ml_loader_start(r->ld, r->epoch, r->in_epoch, &err) < 0)
-			die_err(&err);
-		if (cli_progress_on())
-			progress(r);	/* the bar from where the epoch starts (mid-way on resume) */
-		while ((rc = ml_loader_next(r->ld, &x, &y, &err)) > 0) {
-			double ts = ml_now();
-			if (ml_dist_size() > 1 && x->dims[0] < ml_dist_size())
-				continue;	/* a last batch of fewer samples than ranks: dropped */
-			/*
-			 * The session checks a symbolic batch dim against the inputs
-			 * already bound, so a batch of another size (the last of an
-			 * epoch) needs a new session; the weights live in the graph.
-			 */
-			if (x->dims[0] != r->cur_batch) {
-				if (r->cur_batch > 0)
-					new_session(r);
-				r->cur_batch = x->dims[0];
-			}
-			*(float *)lr.data = (float)ml_lr_at(&r->sched, r->step_no);
-			struct ml_tval xv, yv;
-			double w = 1;
-			if (ml_dist_size() > 1) {
-				ml_dist_shard_batch(x, &xv, &w);
-				ml_dist_shard_batch(y, &yv, NULL);
-				ml_dist_set_weight(w);
-			} else {
-				xv = *x;
-				yv = *y;
-			}
-			if (ml_session_set_input(r->sess, r->xname, &xv, &err) < 0 ||
-			    ml_session_set_input(r->sess, "label", &yv, &err) < 0 ||
-			    ml_session_set_input(r->sess, "lr", &lr, &err) < 0 ||
-			    ml_session_run(r->sess, &err) < 0)
-				die_run(&err, NULL);
-			const struct ml_tval *lv = ml_session_output(r->sess, 0);
-			double loss = ml_get_f64(lv->data, lv->dtype, 0);
-			int64_t b = x->dims[0], nok = 0;
-			if (r->classes > 0 && r->step->n_outputs > 2) {
-				const struct ml_tval *h = ml_session_output(r->sess, 2);
-				nok = llround(ml_get_f64(h->data, h->dtype, 0));
-			}
-			/*
-			 * What this step does about signals: the flags as they are now,
-			 * under MPI what any rank saw. A signal that arrives later (while
-			 * this rank waits in the reduction, which is much of the time)
-			 * stays in its flag for the next step: deciding on the flags
-			 * themselves would let it overwrite, or stop one rank alone.
-			 */
-			int stop = got_int, usr1 = got_usr1, usr1_seen = usr1;
-			if (ml_dist_size() > 1) {
-				/* the global loss, the signals seen and the hits, the same on all ranks */
-				double red[4] = { loss * w, stop ? 1 : 0, usr1 ? 1 : 0, (double)nok };
-				if (ml_dist_allreduce(red, 4, ML_F64, ML_DIST_SUM, &err) < 0)
-					die_run(&err, NULL);
-				loss = red[0];
-				stop = red[1] > 0 ? (stop ? stop : SIGINT) : 0;
-				usr1 = red[2] > 0;
-				nok = (int64_t)red[3];
-			}
-			if (!isfinite(loss)) {
-				if (r->last_ckpt != UINT64_MAX)
-					die(EXIT_FAIL,
-					    "step %llu: the loss is %s; stopping (the checkpoint of step %llu is kept in %s)",
-					    (unsigned long long)r->step_no + 1, isnan(loss) ? "nan" : "infinite",
-					    (unsigned long long)r->last_ckpt, r->ckpt);
-				die(EXIT_FAIL, "step %llu: the loss is %s; stopping (no checkpoint was written)",
-				    (unsigned long long)r->step_no + 1, isnan(loss) ? "nan" : "infinite");
-			}
-			r->in_epoch++;
-			/* with --accumulate K the optimizer steps on every K-th batch of the epoch */
-			bool stepped = r->o.accum <= 1 || r->in_epoch % r->o.accum == 0;
-			r->step_no += stepped;
-			r->loss_sum += loss * (double)b;
-			r->seen += b;
-			r->correct += nok;
-			tstep += ml_now() - ts;
-			if (stop) {
-				/* taken in time: the checkpoint is written, however long it takes */
-				alarm(0);
-				cli_progress_end(false);
-				checkpoint(r, "interrupted");
-				if (!r->quiet)
-					fprintf(stderr, "%s: interrupted at step %llu; the checkpoint is %s\n",
-						progname, (unsigned long long)r->step_no, r->ckpt);
-				dist_clean = true;
-				if (ml_dist_size() > 1) {
-					ml_dist_barrier(&err);
-					ml_dist_finalize(&err);
-				}
-				exit(128 + stop);
-			}
-			if (usr1) {
-				if (usr1_seen)
-					got_usr1 = 0;
-				checkpoint(r, "SIGUSR1");
-			} else if (r->o.every > 0 && stepped && r->step_no % (uint64_t)r->o.every == 0 &&
-				   r->in_epoch < r->spe) {
-				checkpoint(r, "every N steps");
-			}
-			if (cli_progress_on())
-				progress(r);
-		}
-		if (rc < 0)
-			die_err(&err);
-		cli_progress_end(false);	/* the epoch's line replaces the bar */
-		double secs = ml_now() - t0;
-		(void)tstep;
-		r->train_secs += secs;
-		r->train_samples += r->seen - seen0;
-		r->epoch++;
-		report_epoch(r, secs, (double)(r->seen - seen0) / (secs > 0 ? secs : 1e-9));
-		r->in_epoch = 0;
-		r->loss_sum = 0;
-		r->correct = r->seen = 0;
-		if ((int64_t)r->epoch < r->o.epochs)
-			checkpoint(r, "end of epoch");
-	}
-	ml_tval_clear(&lr);
+	(void)ctx;
+	*checkpoint = got_usr1 != 0;
+	if (*checkpoint)
+		got_usr1 = 0;
+	return got_int;
 }
 
 /* What the command line gives besides the training options (struct opts). */
@@ -748,26 +578,17 @@ rebatch(struct run *r, const struct args *a)
 {
 	struct ml_err err = { 0 };
 	const struct ml_graph *g = r->model;
-	if (g->n_inputs != 1)
-		return;
-	const struct ml_tensor *t = g->tensors[g->inputs[0]];
-	if (t->rank < 1 || t->dims[0] < 0)
-		return;
-	for (int i = 0; i < a->shapes.n; i++)
-		if (strcmp(a->shapes.a[i].name, t->name) == 0)
+	for (int i = 0; g->n_inputs == 1 && i < a->shapes.n; i++)
+		if (strcmp(a->shapes.a[i].name, g->tensors[g->inputs[0]]->name) == 0)
 			return;
-	struct ml_shape_arg s = { .name = t->name, .rank = t->rank };
-	memcpy(s.dims, t->dims, sizeof s.dims);
-	memcpy(s.sym, t->sym, sizeof s.sym);
-	s.dims[0] = -1;
-	s.sym[0] = "N";
-	int64_t old = t->dims[0];
-	int nr = 0;
-	if (ml_graph_set_input_shapes(r->model, &s, 1, &nr, &err) < 0)
+	int64_t old = 0;
+	int nr = 0, rc = ml_train_rebatch(r->model, "N", &old, &nr, &err);
+	if (rc < 0)
 		die(ml_exit_status(err.code),
 		    "%s: the model's input '%s' has a fixed batch of %lld that cannot be changed "
-		    "(%s); give --shape", a->from, s.name, (long long)old, err.msg);
-	if (r->verbose)
+		    "(%s); give --shape", a->from, g->tensors[g->inputs[0]]->name, (long long)old,
+		    err.msg);
+	if (rc > 0 && r->verbose)
 		fprintf(stderr, "%s: %s: input '%s' had a fixed batch of %lld; re-batched to N "
 			"(--batch %lld), %d Reshape target%s rewritten\n", progname, a->from,
 			ml_graph_t(r->model, r->model->inputs[0])->name, (long long)old,
@@ -1036,15 +857,10 @@ take_state(struct run *r, const char *resume)
 			die(EXIT_INVALID, "%s: not a checkpoint of mltrain (no training state)", resume);
 		die(EXIT_INVALID, "%s: %s", resume, err.msg);
 	}
-	if (ml_dist_size() > 1)
-		dist_resume_state(st);
+	/* rank 0's state on every rank, so that every rank takes the same batches */
+	if (ml_dist_size() > 1 && ml_train_state_bcast(st, 0, &err) < 0)
+		die_err(&err);
 	take_config(&r->o, st);
-	r->step_no = st->step;
-	r->epoch = st->epoch;
-	r->in_epoch = st->epoch_step;
-	r->loss_sum = st->epoch_loss_sum;
-	r->correct = st->epoch_correct;
-	r->seen = st->epoch_seen;
 }
 
 /*
@@ -1121,9 +937,11 @@ check_resume(const struct run *r, const char *resume)
 	if (v > 0 && v != spe)
 		die(EXIT_INVALID, "%s: the data give %lld steps an epoch, the checkpoint had %lld",
 		    r->data_path, (long long)spe, (long long)v);
-	if (r->in_epoch < 0 || r->correct < 0 || r->seen < 0 || r->in_epoch > r->spe)
+	const struct ml_train_state *st = &r->ck;
+	if (st->epoch_step < 0 || st->epoch_correct < 0 || st->epoch_seen < 0 ||
+	    st->epoch_step > r->spe)
 		die(EXIT_INVALID, "%s: damaged training state (step %lld of an epoch of %lld)",
-		    resume, (long long)r->in_epoch, (long long)r->spe);
+		    resume, (long long)st->epoch_step, (long long)r->spe);
 }
 
 /* catch_signals: on_signal for SIGINT, SIGTERM and SIGUSR1; on_watchdog for SIGALRM. */
@@ -1141,13 +959,77 @@ catch_signals(void)
 	sigaction(SIGALRM, &sa, NULL);
 }
 
+/*
+ * make_trainer: the training loop (lib/ml_train.h) of the step over the
+ * loader from where the run stands, with the evaluation, the checkpoint
+ * file and this tool's hooks: the signals, the bar, the epoch's report and
+ * -v's checkpoint lines.
+ */
+static void
+make_trainer(struct run *r)
+{
+	struct ml_err err = { 0 };
+	struct ml_train_state st;
+	struct ml_trainer_opts to;
+	run_state(r, &st);
+	ml_trainer_opts_init(&to);
+	to.epochs = r->o.epochs;
+	to.input = r->xname;
+	to.device = r->device;
+	to.verbose = r->verbose;
+	to.checkpoint = r->ckpt;
+	to.hits = r->classes > 0;
+	to.eval = r->ev;
+	to.eval_data = r->eval;
+	to.eval_x = &r->xs;
+	to.eval_y = &r->ys;
+	to.hooks = (struct ml_trainer_hooks){ .ctx = r, .poll = poll_signals,
+		.on_epoch_begin = progress, .on_step = progress, .on_checkpoint = on_checkpoint,
+		.on_epoch = report_epoch };
+	if (ml_trainer_new(&r->tr, r->model, r->step, r->ld, &st, &to, &err) < 0)
+		die_err(&err);
+}
+
+/*
+ * train: the epochs from where the run stands to --epochs. A stop that a
+ * signal asked for (on any rank) is taken in time: the watchdog is off,
+ * the checkpoint is written however long it takes, and the run ends with
+ * the signal's status (SIGINT's where another rank saw it).
+ */
+static void
+train(struct run *r)
+{
+	struct ml_err err = { 0 };
+	int rc = ml_trainer_run(r->tr, &err);
+	if (rc < 0)
+		die_err(&err);
+	if (rc != ML_TRAINER_STOPPED)
+		return;
+	int sig = ml_trainer_stop_code(r->tr);
+	if (sig == ML_TRAINER_STOP_PEER)
+		sig = SIGINT;
+	alarm(0);
+	cli_progress_end(false);
+	if (ml_trainer_checkpoint(r->tr, ML_TRAINER_CKPT_CALL, &err) < 0)
+		die_err(&err);
+	if (!r->quiet)
+		fprintf(stderr, "%s: interrupted at step %llu; the checkpoint is %s\n", progname,
+			(unsigned long long)ml_trainer_state(r->tr)->step, r->ckpt);
+	dist_clean = true;
+	if (ml_dist_size() > 1) {
+		ml_dist_barrier(&err);
+		ml_dist_finalize(&err);
+	}
+	exit(128 + sig);
+}
+
 /* check_ranks_agree: every rank applied the same averaged gradients: check that they agree. */
 static void
 check_ranks_agree(struct run *r)
 {
 	struct ml_err err = { 0 };
 	double d = 0;
-	if (ml_session_sync(r->sess, &err) < 0 ||
+	if (ml_trainer_sync(r->tr, &err) < 0 ||
 	    ml_dist_param_divergence(r->step, 0, &d, &err) < 0)
 		die_run(&err, NULL);
 	if (d > 0 && ml_dist_rank() == 0)
@@ -1166,8 +1048,8 @@ static void
 save_final(struct run *r)
 {
 	struct ml_err err = { 0 };
-	r->in_epoch = 0;
-	export_state(r);
+	if (ml_trainer_export(r->tr, &err) < 0)
+		die_err(&err);
 	if (ml_dist_rank() != 0)
 		return;
 	if (ml_model_save(r->model, r->ckpt, ML_FMT_MLG, &err) < 0 ||
@@ -1183,9 +1065,10 @@ print_json(const struct run *r, const char *from, uint64_t s0, double secs)
 	ml_json_str(stdout, from);
 	printf(", \"output\": ");
 	ml_json_str(stdout, r->out);
+	const struct ml_train_state *st = ml_trainer_state(r->tr);
 	printf(", \"epochs\": %llu, \"steps\": %llu, \"steps_run\": %llu, \"seconds\": %.3f",
-	       (unsigned long long)r->epoch, (unsigned long long)r->step_no,
-	       (unsigned long long)(r->step_no - s0), secs);
+	       (unsigned long long)st->epoch, (unsigned long long)st->step,
+	       (unsigned long long)(st->step - s0), secs);
 	json_num(stdout, "loss", r->last_loss);
 	json_num(stdout, "accuracy", r->last_acc);
 	json_num(stdout, r->o.val_split > 0 ? "val_loss" : "test_loss", r->last_eval_loss);
@@ -1207,7 +1090,7 @@ print_json(const struct run *r, const char *from, uint64_t s0, double secs)
 static void
 free_run(struct run *r)
 {
-	ml_session_free(r->sess);
+	ml_trainer_free(r->tr);
 	ml_train_eval_free(r->ev);
 	ml_loader_free(r->ld);
 	ml_dataset_free(r->train);
@@ -1229,7 +1112,6 @@ main(int argc, char **argv)
 			     .shuffle = 1, .accum = 1 };
 	ml_dist_opts_init(&a.dopt);
 	r.device = "cpu";
-	r.last_ckpt = UINT64_MAX;
 
 	cli_init(argc, argv);
 	parse_args(&r, &a, argc, argv);
@@ -1276,14 +1158,14 @@ main(int argc, char **argv)
 	make_schedule(&r);
 	if (a.resume != NULL)
 		check_resume(&r, a.resume);
-	new_session(&r);
+	make_trainer(&r);
 	catch_signals();
+	uint64_t s0 = ml_trainer_state(r.tr)->step;
 	if (r.verbose)
 		fprintf(stderr, "%s: training from step %llu, %lld steps an epoch\n", progname,
-			(unsigned long long)r.step_no, (long long)r.spe);
+			(unsigned long long)s0, (long long)r.spe);
 
 	double t0 = ml_now();
-	uint64_t s0 = r.step_no;
 	train(&r);
 	double secs = ml_now() - t0;
 	if (ml_dist_size() > 1)

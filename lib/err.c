@@ -48,6 +48,7 @@ ml_strerror(int code)
 	case ML_ENOTSUP: return "not supported";
 	case ML_ENODEV: return "no such device";
 	case ML_ECL: return "OpenCL error";
+	case ML_ENONFINITE: return "value not finite";
 	}
 	return "unknown error";
 }

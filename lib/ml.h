@@ -76,6 +76,7 @@ enum {
 	ML_ENOTSUP = -5,	/* unsupported op, dtype or feature */
 	ML_ENODEV = -6,		/* no such device */
 	ML_ECL = -7,		/* an OpenCL call failed */
+	ML_ENONFINITE = -8,	/* a value that must be finite is not (a diverged loss) */
 };
 
 /*

@@ -485,4 +485,230 @@ int ml_train_strip(struct ml_graph *g, struct ml_err *e);
  */
 bool ml_train_is_step(const struct ml_graph *g);
 
+/*
+ * The training loop. A trainer runs a step graph over a loader's batches,
+ * epoch after epoch, from where a run's state (struct ml_train_state) says
+ * it stands: it sets each batch, the label and the step's learning rate
+ * (ml_lr_at of the state's schedule), sums the loss and the hits of the
+ * epoch, counts optimizer steps (one every st.opts.accumulate batches),
+ * evaluates at each epoch's end and writes checkpoints (every
+ * checkpoint_every steps, at each epoch's end but the last, and when
+ * asked), so that a fresh trainer made from a checkpoint's state goes on
+ * with the same batches and the same bytes. Under MPI (ml_dist_init with
+ * more than one rank) each rank trains its share of each batch, and the
+ * loss, the hits and the requests are summed over the ranks in one
+ * all-reduce a step. The caller keeps what is its own through hooks: a
+ * progress display, a report, and the requests to stop or write a
+ * checkpoint (from signals, say), which the loop polls once a step:
+ *
+ *	struct ml_train_state st;		(or ml_train_state_get of a checkpoint)
+ *	ml_train_state_init(&st);
+ *	st.opts = o; st.sched = sc; st.batch = 64;
+ *	struct ml_trainer_opts to;
+ *	ml_trainer_opts_init(&to);
+ *	to.epochs = 10; to.checkpoint = "run.ckpt.mlg";
+ *	to.hooks.on_epoch = report; to.hooks.ctx = &mine;
+ *	ml_trainer_new(&t, model, step, loader, &st, &to, &err);
+ *	rc = ml_trainer_run(t, &err);		(0: done; ML_TRAINER_STOPPED)
+ *	ml_trainer_export(t, &err);		(the weights and the state into model)
+ *	ml_trainer_free(t);
+ *
+ * A trainer is used by one thread at a time; the hooks run on that thread.
+ */
+struct ml_trainer;
+struct ml_loader;	/* ml_data.h */
+
+/* Why a checkpoint is written (the on_checkpoint hook's why). */
+enum ml_trainer_ckpt {
+	ML_TRAINER_CKPT_CALL = 0,	/* the caller's ml_trainer_checkpoint */
+	ML_TRAINER_CKPT_ASKED = 1,	/* the poll hook asked for one (on some rank) */
+	ML_TRAINER_CKPT_EVERY = 2,	/* every st.checkpoint_every optimizer steps */
+	ML_TRAINER_CKPT_EPOCH = 3,	/* an epoch ended, and more are to come */
+};
+
+/* ml_trainer_run and ml_trainer_epoch: a poll hook asked to stop (not an error). */
+#define ML_TRAINER_STOPPED 1
+/* ml_trainer_stop_code: the stop was asked by another rank alone. */
+#define ML_TRAINER_STOP_PEER (-1)
+
+/* The figures of an epoch, as the on_epoch hook gets them. */
+struct ml_trainer_epoch {
+	uint64_t epoch;		/* epochs completed, this one included (1 for the first) */
+	uint64_t step;		/* optimizer steps taken */
+	int64_t samples;	/* samples trained in this call (a resumed epoch: since the resume) */
+	double secs;		/* the time this call took, the evaluation aside */
+	double samples_per_s;	/* samples / secs */
+	double loss;		/* the mean loss over the epoch's samples (resumed ones included) */
+	double acc;		/* their accuracy; NAN without opts.hits */
+	double eval_loss, eval_acc;	/* ml_train_eval_run's; NAN without opts.eval */
+	double lr;		/* the rate of the last step */
+};
+
+/*
+ * struct ml_trainer_hooks: the caller's part of the loop; each may be NULL.
+ * A hook that returns a negative code (with e filled) ends the loop, which
+ * returns that code. t is the trainer (ml_trainer_state and the other
+ * getters may be called; nothing else).
+ */
+struct ml_trainer_hooks {
+	void *ctx;		/* passed to each hook */
+	/*
+	 * poll: what this process asks after a step ran, before the ranks
+	 * agree: a positive code to stop (the run returns ML_TRAINER_STOPPED
+	 * after the step's accounting, and ml_trainer_stop_code gives the
+	 * code), and *checkpoint true for a checkpoint now. A request is seen
+	 * by every rank, so all stop at the same step; the hook consumes a
+	 * checkpoint request (one request, one checkpoint), while a stop
+	 * request may stay.
+	 */
+	int (*poll)(void *ctx, bool *checkpoint);
+	/* on_epoch_begin: an epoch starts (or resumes, at ml_trainer_state's epoch_step). */
+	int (*on_epoch_begin)(void *ctx, const struct ml_trainer *t, struct ml_err *e);
+	/* on_step: a batch was trained and accounted for, and its checkpoint written. */
+	int (*on_step)(void *ctx, const struct ml_trainer *t, struct ml_err *e);
+	/* on_checkpoint: a checkpoint was written (why: enum ml_trainer_ckpt). */
+	int (*on_checkpoint)(void *ctx, const struct ml_trainer *t, int why, struct ml_err *e);
+	/*
+	 * on_epoch: an epoch ended and was evaluated (ep); called before the
+	 * epoch's sums are reset and its checkpoint is written.
+	 */
+	int (*on_epoch)(void *ctx, const struct ml_trainer *t, const struct ml_trainer_epoch *ep,
+			struct ml_err *e);
+};
+
+/* struct ml_trainer_opts: how a trainer runs; ml_trainer_opts_init gives the defaults. */
+struct ml_trainer_opts {
+	int64_t epochs;		/* epochs to train in all, resumed ones included (default 1) */
+	const char *input;	/* the step input the batches' x binds (default NULL: the first) */
+	const char *device;	/* the step session's device (default NULL: the CPU); borrowed */
+	int verbose;		/* the session's verbosity (default 0) */
+	const char *checkpoint;	/* the checkpoint file (rank 0 writes it); NULL: none is
+				 * written, the state is only exported; borrowed */
+	bool hits;		/* sum the step's "train.correct" output (its third; a step
+				 * of opts.accuracy) into the accuracy (default false) */
+	/* the evaluation at each epoch's end: ml_train_eval_run(eval, step, eval_data,
+	 * eval_x, eval_y); all borrowed; eval NULL (default): none */
+	struct ml_train_eval *eval;
+	const struct ml_dataset *eval_data;
+	const struct ml_batch_spec *eval_x, *eval_y;
+	struct ml_trainer_hooks hooks;	/* default: none */
+};
+
+/*
+ * ml_train_batch_specs: the batches a step graph of ml_train_step_graph
+ * takes from dataset d, for ml_dataset_check and the loader: *xs the
+ * samples of its first input (its dtype, f32 where undefined, and its
+ * dims after the batch dim; an input without dims takes d's samples as
+ * they are), *ys the labels of its "label" input; *classes (may be NULL)
+ * the classes of the output the loss reads (its last dim, of an output of
+ * rank 2 or more) when d's labels are class indices, else -1. Nothing is
+ * checked against d (ml_dataset_check does). ML_EINVAL for a graph without
+ * an input or a "label" input, or without the loss's output.
+ */
+int ml_train_batch_specs(const struct ml_graph *step, const struct ml_dataset *d,
+			 struct ml_batch_spec *xs, struct ml_batch_spec *ys, int64_t *classes,
+			 struct ml_err *e);
+
+/*
+ * ml_train_rebatch: a model whose one input has a fixed batch (its first
+ * dim; a PyTorch export at batch 4) gets a symbolic one named sym, through
+ * ml_graph_set_input_shapes (whose Reshape targets that held the old batch
+ * are rewritten; *rewritten, may be NULL, counts them), so that it trains
+ * at any batch and the trained model runs at any. *old (may be NULL) gets
+ * the fixed batch. Returns 1 when g changed, 0 when it has nothing to
+ * change (not one input, an input without dims, a symbolic batch already);
+ * the errors of ml_graph_set_input_shapes, with g unchanged.
+ */
+int ml_train_rebatch(struct ml_graph *g, const char *sym, int64_t *old, int *rewritten,
+		     struct ml_err *e);
+
+/*
+ * ml_train_state_bcast: under MPI, root's st on every rank (the options,
+ * the step and epoch, the place in the epoch and its sums), so that every
+ * rank of a resumed run takes the same batches from the same point; the
+ * weights, the optimizer's and the RNG's state are PARAM tensors that
+ * ml_dist_bcast_params gives every rank. opts.frozen does not travel (it
+ * is left NULL). Every rank must call it; ml_dist_bcast's errors.
+ */
+int ml_train_state_bcast(struct ml_train_state *st, int root, struct ml_err *e);
+
+/* ml_trainer_opts_init: the defaults above. */
+void ml_trainer_opts_init(struct ml_trainer_opts *o);
+
+/*
+ * ml_trainer_new: a trainer of step (a graph of ml_train_step_graph of
+ * model, after ml_train_fuse or ml_train_distribute as the caller wants)
+ * over the batches of loader, from the state st (copied): its schedule
+ * gives each step's rate, opts.accumulate the batches of an optimizer step,
+ * checkpoint_every the steps between checkpoints, and step, epoch,
+ * epoch_step and the epoch's sums where the run stands. model, step and
+ * loader are borrowed and must outlive the trainer; model receives the
+ * trained state at each checkpoint and ml_trainer_export. The step's
+ * session is made here. The loader's batch size is the one that counts
+ * (st->batch is only kept in checkpoints). ML_EINVAL for a step without
+ * the input or a "label" or "lr" input, an evaluation without its data or
+ * specs, a loader without batches, opts.accumulate that does not divide an
+ * epoch's batches, or a position outside the epoch; the session's errors;
+ * ML_ENOMEM. *out is NULL on failure.
+ */
+int ml_trainer_new(struct ml_trainer **out, struct ml_graph *model, struct ml_graph *step,
+		   struct ml_loader *loader, const struct ml_train_state *st,
+		   const struct ml_trainer_opts *o, struct ml_err *e);
+
+/*
+ * ml_trainer_epoch: train the rest of the current epoch, evaluate it, call
+ * on_epoch, start the next (epoch_step and the sums to 0) and, when
+ * opts.epochs are not all done, write a checkpoint. Returns 0;
+ * ML_TRAINER_STOPPED when poll asked to stop (after that step's accounting;
+ * no checkpoint is written: ml_trainer_checkpoint writes one); the
+ * loader's and the session's errors; ML_ENONFINITE when a step's loss is
+ * not finite (the message names the step and the last checkpoint), with
+ * the state before that step; a hook's code. Under MPI every rank must
+ * call it.
+ */
+int ml_trainer_epoch(struct ml_trainer *t, struct ml_err *e);
+
+/*
+ * ml_trainer_run: ml_trainer_epoch until opts.epochs epochs are done
+ * (none when they are already); at the end the position is the start of
+ * the next epoch (epoch_step 0), as the last checkpoint should keep it.
+ * Returns as ml_trainer_epoch.
+ */
+int ml_trainer_run(struct ml_trainer *t, struct ml_err *e);
+
+/*
+ * ml_trainer_export: the weights (synced from the device first) and the
+ * optimizer state into model (ml_train_export), and the run's state
+ * (ml_train_state_set), as a checkpoint keeps them. Their errors.
+ */
+int ml_trainer_export(struct ml_trainer *t, struct ml_err *e);
+
+/*
+ * ml_trainer_checkpoint: ml_trainer_export, then model saved to
+ * opts.checkpoint (by rank 0 alone; atomically, as ml_model_save), then
+ * on_checkpoint with why (enum ml_trainer_ckpt; the caller normally passes
+ * ML_TRAINER_CKPT_CALL). Their errors. Under MPI every rank must call it.
+ */
+int ml_trainer_checkpoint(struct ml_trainer *t, int why, struct ml_err *e);
+
+/* ml_trainer_sync: the weights from the step's device back into the step graph. */
+int ml_trainer_sync(struct ml_trainer *t, struct ml_err *e);
+
+/*
+ * Getters. ml_trainer_state: where the run stands (its step, epoch,
+ * epoch_step and the epoch's sums; the rest as given), borrowed until the
+ * next call that trains. ml_trainer_batches: the batches of an epoch (the
+ * loader's; optimizer steps are batches / opts.accumulate).
+ * ml_trainer_last_checkpoint: the step of the last checkpoint written, or
+ * UINT64_MAX. ml_trainer_stop_code: the stop code of the last
+ * ML_TRAINER_STOPPED (poll's on this process, or ML_TRAINER_STOP_PEER), else 0.
+ */
+const struct ml_train_state *ml_trainer_state(const struct ml_trainer *t);
+int64_t ml_trainer_batches(const struct ml_trainer *t);
+uint64_t ml_trainer_last_checkpoint(const struct ml_trainer *t);
+int ml_trainer_stop_code(const struct ml_trainer *t);
+
+/* ml_trainer_free: release t and its session (not what it borrows); NULL is a no-op. */
+void ml_trainer_free(struct ml_trainer *t);
+
 #endif
