@@ -112,6 +112,7 @@ struct im2col_job {
 	int64_t p0, tn;
 	int64_t pw, pstride, rstride;
 	int64_t xstride;	/* floats from one image's input to the next */
+	int64_t rbase;		/* the row stored at col: row r goes rstride * (r - rbase) in */
 };
 
 ML_CLONES static void
@@ -133,7 +134,7 @@ im2col_rows(void *ctx, int64_t r0, int64_t r1)
 		int64_t vlo, vhi;
 		ml_valid_range(off, s, W, OW, &vlo, &vhi);
 		int64_t ow0 = ow00, oh = oh00, od = od00, pq = 0;
-		float *pbase = j->col + r * j->rstride;
+		float *pbase = j->col + (r - j->rbase) * j->rstride;
 		for (int64_t q = 0; q < j->tn;) {
 			int64_t run = ML_MIN(ML_MIN(OW - ow0, j->tn - q), j->pw - pq);
 			float *dst = pbase + pq;
@@ -557,7 +558,7 @@ conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const f
 			for (int64_t p0 = 0; p0 < span; p0 += tn) {
 				int64_t cur = ML_MIN(tn, span - p0);
 				struct im2col_job j = { v, xg, col, p0, cur, ML_PG_NR, ML_PG_NR * K,
-							ML_PG_NR, xs };
+							ML_PG_NR, xs, 0 };
 				ml_parallel_for(K, ML_MAX(1, 16384 / cur), im2col_rows, &j);
 				int64_t img = p0 / v->outsz, pp = p0 % v->outsz;
 				if (pp + cur <= v->outsz) {
@@ -577,6 +578,76 @@ conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const f
 				ml_pgemm(v->mg, cur, K, wg, K, col, bg, cs, cur, false);
 				struct scatter_job sj = { cs, yg, zg, e, p0, cur, v->outsz, ys };
 				ml_parallel_for(v->mg, ML_MAX(1, 16384 / cur), scatter_rows, &sj);
+			}
+		}
+	return 0;
+}
+
+/*
+ * The bf16 convolution (bf16.c): a column tile's im2col a pair of rows at
+ * a time, each pair computed in f32 into a thread's scratch and rounded to
+ * bf16 into the pair panels as it is packed.
+ */
+struct bf_col_job {
+	const struct ml_conv3 *v;
+	const float *x;
+	uint16_t *col;
+	int64_t p0, tn, k, xstride;
+	_Atomic int failed;
+};
+
+static void
+bf_col_pairs(void *ctx, int64_t b, int64_t e)
+{
+	struct bf_col_job *j = ctx;
+	float *tmp = ml_cpu_scratch(3, sizeof(float) * (size_t)(2 * j->tn));
+	int64_t kp = (j->k + 1) / 2;
+
+	if (tmp == NULL) {
+		j->failed = 1;
+		return;
+	}
+	for (int64_t q = b; q < e; q++) {
+		int64_t r0 = 2 * q, r1 = ML_MIN(r0 + 2, j->k);
+		struct im2col_job ij = { j->v, j->x, tmp, j->p0, j->tn, j->tn, 0, j->tn, j->xstride,
+					 r0 };
+		im2col_rows(&ij, r0, r1);
+		ml_bf16_pack_pair(j->col + q * 2 * ML_BF_NR, kp * 2 * ML_BF_NR, tmp,
+				  r1 - r0 > 1 ? tmp + j->tn : NULL, j->tn);
+	}
+}
+
+int
+ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const uint16_t *w,
+	     const float *bias, const struct ml_conv_epi *e, float *y)
+{
+	int64_t K = v->cg * v->ksz, K1 = ML_MAX(K, 1);
+	/* column tiles whose packed columns (K x tn bf16) stay within 1 MB, 32 wide */
+	int64_t tmax = ML_MAX((int64_t)(1 << 19) / K1 / ML_BF_NR * ML_BF_NR, (int64_t)ML_BF_NR);
+	int64_t ntiles = (v->outsz + tmax - 1) / tmax;
+	int64_t tn = ((v->outsz + ntiles - 1) / ntiles + ML_BF_NR - 1) / ML_BF_NR * ML_BF_NR;
+	size_t csz = sizeof(uint16_t) * (size_t)ml_bf16_packed_len(K, tn);
+	uint16_t *col = ml_cpu_scratch(0, csz);
+	if (col == NULL)
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate %zu bytes for im2col", csz);
+	int64_t xs = v->cin * v->insz, ys = v->cout * v->outsz;
+	for (int64_t n = 0; n < v->n; n++)
+		for (int64_t g = 0; g < v->group; g++) {
+			const float *xg = x + n * xs + g * v->cg * v->insz;
+			const uint16_t *wg = w + g * v->mg * K;
+			float *yg = y + n * ys + g * v->mg * v->outsz;
+			const float *bg = bias != NULL ? bias + g * v->mg : NULL;
+			const float *zg = e != NULL && e->z != NULL ? e->z + (yg - y) : NULL;
+			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
+				int64_t cur = ML_MIN(tn, v->outsz - p0);
+				struct bf_col_job j = { v, xg, col, p0, cur, K, xs, 0 };
+				ml_parallel_for((K + 1) / 2, ML_MAX(1, 8192 / cur), bf_col_pairs, &j);
+				if (j.failed)
+					return ml_opfail(c, ML_ENOMEM, "out of memory in im2col");
+				ml_bf16_gemm(v->mg, cur, K, wg, K, col, bg, yg + p0, v->outsz);
+				if (e != NULL)
+					epi_tile(e, yg + p0, zg != NULL ? zg + p0 : NULL, v->mg, cur,
+						 v->outsz);
 			}
 		}
 	return 0;
@@ -643,7 +714,7 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 			}
 			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
 				int64_t cur = ML_MIN(tn, v->outsz - p0);
-				struct im2col_job j = { v, xg, col, p0, cur, cur, 0, cur, 0 };
+				struct im2col_job j = { v, xg, col, p0, cur, cur, 0, cur, 0, 0 };
 				ml_parallel_for(K, ML_MAX(1, 16384 / cur), im2col_rows, &j);
 				if (!ml_sgemm(false, false, v->mg, cur, K, 1.0f, wg, K, col, cur, 1.0f,
 					      yg + p0, v->outsz))
@@ -697,7 +768,11 @@ int
 ml_cpu_conv(struct ml_opctx *c)
 {
 	struct ml_conv3 v;
+	int rc;
 
+	/* a bf16 weight (mlquant --dtype bf16): bf16.c */
+	if ((rc = ml_cpu_bf16_run(c)) <= 0)
+		return rc;
 	if (ml_cpu_has_half(c))
 		return ml_cpu_as_f32(c, ml_cpu_conv);
 	ML_TRY(ml_cpu_conv3(c, &v));
