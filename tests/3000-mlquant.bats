@@ -273,6 +273,32 @@ PYEOF
 	done
 }
 
+@test "mlquant --dtype bf16: the products read their bf16 weights directly, no Cast, and match fp32" {
+	mkcnn
+	mlconvert cnn.onnx -o f.mlg
+	mlopt -O2 cnn.onnx -o o2.mlg
+	run -0 mlquant --dtype bf16 cnn.onnx -o b.mlg
+	run -0 --separate-stderr mlquant --dtype bf16 o2.mlg -o b2.mlg
+	[ -z "$stderr" ]
+	mlrun f.mlg -i x=cal.npy -o f
+	for m in b b2; do
+		mlconvert $m.mlg -o $m.mlt
+		run -1 grep ' = Cast ' $m.mlt
+		# the weights of the four convolutions and the Gemm are bf16, the biases f32
+		[ "$(grep -c '^bfloat16\[' $m.mlt)" -eq 5 ]
+		mlrun $m.mlg -i x=cal.npy -o $m
+		npcmp f/y.npy $m/y.npy --rtol 0 --atol 3e-2
+		# the fallback (the weights converted to f32 once) agrees as closely
+		ML_BF16=f32 mlrun $m.mlg -i x=cal.npy -o $m-f32
+		npcmp f/y.npy $m-f32/y.npy --rtol 0 --atol 3e-2
+	done
+	# from an -O2 model the fused nodes stay, with their bf16 weights
+	grep -q '= ml.FusedConv <' b2.mlt
+	# top-1 of the 32 samples agrees with fp32
+	"$PY" -c "import numpy as np; a=np.load('f/y.npy'); b=np.load('b2/y.npy'); \
+assert (a.argmax(1) == b.argmax(1)).all()"
+}
+
 @test "mlquant --pow2 runs with power-of-two weights" {
 	mkcnn
 	run -0 mlquant -c cal.npy --pow2 mlp.onnx -o p.mlg

@@ -594,15 +594,139 @@ struct bf_col_job {
 	uint16_t *col;
 	int64_t p0, tn, k, xstride;
 	_Atomic int failed;
+	bool fast;		/* bf_pair_dp applies */
+	bool pointwise;		/* 1x1 window, stride 1, no padding: rows are planes */
 };
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HAVE_BF_IM2COL 1
+#include <immintrin.h>
+#define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/*
+ * bf_load: the inputs of c (<= 16) output columns from ow on, at stride s
+ * (1 or 2), of one input row W wide (NULL: a padding row), starting at
+ * input column ow * s + off; zeros outside [0, W). The masked loads touch
+ * only the lanes inside the row (masked-off lanes never fault).
+ */
+BF_TARGET static inline __m512
+bf_load(const float *row, int64_t W, int64_t ow, int64_t off, int64_t s, int c)
+{
+	if (row == NULL)
+		return _mm512_setzero_ps();
+	int64_t i0 = ow * s + off, n = (int64_t)c * s;
+	int64_t lo = ML_MAX(0, -i0), hi = ML_MIN(n, W - i0);
+	if (hi <= lo)
+		return _mm512_setzero_ps();
+	uint32_t m = (uint32_t)(((uint64_t)1 << hi) - ((uint64_t)1 << lo));
+	const float *p = row + i0;
+	if (s == 1)
+		return _mm512_maskz_loadu_ps((__mmask16)m, p);
+	__m512 a = _mm512_maskz_loadu_ps((__mmask16)(m & 0xffff), p);
+	__m512 b = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), p + 16);
+	const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+					      4, 2, 0);
+	return _mm512_permutex2var_ps(a, even, b);
+}
+
+/*
+ * bf_pair_dp: pair q of a column tile (rows 2q and 2q + 1 of the im2col
+ * matrix; the second absent past k) straight into the bf16 panels: per
+ * run of at most 16 columns inside one output row and one panel, a masked
+ * load per row, the conversion to bf16, and one store of the pairs. For
+ * 2-D windows with a column stride of 1 or 2 (im2col_rows otherwise).
+ */
+BF_TARGET static void
+bf_pair_dp(const struct bf_col_job *j, int64_t q)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], s = v->s[2];
+	int64_t kp = (j->k + 1) / 2, pstride = kp * 2 * ML_BF_NR;
+	const float *xc[2];
+	int64_t offw[2], offh[2];
+	bool have[2];
+	for (int e = 0; e < 2; e++) {
+		int64_t r = 2 * q + e;
+		have[e] = r < j->k;
+		int64_t ci = have[e] ? r / v->ksz : 0, kk = have[e] ? r % v->ksz : 0;
+		int64_t kw = kk % v->k[2], kh = kk / v->k[2];
+		xc[e] = j->x + ci * v->insz;
+		offw[e] = kw * v->d[2] - v->p[2];
+		offh[e] = kh * v->d[1] - v->p[1];
+	}
+	int64_t pp = j->p0, oh = pp / OW, ow = pp % OW;
+	uint16_t *base = j->col + q * 2 * ML_BF_NR;
+	/*
+	 * A pointwise convolution's rows are whole planes: runs of 16 columns
+	 * across output rows, each a full store of the half panel it fills.
+	 */
+	if (j->pointwise) {
+		for (int64_t qc = 0; qc < j->tn; qc += 16) {
+			int c = (int)ML_MIN((int64_t)16, j->tn - qc);
+			__mmask16 m = (__mmask16)((1u << c) - 1);
+			__m512 x0 = _mm512_maskz_loadu_ps(m, xc[0] + pp + qc);
+			__m512 x1 = have[1] ? _mm512_maskz_loadu_ps(m, xc[1] + pp + qc) :
+					      _mm512_setzero_ps();
+			__m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x0));
+			__m512i hi = _mm512_slli_epi32(
+				_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x1)), 16);
+			_mm512_storeu_si512(base + qc / ML_BF_NR * pstride + qc % ML_BF_NR * 2,
+					    _mm512_or_si512(lo, hi));
+		}
+		if (j->tn % ML_BF_NR != 0 && j->tn % ML_BF_NR <= 16)
+			_mm512_storeu_si512(base + j->tn / ML_BF_NR * pstride + 32,
+					    _mm512_setzero_si512());
+		return;
+	}
+	for (int64_t qc = 0; qc < j->tn;) {
+		const float *row[2];
+		for (int e = 0; e < 2; e++) {
+			int64_t ih = oh * v->s[1] + offh[e];
+			row[e] = have[e] && ih >= 0 && ih < H ? xc[e] + ih * W : NULL;
+		}
+		int64_t seg = ML_MIN(OW - ow, j->tn - qc);
+		for (int64_t done = 0; done < seg;) {
+			int c = (int)ML_MIN(ML_MIN((int64_t)16, seg - done), ML_BF_NR - qc % ML_BF_NR);
+			__m512 x0 = bf_load(row[0], W, ow + done, offw[0], s, c);
+			__m512 x1 = bf_load(row[1], W, ow + done, offw[1], s, c);
+			__m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x0));
+			__m512i hi = _mm512_slli_epi32(
+				_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x1)), 16);
+			uint16_t *dst = base + qc / ML_BF_NR * pstride + qc % ML_BF_NR * 2;
+			_mm512_mask_storeu_epi32(dst, (__mmask16)((1u << c) - 1),
+						 _mm512_or_si512(lo, hi));
+			done += c;
+			qc += c;
+		}
+		ow += seg;
+		if (ow == OW) {
+			ow = 0;
+			oh++;
+		}
+	}
+	/* the last panel's columns past the tile: zeros */
+	if (j->tn % ML_BF_NR != 0) {
+		uint16_t *dst = base + j->tn / ML_BF_NR * pstride;
+		for (int64_t c = j->tn % ML_BF_NR; c < ML_BF_NR; c++)
+			dst[2 * c] = dst[2 * c + 1] = 0;
+	}
+}
+#endif
 
 static void
 bf_col_pairs(void *ctx, int64_t b, int64_t e)
 {
 	struct bf_col_job *j = ctx;
-	float *tmp = ml_cpu_scratch(3, sizeof(float) * (size_t)(2 * j->tn));
 	int64_t kp = (j->k + 1) / 2;
 
+#ifdef HAVE_BF_IM2COL
+	if (j->fast) {
+		for (int64_t q = b; q < e; q++)
+			bf_pair_dp(j, q);
+		return;
+	}
+#endif
+	float *tmp = ml_cpu_scratch(3, sizeof(float) * (size_t)(2 * j->tn));
 	if (tmp == NULL) {
 		j->failed = 1;
 		return;
@@ -631,6 +755,16 @@ ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	if (col == NULL)
 		return ml_opfail(c, ML_ENOMEM, "cannot allocate %zu bytes for im2col", csz);
 	int64_t xs = v->cin * v->insz, ys = v->cout * v->outsz;
+	/* 2-D windows at column stride 1 or 2 pack straight to bf16 (bf_pair_dp) */
+	bool fast = false;
+#ifdef HAVE_BF_IM2COL
+	fast = ml_bf16_path() == ML_BF16_DP && v->in[0] == 1 && v->k[0] == 1 &&
+	       v->out[0] == 1 && v->p[0] == 0 && (v->s[2] == 1 || v->s[2] == 2);
+#endif
+	bool pointwise = v->ksz == 1;
+	for (int i = 0; i < 3; i++)
+		if (v->s[i] != 1 || v->p[i] != 0 || v->pe[i] != 0 || v->in[i] != v->out[i])
+			pointwise = false;
 	for (int64_t n = 0; n < v->n; n++)
 		for (int64_t g = 0; g < v->group; g++) {
 			const float *xg = x + n * xs + g * v->cg * v->insz;
@@ -640,7 +774,8 @@ ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 			const float *zg = e != NULL && e->z != NULL ? e->z + (yg - y) : NULL;
 			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
 				int64_t cur = ML_MIN(tn, v->outsz - p0);
-				struct bf_col_job j = { v, xg, col, p0, cur, K, xs, 0 };
+				struct bf_col_job j = { v, xg, col, p0, cur, K, xs, 0, fast,
+							pointwise };
 				ml_parallel_for((K + 1) / 2, ML_MAX(1, 8192 / cur), bf_col_pairs, &j);
 				if (j.failed)
 					return ml_opfail(c, ML_ENOMEM, "out of memory in im2col");

@@ -291,6 +291,9 @@ static const struct opcase opcases[] = {
 	{ OP_CONV, 1, 300, 6, 5, 25, 3, 2, 1, 1, false },	/* K = 2700: several k blocks */
 	{ OP_CONV, 1, 12, 7, 7, 18, 3, 1, 1, 3, false },	/* grouped */
 	{ OP_CONV, 1, 8, 9, 9, 8, 3, 1, 1, 8, false },		/* depthwise: the fallback */
+	{ OP_CONV, 1, 64, 40, 41, 24, 3, 1, 1, 1, false },	/* two column tiles */
+	{ OP_CONV, 1, 5, 23, 29, 7, 5, 2, 2, 1, false },	/* K = 125, stride 2, odd widths */
+	{ OP_CONV, 1, 4, 11, 10, 6, 3, 3, 1, 1, false },	/* column stride 3: im2col_rows */
 	{ OP_FCONV, 1, 24, 10, 10, 40, 3, 1, 1, 1, true },
 	{ OP_FCONV, 1, 9, 6, 6, 13, 1, 1, 0, 1, false },
 	{ OP_MATMUL, 1, 512, 0, 0, 1000, 0, 0, 0, 0, false },	/* batch-1 classifier */
