@@ -132,6 +132,9 @@ bool ml_bf16_set_path(enum ml_bf16_path p);
 int64_t ml_bf16_packed_len(int64_t k, int64_t n);
 void ml_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
 		  const uint16_t *bp, const float *bias, float *c, int64_t ldc);
+/* ml_bf16_gemm_here: the same, on the calling thread only (inside a pool item). */
+void ml_bf16_gemm_here(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+		       const uint16_t *bp, const float *bias, float *c, int64_t ldc);
 void ml_bf16_pack_b(uint16_t *bp, const uint16_t *b, int64_t k, int64_t n, bool tb);
 void ml_bf16_pack_pair(uint16_t *dst, int64_t pstride, const float *r0, const float *r1,
 		       int64_t n);

@@ -713,6 +713,50 @@ bf_pair_dp(const struct bf_col_job *j, int64_t q)
 }
 #endif
 
+#ifdef HAVE_BF_IM2COL
+/*
+ * The fused variant, where the columns make enough panels for every
+ * thread: an item packs a run of columns into its thread's scratch and
+ * multiplies all output channels by it at once, so the packed columns go
+ * from the packing to the GEMM in the thread's own cache.
+ */
+struct bf_fused_job {
+	const struct ml_conv3 *v;
+	const float *x, *bias, *z;
+	const uint16_t *w;
+	float *y;
+	const struct ml_conv_epi *e;
+	int64_t k, cols;
+	bool pointwise;
+	_Atomic int failed;
+};
+
+static void
+bf_fused_items(void *ctx, int64_t b, int64_t e)
+{
+	struct bf_fused_job *f = ctx;
+	const struct ml_conv3 *v = f->v;
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t c0 = it * f->cols, cur = ML_MIN(f->cols, v->outsz - c0);
+		uint16_t *col = ml_cpu_scratch(3, sizeof(uint16_t) *
+						      (size_t)ml_bf16_packed_len(f->k, cur));
+		if (col == NULL) {
+			f->failed = 1;
+			return;
+		}
+		struct bf_col_job pj = { v, f->x, col, c0, cur, f->k, 0, 0, true, f->pointwise };
+		for (int64_t q = 0; q < (f->k + 1) / 2; q++)
+			bf_pair_dp(&pj, q);
+		ml_bf16_gemm_here(v->mg, cur, f->k, f->w, f->k, col, f->bias, f->y + c0, v->outsz);
+		if (f->e != NULL)
+			ml_fused_tile_epi(f->y + c0, v->mg, cur, v->outsz, NULL,
+					  f->z != NULL ? f->z + c0 : NULL, f->e->act, f->e->lo,
+					  f->e->hi);
+	}
+}
+#endif
+
 static void
 bf_col_pairs(void *ctx, int64_t b, int64_t e)
 {
@@ -765,10 +809,28 @@ ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	for (int i = 0; i < 3; i++)
 		if (v->s[i] != 1 || v->p[i] != 0 || v->pe[i] != 0 || v->in[i] != v->out[i])
 			pointwise = false;
+	int64_t nt = ml_get_threads(), npan = (v->outsz + ML_BF_NR - 1) / ML_BF_NR;
+	/* runs of panels: 4 per thread, their packing within 512 KB */
+	int64_t ppi = ML_MIN((npan + 4 * nt - 1) / (4 * nt), ML_MAX(1, 4096 / ((K + 1) / 2)));
+	bool fused = fast && npan >= 2 * nt;
 	for (int64_t n = 0; n < v->n; n++)
 		for (int64_t g = 0; g < v->group; g++) {
 			const float *xg = x + n * xs + g * v->cg * v->insz;
 			const uint16_t *wg = w + g * v->mg * K;
+#ifdef HAVE_BF_IM2COL
+			if (fused) {
+				float *yg = y + n * ys + g * v->mg * v->outsz;
+				struct bf_fused_job f = {
+					v, xg, bias != NULL ? bias + g * v->mg : NULL,
+					e != NULL && e->z != NULL ? e->z + (yg - y) : NULL, wg, yg, e,
+					K, ppi * ML_BF_NR, pointwise, 0 };
+				int64_t nit = (v->outsz + f.cols - 1) / f.cols;
+				ml_parallel_for(nit, 1, bf_fused_items, &f);
+				if (f.failed)
+					return ml_opfail(c, ML_ENOMEM, "out of memory packing columns");
+				continue;
+			}
+#endif
 			float *yg = y + n * ys + g * v->mg * v->outsz;
 			const float *bg = bias != NULL ? bias + g * v->mg : NULL;
 			const float *zg = e != NULL && e->z != NULL ? e->z + (yg - y) : NULL;
