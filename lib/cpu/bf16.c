@@ -418,10 +418,10 @@ ml_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, co
  */
 struct wc {
 	const void *src;
-	int kind;		/* WC_F32 or WC_PANELS */
+	int kind;		/* WC_F32, WC_PANELS or WC_CPAIR */
 	size_t bytes;
 };
-enum { WC_F32 = 1, WC_PANELS = 2 };
+enum { WC_F32 = 1, WC_PANELS = 2, WC_CPAIR = 3 };
 
 /*
  * wcache: room for the derived weight (kind, bytes) of c's input 1: the
@@ -527,8 +527,28 @@ conv_dp(struct ml_opctx *c)
 		if (e.z != NULL || e.act > ML_ACT_NONE)
 			ep = &e;
 	}
-	return ml_conv_bf16(c, &v, c->in[0]->data, c->in[1]->data,
-			    b != NULL ? b->data : NULL, ep, c->out[0]->data);
+	if (!ml_conv_bf16_cpair_ok(&v))
+		return ml_conv_bf16(c, &v, c->in[0]->data, c->in[1]->data, false,
+				    b != NULL ? b->data : NULL, ep, c->out[0]->data);
+	/* the weights in (kernel offset, channel pair) order, once per session */
+	int64_t ncp = (v.cin + 1) / 2, k2 = v.ksz * 2 * ncp;
+	bool fill;
+	void *tmp;
+	uint16_t *wp = wcache(c, WC_CPAIR, sizeof(uint16_t) * (size_t)(v.cout * k2), &fill, &tmp);
+	if (wp == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory packing a bf16 weight");
+	if (fill) {
+		const uint16_t *w = c->in[1]->data;
+		for (int64_t m = 0; m < v.cout; m++)
+			for (int64_t kk = 0; kk < v.ksz; kk++)
+				for (int64_t ci = 0; ci < 2 * ncp; ci++)
+					wp[m * k2 + kk * 2 * ncp + ci] =
+						ci < v.cin ? w[(m * v.cin + ci) * v.ksz + kk] : 0;
+	}
+	int rc = ml_conv_bf16(c, &v, c->in[0]->data, wp, true, b != NULL ? b->data : NULL, ep,
+			      c->out[0]->data);
+	ml_free(tmp);
+	return rc;
 }
 
 struct rows_job {

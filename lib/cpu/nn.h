@@ -200,10 +200,15 @@ int ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, c
 /*
  * ml_conv_bf16 (nn_conv.c): Y of v (bias included, then e) from f32 x and
  * bf16 weights w through ml_bf16_gemm, im2col rounding x to bf16 as it
- * packs. It uses scratch slots 0 and 3.
+ * packs. With cpair (where ml_conv_bf16_cpair_ok(v)), x is rounded to bf16
+ * once, two channels to a 32-bit pair, and w's rows are in (kernel offset,
+ * channel) order, ksz * 2 * ceil(cin / 2) long (a padded channel's weights
+ * zero), so that im2col copies pairs without converting. It uses scratch
+ * slots 0, 1 and 3.
  */
+bool ml_conv_bf16_cpair_ok(const struct ml_conv3 *v);
 int ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const uint16_t *w,
-		 const float *bias, const struct ml_conv_epi *e, float *y);
+		 bool cpair, const float *bias, const struct ml_conv_epi *e, float *y);
 /*
  * lib/cpu/nn_direct.c: ml_direct_ok tells whether the direct f32
  * convolution for few input channels (first layers) applies to v (2-D,

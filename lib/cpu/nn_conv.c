@@ -596,6 +596,9 @@ struct bf_col_job {
 	_Atomic int failed;
 	bool fast;		/* bf_pair_dp applies */
 	bool pointwise;		/* 1x1 window, stride 1, no padding: rows are planes */
+	/* channel pairs (ml_conv_bf16's cpair): x as pairs, xps apart; cp pairs (0: not) */
+	const uint32_t *xp;
+	int64_t xps, cp;
 };
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -714,6 +717,81 @@ bf_pair_dp(const struct bf_col_job *j, int64_t q)
 #endif
 
 #ifdef HAVE_BF_IM2COL
+/* bf_load32: bf_load over a row of pairs (32-bit elements, already bf16) */
+BF_TARGET static inline __m512i
+bf_load32(const uint32_t *row, int64_t W, int64_t ow, int64_t off, int64_t s, int c)
+{
+	if (row == NULL)
+		return _mm512_setzero_si512();
+	int64_t i0 = ow * s + off, n = (int64_t)c * s;
+	int64_t lo = ML_MAX(0, -i0), hi = ML_MIN(n, W - i0);
+	if (hi <= lo)
+		return _mm512_setzero_si512();
+	uint32_t m = (uint32_t)(((uint64_t)1 << hi) - ((uint64_t)1 << lo));
+	const uint32_t *p = row + i0;
+	if (s == 1)
+		return _mm512_maskz_loadu_epi32((__mmask16)m, p);
+	__m512i a = _mm512_maskz_loadu_epi32((__mmask16)(m & 0xffff), p);
+	__m512i b = _mm512_maskz_loadu_epi32((__mmask16)(m >> 16), p + 16);
+	const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+					      4, 2, 0);
+	return _mm512_permutex2var_epi32(a, even, b);
+}
+
+/*
+ * bf_cpair_dp: pair row q of the channel-pair order (kernel offset q / cp,
+ * channel pair q % cp) of a column tile: copies of runs of the input's
+ * pairs, which were rounded to bf16 once per image; no conversion here.
+ */
+BF_TARGET static void
+bf_cpair_dp(const struct bf_col_job *j, int64_t q)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], s = v->s[2];
+	int64_t pstride = (j->k / 2) * 2 * ML_BF_NR;
+	int64_t kk = q / j->cp, cpi = q % j->cp;
+	int64_t offw = kk % v->k[2] * v->d[2] - v->p[2], offh = kk / v->k[2] * v->d[1] - v->p[1];
+	const uint32_t *plane = j->xp + cpi * j->xps;
+	uint32_t *base = (uint32_t *)(j->col + q * 2 * ML_BF_NR);
+	int64_t pp = j->p0, oh = pp / OW, ow = pp % OW;
+
+	if (j->pointwise) {
+		for (int64_t qc = 0; qc < j->tn; qc += 16) {
+			int c = (int)ML_MIN((int64_t)16, j->tn - qc);
+			__m512i x = _mm512_maskz_loadu_epi32((__mmask16)((1u << c) - 1),
+							     plane + pp + qc);
+			_mm512_storeu_si512(base + qc / ML_BF_NR * (pstride / 2) + qc % ML_BF_NR, x);
+		}
+		if (j->tn % ML_BF_NR != 0 && j->tn % ML_BF_NR <= 16)
+			_mm512_storeu_si512(base + j->tn / ML_BF_NR * (pstride / 2) + 16,
+					    _mm512_setzero_si512());
+		return;
+	}
+	for (int64_t qc = 0; qc < j->tn;) {
+		int64_t ih = oh * v->s[1] + offh;
+		const uint32_t *row = ih >= 0 && ih < H ? plane + ih * W : NULL;
+		int64_t seg = ML_MIN(OW - ow, j->tn - qc);
+		for (int64_t done = 0; done < seg;) {
+			int c = (int)ML_MIN(ML_MIN((int64_t)16, seg - done), ML_BF_NR - qc % ML_BF_NR);
+			__m512i x = bf_load32(row, W, ow + done, offw, s, c);
+			_mm512_mask_storeu_epi32(base + qc / ML_BF_NR * (pstride / 2) + qc % ML_BF_NR,
+						 (__mmask16)((1u << c) - 1), x);
+			done += c;
+			qc += c;
+		}
+		ow += seg;
+		if (ow == OW) {
+			ow = 0;
+			oh++;
+		}
+	}
+	if (j->tn % ML_BF_NR != 0) {
+		uint32_t *dst = base + j->tn / ML_BF_NR * (pstride / 2);
+		for (int64_t c = j->tn % ML_BF_NR; c < ML_BF_NR; c++)
+			dst[c] = 0;
+	}
+}
+
 /*
  * The fused variant, where the columns make enough panels for every
  * thread: an item packs a run of columns into its thread's scratch and
@@ -729,6 +807,8 @@ struct bf_fused_job {
 	int64_t k, cols;
 	bool pointwise;
 	_Atomic int failed;
+	const uint32_t *xp;
+	int64_t xps, cp;
 };
 
 static void
@@ -745,9 +825,14 @@ bf_fused_items(void *ctx, int64_t b, int64_t e)
 			f->failed = 1;
 			return;
 		}
-		struct bf_col_job pj = { v, f->x, col, c0, cur, f->k, 0, 0, true, f->pointwise };
-		for (int64_t q = 0; q < (f->k + 1) / 2; q++)
-			bf_pair_dp(&pj, q);
+		struct bf_col_job pj = { v, f->x, col, c0, cur, f->k, 0, 0, true, f->pointwise,
+					 f->xp, f->xps, f->cp };
+		for (int64_t q = 0; q < (f->k + 1) / 2; q++) {
+			if (f->cp > 0)
+				bf_cpair_dp(&pj, q);
+			else
+				bf_pair_dp(&pj, q);
+		}
 		ml_bf16_gemm_here(v->mg, cur, f->k, f->w, f->k, col, f->bias, f->y + c0, v->outsz);
 		if (f->e != NULL)
 			ml_fused_tile_epi(f->y + c0, v->mg, cur, v->outsz, NULL,
@@ -765,8 +850,12 @@ bf_col_pairs(void *ctx, int64_t b, int64_t e)
 
 #ifdef HAVE_BF_IM2COL
 	if (j->fast) {
-		for (int64_t q = b; q < e; q++)
-			bf_pair_dp(j, q);
+		for (int64_t q = b; q < e; q++) {
+			if (j->cp > 0)
+				bf_cpair_dp(j, q);
+			else
+				bf_pair_dp(j, q);
+		}
 		return;
 	}
 #endif
@@ -785,11 +874,54 @@ bf_col_pairs(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+bool
+ml_conv_bf16_cpair_ok(const struct ml_conv3 *v)
+{
+#ifdef HAVE_BF_IM2COL
+	/* a pointwise convolution reads each input once: converting as it packs is cheaper */
+	return ml_bf16_path() == ML_BF16_DP && v->ksz > 1 && v->group == 1 && v->in[0] == 1 &&
+	       v->k[0] == 1 &&
+	       v->out[0] == 1 && v->p[0] == 0 && (v->s[2] == 1 || v->s[2] == 2);
+#else
+	(void)v;
+	return false;
+#endif
+}
+
+/* cpair_items: channel pairs [b, e) of an image rounded to bf16 pairs (x's planes 2i, 2i + 1) */
+struct cpair_job {
+	const struct ml_conv3 *v;
+	const float *x;
+	uint32_t *xp;
+	int64_t xps;
+};
+
+static void
+cpair_items(void *ctx, int64_t b, int64_t e)
+{
+	const struct cpair_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	for (int64_t i = b; i < e; i++)
+		ml_bf16_pack_pair((uint16_t *)(j->xp + i * j->xps), 2 * ML_BF_NR,
+				  j->x + 2 * i * v->insz,
+				  2 * i + 1 < v->cin ? j->x + (2 * i + 1) * v->insz : NULL, v->insz);
+}
+
 int
 ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const uint16_t *w,
-	     const float *bias, const struct ml_conv_epi *e, float *y)
+	     bool cpair, const float *bias, const struct ml_conv_epi *e, float *y)
 {
-	int64_t K = v->cg * v->ksz, K1 = ML_MAX(K, 1);
+	int64_t K = v->cg * v->ksz, K1;
+	/* channel pairs: the input rounded to pairs once, K in (kernel offset, channel) order */
+	int64_t ncp = cpair ? (v->cin + 1) / 2 : 0, xps = (v->insz + ML_BF_NR - 1) / ML_BF_NR * ML_BF_NR;
+	uint32_t *xp = NULL;
+	if (cpair) {
+		K = v->ksz * 2 * ncp;
+		size_t xsz = sizeof(uint32_t) * (size_t)(ncp * xps);
+		if ((xp = ml_cpu_scratch(1, xsz)) == NULL)
+			return ml_opfail(c, ML_ENOMEM, "cannot allocate %zu bytes for bf16 pairs", xsz);
+	}
+	K1 = ML_MAX(K, 1);
 	/* column tiles whose packed columns (K x tn bf16) stay within 1 MB, 32 wide */
 	int64_t tmax = ML_MAX((int64_t)(1 << 19) / K1 / ML_BF_NR * ML_BF_NR, (int64_t)ML_BF_NR);
 	int64_t ntiles = (v->outsz + tmax - 1) / tmax;
@@ -800,11 +932,12 @@ ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 		return ml_opfail(c, ML_ENOMEM, "cannot allocate %zu bytes for im2col", csz);
 	int64_t xs = v->cin * v->insz, ys = v->cout * v->outsz;
 	/* 2-D windows at column stride 1 or 2 pack straight to bf16 (bf_pair_dp) */
-	bool fast = false;
+	bool fast = cpair;
 #ifdef HAVE_BF_IM2COL
 	fast = ml_bf16_path() == ML_BF16_DP && v->in[0] == 1 && v->k[0] == 1 &&
 	       v->out[0] == 1 && v->p[0] == 0 && (v->s[2] == 1 || v->s[2] == 2);
 #endif
+	ML_ASSERT(!cpair || (fast && v->group == 1));
 	bool pointwise = v->ksz == 1;
 	for (int i = 0; i < 3; i++)
 		if (v->s[i] != 1 || v->p[i] != 0 || v->pe[i] != 0 || v->in[i] != v->out[i])
@@ -817,13 +950,17 @@ ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 		for (int64_t g = 0; g < v->group; g++) {
 			const float *xg = x + n * xs + g * v->cg * v->insz;
 			const uint16_t *wg = w + g * v->mg * K;
+			if (cpair) {
+				struct cpair_job cj = { v, xg, xp, xps };
+				ml_parallel_for(ncp, ML_MAX(1, 16384 / xps), cpair_items, &cj);
+			}
 #ifdef HAVE_BF_IM2COL
 			if (fused) {
 				float *yg = y + n * ys + g * v->mg * v->outsz;
 				struct bf_fused_job f = {
 					v, xg, bias != NULL ? bias + g * v->mg : NULL,
 					e != NULL && e->z != NULL ? e->z + (yg - y) : NULL, wg, yg, e,
-					K, ppi * ML_BF_NR, pointwise, 0 };
+					K, ppi * ML_BF_NR, pointwise, 0, xp, xps, ncp };
 				int64_t nit = (v->outsz + f.cols - 1) / f.cols;
 				ml_parallel_for(nit, 1, bf_fused_items, &f);
 				if (f.failed)
@@ -837,7 +974,7 @@ ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
 				int64_t cur = ML_MIN(tn, v->outsz - p0);
 				struct bf_col_job j = { v, xg, col, p0, cur, K, xs, 0, fast,
-							pointwise };
+							pointwise, xp, xps, ncp };
 				ml_parallel_for((K + 1) / 2, ML_MAX(1, 8192 / cur), bf_col_pairs, &j);
 				if (j.failed)
 					return ml_opfail(c, ML_ENOMEM, "out of memory in im2col");
