@@ -10,11 +10,15 @@
  * ML_BF_NR columns, a panel being (k + 1) / 2 rows of 32 pairs, each pair
  * two consecutive k of one column (the operand vdpbf16ps multiplies
  * lane by lane; an odd k's last pair holds a zero). A convolution's
- * weights [cout, cin / group * kernel] are already such rows, so they are
- * used as stored, and im2col writes its columns into bf16 panels,
- * converting as it packs. A MatMul's weights are B: packed into panels
- * once per session (the node's cache, ml_opctx.cache) and its activations
- * converted to bf16 rows per call. The micro-kernel keeps 12 x 32 sums in
+ * weights are A. A pointwise one's [cout, cin] are such rows as stored,
+ * and its packing converts the input as it copies it; for wider windows
+ * (group 1, 2-D) the weights are reordered once per session (the node's
+ * cache, ml_opctx.cache) to (kernel offset, channel) order, the input is
+ * rounded to bf16 once per image, two channels to a pair, and im2col
+ * (nn_conv.c) copies pairs into the panels, each work item packing the
+ * columns it multiplies. A MatMul's weights are B: packed into panels
+ * once per session and its activations converted to bf16 rows per call.
+ * The micro-kernel keeps 12 x 32 sums in
  * 24 zmm registers, as nn_gemm.c's SGEMM does, but each vdpbf16ps does
  * two multiply-adds per lane: twice the work per instruction, half the
  * bytes per weight.
