@@ -946,6 +946,7 @@ ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	/* runs of panels: 4 per thread, their packing within 512 KB */
 	int64_t ppi = ML_MIN((npan + 4 * nt - 1) / (4 * nt), ML_MAX(1, 4096 / ((K + 1) / 2)));
 	bool fused = fast && npan >= 2 * nt;
+	(void)fused, (void)ppi;	/* without the AVX-512 packing: the tile path only */
 	for (int64_t n = 0; n < v->n; n++)
 		for (int64_t g = 0; g < v->group; g++) {
 			const float *xg = x + n * xs + g * v->cg * v->insz;
