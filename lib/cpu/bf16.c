@@ -16,7 +16,10 @@
  * cache, ml_opctx.cache) to (kernel offset, channel) order, the input is
  * rounded to bf16 once per image, two channels to a pair, and im2col
  * (nn_conv.c) copies pairs into the panels, each work item packing the
- * columns it multiplies. A MatMul's weights are B: packed into panels
+ * columns it multiplies. Small planes with many channels (14x14, 7x7)
+ * swap the roles: output positions are A's rows and the weights, packed
+ * once, B's panels, which the output channels fill where 49 positions
+ * would leave a quarter of a panel empty. A MatMul's weights are B: packed into panels
  * once per session and its activations converted to bf16 rows per call.
  * The micro-kernel keeps 12 x 32 sums in
  * 24 zmm registers, as nn_gemm.c's SGEMM does, but each vdpbf16ps does
@@ -422,10 +425,10 @@ ml_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, co
  */
 struct wc {
 	const void *src;
-	int kind;		/* WC_F32, WC_PANELS or WC_CPAIR */
+	int kind;		/* WC_F32, WC_PANELS, WC_CPAIR or WC_ROWS */
 	size_t bytes;
 };
-enum { WC_F32 = 1, WC_PANELS = 2, WC_CPAIR = 3 };
+enum { WC_F32 = 1, WC_PANELS = 2, WC_CPAIR = 3, WC_ROWS = 4 };
 
 /*
  * wcache: room for the derived weight (kind, bytes) of c's input 1: the
@@ -531,13 +534,37 @@ conv_dp(struct ml_opctx *c)
 		if (e.z != NULL || e.act > ML_ACT_NONE)
 			ep = &e;
 	}
-	if (!ml_conv_bf16_cpair_ok(&v))
-		return ml_conv_bf16(c, &v, c->in[0]->data, c->in[1]->data, false,
-				    b != NULL ? b->data : NULL, ep, c->out[0]->data);
 	/* the weights in (kernel offset, channel pair) order, once per session */
 	int64_t ncp = (v.cin + 1) / 2, k2 = v.ksz * 2 * ncp;
 	bool fill;
 	void *tmp;
+	if (ml_conv_bf16_rows_ok(&v)) {
+		/* transposed, [k2, cout] as B's panels */
+		size_t bytes = sizeof(uint16_t) * (size_t)ml_bf16_packed_len(k2, v.cout);
+		uint16_t *bp = wcache(c, WC_ROWS, bytes, &fill, &tmp);
+		uint16_t *wt = fill ? ml_malloc(sizeof(uint16_t) * (size_t)(v.cout * k2)) : NULL;
+		if (bp == NULL || (fill && wt == NULL)) {
+			ml_free(tmp);
+			return ml_opfail(c, ML_ENOMEM, "out of memory packing a bf16 weight");
+		}
+		if (fill) {
+			const uint16_t *w = c->in[1]->data;
+			for (int64_t m = 0; m < v.cout; m++)
+				for (int64_t kk = 0; kk < v.ksz; kk++)
+					for (int64_t ci = 0; ci < 2 * ncp; ci++)
+						wt[m * k2 + kk * 2 * ncp + ci] =
+							ci < v.cin ? w[(m * v.cin + ci) * v.ksz + kk] : 0;
+			ml_bf16_pack_b(bp, wt, k2, v.cout, true);
+			ml_free(wt);
+		}
+		int rc = ml_conv_bf16_rows(c, &v, c->in[0]->data, bp, b != NULL ? b->data : NULL,
+					   ep, c->out[0]->data);
+		ml_free(tmp);
+		return rc;
+	}
+	if (!ml_conv_bf16_cpair_ok(&v))
+		return ml_conv_bf16(c, &v, c->in[0]->data, c->in[1]->data, false,
+				    b != NULL ? b->data : NULL, ep, c->out[0]->data);
 	uint16_t *wp = wcache(c, WC_CPAIR, sizeof(uint16_t) * (size_t)(v.cout * k2), &fill, &tmp);
 	if (wp == NULL)
 		return ml_opfail(c, ML_ENOMEM, "out of memory packing a bf16 weight");

@@ -207,6 +207,14 @@ int ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, c
  * slots 0, 1 and 3.
  */
 bool ml_conv_bf16_cpair_ok(const struct ml_conv3 *v);
+/*
+ * ml_conv_bf16_rows: the same for a small plane (ml_conv_bf16_rows_ok), as
+ * im2col(X)^T W^T: bp is W^T, [ksz * 2 * ceil(cin / 2), cout] in the
+ * channel-pair order, packed by ml_bf16_pack_b. It uses scratch slots 0 to 2.
+ */
+bool ml_conv_bf16_rows_ok(const struct ml_conv3 *v);
+int ml_conv_bf16_rows(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
+		      const uint16_t *bp, const float *bias, const struct ml_conv_epi *e, float *y);
 int ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const uint16_t *w,
 		 bool cpair, const float *bias, const struct ml_conv_epi *e, float *y);
 /*

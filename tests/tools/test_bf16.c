@@ -294,6 +294,11 @@ static const struct opcase opcases[] = {
 	{ OP_CONV, 1, 64, 40, 41, 24, 3, 1, 1, 1, false },	/* two column tiles */
 	{ OP_CONV, 1, 5, 23, 29, 7, 5, 2, 2, 1, false },	/* K = 125, stride 2, odd widths */
 	{ OP_CONV, 1, 4, 11, 10, 6, 3, 3, 1, 1, false },	/* column stride 3: im2col_rows */
+	/* small planes, many channels: positions as the GEMM's rows */
+	{ OP_CONV, 1, 64, 7, 7, 128, 3, 1, 1, 1, false },
+	{ OP_CONV, 2, 16, 9, 9, 128, 3, 1, 1, 1, false },
+	{ OP_FCONV, 1, 33, 14, 13, 160, 3, 2, 1, 1, true },
+	{ OP_CONV, 1, 40, 7, 7, 192, 1, 1, 0, 1, false },	/* pointwise */
 	{ OP_FCONV, 1, 24, 10, 10, 40, 3, 1, 1, 1, true },
 	{ OP_FCONV, 1, 9, 6, 6, 13, 1, 1, 0, 1, false },
 	{ OP_MATMUL, 1, 512, 0, 0, 1000, 0, 0, 0, 0, false },	/* batch-1 classifier */
