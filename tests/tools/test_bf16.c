@@ -127,7 +127,7 @@ pack_case(int64_t n)
 }
 
 /* One-node graphs. */
-enum { OP_CONV, OP_FCONV, OP_MATMUL, OP_GEMM, OP_FMATMUL };
+enum { OP_CONV, OP_FCONV, OP_MATMUL, OP_GEMM, OP_FMATMUL, OP_FGEMM };
 
 struct opcase {
 	int op;
@@ -163,8 +163,9 @@ op_case(const struct opcase *oc, bool round_x)
 	int64_t xd[4] = { oc->n, oc->c, oc->h, oc->w }, xr = conv ? 4 : 2;
 	int64_t wd[4] = { oc->m, cg, oc->k, oc->k }, wr = conv ? 4 : 2;
 	if (!conv) {
-		wd[0] = oc->op == OP_GEMM ? oc->m : oc->c;
-		wd[1] = oc->op == OP_GEMM ? oc->c : oc->m;
+		bool tb = oc->op == OP_GEMM || oc->op == OP_FGEMM;
+		wd[0] = tb ? oc->m : oc->c;
+		wd[1] = tb ? oc->c : oc->m;
 	}
 	int64_t nw = conv ? oc->m * cg * oc->k * oc->k : oc->c * oc->m, bd[1] = { oc->m };
 	uint16_t *w = malloc(sizeof(uint16_t) * (size_t)nw);
@@ -188,8 +189,9 @@ op_case(const struct opcase *oc, bool round_x)
 	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_F32, 1, bd, b,
 			  sizeof(float) * (size_t)oc->m, &e);
 	const char *in[] = { "x", "w", "b", "z" }, *outn[] = { "y" };
-	static const char *const opn[] = { "Conv", "FusedConv", "MatMul", "Gemm", "FusedMatMul" };
-	bool fused = oc->op == OP_FCONV || oc->op == OP_FMATMUL;
+	static const char *const opn[] = { "Conv", "FusedConv", "MatMul", "Gemm", "FusedMatMul",
+					   "FusedGemm" };
+	bool fused = oc->op == OP_FCONV || oc->op == OP_FMATMUL || oc->op == OP_FGEMM;
 	int nin = oc->op == OP_MATMUL ? 2 : resid ? 4 : 3;
 	int nd = ml_graph_add_node(g, opn[oc->op], fused ? "ml" : "", "", nin, in, 1, outn, &e);
 	if (nd < 0)
@@ -200,7 +202,7 @@ op_case(const struct opcase *oc, bool round_x)
 		ml_node_set_ints(g, nd, "pads", 4, (int64_t[]){ oc->p, oc->p, oc->p, oc->p });
 		ml_node_set_int(g, nd, "group", oc->group);
 	}
-	if (oc->op == OP_GEMM)
+	if (oc->op == OP_GEMM || oc->op == OP_FGEMM)
 		ml_node_set_int(g, nd, "transB", 1);
 	if (fused && oc->relu)
 		ml_node_set_string(g, nd, "activation", "Relu");
@@ -250,7 +252,8 @@ op_case(const struct opcase *oc, bool round_x)
 			} else {
 				for (int64_t c = 0; c < oc->c; c++) {
 					float xx = xv[n * oc->c + c];
-					uint16_t wv = oc->op == OP_GEMM ? w[m * oc->c + c] : w[c * oc->m + m];
+					bool tb = oc->op == OP_GEMM || oc->op == OP_FGEMM;
+					uint16_t wv = tb ? w[m * oc->c + c] : w[c * oc->m + m];
 					double t = (double)ml_bf16_to_f32(wv) * (round_x ? rbf(xx) : xx);
 					s += t;
 					mag += fabs(t);
@@ -305,13 +308,15 @@ static const struct opcase opcases[] = {
 	{ OP_MATMUL, 13, 77, 0, 0, 33, 0, 0, 0, 0, false },
 	{ OP_GEMM, 3, 129, 0, 0, 70, 0, 0, 0, 0, false },
 	{ OP_FMATMUL, 25, 64, 0, 0, 45, 0, 0, 0, 0, true },
+	{ OP_FGEMM, 2, 100, 0, 0, 37, 0, 0, 0, 0, true },
 };
 #define NOPCASES ((int)(sizeof opcases / sizeof opcases[0]))
 
 static void
 op_name(const struct opcase *oc, char *buf, size_t n)
 {
-	static const char *const opn[] = { "Conv", "FusedConv", "MatMul", "Gemm", "FusedMatMul" };
+	static const char *const opn[] = { "Conv", "FusedConv", "MatMul", "Gemm", "FusedMatMul",
+					   "FusedGemm" };
 	if (oc->op == OP_CONV || oc->op == OP_FCONV)
 		snprintf(buf, n, "%s x[%lld,%lld,%lld,%lld] w[%lld,%lld,%lld,%lld] s%lld p%lld g%lld%s",
 			 opn[oc->op], (long long)oc->n, (long long)oc->c, (long long)oc->h,
