@@ -46,6 +46,12 @@ struct ml_opctx {
 	struct ml_err *err;
 	struct ml_session *sess;	/* the running session; NULL in static inference */
 	const struct ml_body_ops *body;	/* how to run a subgraph; NULL with sess */
+	/*
+	 * The node's cache: a block (ml_malloc) a CPU kernel may keep across
+	 * runs, derived from constant inputs (a weight converted or packed
+	 * once); the session frees it. NULL: no cache, derive per call.
+	 */
+	void **cache;
 };
 
 /* IN(c, i): input i or NULL when omitted or beyond n_in. */

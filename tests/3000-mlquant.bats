@@ -273,6 +273,54 @@ PYEOF
 	done
 }
 
+@test "mlquant --dtype bf16: the products read their bf16 weights directly, no Cast, and match fp32" {
+	mkcnn
+	mlconvert cnn.onnx -o f.mlg
+	mlopt -O2 cnn.onnx -o o2.mlg
+	run -0 mlquant --dtype bf16 cnn.onnx -o b.mlg
+	run -0 --separate-stderr mlquant --dtype bf16 o2.mlg -o b2.mlg
+	[ -z "$stderr" ]
+	mlrun f.mlg -i x=cal.npy -o f
+	for m in b b2; do
+		mlconvert $m.mlg -o $m.mlt
+		run -1 grep ' = Cast ' $m.mlt
+		# the weights of the four convolutions and the Gemm are bf16, the biases f32
+		[ "$(grep -c '^bfloat16\[' $m.mlt)" -eq 5 ]
+		mlrun $m.mlg -i x=cal.npy -o $m
+		npcmp f/y.npy $m/y.npy --rtol 0 --atol 3e-2
+		# the fallback (the weights converted to f32 once) agrees as closely
+		ML_BF16=f32 mlrun $m.mlg -i x=cal.npy -o $m-f32
+		npcmp f/y.npy $m-f32/y.npy --rtol 0 --atol 3e-2
+	done
+	# from an -O2 model the fused nodes stay, with their bf16 weights
+	grep -q '= ml.FusedConv <' b2.mlt
+	# top-1 of the 32 samples agrees with fp32
+	"$PY" -c "import numpy as np; a=np.load('f/y.npy'); b=np.load('b2/y.npy'); \
+assert (a.argmax(1) == b.argmax(1)).all()"
+	# ONNX has a Cast to float in front of each product; reading it back drops them
+	run -0 mlconvert b2.mlg -o b2.onnx
+	run -0 "$PY" "$TOOLS_DIR/onnxrt.py" check b2.onnx
+	[ "$("$PY" -c "import onnx; m=onnx.load('b2.onnx'); \
+print(sum(n.op_type == 'Cast' for n in m.graph.node))")" -eq 5 ]
+	mlconvert b2.onnx -o back.mlt
+	run -1 grep ' = Cast ' back.mlt
+	[ "$(grep -c '^bfloat16\[' back.mlt)" -eq 5 ]
+}
+
+@test "a bf16 model of opset 11 does not export to ONNX (Cast takes bf16 from 13): status 4" {
+	"$PY" - <<'PYEOF'
+import torch, torch.nn as nn
+torch.manual_seed(0)
+m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).eval()
+torch.onnx.export(m, torch.rand(1, 3, 8, 8), 'c11.onnx', input_names=['x'],
+                  output_names=['y'], opset_version=11)
+PYEOF
+	run -0 mlquant --dtype bf16 c11.onnx -o b.mlg
+	run -4 --separate-stderr mlconvert b.mlg -o b.onnx
+	[[ $stderr == *"bf16 weights need opset 13 or later, not 11"* ]]
+	[ ! -e b.onnx ]
+}
+
 @test "mlquant --pow2 runs with power-of-two weights" {
 	mkcnn
 	run -0 mlquant -c cal.npy --pow2 mlp.onnx -o p.mlg

@@ -1,12 +1,15 @@
 #!/usr/bin/env bats
 # 9120-models-onnx-export.bats: real networks (tests/models/export.py, cached
 # in build/models as for 9100-models.bats) optimised at -O2 and -O3, or
-# quantised by mlquant (int8 static, calibrated on the model's input, and
-# fp16), exported to ONNX: onnx.checker's full check passes, the export reads
+# quantised by mlquant (int8 static, calibrated on the model's input, fp16,
+# and bf16 of the -O2 model, whose bf16 weights the export casts to float in
+# front of the products), exported to ONNX: onnx.checker's full check passes, the export reads
 # back as the same graph, and where onnxruntime imports (the bench venv
 # build/bench-venv, made by tests/bench/run.sh, or the system's) the export
 # runs in it with mlrun's outputs: floats within rtol 1e-4 (the float models)
-# or one quantisation step (int8; 2e-2 absolute on these outputs).
+# or one quantisation step (int8; 2e-2 absolute on these outputs; bf16, whose
+# products round their inputs to bf16 where ONNX Runtime computes in float:
+# 5e-2).
 bats_require_minimum_version 1.5.0
 load helpers
 
@@ -32,7 +35,7 @@ ort_py() {
 	return 1
 }
 
-# check_export NAME FORM: make NAME's FORM (O2, O3, int8, fp16), export it,
+# check_export NAME FORM: make NAME's FORM (O2, O3, int8, fp16, bf16), export it,
 # check it, read it back, and run it in ONNX Runtime when there is one.
 check_export() {
 	local d=$ML_MODELS/$1 tol="--rtol 1e-4 --atol 1e-5"
@@ -42,6 +45,9 @@ check_export() {
 	int8) run -0 mlquant -q -c "$d/input.npy" "$d/model.onnx" -o m.mlg
 		tol="--rtol 0 --atol 2e-2" ;;
 	fp16) run -0 mlquant -q --dtype fp16 "$d/model.onnx" -o m.mlg ;;
+	bf16) run -0 mlopt -O2 "$d/model.onnx" -o o2.mlg
+		run -0 mlquant -q --dtype bf16 o2.mlg -o m.mlg
+		tol="--rtol 0 --atol 5e-2" ;;
 	esac
 	run -0 mlconvert m.mlg -o m.onnx
 	run -0 "$PY" "$TOOLS_DIR/onnxrt.py" check m.onnx
@@ -62,16 +68,16 @@ check_export() {
 	echo "# $1 $2: $output" >&3
 }
 
-@test "resnet18 exports to ONNX at -O2, -O3, int8 and fp16" {
-	for f in O2 O3 int8 fp16; do check_export resnet18 $f; done
+@test "resnet18 exports to ONNX at -O2, -O3, int8, fp16 and bf16" {
+	for f in O2 O3 int8 fp16 bf16; do check_export resnet18 $f; done
 }
 
-@test "mobilenet_v2 exports to ONNX at -O2, -O3, int8 and fp16" {
-	for f in O2 O3 int8 fp16; do check_export mobilenet_v2 $f; done
+@test "mobilenet_v2 exports to ONNX at -O2, -O3, int8, fp16 and bf16" {
+	for f in O2 O3 int8 fp16 bf16; do check_export mobilenet_v2 $f; done
 }
 
-@test "convnext_tiny (ConvNHWC, FusedMatMul, the ml LayerNormalization) exports to ONNX at -O2, -O3, int8 and fp16" {
-	for f in O2 O3 int8 fp16; do check_export convnext_tiny $f; done
+@test "convnext_tiny (ConvNHWC, FusedMatMul, the ml LayerNormalization) exports to ONNX at -O2, -O3, int8, fp16 and bf16" {
+	for f in O2 O3 int8 fp16 bf16; do check_export convnext_tiny $f; done
 }
 
 @test "efficientnet_b0 (ConvNHWC) exports to ONNX at -O2, -O3, int8 and fp16" {
@@ -82,8 +88,8 @@ check_export() {
 	for f in O2 O3 int8 fp16; do check_export squeezenet1_1 $f; done
 }
 
-@test "the transformer encoders (opsets 14 and 17) export to ONNX at -O2, -O3, int8 and fp16" {
+@test "the transformer encoders (opsets 14 and 17) export to ONNX at -O2, -O3, int8, fp16 and bf16" {
 	for m in transformer transformer_op17; do
-		for f in O2 O3 int8 fp16; do check_export $m $f; done
+		for f in O2 O3 int8 fp16 bf16; do check_export $m $f; done
 	done
 }

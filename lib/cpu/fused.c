@@ -15,6 +15,7 @@
 #include "ml_impl.h"
 #include "cpu/elem.h"
 #include "cpu/fastmath.h"
+#include "cpu/nn.h"
 #include "ops/fused.h"
 
 /* The grain, in elements, of the output passes (as ML_GRAIN in elem.h). */
@@ -81,7 +82,11 @@ base(struct ml_opctx *c, enum ml_op op, int n_in)
 static int
 run_fconv(struct ml_opctx *c)
 {
-	int rc = ml_cpu_fconv_fast(c);
+	/* a bf16 weight (mlquant --dtype bf16): bf16.c */
+	int rc = ml_cpu_bf16_run(c);
+	if (rc <= 0)
+		return rc;
+	rc = ml_cpu_fconv_fast(c);
 	if (rc <= 0)
 		return rc;
 	if ((rc = ml_cpu_fconv_conv(c)) <= 0)
@@ -94,6 +99,10 @@ run_fconv(struct ml_opctx *c)
 static int
 run_fgemm(struct ml_opctx *c)
 {
+	/* a bf16 weight (mlquant --dtype bf16): bf16.c */
+	int rc = ml_cpu_bf16_run(c);
+	if (rc <= 0)
+		return rc;
 	ML_TRY(base(c, ML_OP_GEMM, 3));
 	epilogue(c, c->out[0], NULL, 0, NULL);
 	return 0;
@@ -104,7 +113,11 @@ run_fmatmul(struct ml_opctx *c)
 {
 	struct ml_tval *y = c->out[0];
 	const struct ml_tval *b = ML_IN(c, 2);
-	int rc = ml_cpu_fmatmul_fast(c);
+	/* a bf16 weight (mlquant --dtype bf16): bf16.c */
+	int rc = ml_cpu_bf16_run(c);
+	if (rc <= 0)
+		return rc;
+	rc = ml_cpu_fmatmul_fast(c);
 	if (rc <= 0)
 		return rc;
 	int64_t pn = ml_attr_int(c->node, "packed_n", 0);

@@ -197,6 +197,10 @@ run_matmul(struct ml_opctx *c)
 	const struct ml_tval *a = c->in[0], *b = c->in[1];
 	struct ml_tval *o = c->out[0];
 
+	/* a bf16 weight (mlquant --dtype bf16): bf16.c */
+	int brc = ml_cpu_bf16_run(c);
+	if (brc <= 0)
+		return brc;
 	if (ml_cpu_has_half(c))
 		return ml_cpu_as_f32(c, run_matmul);
 	int ra = a->rank, rb = b->rank;
@@ -265,6 +269,10 @@ run_gemm(struct ml_opctx *c)
 	double beta = ml_attr_float(c->node, "beta", 1.0);
 	enum ml_dtype t = a->dtype;
 
+	/* a bf16 weight (mlquant --dtype bf16): bf16.c */
+	int brc = ml_cpu_bf16_run(c);
+	if (brc <= 0)
+		return brc;
 	if (ml_cpu_has_half(c))
 		return ml_cpu_as_f32(c, run_gemm);
 	int64_t m = o->dims[0], n = o->dims[1], k = a->dims[ta ? 0 : 1];

@@ -28,7 +28,7 @@ bool ml_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, c
  * until the thread's next larger request for that slot (or process exit);
  * a kernel must not hold it across a call to another kernel.
  */
-#define ML_SCRATCH_SLOTS 3
+#define ML_SCRATCH_SLOTS 4
 void *ml_cpu_scratch(int slot, size_t n);
 /*
  * ml_cpu_scratch_room: the most bytes a request for slot would get now
@@ -104,6 +104,43 @@ void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a,
 		    int64_t ldc, int64_t sc, bool accumulate);
 
 /*
+ * lib/cpu/bf16.c: the products with a bf16 weight (mlquant --dtype bf16).
+ * ml_cpu_bf16_run: c's Conv, MatMul, Gemm or fused form with an f32 input
+ * 0, a bf16 input 1 and an f32 output, computed; 1 (nothing done) for any
+ * other node. Paths: ML_BF16_DP, vdpbf16ps (AVX512_BF16); ML_BF16_F32, the
+ * weight converted to f32 once and the f32 kernel. ml_bf16_path: the one in
+ * use (ML_BF16=f32 in the environment forces ML_BF16_F32); ml_bf16_set_path
+ * forces one for later calls (tests), false when this CPU lacks it.
+ *
+ * ml_bf16_gemm: C[m, n] = A[m, k] B + bias[row] (NULL: 0), A bf16 rows lda
+ * apart, B ml_bf16_packed_len(k, n) bf16 in panels of ML_BF_NR columns,
+ * 64-byte aligned: element (p, j) at [(j / 32) * 32 * 2 * ((k + 1) / 2) +
+ * (p / 2) * 64 + (j % 32) * 2 + p % 2], zeros past k and n. On the F32 path
+ * it runs a portable loop (the reference of the tests). ml_bf16_pack_b packs
+ * a bf16 [k, n] matrix ([n, k] when tb); ml_bf16_pack_pair rounds rows 2q
+ * and 2q + 1 (r1 NULL: zeros) of n columns to bf16 into the pair row of a
+ * packing that starts at dst, panels pstride elements apart;
+ * ml_bf16_from_f32 rounds n floats to bf16 (to nearest even).
+ */
+enum ml_bf16_path { ML_BF16_AUTO = 0, ML_BF16_F32 = 1, ML_BF16_DP = 2 };
+#define ML_BF_NR 32
+int ml_cpu_bf16_run(struct ml_opctx *c);
+bool ml_bf16_path_ok(enum ml_bf16_path p);
+const char *ml_bf16_path_name(enum ml_bf16_path p);
+enum ml_bf16_path ml_bf16_path(void);
+bool ml_bf16_set_path(enum ml_bf16_path p);
+int64_t ml_bf16_packed_len(int64_t k, int64_t n);
+void ml_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+		  const uint16_t *bp, const float *bias, float *c, int64_t ldc);
+/* ml_bf16_gemm_here: the same, on the calling thread only (inside a pool item). */
+void ml_bf16_gemm_here(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+		       const uint16_t *bp, const float *bias, float *c, int64_t ldc);
+void ml_bf16_pack_b(uint16_t *bp, const uint16_t *b, int64_t k, int64_t n, bool tb);
+void ml_bf16_pack_pair(uint16_t *dst, int64_t pstride, const float *r0, const float *r1,
+		       int64_t n);
+void ml_bf16_from_f32(uint16_t *dst, const float *src, int64_t n);
+
+/*
  * ml_tgemm (nn_gemm.c): C[m, n] = op(A) op(B), row-major (A stored [k, m]
  * when ta, B [n, k] when tb), then per element the epilogue e: + bias[col]
  * (NULL: none), then act: ML_TG_NONE; ML_TG_RELU, max(0, C); ML_TG_RELU_GRAD,
@@ -160,6 +197,26 @@ struct ml_conv_epi {
 bool ml_wino_ok(const struct ml_conv3 *v);
 int ml_wino_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
 		 const float *bias, const struct ml_conv_epi *e, float *y);
+/*
+ * ml_conv_bf16 (nn_conv.c): Y of v (bias included, then e) from f32 x and
+ * bf16 weights w through ml_bf16_gemm, im2col rounding x to bf16 as it
+ * packs. With cpair (where ml_conv_bf16_cpair_ok(v)), x is rounded to bf16
+ * once, two channels to a 32-bit pair, and w's rows are in (kernel offset,
+ * channel) order, ksz * 2 * ceil(cin / 2) long (a padded channel's weights
+ * zero), so that im2col copies pairs without converting. It uses scratch
+ * slots 0, 1 and 3.
+ */
+bool ml_conv_bf16_cpair_ok(const struct ml_conv3 *v);
+/*
+ * ml_conv_bf16_rows: the same for a small plane (ml_conv_bf16_rows_ok), as
+ * im2col(X)^T W^T: bp is W^T, [ksz * 2 * ceil(cin / 2), cout] in the
+ * channel-pair order, packed by ml_bf16_pack_b. It uses scratch slots 0 to 2.
+ */
+bool ml_conv_bf16_rows_ok(const struct ml_conv3 *v);
+int ml_conv_bf16_rows(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
+		      const uint16_t *bp, const float *bias, const struct ml_conv_epi *e, float *y);
+int ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const uint16_t *w,
+		 bool cpair, const float *bias, const struct ml_conv_epi *e, float *y);
 /*
  * lib/cpu/nn_direct.c: ml_direct_ok tells whether the direct f32
  * convolution for few input channels (first layers) applies to v (2-D,

@@ -112,6 +112,7 @@ struct im2col_job {
 	int64_t p0, tn;
 	int64_t pw, pstride, rstride;
 	int64_t xstride;	/* floats from one image's input to the next */
+	int64_t rbase;		/* the row stored at col: row r goes rstride * (r - rbase) in */
 };
 
 ML_CLONES static void
@@ -133,7 +134,7 @@ im2col_rows(void *ctx, int64_t r0, int64_t r1)
 		int64_t vlo, vhi;
 		ml_valid_range(off, s, W, OW, &vlo, &vhi);
 		int64_t ow0 = ow00, oh = oh00, od = od00, pq = 0;
-		float *pbase = j->col + r * j->rstride;
+		float *pbase = j->col + (r - j->rbase) * j->rstride;
 		for (int64_t q = 0; q < j->tn;) {
 			int64_t run = ML_MIN(ML_MIN(OW - ow0, j->tn - q), j->pw - pq);
 			float *dst = pbase + pq;
@@ -557,7 +558,7 @@ conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const f
 			for (int64_t p0 = 0; p0 < span; p0 += tn) {
 				int64_t cur = ML_MIN(tn, span - p0);
 				struct im2col_job j = { v, xg, col, p0, cur, ML_PG_NR, ML_PG_NR * K,
-							ML_PG_NR, xs };
+							ML_PG_NR, xs, 0 };
 				ml_parallel_for(K, ML_MAX(1, 16384 / cur), im2col_rows, &j);
 				int64_t img = p0 / v->outsz, pp = p0 % v->outsz;
 				if (pp + cur <= v->outsz) {
@@ -579,6 +580,522 @@ conv_pgemm(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const f
 				ml_parallel_for(v->mg, ML_MAX(1, 16384 / cur), scatter_rows, &sj);
 			}
 		}
+	return 0;
+}
+
+/*
+ * The bf16 convolution (bf16.c): a column tile's im2col a pair of rows at
+ * a time, each pair computed in f32 into a thread's scratch and rounded to
+ * bf16 into the pair panels as it is packed.
+ */
+struct bf_col_job {
+	const struct ml_conv3 *v;
+	const float *x;
+	uint16_t *col;
+	int64_t p0, tn, k, xstride;
+	_Atomic int failed;
+	bool fast;		/* bf_pair_dp applies */
+	bool pointwise;		/* 1x1 window, stride 1, no padding: rows are planes */
+	/* channel pairs (ml_conv_bf16's cpair): x as pairs, xps apart; cp pairs (0: not) */
+	const uint32_t *xp;
+	int64_t xps, cp;
+};
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HAVE_BF_IM2COL 1
+#include <immintrin.h>
+#define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/*
+ * bf_load: the inputs of c (<= 16) output columns from ow on, at stride s
+ * (1 or 2), of one input row W wide (NULL: a padding row), starting at
+ * input column ow * s + off; zeros outside [0, W). The masked loads touch
+ * only the lanes inside the row (masked-off lanes never fault).
+ */
+BF_TARGET static inline __m512
+bf_load(const float *row, int64_t W, int64_t ow, int64_t off, int64_t s, int c)
+{
+	if (row == NULL)
+		return _mm512_setzero_ps();
+	int64_t i0 = ow * s + off, n = (int64_t)c * s;
+	int64_t lo = ML_MAX(0, -i0), hi = ML_MIN(n, W - i0);
+	if (hi <= lo)
+		return _mm512_setzero_ps();
+	uint32_t m = (uint32_t)(((uint64_t)1 << hi) - ((uint64_t)1 << lo));
+	const float *p = row + i0;
+	if (s == 1)
+		return _mm512_maskz_loadu_ps((__mmask16)m, p);
+	__m512 a = _mm512_maskz_loadu_ps((__mmask16)(m & 0xffff), p);
+	__m512 b = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), p + 16);
+	const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+					      4, 2, 0);
+	return _mm512_permutex2var_ps(a, even, b);
+}
+
+/*
+ * bf_pair_dp: pair q of a column tile (rows 2q and 2q + 1 of the im2col
+ * matrix; the second absent past k) straight into the bf16 panels: per
+ * run of at most 16 columns inside one output row and one panel, a masked
+ * load per row, the conversion to bf16, and one store of the pairs. For
+ * 2-D windows with a column stride of 1 or 2 (im2col_rows otherwise).
+ */
+BF_TARGET static void
+bf_pair_dp(const struct bf_col_job *j, int64_t q)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], s = v->s[2];
+	int64_t kp = (j->k + 1) / 2, pstride = kp * 2 * ML_BF_NR;
+	const float *xc[2];
+	int64_t offw[2], offh[2];
+	bool have[2];
+	for (int e = 0; e < 2; e++) {
+		int64_t r = 2 * q + e;
+		have[e] = r < j->k;
+		int64_t ci = have[e] ? r / v->ksz : 0, kk = have[e] ? r % v->ksz : 0;
+		int64_t kw = kk % v->k[2], kh = kk / v->k[2];
+		xc[e] = j->x + ci * v->insz;
+		offw[e] = kw * v->d[2] - v->p[2];
+		offh[e] = kh * v->d[1] - v->p[1];
+	}
+	int64_t pp = j->p0, oh = pp / OW, ow = pp % OW;
+	uint16_t *base = j->col + q * 2 * ML_BF_NR;
+	/*
+	 * A pointwise convolution's rows are whole planes: runs of 16 columns
+	 * across output rows, each a full store of the half panel it fills.
+	 */
+	if (j->pointwise) {
+		for (int64_t qc = 0; qc < j->tn; qc += 16) {
+			int c = (int)ML_MIN((int64_t)16, j->tn - qc);
+			__mmask16 m = (__mmask16)((1u << c) - 1);
+			__m512 x0 = _mm512_maskz_loadu_ps(m, xc[0] + pp + qc);
+			__m512 x1 = have[1] ? _mm512_maskz_loadu_ps(m, xc[1] + pp + qc) :
+					      _mm512_setzero_ps();
+			__m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x0));
+			__m512i hi = _mm512_slli_epi32(
+				_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x1)), 16);
+			_mm512_storeu_si512(base + qc / ML_BF_NR * pstride + qc % ML_BF_NR * 2,
+					    _mm512_or_si512(lo, hi));
+		}
+		if (j->tn % ML_BF_NR != 0 && j->tn % ML_BF_NR <= 16)
+			_mm512_storeu_si512(base + j->tn / ML_BF_NR * pstride + 32,
+					    _mm512_setzero_si512());
+		return;
+	}
+	for (int64_t qc = 0; qc < j->tn;) {
+		const float *row[2];
+		for (int e = 0; e < 2; e++) {
+			int64_t ih = oh * v->s[1] + offh[e];
+			row[e] = have[e] && ih >= 0 && ih < H ? xc[e] + ih * W : NULL;
+		}
+		int64_t seg = ML_MIN(OW - ow, j->tn - qc);
+		for (int64_t done = 0; done < seg;) {
+			int c = (int)ML_MIN(ML_MIN((int64_t)16, seg - done), ML_BF_NR - qc % ML_BF_NR);
+			__m512 x0 = bf_load(row[0], W, ow + done, offw[0], s, c);
+			__m512 x1 = bf_load(row[1], W, ow + done, offw[1], s, c);
+			__m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x0));
+			__m512i hi = _mm512_slli_epi32(
+				_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x1)), 16);
+			uint16_t *dst = base + qc / ML_BF_NR * pstride + qc % ML_BF_NR * 2;
+			_mm512_mask_storeu_epi32(dst, (__mmask16)((1u << c) - 1),
+						 _mm512_or_si512(lo, hi));
+			done += c;
+			qc += c;
+		}
+		ow += seg;
+		if (ow == OW) {
+			ow = 0;
+			oh++;
+		}
+	}
+	/* the last panel's columns past the tile: zeros */
+	if (j->tn % ML_BF_NR != 0) {
+		uint16_t *dst = base + j->tn / ML_BF_NR * pstride;
+		for (int64_t c = j->tn % ML_BF_NR; c < ML_BF_NR; c++)
+			dst[2 * c] = dst[2 * c + 1] = 0;
+	}
+}
+#endif
+
+#ifdef HAVE_BF_IM2COL
+/* bf_load32: bf_load over a row of pairs (32-bit elements, already bf16) */
+BF_TARGET static inline __m512i
+bf_load32(const uint32_t *row, int64_t W, int64_t ow, int64_t off, int64_t s, int c)
+{
+	if (row == NULL)
+		return _mm512_setzero_si512();
+	int64_t i0 = ow * s + off, n = (int64_t)c * s;
+	int64_t lo = ML_MAX(0, -i0), hi = ML_MIN(n, W - i0);
+	if (hi <= lo)
+		return _mm512_setzero_si512();
+	uint32_t m = (uint32_t)(((uint64_t)1 << hi) - ((uint64_t)1 << lo));
+	const uint32_t *p = row + i0;
+	if (s == 1)
+		return _mm512_maskz_loadu_epi32((__mmask16)m, p);
+	__m512i a = _mm512_maskz_loadu_epi32((__mmask16)(m & 0xffff), p);
+	__m512i b = _mm512_maskz_loadu_epi32((__mmask16)(m >> 16), p + 16);
+	const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6,
+					      4, 2, 0);
+	return _mm512_permutex2var_epi32(a, even, b);
+}
+
+/*
+ * bf_cpair_dp: pair row q of the channel-pair order (kernel offset q / cp,
+ * channel pair q % cp) of a column tile: copies of runs of the input's
+ * pairs, which were rounded to bf16 once per image; no conversion here.
+ */
+BF_TARGET static void
+bf_cpair_dp(const struct bf_col_job *j, int64_t q)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], H = v->in[1], OW = v->out[2], s = v->s[2];
+	int64_t pstride = (j->k / 2) * 2 * ML_BF_NR;
+	int64_t kk = q / j->cp, cpi = q % j->cp;
+	int64_t offw = kk % v->k[2] * v->d[2] - v->p[2], offh = kk / v->k[2] * v->d[1] - v->p[1];
+	const uint32_t *plane = j->xp + cpi * j->xps;
+	uint32_t *base = (uint32_t *)(j->col + q * 2 * ML_BF_NR);
+	int64_t pp = j->p0, oh = pp / OW, ow = pp % OW;
+
+	if (j->pointwise) {
+		for (int64_t qc = 0; qc < j->tn; qc += 16) {
+			int c = (int)ML_MIN((int64_t)16, j->tn - qc);
+			__m512i x = _mm512_maskz_loadu_epi32((__mmask16)((1u << c) - 1),
+							     plane + pp + qc);
+			_mm512_storeu_si512(base + qc / ML_BF_NR * (pstride / 2) + qc % ML_BF_NR, x);
+		}
+		if (j->tn % ML_BF_NR != 0 && j->tn % ML_BF_NR <= 16)
+			_mm512_storeu_si512(base + j->tn / ML_BF_NR * (pstride / 2) + 16,
+					    _mm512_setzero_si512());
+		return;
+	}
+	for (int64_t qc = 0; qc < j->tn;) {
+		int64_t ih = oh * v->s[1] + offh;
+		const uint32_t *row = ih >= 0 && ih < H ? plane + ih * W : NULL;
+		int64_t seg = ML_MIN(OW - ow, j->tn - qc);
+		for (int64_t done = 0; done < seg;) {
+			int c = (int)ML_MIN(ML_MIN((int64_t)16, seg - done), ML_BF_NR - qc % ML_BF_NR);
+			__m512i x = bf_load32(row, W, ow + done, offw, s, c);
+			_mm512_mask_storeu_epi32(base + qc / ML_BF_NR * (pstride / 2) + qc % ML_BF_NR,
+						 (__mmask16)((1u << c) - 1), x);
+			done += c;
+			qc += c;
+		}
+		ow += seg;
+		if (ow == OW) {
+			ow = 0;
+			oh++;
+		}
+	}
+	if (j->tn % ML_BF_NR != 0) {
+		uint32_t *dst = base + j->tn / ML_BF_NR * (pstride / 2);
+		for (int64_t c = j->tn % ML_BF_NR; c < ML_BF_NR; c++)
+			dst[c] = 0;
+	}
+}
+
+/*
+ * The fused variant, where the columns make enough panels for every
+ * thread: an item packs a run of columns into its thread's scratch and
+ * multiplies all output channels by it at once, so the packed columns go
+ * from the packing to the GEMM in the thread's own cache.
+ */
+struct bf_fused_job {
+	const struct ml_conv3 *v;
+	const float *x, *bias, *z;
+	const uint16_t *w;
+	float *y;
+	const struct ml_conv_epi *e;
+	int64_t k, cols;
+	bool pointwise;
+	_Atomic int failed;
+	const uint32_t *xp;
+	int64_t xps, cp;
+};
+
+static void
+bf_fused_items(void *ctx, int64_t b, int64_t e)
+{
+	struct bf_fused_job *f = ctx;
+	const struct ml_conv3 *v = f->v;
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t c0 = it * f->cols, cur = ML_MIN(f->cols, v->outsz - c0);
+		uint16_t *col = ml_cpu_scratch(3, sizeof(uint16_t) *
+						      (size_t)ml_bf16_packed_len(f->k, cur));
+		if (col == NULL) {
+			f->failed = 1;
+			return;
+		}
+		struct bf_col_job pj = { v, f->x, col, c0, cur, f->k, 0, 0, true, f->pointwise,
+					 f->xp, f->xps, f->cp };
+		for (int64_t q = 0; q < (f->k + 1) / 2; q++) {
+			if (f->cp > 0)
+				bf_cpair_dp(&pj, q);
+			else
+				bf_pair_dp(&pj, q);
+		}
+		ml_bf16_gemm_here(v->mg, cur, f->k, f->w, f->k, col, f->bias, f->y + c0, v->outsz);
+		if (f->e != NULL)
+			ml_fused_tile_epi(f->y + c0, v->mg, cur, v->outsz, NULL,
+					  f->z != NULL ? f->z + c0 : NULL, f->e->act, f->e->lo,
+					  f->e->hi);
+	}
+}
+#endif
+
+static void
+bf_col_pairs(void *ctx, int64_t b, int64_t e)
+{
+	struct bf_col_job *j = ctx;
+	int64_t kp = (j->k + 1) / 2;
+
+#ifdef HAVE_BF_IM2COL
+	if (j->fast) {
+		for (int64_t q = b; q < e; q++) {
+			if (j->cp > 0)
+				bf_cpair_dp(j, q);
+			else
+				bf_pair_dp(j, q);
+		}
+		return;
+	}
+#endif
+	float *tmp = ml_cpu_scratch(3, sizeof(float) * (size_t)(2 * j->tn));
+	if (tmp == NULL) {
+		j->failed = 1;
+		return;
+	}
+	for (int64_t q = b; q < e; q++) {
+		int64_t r0 = 2 * q, r1 = ML_MIN(r0 + 2, j->k);
+		struct im2col_job ij = { j->v, j->x, tmp, j->p0, j->tn, j->tn, 0, j->tn, j->xstride,
+					 r0 };
+		im2col_rows(&ij, r0, r1);
+		ml_bf16_pack_pair(j->col + q * 2 * ML_BF_NR, kp * 2 * ML_BF_NR, tmp,
+				  r1 - r0 > 1 ? tmp + j->tn : NULL, j->tn);
+	}
+}
+
+bool
+ml_conv_bf16_cpair_ok(const struct ml_conv3 *v)
+{
+#ifdef HAVE_BF_IM2COL
+	/* a pointwise convolution reads each input once: converting as it packs is cheaper */
+	return ml_bf16_path() == ML_BF16_DP && v->ksz > 1 && v->group == 1 && v->in[0] == 1 &&
+	       v->k[0] == 1 &&
+	       v->out[0] == 1 && v->p[0] == 0 && (v->s[2] == 1 || v->s[2] == 2);
+#else
+	(void)v;
+	return false;
+#endif
+}
+
+/* cpair_items: channel pairs [b, e) of an image rounded to bf16 pairs (x's planes 2i, 2i + 1) */
+struct cpair_job {
+	const struct ml_conv3 *v;
+	const float *x;
+	uint32_t *xp;
+	int64_t xps;
+};
+
+static void
+cpair_items(void *ctx, int64_t b, int64_t e)
+{
+	const struct cpair_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	for (int64_t i = b; i < e; i++)
+		ml_bf16_pack_pair((uint16_t *)(j->xp + i * j->xps), 2 * ML_BF_NR,
+				  j->x + 2 * i * v->insz,
+				  2 * i + 1 < v->cin ? j->x + (2 * i + 1) * v->insz : NULL, v->insz);
+}
+
+int
+ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const uint16_t *w,
+	     bool cpair, const float *bias, const struct ml_conv_epi *e, float *y)
+{
+	int64_t K = v->cg * v->ksz, K1;
+	/* channel pairs: the input rounded to pairs once, K in (kernel offset, channel) order */
+	int64_t ncp = cpair ? (v->cin + 1) / 2 : 0, xps = (v->insz + ML_BF_NR - 1) / ML_BF_NR * ML_BF_NR;
+	uint32_t *xp = NULL;
+	if (cpair) {
+		K = v->ksz * 2 * ncp;
+		size_t xsz = sizeof(uint32_t) * (size_t)(ncp * xps);
+		if ((xp = ml_cpu_scratch(1, xsz)) == NULL)
+			return ml_opfail(c, ML_ENOMEM, "cannot allocate %zu bytes for bf16 pairs", xsz);
+	}
+	K1 = ML_MAX(K, 1);
+	/* column tiles whose packed columns (K x tn bf16) stay within 1 MB, 32 wide */
+	int64_t tmax = ML_MAX((int64_t)(1 << 19) / K1 / ML_BF_NR * ML_BF_NR, (int64_t)ML_BF_NR);
+	int64_t ntiles = (v->outsz + tmax - 1) / tmax;
+	int64_t tn = ((v->outsz + ntiles - 1) / ntiles + ML_BF_NR - 1) / ML_BF_NR * ML_BF_NR;
+	size_t csz = sizeof(uint16_t) * (size_t)ml_bf16_packed_len(K, tn);
+	uint16_t *col = ml_cpu_scratch(0, csz);
+	if (col == NULL)
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate %zu bytes for im2col", csz);
+	int64_t xs = v->cin * v->insz, ys = v->cout * v->outsz;
+	/* 2-D windows at column stride 1 or 2 pack straight to bf16 (bf_pair_dp) */
+	bool fast = cpair;
+#ifdef HAVE_BF_IM2COL
+	fast = ml_bf16_path() == ML_BF16_DP && v->in[0] == 1 && v->k[0] == 1 &&
+	       v->out[0] == 1 && v->p[0] == 0 && (v->s[2] == 1 || v->s[2] == 2);
+#endif
+	ML_ASSERT(!cpair || (fast && v->group == 1));
+	bool pointwise = v->ksz == 1;
+	for (int i = 0; i < 3; i++)
+		if (v->s[i] != 1 || v->p[i] != 0 || v->pe[i] != 0 || v->in[i] != v->out[i])
+			pointwise = false;
+	int64_t nt = ml_get_threads(), npan = (v->outsz + ML_BF_NR - 1) / ML_BF_NR;
+	/* runs of panels: 4 per thread, their packing within 512 KB */
+	int64_t ppi = ML_MIN((npan + 4 * nt - 1) / (4 * nt), ML_MAX(1, 4096 / ((K + 1) / 2)));
+	bool fused = fast && npan >= 2 * nt;
+	(void)fused, (void)ppi;	/* without the AVX-512 packing: the tile path only */
+	for (int64_t n = 0; n < v->n; n++)
+		for (int64_t g = 0; g < v->group; g++) {
+			const float *xg = x + n * xs + g * v->cg * v->insz;
+			const uint16_t *wg = w + g * v->mg * K;
+			if (cpair) {
+				struct cpair_job cj = { v, xg, xp, xps };
+				ml_parallel_for(ncp, ML_MAX(1, 16384 / xps), cpair_items, &cj);
+			}
+#ifdef HAVE_BF_IM2COL
+			if (fused) {
+				float *yg = y + n * ys + g * v->mg * v->outsz;
+				struct bf_fused_job f = {
+					v, xg, bias != NULL ? bias + g * v->mg : NULL,
+					e != NULL && e->z != NULL ? e->z + (yg - y) : NULL, wg, yg, e,
+					K, ppi * ML_BF_NR, pointwise, 0, xp, xps, ncp };
+				int64_t nit = (v->outsz + f.cols - 1) / f.cols;
+				ml_parallel_for(nit, 1, bf_fused_items, &f);
+				if (f.failed)
+					return ml_opfail(c, ML_ENOMEM, "out of memory packing columns");
+				continue;
+			}
+#endif
+			float *yg = y + n * ys + g * v->mg * v->outsz;
+			const float *bg = bias != NULL ? bias + g * v->mg : NULL;
+			const float *zg = e != NULL && e->z != NULL ? e->z + (yg - y) : NULL;
+			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
+				int64_t cur = ML_MIN(tn, v->outsz - p0);
+				struct bf_col_job j = { v, xg, col, p0, cur, K, xs, 0, fast,
+							pointwise, xp, xps, ncp };
+				ml_parallel_for((K + 1) / 2, ML_MAX(1, 8192 / cur), bf_col_pairs, &j);
+				if (j.failed)
+					return ml_opfail(c, ML_ENOMEM, "out of memory in im2col");
+				ml_bf16_gemm(v->mg, cur, K, wg, K, col, bg, yg + p0, v->outsz);
+				if (e != NULL)
+					epi_tile(e, yg + p0, zg != NULL ? zg + p0 : NULL, v->mg, cur,
+						 v->outsz);
+			}
+		}
+	return 0;
+}
+
+/*
+ * The bf16 convolution of a small plane (few output positions, many
+ * channels: 14x14 and 7x7 layers) as Y^T = im2col(X)^T W^T: the output
+ * positions are the GEMM's rows, so its 32-wide panels run over output
+ * channels, which fill them, instead of over 49 or 196 positions, which
+ * leave a panel a quarter or an eighth empty. The input is rounded to
+ * bf16 pairs channels last (xq[pos][channel pair]), so that a row of A is
+ * a copy of ksz runs of pairs; the product lands in a [positions, cout]
+ * buffer that the store transposes into Y with the bias.
+ */
+struct bf_rows_job {
+	const struct ml_conv3 *v;
+	const float *x, *bias;
+	uint32_t *xq;
+	uint16_t *a;
+	float *t, *y;
+	int64_t ncp, k2;
+};
+
+static void
+bf_rows_xq(void *ctx, int64_t b, int64_t e)
+{
+	const struct bf_rows_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	for (int64_t pos = b; pos < e; pos++)
+		for (int64_t cp = 0; cp < j->ncp; cp++) {
+			uint32_t lo = ml_f32_to_bf16(j->x[2 * cp * v->insz + pos]);
+			uint32_t hi = 2 * cp + 1 < v->cin ?
+				ml_f32_to_bf16(j->x[(2 * cp + 1) * v->insz + pos]) : 0;
+			j->xq[pos * j->ncp + cp] = lo | hi << 16;
+		}
+}
+
+static void
+bf_rows_a(void *ctx, int64_t b, int64_t e)
+{
+	const struct bf_rows_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	size_t run = sizeof(uint32_t) * (size_t)j->ncp;
+	for (int64_t p = b; p < e; p++) {
+		int64_t oh = p / v->out[2], ow = p % v->out[2];
+		uint32_t *row = (uint32_t *)(j->a + p * j->k2);
+		for (int64_t kk = 0; kk < v->ksz; kk++) {
+			int64_t ih = oh * v->s[1] - v->p[1] + kk / v->k[2] * v->d[1];
+			int64_t iw = ow * v->s[2] - v->p[2] + kk % v->k[2] * v->d[2];
+			if (ih < 0 || ih >= v->in[1] || iw < 0 || iw >= v->in[2])
+				memset(row + kk * j->ncp, 0, run);
+			else
+				memcpy(row + kk * j->ncp, j->xq + (ih * v->in[2] + iw) * j->ncp, run);
+		}
+	}
+}
+
+static void
+bf_rows_store(void *ctx, int64_t b, int64_t e)
+{
+	const struct bf_rows_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	for (int64_t m = b; m < e; m++) {
+		float bm = j->bias != NULL ? j->bias[m] : 0.0f, *ym = j->y + m * v->outsz;
+		for (int64_t p = 0; p < v->outsz; p++)
+			ym[p] = j->t[p * v->cout + m] + bm;
+	}
+}
+
+bool
+ml_conv_bf16_rows_ok(const struct ml_conv3 *v)
+{
+	/*
+	 * Whole panels of output channels, and positions that would fill few
+	 * panels; not pointwise, whose packing converts as it copies anyway
+	 * (measured slower this way on MobileNet-V2's 7x7 and 14x14 layers).
+	 */
+#ifdef HAVE_BF_IM2COL
+	return ml_bf16_path() == ML_BF16_DP && v->group == 1 && v->in[0] == 1 && v->k[0] == 1 &&
+	       v->out[0] == 1 && v->p[0] == 0 && v->outsz <= 256 && v->cout % ML_BF_NR == 0 &&
+	       v->cout >= 4 * ML_BF_NR && v->ksz > 1;
+#else
+	(void)v;
+	return false;
+#endif
+}
+
+int
+ml_conv_bf16_rows(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
+		  const uint16_t *bp, const float *bias, const struct ml_conv_epi *e, float *y)
+{
+	int64_t ncp = (v->cin + 1) / 2, k2 = v->ksz * 2 * ncp;
+	size_t xqsz = sizeof(uint32_t) * (size_t)(v->insz * ncp);
+	size_t asz = sizeof(uint16_t) * (size_t)(v->outsz * k2);
+	size_t tsz = sizeof(float) * (size_t)(v->outsz * v->cout);
+	uint32_t *xq = ml_cpu_scratch(1, xqsz);
+	uint16_t *a = ml_cpu_scratch(0, asz);
+	float *t = ml_cpu_scratch(2, tsz);
+	if (xq == NULL || a == NULL || t == NULL)
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate %zu bytes for a bf16 convolution",
+				 xqsz + asz + tsz);
+	for (int64_t n = 0; n < v->n; n++) {
+		float *yn = y + n * v->cout * v->outsz;
+		struct bf_rows_job j = { v, x + n * v->cin * v->insz, bias, xq, a, t, yn, ncp, k2 };
+		ml_parallel_for(v->insz, ML_MAX(1, 4096 / ncp), bf_rows_xq, &j);
+		ml_parallel_for(v->outsz, ML_MAX(1, 8192 / k2), bf_rows_a, &j);
+		ml_bf16_gemm(v->outsz, v->cout, k2, a, k2, bp, NULL, t, v->cout);
+		ml_parallel_for(v->cout, ML_MAX(1, 16384 / v->outsz), bf_rows_store, &j);
+		if (e != NULL)
+			epi_tile(e, yn, e->z != NULL ? e->z + (yn - y) : NULL, v->cout, v->outsz,
+				 v->outsz);
+	}
 	return 0;
 }
 
@@ -643,7 +1160,7 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 			}
 			for (int64_t p0 = 0; p0 < v->outsz; p0 += tn) {
 				int64_t cur = ML_MIN(tn, v->outsz - p0);
-				struct im2col_job j = { v, xg, col, p0, cur, cur, 0, cur, 0 };
+				struct im2col_job j = { v, xg, col, p0, cur, cur, 0, cur, 0, 0 };
 				ml_parallel_for(K, ML_MAX(1, 16384 / cur), im2col_rows, &j);
 				if (!ml_sgemm(false, false, v->mg, cur, K, 1.0f, wg, K, col, cur, 1.0f,
 					      yg + p0, v->outsz))
@@ -697,7 +1214,11 @@ int
 ml_cpu_conv(struct ml_opctx *c)
 {
 	struct ml_conv3 v;
+	int rc;
 
+	/* a bf16 weight (mlquant --dtype bf16): bf16.c */
+	if ((rc = ml_cpu_bf16_run(c)) <= 0)
+		return rc;
 	if (ml_cpu_has_half(c))
 		return ml_cpu_as_f32(c, ml_cpu_conv);
 	ML_TRY(ml_cpu_conv3(c, &v));

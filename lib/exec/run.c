@@ -75,6 +75,7 @@ run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c)
 		ml_node_ctx(&c, g, n, s->in, s->out, e);
 		c.sess = s;
 		c.body = &ml_exec_body_ops;
+		c.cache = &s->node_cache[i];
 		if ((rc = kern != NULL ? kern(arg, &c) : ml_cpu_devops.run(NULL, &c, NULL, NULL)) < 0)
 			goto fail;
 		if (s->o.profile) {

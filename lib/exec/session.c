@@ -66,6 +66,7 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->node_start = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_start);
 	s->room_off = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->room_off);
 	s->room_len = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->room_len);
+	s->node_cache = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_cache);
 	if (s->o.profile)
 		s->prof_val = ml_calloc(nt, sizeof *s->prof_val);
 	s->outer = ml_calloc(nt, sizeof *s->outer);
@@ -80,6 +81,7 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	    s->slot_len == NULL || s->node_time == NULL || s->in == NULL || s->out == NULL ||
 	    s->outer == NULL || s->node_flops == NULL || s->node_bytes == NULL ||
 	    s->node_start == NULL || s->room_off == NULL || s->room_len == NULL ||
+	    s->node_cache == NULL ||
 	    (s->o.profile && s->prof_val == NULL)) {
 		ml_session_free(s);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
@@ -158,6 +160,10 @@ ml_session_free(struct ml_session *s)
 	ml_free(s->room_off);
 	ml_free(s->room_len);
 	ml_free(s->arena);
+	if (s->node_cache != NULL)
+		for (int i = 0; i < s->g->n_nodes; i++)
+			ml_free(s->node_cache[i]);
+	ml_free(s->node_cache);
 	ml_free(s->node_time);
 	ml_free(s->node_flops);
 	ml_free(s->node_bytes);

@@ -35,6 +35,7 @@ struct ml_session {
 	struct ml_err *err_sink;	/* the error struct of the run in progress */	/* ML_CHECK_SHAPES=1: compare results with static inference */
 	struct ml_tval **in, **out;
 	int max_io;
+	void **node_cache;	/* per node: the CPU kernel's cache (ml_opctx.cache) */
 	struct ml_hx *hx;	/* devices other than the CPU (device.c); NULL: all on the CPU */
 };
 

@@ -577,6 +577,39 @@ dec_attr(struct dec *d, struct ml_graph *g, int ni, Onnx__AttributeProto *ap, in
 	return 0;
 }
 
+/*
+ * bf16_cast_of: for the name of a Cast's output that the export of a bf16
+ * weight writes (enc_bf16_cast: the weight's name and "::f32"), the
+ * weight's tensor when g holds it as a bf16 constant; else -1.
+ */
+static int
+bf16_cast_of(struct ml_graph *g, const char *name)
+{
+	static const char sfx[] = "::f32";
+	size_t len = strlen(name);
+	if (len <= sizeof sfx - 1 || strcmp(name + len - (sizeof sfx - 1), sfx) != 0)
+		return -1;
+	char buf[1024];
+	if (len - (sizeof sfx - 1) >= sizeof buf)
+		return -1;
+	memcpy(buf, name, len - (sizeof sfx - 1));
+	buf[len - (sizeof sfx - 1)] = '\0';
+	int t = ml_graph_find(g, buf);
+	return t >= 0 && g->tensors[t]->dtype == ML_BF16 &&
+	       (g->tensors[t]->kind == ML_TK_CONST || g->tensors[t]->kind == ML_TK_PARAM) ? t : -1;
+}
+
+/* bf16_cast_node: np is such a Cast, which the import drops */
+static bool
+bf16_cast_node(struct ml_graph *g, const Onnx__NodeProto *np)
+{
+	if (strcmp(nz(np->op_type), "Cast") != 0 || nz(np->domain)[0] != '\0' ||
+	    np->n_input != 1 || np->n_output != 1 || np->input[0] == NULL || np->output[0] == NULL)
+		return false;
+	int t = bf16_cast_of(g, np->output[0]);
+	return t >= 0 && strcmp(g->tensors[t]->name, np->input[0]) == 0;
+}
+
 static int
 dec_node(struct dec *d, struct ml_graph *g, Onnx__NodeProto *np, int depth)
 {
@@ -601,9 +634,26 @@ dec_node(struct dec *d, struct ml_graph *g, Onnx__NodeProto *np, int depth)
 			type = ml_onnx_func_op(type);
 			break;
 		}
-	int ni = ml_graph_add_node(g, type, np->domain, np->name, (int)np->n_input,
-				   (const char *const *)np->input, (int)np->n_output,
-				   (const char *const *)np->output, d->e);
+	/* a product's weight that the export cast from bf16: the bf16 weight itself */
+	const char *const *ins = (const char *const *)np->input;
+	int w = np->n_input >= 2 && np->input[1] != NULL &&
+		(strcmp(type, "Conv") == 0 || strcmp(type, "MatMul") == 0 ||
+		 strcmp(type, "Gemm") == 0 || strcmp(type, "FusedConv") == 0 ||
+		 strcmp(type, "FusedMatMul") == 0 || strcmp(type, "FusedGemm") == 0) ?
+		bf16_cast_of(g, np->input[1]) : -1;
+	const char **insv = NULL;
+	if (w >= 0) {
+		insv = ml_malloc(sizeof *insv * np->n_input);
+		if (insv == NULL)
+			return ml_fail(d->e, ML_ENOMEM, "out of memory");
+		for (size_t j = 0; j < np->n_input; j++)
+			insv[j] = np->input[j];
+		insv[1] = g->tensors[w]->name;
+		ins = insv;
+	}
+	int ni = ml_graph_add_node(g, type, np->domain, np->name, (int)np->n_input, ins,
+				   (int)np->n_output, (const char *const *)np->output, d->e);
+	ml_free(insv);
 	if (ni < 0)
 		return ni;
 	for (size_t j = 0; j < np->n_attribute; j++) {
@@ -666,7 +716,8 @@ dec_graph(struct dec *d, struct ml_graph *g, Onnx__GraphProto *gp, int depth)
 		ML_TRY(ml_graph_add_input(g, ti, d->e));
 	}
 	for (size_t i = 0; i < gp->n_node; i++)
-		ML_TRY(dec_node(d, g, gp->node[i], depth));
+		if (!bf16_cast_node(g, gp->node[i]))
+			ML_TRY(dec_node(d, g, gp->node[i], depth));
 	for (size_t i = 0; i < gp->n_output; i++) {
 		const Onnx__ValueInfoProto *vi = gp->output[i];
 		const char *name = nz(vi->name);
@@ -1009,6 +1060,72 @@ enc_node(struct enc *x, const struct ml_graph *g, const struct ml_node *n, int d
 	return np;
 }
 
+/*
+ * bf16 weights. mlquant --dtype bf16 gives Conv, MatMul, Gemm and the fused
+ * products a bf16 weight against an f32 input, which ONNX's ops (one type
+ * T for both) do not take: the export casts the weight to float in front
+ * of them, one Cast per weight, named after it (BF16_CAST_OUT), and the
+ * import drops those Casts again, so the graph reads back as it was.
+ */
+#define BF16_CAST_OUT "::f32"
+
+static bool
+bf16_product_op(const char *op_type)
+{
+	static const char *const ops[] = { "Conv", "MatMul", "Gemm", "FusedConv", "FusedMatMul",
+					   "FusedGemm" };
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+		if (strcmp(op_type, ops[i]) == 0)
+			return true;
+	return false;
+}
+
+/* bf16_weight: the bf16 constant n takes as its weight against an f32 input 0, or -1 */
+static int
+bf16_weight(const struct ml_graph *g, const struct ml_node *n)
+{
+	if (n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0 || !bf16_product_op(n->op_type))
+		return -1;
+	const struct ml_tensor *w = g->tensors[n->in[1]];
+	return w->dtype == ML_BF16 && g->tensors[n->in[0]]->dtype == ML_F32 &&
+	       (w->kind == ML_TK_CONST || w->kind == ML_TK_PARAM) ? n->in[1] : -1;
+}
+
+/* enc_bf16_cast: the node Cast(w) -> w BF16_CAST_OUT, to float */
+static Onnx__NodeProto *
+enc_bf16_cast(struct enc *x, const struct ml_tensor *w)
+{
+	Onnx__NodeProto *np = pnew(x, &onnx__node_proto__descriptor);
+	Onnx__AttributeProto *ap = pnew(x, &onnx__attribute_proto__descriptor);
+	size_t len = strlen(w->name);
+	char *out = salloc(&x->s, len + sizeof BF16_CAST_OUT);
+	char *name = salloc(&x->s, len + sizeof "::cast");
+	if (np == NULL || ap == NULL || out == NULL || name == NULL)
+		return NULL;
+	memcpy(out, w->name, len);
+	memcpy(out + len, BF16_CAST_OUT, sizeof BF16_CAST_OUT);
+	memcpy(name, w->name, len);
+	memcpy(name + len, "::cast", sizeof "::cast");
+	np->name = name;
+	np->op_type = "Cast";
+	np->n_input = np->n_output = np->n_attribute = 1;
+	np->input = salloc(&x->s, sizeof(char *));
+	np->output = salloc(&x->s, sizeof(char *));
+	np->attribute = salloc(&x->s, sizeof *np->attribute);
+	if (np->input == NULL || np->output == NULL || np->attribute == NULL)
+		return NULL;
+	np->input[0] = w->name;
+	np->output[0] = out;
+	ap->name = "to";
+	ap->has_type = 1;
+	ap->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+	ap->has_i = 1;
+	ap->i = 1;	/* FLOAT */
+	np->attribute[0] = ap;
+	x->default_domain = true;
+	return np;
+}
+
 static Onnx__GraphProto *
 enc_graph(struct enc *x, const struct ml_graph *g, int depth)
 {
@@ -1023,10 +1140,21 @@ enc_graph(struct enc *x, const struct ml_graph *g, int depth)
 		return NULL;
 	/* ONNX's checker wants every graph, subgraphs included, to have a name. */
 	gp->name = g->name != NULL && g->name[0] != '\0' ? g->name : "graph";
-	int nconst = 0, nvi = 0;
+	int nconst = 0, nvi = 0, ncast = 0;
 	for (int i = 0; i < g->n_tensors; i++)
 		nconst += is_const(g, i);
-	gp->node = salloc(&x->s, sizeof *gp->node * (size_t)(g->n_nodes + 1));
+	for (int i = 0; i < g->n_nodes; i++)
+		ncast += bf16_weight(g, &g->nodes[i]) >= 0;
+	/* Cast takes bfloat16 from opset 13 on */
+	if (ncast > 0 && x->fn.opset < 13) {
+		x->rc = ml_fail(x->e, ML_ENOTSUP, "bf16 weights need opset 13 or later, not %lld",
+				(long long)x->fn.opset);
+		return NULL;
+	}
+	bool *cast = salloc(&x->s, (size_t)g->n_tensors + 1);
+	gp->node = salloc(&x->s, sizeof *gp->node * (size_t)(g->n_nodes + ncast + 1));
+	if (cast == NULL)
+		return NULL;
 	gp->initializer = salloc(&x->s, sizeof *gp->initializer * (size_t)(nconst + 1));
 	gp->input = salloc(&x->s, sizeof *gp->input * (size_t)(g->n_inputs + 1));
 	gp->output = salloc(&x->s, sizeof *gp->output * (size_t)(g->n_outputs + 1));
@@ -1036,8 +1164,24 @@ enc_graph(struct enc *x, const struct ml_graph *g, int depth)
 		return NULL;
 	for (int i = 0; i < g->n_nodes; i++) {
 		const struct ml_node *n = &g->nodes[i];
-		if ((gp->node[gp->n_node++] = enc_node(x, g, n, depth)) == NULL)
+		int w = bf16_weight(g, n);
+		if (w >= 0 && !cast[w]) {
+			if ((gp->node[gp->n_node++] = enc_bf16_cast(x, g->tensors[w])) == NULL)
+				return NULL;
+			cast[w] = true;
+		}
+		Onnx__NodeProto *np = enc_node(x, g, n, depth);
+		if ((gp->node[gp->n_node++] = np) == NULL)
 			return NULL;
+		if (w >= 0) {
+			size_t len = strlen(g->tensors[w]->name);
+			char *in = salloc(&x->s, len + sizeof BF16_CAST_OUT);
+			if (in == NULL)
+				return NULL;
+			memcpy(in, g->tensors[w]->name, len);
+			memcpy(in + len, BF16_CAST_OUT, sizeof BF16_CAST_OUT);
+			np->input[1] = in;
+		}
 		for (int j = 0; j < n->n_out; j++)
 			if (n->out[j] >= 0)
 				produced[n->out[j]] = true;

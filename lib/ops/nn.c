@@ -46,6 +46,22 @@ check_same_dtype(struct ml_opctx *c, int i, int j)
 			 ml_dtype_name(a->dtype), ml_dtype_name(b->dtype));
 }
 
+/*
+ * check_weight_dtype: input 1 (the weight of a Conv, MatMul or Gemm) has
+ * input 0's dtype, or is bf16 against an f32 input 0: the bf16-weight
+ * product that mlquant --dtype bf16 makes, computed with f32 sums into an
+ * f32 output (lib/cpu/bf16.c).
+ */
+static int
+check_weight_dtype(struct ml_opctx *c)
+{
+	const struct ml_tval *a = ML_IN(c, 0), *b = ML_IN(c, 1);
+
+	if (a != NULL && b != NULL && a->dtype == ML_F32 && b->dtype == ML_BF16)
+		return 0;
+	return check_same_dtype(c, 0, 1);
+}
+
 /* dims_prod: the product of n dims, -1 when one is unknown or it overflows. */
 static int64_t
 dims_prod(const int64_t *d, int n)
@@ -89,7 +105,7 @@ infer_matmul(struct ml_opctx *c)
 	const struct ml_tval *a = c->in[0], *b = c->in[1];
 	struct ml_tval *o = c->out[0];
 
-	ML_TRY(check_same_dtype(c, 0, 1));
+	ML_TRY(check_weight_dtype(c));
 	if (!matmul_dtype_ok(a->dtype))
 		return ml_opfail(c, ML_ENOTSUP, "dtype %s is not supported", ml_dtype_name(a->dtype));
 	return ml_matmul_shape(c, a, b, a->dtype != ML_UNDEF ? a->dtype : b->dtype, o);
@@ -118,7 +134,7 @@ infer_gemm(struct ml_opctx *c)
 	bool tb = ml_attr_int(c->node, "transB", 0) != 0;
 	struct ml_tval *o = c->out[0];
 
-	ML_TRY(check_same_dtype(c, 0, 1));
+	ML_TRY(check_weight_dtype(c));
 	if (!matmul_dtype_ok(a->dtype))
 		return ml_opfail(c, ML_ENOTSUP, "dtype %s is not supported", ml_dtype_name(a->dtype));
 	if ((a->rank >= 0 && a->rank != 2) || (b->rank >= 0 && b->rank != 2))
@@ -436,7 +452,7 @@ infer_conv(struct ml_opctx *c)
 
 	ML_TRY(ml_conv_geom(c, &g));
 	ML_TRY(check_float(c, 0));
-	ML_TRY(check_same_dtype(c, 0, 1));
+	ML_TRY(check_weight_dtype(c));
 	if (b != NULL) {
 		ML_TRY(check_same_dtype(c, 0, 2));
 		if (b->rank >= 0 && (b->rank != 1 || (b->dims[0] >= 0 && g.cout >= 0 &&

@@ -946,12 +946,86 @@ out:
 
 /* ---- fp16 / bf16 ---- */
 
+/* product_op: the ops whose CPU kernels take a bf16 weight (input 1) directly (lib/cpu/bf16.c) */
+static bool
+product_op(enum ml_op op)
+{
+	return op == ML_OP_CONV || op == ML_OP_MATMUL || op == ML_OP_GEMM ||
+	       op == ML_OP_FUSED_CONV || op == ML_OP_FUSED_MATMUL || op == ML_OP_FUSED_GEMM;
+}
+
+/*
+ * bf16_weights: every f32 constant that only the products read, and only
+ * as their weight (input 1) against an f32 input 0, becomes bf16 in place:
+ * no Cast, the kernel reads it as it is.
+ */
+static int
+bf16_weights(struct rw *r)
+{
+	struct ml_graph *q = r->q;
+	int nt = q->n_tensors;
+	int *uses = ml_calloc((size_t)nt + 1, sizeof(int)), rc = 0;
+	bool *bad = ml_calloc((size_t)nt + 1, sizeof(bool));
+
+	if (uses == NULL || bad == NULL) {
+		rc = ml_fail(r->e, ML_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int k = 0; k < q->n_outputs; k++)
+		bad[q->outputs[k]] = true;
+	for (int i = 0; i < q->n_nodes; i++) {
+		const struct ml_node *n = &q->nodes[i];
+		for (int j = 0; j < n->n_in; j++) {
+			int t = n->in[j];
+			if (t < 0)
+				continue;
+			uses[t]++;
+			if (j != 1 || !product_op(n->op) || n->in[0] < 0 ||
+			    ml_graph_t(q, n->in[0])->dtype != ML_F32)
+				bad[t] = true;
+		}
+	}
+	for (int t = 0; t < nt && rc == 0; t++) {
+		struct ml_tensor *x = ml_graph_t(q, t);
+		if ((x->kind != ML_TK_CONST && x->kind != ML_TK_PARAM) || x->dtype != ML_F32 ||
+		    uses[t] == 0 || bad[t] || x->data == NULL)
+			continue;
+		int64_t n = (int64_t)x->nbytes / 4;
+		uint16_t *h = ml_malloc((size_t)n * 2 + 2);
+		if (h == NULL) {
+			rc = ml_fail(r->e, ML_ENOMEM, "out of memory");
+			break;
+		}
+		const float *f = x->data;
+		for (int64_t i = 0; i < n; i++)
+			h[i] = ml_f32_to_bf16(f[i]);
+		int64_t dims[ML_MAX_RANK];
+		memcpy(dims, x->dims, sizeof dims);
+		rc = ml_graph_set_data(q, t, x->kind, ML_BF16, x->rank, dims, h, (size_t)n * 2, r->e);
+		ml_free(h);
+	}
+out:
+	ml_free(uses);
+	ml_free(bad);
+	return rc;
+}
+
+/*
+ * half_form: fp16 stores every float constant in 16 bits behind a Cast.
+ * bf16 makes the products' weights bf16 with no Cast (bf16_weights), for
+ * kernels that compute in bf16, and leaves the other constants (biases,
+ * norms, small tensors) f32, as the compute around the products is.
+ */
 static int
 half_form(struct rw *r, bool bf)
 {
 	struct ml_graph *q = r->q;
 	int nt = q->n_tensors;
 
+	if (bf) {
+		ML_TRY(bf16_weights(r));
+		return sweep(r);
+	}
 	for (int t = 0; t < nt; t++) {
 		struct ml_tensor *x = ml_graph_t(q, t);
 		if ((x->kind != ML_TK_CONST && x->kind != ML_TK_PARAM) || x->dtype != ML_F32 ||
@@ -1420,8 +1494,11 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 	*out = NULL;
 	if (rep == NULL)
 		rep = &tmp;
-	/* a graph mlopt fused: FusedConv/FusedGemm split back (unfuse.c) */
-	if ((rc = mlq_unfuse(g, &gu, e)) < 0)
+	/*
+	 * A graph mlopt fused: FusedConv/FusedGemm split back (unfuse.c), but
+	 * for bf16, whose kernels take the fused ops with their bf16 weights.
+	 */
+	if (o->form != ML_QFORM_BF16 && (rc = mlq_unfuse(g, &gu, e)) < 0)
 		return rc;
 	if (gu != NULL)
 		g = gu;

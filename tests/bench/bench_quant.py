@@ -7,11 +7,14 @@
 # WORK/bench_quant.json. Targets: latency ratio <= 0.5 and top-1 agreement
 # >= 0.98 (ResNet-18, MobileNet-V2, the encoder), every model no slower in
 # int8, size ratio <= 0.3, accuracy loss <= 0.3 points.
+# The bf16 table (--only bf16): mlquant --dtype bf16 of the -O2 model against
+# it, and the fallback (ML_BF16=f32); target ratio <= 0.6 where the CPU has
+# AVX512_BF16, top-1 agreement >= 0.98.
 # The zoo table: int8 against fp32 on ResNet-18, MobileNet-V2 and the encoder,
 # ours and ORT's int8 (quantize_static) in the same interleaved rounds, with
 # the CPU, the load average and top-1 agreement on 50 random inputs.
 # Usage: bench_quant.py --bin DIR --work DIR --models DIR [--ort-python PY]
-#        [--ort-path DIR] [--repeat N] [--rounds N] [--only zoo|fashion|qdq]
+#        [--ort-path DIR] [--repeat N] [--rounds N] [--only zoo|fashion|qdq|bf16]
 import argparse
 import gzip
 import json
@@ -30,9 +33,10 @@ def run(cmd, **kw):
                           text=True, **kw)
 
 
-def latency(binp, model, inp, repeat):
+def latency(binp, model, inp, repeat, env=None):
     r = run([os.path.join(binp, "mlrun"), model, "-i", "%s=%s" % inp, "--repeat", str(repeat),
-             "--warmup", "3", "--threads", "2", "--json"])
+             "--warmup", "3", "--threads", "2", "--json"],
+            env=dict(os.environ, **env) if env else None)
     return json.loads(r.stdout)["latency_ms"]["median"]
 
 
@@ -234,6 +238,59 @@ def zoo(a, res):
     print("load average after: %s" % loadavg())
 
 
+def has_bf16():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(l.startswith("flags") and "avx512_bf16" in l.split() for l in f)
+    except OSError:
+        return False
+
+
+def bf16(a, res):
+    """bf16 against fp32: mlopt -O2, then mlquant --dtype bf16 of that model, against the
+    -O2 model; rounds interleaved (fp32, bf16, bf16 with ML_BF16=f32: the fallback that
+    converts the weights to f32 once), the median of the round medians; top-1 agreement
+    with fp32 on 50 random inputs."""
+    print("CPU: %s; load average before: %s" % (cpu_name(), loadavg()))
+    print("%-14s %8s %8s %6s %9s %6s %6s %8s %7s" % (
+        "model", "fp32 ms", "bf16 ms", "ratio", "fallback", "ratio", "top1", "SQNR dB", "size"))
+    for name in ["resnet18", "mobilenet_v2"]:
+        d = os.path.join(a.models, name)
+        onnx_path = os.path.join(d, "model.onnx")
+        if not os.path.exists(onnx_path):
+            print("%-14s (no model in %s)" % (name, d))
+            continue
+        w = os.path.join(a.work, name)
+        os.makedirs(w, exist_ok=True)
+        f32 = os.path.join(w, "f32.mlg")
+        bf = os.path.join(w, "bf16.mlg")
+        run([os.path.join(a.bin, "mlopt"), "-O2", onnx_path, "-o", f32])
+        run([os.path.join(a.bin, "mlquant"), "--dtype", "bf16", f32, "-o", bf])
+        x = np.load(os.path.join(d, "input.npy")).astype(np.float32)
+        xs = np.random.RandomState(2).standard_normal((50,) + x.shape[1:]).astype(np.float32)
+        iname = input_name(onnx_path)
+        inp = (iname, os.path.join(d, "input.npy"))
+        t32, tb, tf = [], [], []
+        for _ in range(a.rounds):
+            t32.append(latency(a.bin, f32, inp, a.repeat))
+            tb.append(latency(a.bin, bf, inp, a.repeat))
+            tf.append(latency(a.bin, bf, inp, a.repeat, {"ML_BF16": "f32"}))
+        y32 = our_outputs(a, f32, iname, xs, w, "f")
+        yb = our_outputs(a, bf, iname, xs, w, "b")
+        r = {"fp32_ms": statistics.median(t32), "bf16_ms": statistics.median(tb),
+             "fallback_ms": statistics.median(tf), "sqnr_db": sqnr(y32, yb),
+             "top1_agree": float((top1(y32) == top1(yb)).mean()),
+             "bf16_size_ratio": os.path.getsize(bf) / os.path.getsize(f32),
+             "rounds_fp32_ms": t32, "rounds_bf16_ms": tb, "rounds_fallback_ms": tf}
+        r["bf16_ratio"] = r["bf16_ms"] / r["fp32_ms"]
+        r["fallback_ratio"] = r["fallback_ms"] / r["fp32_ms"]
+        res["bf16_" + name] = r
+        print("%-14s %8.3f %8.3f %6.3f %9.3f %6.3f %6.3f %8.1f %7.3f" % (
+            name, r["fp32_ms"], r["bf16_ms"], r["bf16_ratio"], r["fallback_ms"],
+            r["fallback_ratio"], r["top1_agree"], r["sqnr_db"], r["bf16_size_ratio"]))
+    print("load average after: %s" % loadavg())
+
+
 def idx(path):
     with gzip.open(path, "rb") as f:
         b = f.read()
@@ -332,9 +389,9 @@ def main():
                     "tools need onnx >= 1.14 and ml_dtypes)")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--only", choices=("zoo", "fashion", "qdq"),
+    ap.add_argument("--only", choices=("zoo", "fashion", "qdq", "bf16"),
                     help="run only that part: the int8 against fp32 table, Fashion-MNIST "
-                    "accuracy, or the QDQ export")
+                    "accuracy, the QDQ export, or bf16 against fp32")
     a = ap.parse_args()
     a.work = os.path.join(a.work, "quant")
     os.makedirs(a.work, exist_ok=True)
@@ -345,8 +402,23 @@ def main():
         fashion(a, res)
     if a.only in (None, "qdq"):
         qdq(a, res)
+    if a.only in (None, "bf16"):
+        bf16(a, res)
     ok = True
     print("targets:")
+    for k in ("bf16_resnet18", "bf16_mobilenet_v2"):
+        if k not in res:
+            continue
+        r = res[k]
+        if has_bf16():
+            t = r["bf16_ratio"] <= 0.6
+            ok &= t
+            print("  %-18s bf16 latency ratio %.3f <= 0.6 (AVX512_BF16): %s" % (
+                k, r["bf16_ratio"], "yes" if t else "NO"))
+        t = r["top1_agree"] >= 0.98
+        ok &= t
+        print("  %-18s bf16 top-1 agreement %.3f >= 0.98: %s" % (k, r["top1_agree"],
+                                                              "yes" if t else "NO"))
     for k in ("resnet18", "mobilenet_v2", "transformer"):
         if k in res:
             t = res[k]["latency_ratio"] <= 0.5

@@ -1,0 +1,723 @@
+/*
+ * bf16.c: the products with a bf16 weight that mlquant --dtype bf16 makes
+ * (Conv, MatMul, Gemm and mlopt's FusedConv, FusedMatMul, FusedGemm whose
+ * input 1 is a bf16 constant and input 0 f32): bf16 operands, f32 sums,
+ * an f32 output; bias, residual and activation stay f32.
+ *
+ * On CPUs with AVX512_BF16 a GEMM built on vdpbf16ps computes them:
+ * C[m, n] = A[m, k] B[k, n] with A bf16 rows (each 32-bit word a pair of
+ * consecutive k, the operand vdpbf16ps broadcasts) and B bf16 panels of
+ * ML_BF_NR columns, a panel being (k + 1) / 2 rows of 32 pairs, each pair
+ * two consecutive k of one column (the operand vdpbf16ps multiplies
+ * lane by lane; an odd k's last pair holds a zero). A convolution's
+ * weights are A. A pointwise one's [cout, cin] are such rows as stored,
+ * and its packing converts the input as it copies it; for wider windows
+ * (group 1, 2-D) the weights are reordered once per session (the node's
+ * cache, ml_opctx.cache) to (kernel offset, channel) order, the input is
+ * rounded to bf16 once per image, two channels to a pair, and im2col
+ * (nn_conv.c) copies pairs into the panels, each work item packing the
+ * columns it multiplies. Small planes with many channels (14x14, 7x7)
+ * swap the roles: output positions are A's rows and the weights, packed
+ * once, B's panels, which the output channels fill where 49 positions
+ * would leave a quarter of a panel empty. A MatMul's weights are B: packed into panels
+ * once per session and its activations converted to bf16 rows per call.
+ * The micro-kernel keeps 12 x 32 sums in
+ * 24 zmm registers, as nn_gemm.c's SGEMM does, but each vdpbf16ps does
+ * two multiply-adds per lane: twice the work per instruction, half the
+ * bytes per weight.
+ *
+ * Elsewhere (no AVX512_BF16, ML_BF16=f32 in the environment, or shapes
+ * the GEMM does not take: depthwise convolutions, batched B, transposed A)
+ * the weight is converted to f32 once per session, into the node's cache,
+ * and the node's f32 kernel runs on it: never slower than the f32 model.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#include <math.h>
+#include <stdatomic.h>
+
+#include "ml_impl.h"
+#include "cpu/nn.h"
+#include "ops/fused.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HAVE_BF16 1
+#include <immintrin.h>
+#define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
+
+#define KCP 128			/* k block in pairs: a panel's block of 128 x 32 pairs is 16 KB */
+#define MB 96			/* rows per work item: 8 blocks of 12 */
+
+/* ---- path ---- */
+
+static atomic_int cur_path = -1;
+
+bool
+ml_bf16_path_ok(enum ml_bf16_path p)
+{
+	switch (p) {
+	case ML_BF16_AUTO:
+	case ML_BF16_F32:
+		return true;
+#ifdef HAVE_BF16
+	case ML_BF16_DP:
+		__builtin_cpu_init();
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+#endif
+	default:
+		return false;
+	}
+}
+
+const char *
+ml_bf16_path_name(enum ml_bf16_path p)
+{
+	static const char *const names[] = { "auto", "f32", "avx512bf16" };
+	return (unsigned)p < 3 ? names[p] : "?";
+}
+
+static enum ml_bf16_path
+best_path(void)
+{
+	const char *env = getenv("ML_BF16");
+	/* ML_BF16=f32 forces the fallback (tests, comparisons) */
+	if (env != NULL && strcmp(env, "f32") == 0)
+		return ML_BF16_F32;
+	return ml_bf16_path_ok(ML_BF16_DP) ? ML_BF16_DP : ML_BF16_F32;
+}
+
+enum ml_bf16_path
+ml_bf16_path(void)
+{
+	int v = atomic_load_explicit(&cur_path, memory_order_relaxed);
+	if (v < 0) {
+		v = (int)best_path();
+		atomic_store_explicit(&cur_path, v, memory_order_relaxed);
+	}
+	return (enum ml_bf16_path)v;
+}
+
+bool
+ml_bf16_set_path(enum ml_bf16_path p)
+{
+	if (!ml_bf16_path_ok(p))
+		return false;
+	atomic_store(&cur_path, (int)(p == ML_BF16_AUTO ? best_path() : p));
+	return true;
+}
+
+int64_t
+ml_bf16_packed_len(int64_t k, int64_t n)
+{
+	return (n + ML_BF_NR - 1) / ML_BF_NR * ML_BF_NR * ((k + 1) / 2) * 2;
+}
+
+/* ---- packing (portable: these run once per weight) ---- */
+
+void
+ml_bf16_pack_b(uint16_t *bp, const uint16_t *b, int64_t k, int64_t n, bool tb)
+{
+	int64_t kp = (k + 1) / 2, npan = (n + ML_BF_NR - 1) / ML_BF_NR;
+
+	for (int64_t p = 0; p < npan; p++) {
+		uint16_t *pan = bp + p * kp * 2 * ML_BF_NR;
+		for (int64_t q = 0; q < kp; q++)
+			for (int64_t j = 0; j < ML_BF_NR; j++)
+				for (int e = 0; e < 2; e++) {
+					int64_t kk = 2 * q + e, jj = p * ML_BF_NR + j;
+					uint16_t v = 0;
+					if (kk < k && jj < n)
+						v = tb ? b[jj * k + kk] : b[kk * n + jj];
+					pan[(q * ML_BF_NR + j) * 2 + e] = v;
+				}
+	}
+}
+
+/* repack: B packed as mlopt packs f32 ([ceil(n / 32), k, 32], here in bf16) into pair panels. */
+static void
+repack_b(uint16_t *bp, const uint16_t *b, int64_t k, int64_t n)
+{
+	int64_t kp = (k + 1) / 2, npan = (n + ML_BF_NR - 1) / ML_BF_NR;
+
+	for (int64_t p = 0; p < npan; p++) {
+		uint16_t *pan = bp + p * kp * 2 * ML_BF_NR;
+		const uint16_t *src = b + p * k * ML_BF_NR;
+		for (int64_t q = 0; q < kp; q++)
+			for (int64_t j = 0; j < ML_BF_NR; j++)
+				for (int e = 0; e < 2; e++) {
+					int64_t kk = 2 * q + e;
+					pan[(q * ML_BF_NR + j) * 2 + e] =
+						kk < k ? src[kk * ML_BF_NR + j] : 0;
+				}
+	}
+}
+
+#ifdef HAVE_BF16
+/*
+ * pair_store: 32 columns of rows r0 and r1 (w valid; r1 NULL: zeros) as
+ * 32 bf16 pairs at dst, rounded to nearest even.
+ */
+BF_TARGET static inline void
+pair_store(uint16_t *dst, const float *r0, const float *r1, int w)
+{
+	for (int h = 0; h < 2; h++) {
+		int wh = w - 16 * h;
+		__mmask16 m = (__mmask16)(wh >= 16 ? 0xffff : wh <= 0 ? 0 : (1u << wh) - 1);
+		__m512 x0 = _mm512_maskz_loadu_ps(m, r0 + 16 * h);
+		__m512 x1 = r1 != NULL ? _mm512_maskz_loadu_ps(m, r1 + 16 * h) : _mm512_setzero_ps();
+		__m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x0));
+		__m512i hi = _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x1)), 16);
+		_mm512_storeu_si512(dst + 32 * h, _mm512_or_si512(lo, hi));
+	}
+}
+
+BF_TARGET static void
+pack_pair_dp(uint16_t *dst, int64_t pstride, const float *r0, const float *r1, int64_t n)
+{
+	for (int64_t j0 = 0; j0 < n; j0 += ML_BF_NR, dst += pstride)
+		pair_store(dst, r0 + j0, r1 != NULL ? r1 + j0 : NULL,
+			   (int)ML_MIN((int64_t)ML_BF_NR, n - j0));
+}
+#endif
+
+void
+ml_bf16_pack_pair(uint16_t *dst, int64_t pstride, const float *r0, const float *r1, int64_t n)
+{
+#ifdef HAVE_BF16
+	if (ml_bf16_path() == ML_BF16_DP) {
+		pack_pair_dp(dst, pstride, r0, r1, n);
+		return;
+	}
+#endif
+	for (int64_t j0 = 0; j0 < n; j0 += ML_BF_NR, dst += pstride)
+		for (int64_t j = 0; j < ML_BF_NR; j++) {
+			bool in = j0 + j < n;
+			dst[2 * j] = in ? ml_f32_to_bf16(r0[j0 + j]) : 0;
+			dst[2 * j + 1] = in && r1 != NULL ? ml_f32_to_bf16(r1[j0 + j]) : 0;
+		}
+}
+
+#ifdef HAVE_BF16
+BF_TARGET static void
+rows_dp(uint16_t *dst, const float *a, int64_t n)
+{
+	int64_t j = 0;
+	for (; j + 16 <= n; j += 16)
+		_mm256_storeu_si256((__m256i *)(dst + j),
+				    (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(a + j)));
+	if (j < n) {
+		__mmask16 m = (__mmask16)((1u << (n - j)) - 1);
+		_mm256_mask_storeu_epi16(dst + j, m,
+					 (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, a + j)));
+	}
+}
+#endif
+
+void
+ml_bf16_from_f32(uint16_t *dst, const float *src, int64_t n)
+{
+#ifdef HAVE_BF16
+	if (ml_bf16_path() == ML_BF16_DP) {
+		rows_dp(dst, src, n);
+		return;
+	}
+#endif
+	for (int64_t j = 0; j < n; j++)
+		dst[j] = ml_f32_to_bf16(src[j]);
+}
+
+/* ---- the GEMM ---- */
+
+#ifdef HAVE_BF16
+/* ld_pair: the 32-bit word of the pair of a at k index 2q (a[2q + 1] = 0 when odd says so) */
+static inline uint32_t
+ld_pair(const uint16_t *a, bool last_odd)
+{
+	uint32_t v;
+	if (last_odd)
+		return a[0];
+	memcpy(&v, a, 4);
+	return v;
+}
+
+/*
+ * BKERN(R): C[R rows (mr valid), 32 columns (masks m0, m1)] = sum over the
+ * kq pairs from q0 of A B, plus the bias (mode 0; NULL: 0) or the current
+ * C (mode 1). odd: the last pair of the block is k's odd tail.
+ */
+#define BKERN(R)								\
+BF_TARGET static void								\
+bk##R(int64_t kq, const uint16_t *a, int64_t lda, const uint16_t *bp, float *c,	\
+      int64_t ldc, int mr, __mmask16 m0, __mmask16 m1, const float *bias, int mode, \
+      bool odd)									\
+{										\
+	const uint16_t *ar[R];							\
+	__m512 c0[R], c1[R];							\
+	for (int i = 0; i < R; i++) {						\
+		ar[i] = a + (i < mr ? i : 0) * lda;				\
+		c0[i] = _mm512_setzero_ps();					\
+		c1[i] = _mm512_setzero_ps();					\
+	}									\
+	int64_t full = odd ? kq - 1 : kq;					\
+	for (int64_t q = 0; q < full; q++) {					\
+		__m512bh b0 = (__m512bh)_mm512_load_si512(bp + q * 64);		\
+		__m512bh b1 = (__m512bh)_mm512_load_si512(bp + q * 64 + 32);	\
+		_Pragma("GCC unroll 12")					\
+		for (int i = 0; i < R; i++) {					\
+			__m512bh av = (__m512bh)_mm512_set1_epi32((int)ld_pair(ar[i] + 2 * q, false)); \
+			c0[i] = _mm512_dpbf16_ps(c0[i], av, b0);		\
+			c1[i] = _mm512_dpbf16_ps(c1[i], av, b1);		\
+		}								\
+	}									\
+	if (odd) {								\
+		int64_t q = kq - 1;						\
+		__m512bh b0 = (__m512bh)_mm512_load_si512(bp + q * 64);		\
+		__m512bh b1 = (__m512bh)_mm512_load_si512(bp + q * 64 + 32);	\
+		for (int i = 0; i < R; i++) {					\
+			__m512bh av = (__m512bh)_mm512_set1_epi32((int)ld_pair(ar[i] + 2 * q, true)); \
+			c0[i] = _mm512_dpbf16_ps(c0[i], av, b0);		\
+			c1[i] = _mm512_dpbf16_ps(c1[i], av, b1);		\
+		}								\
+	}									\
+	for (int i = 0; i < mr; i++) {						\
+		float *cr = c + i * ldc;					\
+		__m512 x0, x1;							\
+		if (mode == 1) {						\
+			x0 = _mm512_maskz_loadu_ps(m0, cr);			\
+			x1 = _mm512_maskz_loadu_ps(m1, cr + 16);		\
+		} else {							\
+			x0 = x1 = _mm512_set1_ps(bias != NULL ? bias[i] : 0.0f); \
+		}								\
+		_mm512_mask_storeu_ps(cr, m0, _mm512_add_ps(c0[i], x0));	\
+		_mm512_mask_storeu_ps(cr + 16, m1, _mm512_add_ps(c1[i], x1));	\
+	}									\
+}
+BKERN(12)
+BKERN(8)
+BKERN(4)
+
+struct bg_job {
+	int64_t m, n, k, kp, lda, ldc;
+	int64_t nblk, ngroups, npan, npchunks;
+	const uint16_t *a, *bp;
+	const float *bias;
+	float *c;
+};
+
+/* bg_block: rows [i0, i1) of C by panels [p0, p1), k block by k block, on this thread. */
+static void
+bg_block(const struct bg_job *j, int64_t i0, int64_t i1, int64_t p0, int64_t p1)
+{
+	for (int64_t q0 = 0; q0 < j->kp; q0 += KCP) {
+		int64_t kq = ML_MIN(KCP, j->kp - q0);
+		bool odd = (j->k & 1) != 0 && q0 + kq == j->kp;
+		int mode = q0 > 0 ? 1 : 0;
+		for (int64_t jp = p0; jp < p1; jp++) {
+			int64_t n0 = jp * ML_BF_NR, w = ML_MIN(ML_BF_NR, j->n - n0);
+			__mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+			__mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 :
+						   (1u << (w - 16)) - 1);
+			const uint16_t *bpk = j->bp + (jp * j->kp + q0) * 2 * ML_BF_NR;
+			for (int64_t i = i0; i < i1;) {
+				int64_t rem = i1 - i;
+				const uint16_t *a = j->a + i * j->lda + 2 * q0;
+				float *c = j->c + i * j->ldc + n0;
+				const float *bias = j->bias != NULL ? j->bias + i : NULL;
+				/*
+				 * A 4-row tail (64 = 5 x 12 + 4) runs at a third of
+				 * the speed: 8 rows first, so that the tail is 8.
+				 */
+				int mr = (int)ML_MIN(rem, 12);
+				if (rem > 12 && rem % 12 != 0 && rem % 12 <= 4)
+					mr = 8;
+				if (mr > 8)
+					bk12(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd);
+				else if (mr > 4)
+					bk8(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd);
+				else
+					bk4(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd);
+				i += mr;
+			}
+		}
+	}
+}
+
+static void
+bg_items(void *ctx, int64_t b, int64_t e)
+{
+	const struct bg_job *j = ctx;
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t g = it / j->npchunks, pc = it % j->npchunks;
+		int64_t i0 = g * j->nblk / j->ngroups * 12;
+		int64_t i1 = ML_MIN(j->m, (g + 1) * j->nblk / j->ngroups * 12);
+		int64_t p0 = pc * j->npan / j->npchunks, p1 = (pc + 1) * j->npan / j->npchunks;
+		bg_block(j, i0, i1, p0, p1);
+	}
+}
+#endif
+
+void
+ml_bf16_gemm_here(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+		  const uint16_t *bp, const float *bias, float *c, int64_t ldc)
+{
+#ifdef HAVE_BF16
+	if (m > 0 && n > 0 && k > 0 && ml_bf16_path() == ML_BF16_DP) {
+		struct bg_job j = { .m = m, .n = n, .k = k, .kp = (k + 1) / 2, .lda = lda,
+				    .ldc = ldc, .a = a, .bp = bp, .bias = bias, .c = c };
+		bg_block(&j, 0, m, 0, (n + ML_BF_NR - 1) / ML_BF_NR);
+		return;
+	}
+#endif
+	ml_bf16_gemm(m, n, k, a, lda, bp, bias, c, ldc);
+}
+
+void
+ml_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, const uint16_t *bp,
+	     const float *bias, float *c, int64_t ldc)
+{
+	if (m <= 0 || n <= 0)
+		return;
+	if (k <= 0) {
+		for (int64_t i = 0; i < m; i++)
+			for (int64_t jj = 0; jj < n; jj++)
+				c[i * ldc + jj] = bias != NULL ? bias[i] : 0.0f;
+		return;
+	}
+#ifdef HAVE_BF16
+	if (ml_bf16_path() == ML_BF16_DP) {
+		struct bg_job j = { .m = m, .n = n, .k = k, .kp = (k + 1) / 2, .lda = lda,
+				    .ldc = ldc, .a = a, .bp = bp, .bias = bias, .c = c };
+		j.nblk = (m + 11) / 12;
+		j.ngroups = (j.nblk + MB / 12 - 1) / (MB / 12);
+		j.npan = (n + ML_BF_NR - 1) / ML_BF_NR;
+		int64_t nt = ml_get_threads();
+		j.npchunks = ML_MAX(1, ML_MIN(j.npan, (2 * nt + j.ngroups - 1) / j.ngroups));
+		int64_t work = ML_MAX(1, m / j.ngroups * ML_BF_NR * j.npan / j.npchunks * k);
+		ml_parallel_for(j.ngroups * j.npchunks, ML_MAX(1, (int64_t)(1 << 20) / work),
+				bg_items, &j);
+		return;
+	}
+#endif
+	/* the reference: the same bf16 products, f32 sums in k order */
+	int64_t kp = (k + 1) / 2;
+	for (int64_t i = 0; i < m; i++)
+		for (int64_t jj = 0; jj < n; jj++) {
+			const uint16_t *pan = bp + (jj / ML_BF_NR) * kp * 2 * ML_BF_NR +
+					      (jj % ML_BF_NR) * 2;
+			float s = 0.0f;
+			for (int64_t kk = 0; kk < k; kk++)
+				s += ml_bf16_to_f32(a[i * lda + kk]) *
+				     ml_bf16_to_f32(pan[kk / 2 * 2 * ML_BF_NR + (kk & 1)]);
+			c[i * ldc + jj] = s + (bias != NULL ? bias[i] : 0.0f);
+		}
+}
+
+/* ---- the ops ---- */
+
+/*
+ * The node's cache (ml_opctx.cache) holds one block: this header, then the
+ * weight in the form the kernel wants, 64 bytes in. src and kind tell
+ * whether it is still the one asked for.
+ */
+struct wc {
+	const void *src;
+	int kind;		/* WC_F32, WC_PANELS, WC_CPAIR or WC_ROWS */
+	size_t bytes;
+};
+enum { WC_F32 = 1, WC_PANELS = 2, WC_CPAIR = 3, WC_ROWS = 4 };
+
+/*
+ * wcache: room for the derived weight (kind, bytes) of c's input 1: the
+ * node's cached block when the weight is a constant of the graph and the
+ * session keeps a cache (*fill: false when it already holds it), else a
+ * new block that the caller frees (*tmp). NULL when out of memory.
+ */
+static void *
+wcache(struct ml_opctx *c, int kind, size_t bytes, bool *fill, void **tmp)
+{
+	const void *src = c->in[1]->data;
+	int t = c->node->n_in > 1 ? c->node->in[1] : -1;
+	bool constant = c->g != NULL && t >= 0 && t < c->g->n_tensors &&
+			(c->g->tensors[t]->kind == ML_TK_CONST ||
+			 c->g->tensors[t]->kind == ML_TK_PARAM);
+
+	*tmp = NULL;
+	*fill = true;
+	if (c->cache != NULL && constant) {
+		struct wc *h = *c->cache;
+		if (h != NULL && h->src == src && h->kind == kind && h->bytes == bytes) {
+			*fill = false;
+			return (char *)h + 64;
+		}
+		ml_free(h);
+		*c->cache = NULL;
+		if ((h = ml_malloc(bytes + 64)) == NULL)
+			return NULL;
+		*h = (struct wc){ src, kind, bytes };
+		*c->cache = h;
+		return (char *)h + 64;
+	}
+	*tmp = ml_malloc(bytes + 64);
+	return *tmp != NULL ? (char *)*tmp + 64 : NULL;
+}
+
+static void
+to_f32_items(void *ctx, int64_t b, int64_t e)
+{
+	void **p = ctx;
+	const uint16_t *s = p[0];
+	float *d = p[1];
+	for (int64_t i = b; i < e; i++)
+		d[i] = ml_bf16_to_f32(s[i]);
+}
+
+/*
+ * as_f32: the fallback: c's kernel on the weight converted to f32 (once
+ * per session where the node has a cache).
+ */
+static int
+as_f32(struct ml_opctx *c)
+{
+	const struct ml_tval *w = c->in[1];
+	int64_t n = ml_tval_numel(w);
+	bool fill;
+	void *tmp;
+	float *wf = wcache(c, WC_F32, sizeof(float) * (size_t)ML_MAX(n, 1), &fill, &tmp);
+
+	if (wf == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory converting a bf16 weight");
+	if (fill) {
+		void *p[2] = { w->data, wf };
+		ml_parallel_for(n, 1 << 16, to_f32_items, p);
+	}
+	struct ml_tval wt = *w, *ins[8];
+	wt.dtype = ML_F32;
+	wt.data = wf;
+	wt.owned = false;
+	for (int i = 0; i < c->n_in && i < 8; i++)
+		ins[i] = c->in[i];
+	ins[1] = &wt;
+	struct ml_opctx c2 = *c;
+	c2.in = ins;
+	c2.n_in = ML_MIN(c->n_in, 8);
+	int rc = ml_cpu_kernel_get(c->node->op)(&c2);
+	ml_free(tmp);
+	return rc;
+}
+
+static int
+conv_dp(struct ml_opctx *c)
+{
+	const struct ml_tval *b = ML_IN(c, 2), *z = ML_IN(c, 3);
+	struct ml_conv3 v;
+	bool fused = c->node->op == ML_OP_FUSED_CONV;
+
+	if (ml_cpu_conv3(c, &v) < 0 || v.outsz == 0 || v.n == 0 || v.cout == 0)
+		return 1;
+	/* depthwise: a few multiply-adds per weight, which the f32 kernels do best */
+	if (v.cg == 1 && v.group > 1)
+		return 1;
+	if ((b != NULL && (b->dtype != ML_F32 || ml_tval_numel(b) != v.cout)) ||
+	    (fused && z != NULL && (z->dtype != ML_F32 ||
+				    ml_tval_numel(z) != ml_tval_numel(c->out[0]))))
+		return 1;
+	struct ml_conv_epi e = { 0 }, *ep = NULL;
+	if (fused) {
+		e.z = z != NULL ? z->data : NULL;
+		e.act = ml_fused_act(c->node);
+		e.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+		e.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+		if (e.z != NULL || e.act > ML_ACT_NONE)
+			ep = &e;
+	}
+	/* the weights in (kernel offset, channel pair) order, once per session */
+	int64_t ncp = (v.cin + 1) / 2, k2 = v.ksz * 2 * ncp;
+	bool fill;
+	void *tmp;
+	if (ml_conv_bf16_rows_ok(&v)) {
+		/* transposed, [k2, cout] as B's panels */
+		size_t bytes = sizeof(uint16_t) * (size_t)ml_bf16_packed_len(k2, v.cout);
+		uint16_t *bp = wcache(c, WC_ROWS, bytes, &fill, &tmp);
+		uint16_t *wt = fill ? ml_malloc(sizeof(uint16_t) * (size_t)(v.cout * k2)) : NULL;
+		if (bp == NULL || (fill && wt == NULL)) {
+			ml_free(tmp);
+			return ml_opfail(c, ML_ENOMEM, "out of memory packing a bf16 weight");
+		}
+		if (fill) {
+			const uint16_t *w = c->in[1]->data;
+			for (int64_t m = 0; m < v.cout; m++)
+				for (int64_t kk = 0; kk < v.ksz; kk++)
+					for (int64_t ci = 0; ci < 2 * ncp; ci++)
+						wt[m * k2 + kk * 2 * ncp + ci] =
+							ci < v.cin ? w[(m * v.cin + ci) * v.ksz + kk] : 0;
+			ml_bf16_pack_b(bp, wt, k2, v.cout, true);
+			ml_free(wt);
+		}
+		int rc = ml_conv_bf16_rows(c, &v, c->in[0]->data, bp, b != NULL ? b->data : NULL,
+					   ep, c->out[0]->data);
+		ml_free(tmp);
+		return rc;
+	}
+	if (!ml_conv_bf16_cpair_ok(&v))
+		return ml_conv_bf16(c, &v, c->in[0]->data, c->in[1]->data, false,
+				    b != NULL ? b->data : NULL, ep, c->out[0]->data);
+	uint16_t *wp = wcache(c, WC_CPAIR, sizeof(uint16_t) * (size_t)(v.cout * k2), &fill, &tmp);
+	if (wp == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory packing a bf16 weight");
+	if (fill) {
+		const uint16_t *w = c->in[1]->data;
+		for (int64_t m = 0; m < v.cout; m++)
+			for (int64_t kk = 0; kk < v.ksz; kk++)
+				for (int64_t ci = 0; ci < 2 * ncp; ci++)
+					wp[m * k2 + kk * 2 * ncp + ci] =
+						ci < v.cin ? w[(m * v.cin + ci) * v.ksz + kk] : 0;
+	}
+	int rc = ml_conv_bf16(c, &v, c->in[0]->data, wp, true, b != NULL ? b->data : NULL, ep,
+			      c->out[0]->data);
+	ml_free(tmp);
+	return rc;
+}
+
+struct rows_job {
+	const float *a;
+	uint16_t *d;
+	int64_t k;
+};
+
+static void
+rows_items(void *ctx, int64_t b, int64_t e)
+{
+	const struct rows_job *j = ctx;
+	for (int64_t i = b; i < e; i++)
+		ml_bf16_from_f32(j->d + i * j->k, j->a + i * j->k, j->k);
+}
+
+struct epi_job {
+	float *y;
+	const float *bias, *z;
+	int64_t n;
+	int act;
+	float lo, hi;
+};
+
+static void
+epi_items(void *ctx, int64_t b, int64_t e)
+{
+	const struct epi_job *j = ctx;
+	ml_fused_tile_epi(j->y + b * j->n, e - b, j->n, j->n, j->bias,
+			  j->z != NULL ? j->z + b * j->n : NULL, j->act, j->lo, j->hi);
+}
+
+/* mm_dp: MatMul, Gemm and their fused forms with B a bf16 matrix (not batched). */
+static int
+mm_dp(struct ml_opctx *c)
+{
+	const struct ml_tval *a = c->in[0], *b = c->in[1];
+	struct ml_tval *y = c->out[0];
+	enum ml_op op = c->node->op;
+	bool gemm = op == ML_OP_GEMM || op == ML_OP_FUSED_GEMM;
+	bool tb = gemm && ml_attr_int(c->node, "transB", 0) != 0;
+	int64_t pn = op == ML_OP_FUSED_MATMUL ? ml_attr_int(c->node, "packed_n", 0) : 0;
+	const struct ml_tval *bias = NULL, *z = NULL;
+	struct epi_job ej = { .act = ML_ACT_NONE };
+
+	if (a->rank < 2 || b->rank != (pn > 0 ? 3 : 2))
+		return 1;
+	int64_t k = pn > 0 ? b->dims[1] : b->dims[tb ? 1 : 0];
+	int64_t n = pn > 0 ? pn : b->dims[tb ? 0 : 1];
+	if (k <= 0 || n <= 0 || a->dims[a->rank - 1] != k || ml_tval_numel(a) % k != 0)
+		return 1;
+	int64_t m = ml_tval_numel(a) / k;
+	if (m * n != ml_tval_numel(y) || m <= 0)
+		return 1;
+	if (pn > 0 && (b->dims[0] != (n + ML_BF_NR - 1) / ML_BF_NR || b->dims[2] != ML_BF_NR))
+		return 1;
+	if (gemm) {
+		const struct ml_tval *cc = ML_IN(c, 2);
+		double beta = ml_attr_float(c->node, "beta", 1.0);
+		if (ml_attr_int(c->node, "transA", 0) != 0 ||
+		    ml_attr_float(c->node, "alpha", 1.0) != 1.0)
+			return 1;
+		if (cc != NULL && beta != 0 && ml_tval_numel(cc) > 0) {
+			/* C as a bias per column: [N] or [1, N], beta 1 */
+			if (beta != 1.0 || cc->dtype != ML_F32 || ml_tval_numel(cc) != n ||
+			    (cc->rank == 2 && cc->dims[0] != 1) || cc->rank > 2 ||
+			    (n > 1 && cc->rank == 0))
+				return 1;
+			bias = cc;
+		}
+	} else if (op == ML_OP_FUSED_MATMUL) {
+		bias = ML_IN(c, 2);
+		z = ML_IN(c, 3);
+		if ((bias != NULL && (bias->dtype != ML_F32 || ml_tval_numel(bias) != n)) ||
+		    (z != NULL && (z->dtype != ML_F32 || ml_tval_numel(z) != m * n)))
+			return 1;
+	}
+	if (op == ML_OP_FUSED_MATMUL || op == ML_OP_FUSED_GEMM) {
+		ej.act = ml_fused_act(c->node);
+		ej.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+		ej.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+	}
+	/* B as pair panels, once per session */
+	size_t bbytes = sizeof(uint16_t) * (size_t)ml_bf16_packed_len(k, n);
+	bool fill;
+	void *tmp;
+	uint16_t *bp = wcache(c, WC_PANELS, bbytes, &fill, &tmp);
+	if (bp == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory packing a bf16 weight");
+	if (fill) {
+		if (pn > 0)
+			repack_b(bp, b->data, k, n);
+		else
+			ml_bf16_pack_b(bp, b->data, k, n, tb);
+	}
+	/* A as bf16 rows (k apart: pairs need no alignment) */
+	uint16_t *ab = ml_cpu_scratch(3, sizeof(uint16_t) * (size_t)(m * k) + 4);
+	if (ab == NULL) {
+		ml_free(tmp);
+		return ml_opfail(c, ML_ENOMEM, "out of memory converting A to bf16");
+	}
+	struct rows_job rj = { a->data, ab, k };
+	ml_parallel_for(m, ML_MAX(1, (1 << 15) / k), rows_items, &rj);
+	ml_bf16_gemm(m, n, k, ab, k, bp, NULL, y->data, n);
+	ml_free(tmp);
+	ej.y = y->data;
+	ej.bias = bias != NULL ? bias->data : NULL;
+	ej.z = z != NULL ? z->data : NULL;
+	ej.n = n;
+	if (ej.bias != NULL || ej.z != NULL || ej.act > ML_ACT_NONE)
+		ml_parallel_for(m, ML_MAX(1, 16384 / n), epi_items, &ej);
+	return 0;
+}
+
+int
+ml_cpu_bf16_run(struct ml_opctx *c)
+{
+	if (c->n_in < 2 || c->in[0] == NULL || c->in[1] == NULL || c->in[0]->dtype != ML_F32 ||
+	    c->in[1]->dtype != ML_BF16 || c->n_out < 1 || c->out[0]->dtype != ML_F32)
+		return 1;
+	if (ml_bf16_path() == ML_BF16_DP) {
+		int rc = 1;
+		switch (c->node->op) {
+		case ML_OP_CONV:
+		case ML_OP_FUSED_CONV:
+			rc = conv_dp(c);
+			break;
+		case ML_OP_MATMUL:
+		case ML_OP_FUSED_MATMUL:
+		case ML_OP_GEMM:
+		case ML_OP_FUSED_GEMM:
+			rc = mm_dp(c);
+			break;
+		default:
+			break;
+		}
+		if (rc <= 0)
+			return rc;
+	}
+	return as_f32(c);
+}
