@@ -505,6 +505,10 @@ report_epoch(void *ctx, const struct ml_trainer *t, const struct ml_trainer_epoc
 				fprintf(stderr, " acc %.2f%%", 100 * va);
 		}
 		fprintf(stderr, ", %.0f samples/s, %.1f s\n", sps, secs);
+		if (r->verbose)
+			fprintf(stderr, "%s: waited %.3f s for the loader, %.1f%% of the epoch\n",
+				progname, ep->loader_wait_s,
+				secs > 0 ? 100 * ep->loader_wait_s / secs : 0.0);
 	}
 	if (r->verbose && ml_dist_size() > 1)
 		log_dist(stderr, secs, false);
@@ -518,8 +522,8 @@ report_epoch(void *ctx, const struct ml_trainer *t, const struct ml_trainer_epoc
 			if (!isnan(va))
 				fprintf(r->log, ", \"%s_accuracy\": %.6g", what, va);
 		}
-		fprintf(r->log, ", \"samples_per_s\": %.1f, \"seconds\": %.3f, \"lr\": %.6g", sps,
-			secs, ep->lr);
+		fprintf(r->log, ", \"samples_per_s\": %.1f, \"seconds\": %.3f, \"loader_wait_s\": "
+			"%.4f, \"lr\": %.6g", sps, secs, ep->loader_wait_s, ep->lr);
 		if (ml_dist_size() > 1)
 			log_dist(r->log, secs, true);
 		fputs("}\n", r->log);

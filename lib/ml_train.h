@@ -538,6 +538,7 @@ struct ml_trainer_epoch {
 	int64_t samples;	/* samples trained in this call (a resumed epoch: since the resume) */
 	double secs;		/* the time this call took, the evaluation aside */
 	double samples_per_s;	/* samples / secs */
+	double loader_wait_s;	/* of secs, the time blocked waiting for the loader's batches */
 	double loss;		/* the mean loss over the epoch's samples (resumed ones included) */
 	double acc;		/* their accuracy; NAN without opts.hits */
 	double eval_loss, eval_acc;	/* ml_train_eval_run's; NAN without opts.eval */

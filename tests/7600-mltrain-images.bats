@@ -123,6 +123,22 @@ PYEOF
 	cmp plain.mlg same.mlg
 }
 
+@test "--log and -v report the time each epoch waited for the loader, within the epoch's time" {
+	mkimages img png
+	cnn net.mlt 1 28 3
+	run -0 train --data img -o w.mlg --augment crop=2,flip --workers 2 --log w.jsonl
+	"$PY" - <<'PYEOF'
+import json
+rows = [json.loads(s) for s in open("w.jsonl")]
+assert len(rows) == 2, rows
+for r in rows:
+    assert 0 <= r["loader_wait_s"] <= r["seconds"], r
+PYEOF
+	run -0 --separate-stderr mltrain net.mlt --epochs 1 --batch 10 --threads 1 -v --data img \
+		-o v.mlg --augment crop=2,flip
+	[[ "$stderr" =~ "mltrain: waited "[0-9]+\.[0-9]{3}" s for the loader, "[0-9.]+"% of the epoch" ]]
+}
+
 @test "CIFAR-10 binary batches train a 3x32x32 model" {
 	"$PY" - <<'PYEOF'
 import os

@@ -344,14 +344,24 @@ ml_trainer_epoch(struct ml_trainer *t, struct ml_err *e)
 	ML_TRY(ml_loader_start(t->ld, st->epoch, st->epoch_step, e));
 	if (h->on_epoch_begin != NULL)
 		ML_TRY(h->on_epoch_begin(h->ctx, t, e));
-	while ((rc = ml_loader_next(t->ld, &x, &y, e)) > 0)
+	/*
+	 * The time the loop blocked in ml_loader_next: near zero while the
+	 * loader's threads keep ahead of the steps, the step's idle time when
+	 * they do not (augmentation, image decoding).
+	 */
+	double wait = 0, w0 = ml_now();
+	while ((rc = ml_loader_next(t->ld, &x, &y, e)) > 0) {
+		wait += ml_now() - w0;
 		if ((rc = batch(t, x, y, e)) != 0)
 			return rc;
+		w0 = ml_now();
+	}
 	if (rc < 0)
 		return rc;
 
 	struct ml_trainer_epoch ep = { .eval_loss = NAN, .eval_acc = NAN };
 	ep.secs = ml_now() - t0;
+	ep.loader_wait_s = wait + (ml_now() - w0);
 	ep.samples = st->epoch_seen - seen0;
 	ep.samples_per_s = (double)ep.samples / (ep.secs > 0 ? ep.secs : 1e-9);
 	st->epoch++;

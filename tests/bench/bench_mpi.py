@@ -15,17 +15,27 @@
 # 1 rank with 2 threads: what the same cores give without MPI. The runs are
 # interleaved, --repeat rounds, and the best of each is kept (the machine
 # is shared); CPU time (user+sys of all processes) is the best run's.
+# The part dtype (issue 19): 2 ranks with --allreduce-dtype f32, bf16 and
+# fp16 (the gradients sent in 16 bits, summed in f32), interleaved with the
+# rest: the bytes each rank all-reduced per step (--log's
+# allreduce_bytes_per_step), ms per step and the final test accuracy, each
+# as a ratio to f32's. On one host the wire is shared memory, so halving
+# the bytes shows little in the time; the bytes are what a network carries.
 # Called by tests/bench/run.sh; writes WORK/mpi.json.
 # Usage: bench_mpi.py --bin DIR --work DIR [--models DIR] [--ort-python PY]
-#        [--epochs N] [--batch B] [--repeat N]
+#        [--epochs N] [--batch B] [--repeat N] [--only scaling,dtype]
 import argparse
 import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import cpu_name, loadavg  # noqa: E402 (the benches' shared conventions)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DATA = "/usr/share/datasets/fashion-mnist"
@@ -72,7 +82,11 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", help="parts, comma-separated: scaling,dtype (default both)")
     a = ap.parse_args()
+    parts = a.only.split(",") if a.only else ["scaling", "dtype"]
+    if any(p not in ("scaling", "dtype") for p in parts):
+        ap.error("--only: the parts are scaling and dtype")
     tool = os.path.join(a.bin, "mltrain")
     if not os.access(tool, os.X_OK):
         print("bench_mpi: %s is missing (make first)" % tool)
@@ -92,25 +106,29 @@ def main():
                # 2 ranks, each a compute and a communication thread, on a host
                # this small: spinning in MPI would take the cores the peer needs
                OMPI_MCA_mpi_yield_when_idle="1")
-    try:
-        up = open("/proc/loadavg").read().split()[:3]
-    except OSError:
-        up = ["?"] * 3
-    print("load average before: %s" % " ".join(up))
+    cpu, isa = cpu_name()
+    print("CPU: %s (%s); load average before: %.2f" % (cpu, isa, loadavg()))
     out = os.path.join(a.work, "mpi-model.mlg")
 
-    def mltrain(np, threads, bucket_mb="25"):
+    def mltrain(np, threads, bucket_mb="25", extra=()):
         return [mpirun, "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
                 "-np", str(np), tool, MODEL, "--data", DATA, "--batch", str(a.batch),
                 "--epochs", str(a.epochs), "--threads", str(threads), "--bucket-mb", bucket_mb,
-                "-q", "-o", out]
+                "-q", "-o", out] + list(extra)
 
-    configs = [
-        ("1 rank, 1 thread", mltrain(1, 1)),
-        ("2 ranks, 1 thread each", mltrain(2, 1)),
-        ("2 ranks, 0.25 MiB buckets", mltrain(2, 1, "0.25")),
-        ("1 rank, 2 threads", mltrain(1, 2)),
-    ]
+    configs = []
+    if "scaling" in parts:
+        configs += [
+            ("1 rank, 1 thread", mltrain(1, 1)),
+            ("2 ranks, 1 thread each", mltrain(2, 1)),
+            ("2 ranks, 0.25 MiB buckets", mltrain(2, 1, "0.25")),
+            ("1 rank, 2 threads", mltrain(1, 2)),
+        ]
+    dtypes = ("f32", "bf16", "fp16") if "dtype" in parts else ()
+    for t in dtypes:
+        if t != "f32" or "scaling" not in parts:  # f32 is the scaling part's 2 ranks
+            configs.append(("2 ranks, --allreduce-dtype " + t,
+                            mltrain(2, 1, extra=("--allreduce-dtype", t))))
     runs = {name: [] for name, _ in configs}
     try:
         for i in range(a.repeat):
@@ -120,15 +138,46 @@ def main():
         print("bench_mpi: %s" % e)
         return 1
     best = {name: max(rs, key=lambda r: r["samples_per_s"]) for name, rs in runs.items()}
+    if "scaling" in parts:
+        scale = scaling(a, best)
+    else:
+        scale = None
+    if dtypes:
+        f32 = "2 ranks, 1 thread each" if "scaling" in parts else "2 ranks, --allreduce-dtype f32"
+        print("--allreduce-dtype: 2 ranks, 1 thread each, global batch %d, the last of %d epochs "
+              "(step ms: median of %d interleaved rounds)" % (a.batch, a.epochs, a.repeat))
+        print("%-6s %12s %7s %8s %7s %10s %9s %9s" % ("dtype", "bytes/step", "ratio", "ms/step",
+                                                  "ratio", "allreduce", "test acc",
+                                                  "acc diff"))
+        base = None
+        for t in dtypes:
+            rs = runs[f32 if t == "f32" else "2 ranks, --allreduce-dtype " + t]
+            r = rs[0]
+            ms = statistics.median(x["step_ms"] for x in rs)
+            arms = statistics.median(x["allreduce_ms_per_step"] for x in rs)
+            acc = r.get("test_accuracy", float("nan"))
+            if base is None:
+                base = (r["allreduce_bytes_per_step"], ms, acc)
+            print("%-6s %12d %6.2fx %8.2f %6.2fx %7.3f ms %8.2f%% %+8.2f" % (
+                t, r["allreduce_bytes_per_step"], r["allreduce_bytes_per_step"] / base[0], ms,
+                ms / base[1], arms, 100 * acc, 100 * (acc - base[2])))
+    print("load average after: %.2f (a shared machine: the figures are indicative)" % loadavg())
+    with open(os.path.join(a.work, "mpi.json"), "w") as f:
+        json.dump({"runs": runs, "best": best, "scaling": scale}, f, indent=1)
+    return 0
+
+
+def scaling(a, best):
+    """The scaling part's table; the scaling from 1 to 2 ranks."""
     print("mltrain, Fashion-MNIST MLP 784-256-128-10, SGD, global batch %d, last of %d epochs "
           "(best of %d, interleaved)" % (a.batch, a.epochs, a.repeat))
-    print("%-26s %10s %8s %11s %9s %9s %7s %8s %7s" % (
+    print("%-30s %10s %8s %11s %9s %9s %7s %8s %7s" % (
         "run", "samples/s", "ms/step", "allreduce", "wait", "metrics", "comm", "wall s",
         "cpu s"))
-    print("%-26s %10s %8s %11s %9s %9s %7s %8s %7s" % (
+    print("%-30s %10s %8s %11s %9s %9s %7s %8s %7s" % (
         "", "", "", "ms/step", "ms/step", "ms/step", "share", "", ""))
     for name, r in best.items():
-        print("%-26s %10.0f %8.2f %11.3f %9.3f %9.3f %6.1f%% %8.2f %7.2f" % (
+        print("%-30s %10.0f %8.2f %11.3f %9.3f %9.3f %6.1f%% %8.2f %7.2f" % (
             name, r["samples_per_s"], r["step_ms"], r["allreduce_ms_per_step"],
             r["wait_ms_per_step"], r["metrics_ms_per_step"], 100 * r["comm_share"],
             r["wall_s"], r["cpu_s"]))
@@ -141,9 +190,7 @@ def main():
           "blocked on communication %.1f%% of the epoch"
           % (100 * two["allreduce_ms_per_step"] / two["step_ms"] if two["step_ms"] else 0,
              100 * two["comm_share"]))
-    with open(os.path.join(a.work, "mpi.json"), "w") as f:
-        json.dump({"runs": runs, "best": best, "scaling": scale}, f, indent=1)
-    return 0
+    return scale
 
 
 if __name__ == "__main__":

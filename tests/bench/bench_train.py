@@ -34,13 +34,37 @@
 # the next batch on a thread of its own, PyTorch indexes the batch inline.
 # Where an OpenCL device exists, seed 0 is trained again with --device cl and
 # its accuracy compared with the CPU's (target: within 0.5 points).
+#
+# Two parts of mltrain alone (issue 19), in interleaved rounds (--rounds,
+# default 3: each configuration once a round; samples/s is the median of
+# the rounds), with the CPU and the load average printed:
+#  accumulate: the MLP (examples/fashion-mlp.mlt, its seeded initial
+#    weights) for one epoch with --batch 16 --accumulate 4 against --batch
+#    64, on the first 59904 training samples (936 batches of 64: the 60000
+#    would leave 3750 micro-batches, which 4 does not divide): the final
+#    training loss, the test accuracy, the largest relative difference of
+#    the weights (over the tensors, max |a - b| / max |b|) and samples/s of
+#    both, and of batch 16 without accumulation (what accumulation itself
+#    costs: batch 16's smaller GEMMs are slower per sample). The two sum
+#    the same gradients in another order, so they part by rounding only,
+#    and then by the divergence that rounding starts.
+#  augment: LeNet (examples/lenet.mlt) on Fashion-MNIST written at bench
+#    time as PNG class folders (--aug-images per class, a tenth of that for
+#    the test folders), 3 epochs, with no augmentation (workers 1) and with
+#    --augment crop=2,flip --normalize with --workers 1 (the default) and 2:
+#    samples/s of epochs 2 and 3 and their time split into the time the
+#    step waited for the loader (--log's loader_wait_s) and the rest (the
+#    step's compute); a loader that keeps up waits near 0.
+# The all-reduce bytes of --allreduce-dtype f32, bf16 and fp16 (2 ranks
+# under mpirun) are bench_mpi.py's (its --only dtype), with its MPI set-up.
 # Usage: bench_train.py --bin DIR --work DIR [--models DIR] [--ort-python PY]
 #        [--data DIR] [--epochs-mlp N] [--epochs-cnn N] [--threads N] [--seeds N]
-#        [--only mlp|lenet]
+#        [--rounds N] [--aug-images N] [--only mlp,lenet,accumulate,augment]
 import argparse
 import gzip
 import json
 import os
+import statistics
 import struct
 import subprocess
 import sys
@@ -49,6 +73,13 @@ import time
 import numpy as np
 import torch
 import torch.nn as nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from bench import cpu_name, loadavg  # noqa: E402 (the benches' shared conventions)
+
+PARTS = ["mlp", "lenet", "accumulate", "augment"]
 
 
 def read_idx(path):
@@ -190,24 +221,48 @@ def main():
     ap.add_argument("--epochs-cnn", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seeds", type=int, help="seeds per model (default: MLP 3, LeNet 20)")
-    ap.add_argument("--only", choices=["mlp", "lenet"])
+    ap.add_argument("--rounds", type=int, default=3, help="accumulate, augment: rounds")
+    ap.add_argument("--aug-images", type=int, default=600,
+                    help="augment: training images per class (10 classes)")
+    ap.add_argument("--only", help="parts, comma-separated: " + ",".join(PARTS))
     a = ap.parse_args()
+    parts = a.only.split(",") if a.only else PARTS
+    bad = [p for p in parts if p not in PARTS]
+    if bad:
+        ap.error("--only: no part %s (parts: %s)" % (",".join(bad), ",".join(PARTS)))
     os.makedirs(a.work, exist_ok=True)
     if not os.path.isdir(a.data):
         print("bench_train: no Fashion-MNIST in %s (apt-get install dataset-fashion-mnist); skipped"
               % a.data)
         return 0
+    cpu, isa = cpu_name()
+    print("CPU: %s (%s); %d thread(s); load average before: %.2f" % (cpu, isa, a.threads,
+                                                                     loadavg()))
     torch.set_num_threads(a.threads)
     xtr, ytr, xte, yte = load(a.data)
     mltrain = os.path.join(a.bin, "mltrain")
     cases = [("mlp", mlp, a.epochs_mlp, a.seeds or 3, (0.5, 1.5)),
              ("lenet", lenet, a.epochs_cnn, a.seeds or 20, (0.5, 1.5))]
     fails = 0
+    if "mlp" in parts or "lenet" in parts:
+        fails += torch_parts(a, parts, cases, mltrain, xtr, ytr, xte, yte)
+    if "accumulate" in parts:
+        fails += accumulate(a, mltrain, xtr, ytr, xte, yte)
+    if "augment" in parts:
+        fails += augment(a, mltrain, xtr, ytr, xte, yte)
+    print("load average after: %.2f (one run on a shared machine: the figures are indicative)"
+          % loadavg())
+    return 1 if fails else 0
+
+
+def torch_parts(a, parts, cases, mltrain, xtr, ytr, xte, yte):
+    """mltrain against PyTorch on the MLP and LeNet; the number of failures."""
+    fails = 0
     print("%-6s %6s | %9s %11s | %9s %11s | %8s %7s" %
           ("model", "epochs", "torch acc", "torch smp/s", "ml acc", "ml smp/s", "acc diff",
            "speed x"))
     for name, make, epochs, nseeds, (tol, speed) in cases:
-        if a.only and a.only != name:
+        if name not in parts:
             continue
         rows = []
         for seed in range(nseeds):
@@ -282,7 +337,153 @@ def main():
                        "met" if abs(cdiff) <= 0.5 else "MISSED"))
         else:
             print("%-6s --device cl: no OpenCL device, not measured" % name)
-    return 1 if fails else 0
+    return fails
+
+
+def ml_run(cmd):
+    """Run mltrain; (the --json report, the --log lines), or raise with its message."""
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("mltrain failed (status %d): %s" % (p.returncode, p.stderr.strip()))
+    log = []
+    if "--log" in cmd:
+        with open(cmd[cmd.index("--log") + 1]) as f:
+            log = [json.loads(ln) for ln in f if ln.startswith("{")]
+    return json.loads(p.stdout), log
+
+
+def weights(bindir, mlg):
+    """The parameters of a trained .mlg (converted to ONNX), by name."""
+    import onnx
+    from onnx import numpy_helper
+    path = mlg[:-4] + ".onnx"
+    p = subprocess.run([os.path.join(bindir, "mlconvert"), mlg, "-o", path],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("mlconvert failed: %s" % p.stderr.strip())
+    return {t.name: numpy_helper.to_array(t).astype(np.float64)
+            for t in onnx.load(path).graph.initializer if t.data_type == 1}
+
+
+def accumulate(a, mltrain, xtr, ytr, xte, yte):
+    """--batch 16 --accumulate 4 against --batch 64 on the MLP; the number of failures."""
+    d = os.path.join(a.work, "fmnist-59904")
+    n = 59904  # 936 batches of 64, 3744 micro-batches of 16
+    os.makedirs(d, exist_ok=True)
+    for name, arr in (("x_train", xtr[:n, None]), ("y_train", ytr[:n].astype(np.int64)),
+                      ("x_test", xte[:, None]), ("y_test", yte.astype(np.int64))):
+        np.save(os.path.join(d, name + ".npy"), arr)
+    model = os.path.join(ROOT, "examples", "fashion-mlp.mlt")
+    configs = [("batch 64", ["--batch", "64"]),
+               ("batch 16, --accumulate 4", ["--batch", "16", "--accumulate", "4"]),
+               ("batch 16 (no accumulation)", ["--batch", "16"])]
+    runs = {c: [] for c, _ in configs}
+    try:
+        for rnd in range(a.rounds):
+            for i, (c, extra) in enumerate(configs):
+                out = os.path.join(a.work, "acc-%d.mlg" % i)
+                cmd = [mltrain, model, "--data", d, "--optimizer", "sgd", "--lr", "0.05",
+                       "--momentum", "0.9", "--epochs", "1", "--seed", "0", "--threads",
+                       str(a.threads), "-q", "--json", "-o", out] + extra
+                runs[c].append(ml_run(cmd)[0])
+        w = [weights(a.bin, os.path.join(a.work, "acc-%d.mlg" % i)) for i in range(2)]
+    except (RuntimeError, ValueError, KeyError) as e:
+        print("accumulate: %s" % e)
+        return 1
+    rel = max(np.abs(w[1][k] - w[0][k]).max() / max(np.abs(w[0][k]).max(), 1e-30) for k in w[0])
+    worst = max(w[0], key=lambda k: np.abs(w[1][k] - w[0][k]).max() /
+                max(np.abs(w[0][k]).max(), 1e-30))
+    print("accumulate: the MLP 784-256-128-10, 1 epoch of %d Fashion-MNIST samples, SGD lr 0.05 "
+          "momentum 0.9, %d thread(s), %d interleaved rounds (samples/s: median)"
+          % (n, a.threads, a.rounds))
+    print("%-26s %10s %9s %10s" % ("run", "loss", "test acc", "samples/s"))
+    sps = {}
+    for c, _ in configs:
+        r = runs[c][0]
+        sps[c] = statistics.median(x["train_samples_per_s"] for x in runs[c])
+        print("%-26s %10.5f %8.2f%% %10.0f%s" % (c, r["loss"], 100 * r["test_accuracy"], sps[c],
+                                                 "  (speed reference: 4x the updates)"
+                                                 if c.endswith("(no accumulation)") else ""))
+    r0, r1 = runs[configs[0][0]][0], runs[configs[1][0]][0]
+    print("accumulate: 16 x 4 against 64: loss difference %+.2e, accuracy difference %+.2f "
+          "points, largest relative weight difference %.2e (%s)" %
+          (r1["loss"] - r0["loss"], 100 * (r1["test_accuracy"] - r0["test_accuracy"]), rel,
+           worst))
+    # what accumulation costs is against batch 16 alone (the same GEMMs, an update
+    # every batch); against batch 64 the smaller GEMMs of batch 16 count too
+    print("accumulate: samples/s of 16 x 4: %.2fx batch 16's (the accumulation's cost), %.2fx "
+          "batch 64's" % (sps[configs[1][0]] / sps[configs[2][0]],
+                          sps[configs[1][0]] / sps[configs[0][0]]))
+    return 0
+
+
+def write_pngs(d, x, y, per_class):
+    """The first per_class images of each class as d/cK/NNNNN.png."""
+    from PIL import Image
+    for k in range(10):
+        os.makedirs(os.path.join(d, "c%d" % k), exist_ok=True)
+        for j, i in enumerate(np.nonzero(y == k)[0][:per_class]):
+            Image.fromarray(x[i]).save(os.path.join(d, "c%d" % k, "%05d.png" % j))
+
+
+def augment(a, mltrain, xtr, ytr, xte, yte):
+    """LeNet on PNG folders, augmented on 1 and 2 workers; the number of failures."""
+    try:
+        import PIL  # noqa: F401
+    except ImportError:
+        print("augment: skipped: no PIL (python3-pil)")
+        return 0
+    per = a.aug_images
+    d = os.path.join(a.work, "fmnist-png-%d" % per)
+    if not os.path.exists(os.path.join(d, "done")):
+        write_pngs(os.path.join(d, "train"), xtr, ytr, per)
+        write_pngs(os.path.join(d, "test"), xte, yte, max(per // 10, 1))
+        open(os.path.join(d, "done"), "w").close()
+    model = os.path.join(ROOT, "examples", "lenet.mlt")
+    aug = ["--augment", "crop=2,flip", "--normalize", "0.286/0.353"]
+    configs = [("plain, 1 worker", ["--workers", "1"]),
+               ("augment, 1 worker", aug + ["--workers", "1"]),
+               ("augment, 2 workers", aug + ["--workers", "2"])]
+    runs = {c: [] for c, _ in configs}
+    log = os.path.join(a.work, "aug-log.jsonl")
+    try:
+        for rnd in range(a.rounds):
+            for c, extra in configs:
+                if os.path.exists(log):
+                    os.remove(log)
+                cmd = [mltrain, model, "--data", d, "--optimizer", "sgd", "--lr", "0.05",
+                       "--momentum", "0.9", "--batch", "64", "--epochs", "3", "--seed", "0",
+                       "--threads", str(a.threads), "-q", "--json", "--log", log, "-o",
+                       os.path.join(a.work, "aug.mlg")] + extra
+                rep, lines = ml_run(cmd)
+                # epochs 2 and 3 (the first warms the caches and the allocator)
+                secs = sum(r["seconds"] for r in lines[1:])
+                wait = sum(r["loader_wait_s"] for r in lines[1:])
+                smp = sum(r["samples_per_s"] * r["seconds"] for r in lines[1:])
+                runs[c].append((smp / secs, wait, secs, rep["test_accuracy"]))
+    except (RuntimeError, ValueError, KeyError, IndexError) as e:
+        print("augment: %s" % e)
+        return 1
+    print("augment: LeNet on %d PNG images (Fashion-MNIST, %d a class), batch 64, %d compute "
+          "thread(s), epochs 2-3 of 3, %d interleaved rounds (medians)"
+          % (10 * per, per, a.threads, a.rounds))
+    print("%-22s %10s %10s %10s %11s %9s" % ("run", "samples/s", "train s", "loader s",
+                                             "compute s", "test acc"))
+    med = {}
+    for c, _ in configs:
+        rs = runs[c]
+        m = [statistics.median(r[i] for r in rs) for i in range(3)]
+        med[c] = m
+        print("%-22s %10.0f %10.3f %10.3f %11.3f %8.2f%%" %
+              (c, m[0], m[2], m[1], m[2] - m[1], 100 * rs[0][3]))
+    for c in ("augment, 1 worker", "augment, 2 workers"):
+        sps, wait, secs = med[c]
+        print("augment: %s: the step waited %.1f%% of the training time for the loader (%s); %.2fx the "
+              "samples/s of no augmentation" %
+              (c, 100 * wait / secs if secs > 0 else 0,
+               "hidden behind the step" if wait <= 0.05 * secs else "NOT hidden",
+               sps / med["plain, 1 worker"][0]))
+    return 0
 
 
 if __name__ == "__main__":

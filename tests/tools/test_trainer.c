@@ -278,6 +278,8 @@ test_resume(void)
 	   "on_epoch: the loss, the accuracy and the evaluation");
 	ok(fabs(a.seen.last.lr - ml_lr_at(&ml_trainer_state(a.t)->sched, 13)) == 0,
 	   "on_epoch: the rate of the last step");
+	ok(a.seen.last.loader_wait_s >= 0 && a.seen.last.loader_wait_s <= a.seen.last.secs,
+	   "on_epoch: the loader's wait is part of the epoch's time");
 	ok(ml_trainer_state(a.t)->epoch == 2 && ml_trainer_state(a.t)->epoch_step == 0,
 	   "the run ends at the start of the third epoch");
 	rc = finish(&a, tmp("a.mlg"), &e);
