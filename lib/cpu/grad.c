@@ -85,38 +85,109 @@ run_ema(struct ml_opctx *c)
 	return 0;
 }
 
+/*
+ * Gradient accumulation (SGDUpdate's input 6, AdamUpdate's 8: the sum S of
+ * the group's gradients so far, attribute accumulate k). Where apply is 0,
+ * S += G is the whole kernel, one pass; where it is 1 the update reads its
+ * gradient as (S + G) (1/k) (the group's mean, rounded as an Add and a Mul
+ * by the f32 or f64 1/k would round it) and S starts again from 0, in the
+ * update's own pass.
+ */
+#define DEF_ACC(SUF, T)								\
+static void									\
+acc_##SUF(T *s, const T *g, int64_t n)						\
+{										\
+	for (int64_t i = 0; i < n; i++)						\
+		s[i] += g[i];							\
+}
+DEF_ACC(f32, float)
+DEF_ACC(f64, double)
+
+/* GRAD: element i of the update's gradient, the group's mean where acc (a loop invariant) */
+#define GRAD(i) (acc != NULL ? (acc[i] + g[i]) * inv : g[i])
+#define DONE(i)								\
+	do {								\
+		if (acc != NULL)					\
+			acc[i] = 0;					\
+	} while (0)
+
 #define DEF_SGD(SUF, T)								\
 static void									\
-sgd_##SUF(T *p, const T *g, T *m, int64_t n, T lr, T mu, T wd, T s, bool nest)	\
+sgd_##SUF(T *p, const T *g, T *m, int64_t n, T lr, T mu, T wd, T s, bool nest, T *acc,	\
+	  T inv)								\
 {										\
 	if (m == NULL) {							\
-		for (int64_t i = 0; i < n; i++)					\
-			p[i] -= lr * (s * g[i] + wd * p[i]);			\
+		for (int64_t i = 0; i < n; i++) {				\
+			p[i] -= lr * (s * GRAD(i) + wd * p[i]);			\
+			DONE(i);						\
+		}								\
 		return;								\
 	}									\
 	if (nest) {								\
 		for (int64_t i = 0; i < n; i++) {				\
-			T d = s * g[i] + wd * p[i];				\
+			T d = s * GRAD(i) + wd * p[i];				\
 			T v = mu * m[i] + d;					\
 			m[i] = v;						\
 			p[i] -= lr * (d + mu * v);				\
+			DONE(i);						\
 		}								\
 		return;								\
 	}									\
 	for (int64_t i = 0; i < n; i++) {					\
-		T v = mu * m[i] + s * g[i] + wd * p[i];				\
+		T v = mu * m[i] + s * GRAD(i) + wd * p[i];			\
 		m[i] = v;							\
 		p[i] -= lr * v;							\
+		DONE(i);							\
 	}									\
 }
 DEF_SGD(f32, float)
 DEF_SGD(f64, double)
 
+/*
+ * accum: input ia (the sum S), when present, must be a stored tensor of
+ * input 0's size; where apply is 0 (*skip) it gets G (input ig) added.
+ * *acc is S's data for the update, and *inv 1/k.
+ */
+static int
+accum(struct ml_opctx *c, int ia, int ig, bool apply, bool *skip, void **acc, double *inv)
+{
+	const struct ml_tval *s = ML_IN(c, ia);
+	*skip = !apply;
+	*acc = NULL;
+	*inv = 1;
+	if (s == NULL)
+		return 0;
+	int t = c->node->in[ia];
+	ML_TRY(same_numel(c, 0, ia));
+	if (s->dtype != c->in[0]->dtype || s->data == NULL ||
+	    (c->g->tensors[t]->kind != ML_TK_PARAM && c->g->tensors[t]->kind != ML_TK_CONST))
+		return ml_opfail(c, ML_EINVAL, "the gradient sum must be a stored tensor of P's dtype");
+	int64_t k = ml_attr_int(c->node, "accumulate", 1);
+	if (k < 1)
+		return ml_opfail(c, ML_EINVAL, "accumulate must be 1 or more, not %lld", (long long)k);
+	*inv = 1.0 / (double)k;
+	*acc = s->data;
+	if (apply || ig < 0)
+		return 0;
+	ML_TRY(same_numel(c, 0, ig));
+	if (c->in[ig]->dtype != s->dtype)
+		return ml_opfail(c, ML_EINVAL, "the gradient must have P's dtype");
+	if (s->dtype == ML_F32)
+		acc_f32(F32(s), F32(c->in[ig]), ml_tval_numel(s));
+	else
+		acc_f64(F64(s), F64(c->in[ig]), ml_tval_numel(s));
+	return 0;
+}
+
 static int
 run_sgd(struct ml_opctx *c)
 {
 	const struct ml_tval *m = ML_IN(c, 3);
-	if (scalar(ML_IN(c, 5), 1) == 0)
+	bool skip;
+	void *acc;
+	double inv;
+	ML_TRY(accum(c, 6, 1, scalar(ML_IN(c, 5), 1) != 0, &skip, &acc, &inv));
+	if (skip)
 		return 0;	/* accumulating: not the group's last micro-batch */
 	ML_TRY(stored(c));
 	ML_TRY(same_numel(c, 0, 1));
@@ -133,10 +204,10 @@ run_sgd(struct ml_opctx *c)
 	int64_t n = ml_tval_numel(c->in[0]);
 	if (c->in[0]->dtype == ML_F32)
 		sgd_f32(F32(c->in[0]), F32(c->in[1]), m != NULL ? F32(m) : NULL, n, (float)lr,
-			(float)mu, (float)wd, (float)s, nest);
+			(float)mu, (float)wd, (float)s, nest, acc, (float)inv);
 	else
 		sgd_f64(F64(c->in[0]), F64(c->in[1]), m != NULL ? F64(m) : NULL, n, lr, mu, wd, s,
-			nest);
+			nest, acc, inv);
 	return 0;
 }
 
@@ -231,7 +302,10 @@ run_train_gemm(struct ml_opctx *c)
 	return 0;
 }
 
-/* GemmSGDUpdate(P, A, B, lr[, M]): SGDUpdate(P, alpha op(A) op(B), lr[, M]). */
+/*
+ * GemmSGDUpdate(P, A, B, lr[, M[, apply, S]]): SGDUpdate(P, alpha op(A) op(B), lr[, M]),
+ * or with S SGDUpdate(P, alpha op(A) op(B), lr, M, "", apply, S).
+ */
 static int
 run_gemm_sgd(struct ml_opctx *c)
 {
@@ -239,6 +313,9 @@ run_gemm_sgd(struct ml_opctx *c)
 	bool ta = ml_attr_int(c->node, "transA", 0) != 0, tb = ml_attr_int(c->node, "transB", 0) != 0;
 	double alpha = ml_attr_float(c->node, "alpha", 1);
 	int64_t m = 0, n = 0, k = 0;
+	bool skip;
+	void *acc;
+	double inv;
 	ML_TRY(stored(c));
 	ML_TRY(tg_dims(c, a, b, ta, tb, &m, &n, &k));
 	if (ml_tval_numel(p) != m * n || a->dtype != p->dtype || b->dtype != p->dtype)
@@ -249,11 +326,17 @@ run_gemm_sgd(struct ml_opctx *c)
 		if (c->g->tensors[t]->kind != ML_TK_PARAM && c->g->tensors[t]->kind != ML_TK_CONST)
 			return ml_opfail(c, ML_EINVAL, "the momentum must be a stored tensor");
 	}
+	/* S's sum is added below, with the product; the update happens where apply is not 0 */
+	bool apply = scalar(ML_IN(c, 5), 1) != 0;
+	ML_TRY(accum(c, 6, -1, apply, &skip, &acc, &inv));
+	if (skip && acc == NULL)
+		return 0;
 	double lr = scalar(c->in[3], 0), mu = ml_attr_float(c->node, "momentum", 0);
 	double wd = ml_attr_float(c->node, "weight_decay", 0);
 	bool nest = ml_attr_int(c->node, "nesterov", 0) != 0;
 	if (p->dtype == ML_F32 && alpha == 1) {
-		struct ml_tgemm_epi e = { .act = ML_TG_SGD, .p = F32(p), .mom = mt ? F32(mt) : NULL,
+		struct ml_tgemm_epi e = { .act = skip ? ML_TG_ACC : ML_TG_SGD, .p = F32(p),
+					  .mom = mt ? F32(mt) : NULL, .acc = acc, .inv = (float)inv,
 					  .lr = (float)lr, .mu = (float)mu, .wd = (float)wd,
 					  .nesterov = nest };
 		if (ml_tgemm(ta, tb, m, n, k, F32(a), ta ? m : k, F32(b), tb ? k : n, NULL, n, &e))
@@ -264,30 +347,35 @@ run_gemm_sgd(struct ml_opctx *c)
 	if ((g.data = ml_cpu_scratch(2, (size_t)(m * n) * ml_dtype_size(p->dtype) + 64)) == NULL)
 		return ml_opfail(c, ML_ENOMEM, "out of memory");
 	int rc = base_gemm(c, in, 2, &g);
-	if (rc == 0 && p->dtype == ML_F32)
+	if (rc == 0 && skip && p->dtype == ML_F32)
+		acc_f32(acc, F32(&g), m * n);
+	else if (rc == 0 && skip)
+		acc_f64(acc, F64(&g), m * n);
+	else if (rc == 0 && p->dtype == ML_F32)
 		sgd_f32(F32(p), F32(&g), mt ? F32(mt) : NULL, m * n, (float)lr, (float)mu, (float)wd,
-			1.0f, nest);
+			1.0f, nest, acc, (float)inv);
 	else if (rc == 0)
-		sgd_f64(F64(p), F64(&g), mt ? F64(mt) : NULL, m * n, lr, mu, wd, 1.0, nest);
+		sgd_f64(F64(p), F64(&g), mt ? F64(mt) : NULL, m * n, lr, mu, wd, 1.0, nest, acc, inv);
 	return rc;
 }
 
 #define DEF_ADAM(SUF, T, SQRT)							\
 static void									\
 adam_##SUF(T *p, const T *g, T *m, T *v, int64_t n, double lr, double b1, double b2,	\
-	   double eps, double wd, bool dec, double s, int64_t t)		\
+	   double eps, double wd, bool dec, double s, int64_t t, T *acc, T inv)	\
 {										\
 	double c1 = 1 - pow(b1, (double)t), c2 = 1 - pow(b2, (double)t);	\
 	T step = (T)(lr / c1), ic2 = (T)(1 / sqrt(c2)), e = (T)eps;		\
 	T B1 = (T)b1, B2 = (T)b2, A1 = (T)(1 - b1), A2 = (T)(1 - b2), S = (T)s;	\
 	T wdg = dec ? 0 : (T)wd, wdp = dec ? (T)(1 - lr * wd) : 1;		\
 	for (int64_t i = 0; i < n; i++) {					\
-		T d = S * g[i] + wdg * p[i];					\
+		T d = S * GRAD(i) + wdg * p[i];					\
 		T mi = B1 * m[i] + A1 * d;					\
 		T vi = B2 * v[i] + A2 * d * d;					\
 		m[i] = mi;							\
 		v[i] = vi;							\
 		p[i] = wdp * p[i] - step * mi / (SQRT(vi) * ic2 + e);		\
+		DONE(i);							\
 	}									\
 }
 DEF_ADAM(f32, float, sqrtf)
@@ -296,7 +384,11 @@ DEF_ADAM(f64, double, sqrt)
 static int
 run_adam(struct ml_opctx *c)
 {
-	if (scalar(ML_IN(c, 7), 1) == 0)
+	bool skip;
+	void *acc;
+	double inv;
+	ML_TRY(accum(c, 8, 1, scalar(ML_IN(c, 7), 1) != 0, &skip, &acc, &inv));
+	if (skip)
 		return 0;	/* accumulating: not the group's last micro-batch */
 	ML_TRY(stored(c));
 	for (int i = 1; i < 6; i++)
@@ -318,10 +410,10 @@ run_adam(struct ml_opctx *c)
 	int64_t n = ml_tval_numel(c->in[0]);
 	if (c->in[0]->dtype == ML_F32)
 		adam_f32(F32(c->in[0]), F32(c->in[1]), F32(c->in[4]), F32(c->in[5]), n, lr, b1, b2,
-			 eps, wd, dec, s, t);
+			 eps, wd, dec, s, t, acc, (float)inv);
 	else
 		adam_f64(F64(c->in[0]), F64(c->in[1]), F64(c->in[4]), F64(c->in[5]), n, lr, b1, b2,
-			 eps, wd, dec, s, t);
+			 eps, wd, dec, s, t, acc, inv);
 	return 0;
 }
 

@@ -146,16 +146,18 @@ void ml_bf16_from_f32(uint16_t *dst, const float *src, int64_t n);
  * (NULL: none), then act: ML_TG_NONE; ML_TG_RELU, max(0, C); ML_TG_RELU_GRAD,
  * C where mask (C's layout) > 0, else 0; ML_TG_SGD, C is the gradient G of
  * p (C's layout, c unused) and the update is SGDUpdate(p, G, lr, mom) with
- * momentum mu, weight decay wd and nesterov (mom NULL: no momentum). It
- * uses scratch slots 0 to 2 and ml_parallel_for. False, with nothing
+ * momentum mu, weight decay wd and nesterov (mom NULL: no momentum), the
+ * gradient being (acc + C) inv, and acc set to 0, where acc is not NULL;
+ * ML_TG_ACC, acc += C (gradient accumulation: acc is the sum, C's layout,
+ * and c unused). It uses scratch slots 0 to 2 and ml_parallel_for. False, with nothing
  * done, without AVX-512 (or ML_PGEMM below it): the caller uses ml_sgemm.
  */
-enum { ML_TG_NONE, ML_TG_RELU, ML_TG_RELU_GRAD, ML_TG_SGD };
+enum { ML_TG_NONE, ML_TG_RELU, ML_TG_RELU_GRAD, ML_TG_SGD, ML_TG_ACC };
 struct ml_tgemm_epi {
 	int act;
 	const float *bias, *mask;
-	float *p, *mom;
-	float lr, mu, wd;
+	float *p, *mom, *acc;
+	float lr, mu, wd, inv;
 	bool nesterov;
 };
 bool ml_tgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,

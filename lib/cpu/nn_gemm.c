@@ -451,8 +451,9 @@ ml_sgemv_own(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, con
  * B is packed into 32-column panels, through 16 x 16 register transposes
  * when it is transposed (a weight W of Y = X W^T). Each tile of C gets the
  * epilogue as it leaves the registers: a bias along the columns, then
- * Relu, the Relu gradient's mask, or the SGD update of the parameter that
- * C is the gradient of (C itself is then never stored).
+ * Relu, the Relu gradient's mask, the SGD update of the parameter that C
+ * is the gradient of, or its addition to a gradient sum (C itself is then
+ * never stored).
  */
 #ifdef HAVE_PGEMM
 struct tg_job {
@@ -580,6 +581,12 @@ tg_row(const struct tg_job *j, int64_t i, int64_t n0, __m512 v0, __m512 v1, __mm
 		v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(_mm512_maskz_loadu_ps(m1, e->mask + off + 16),
 							    z, _CMP_GT_OQ), v1);
 		break;
+	case ML_TG_ACC: {
+		float *ap = e->acc + off;
+		_mm512_mask_storeu_ps(ap, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ap), v0));
+		_mm512_mask_storeu_ps(ap + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ap + 16), v1));
+		return;
+	}
 	case ML_TG_SGD: {
 		/* g = G + wd P; M = mu M + g; P -= lr (nesterov ? g + mu M : M), as sgd_f32 */
 		__m512 lr = _mm512_set1_ps(e->lr), mu = _mm512_set1_ps(e->mu);
@@ -587,6 +594,13 @@ tg_row(const struct tg_job *j, int64_t i, int64_t n0, __m512 v0, __m512 v1, __mm
 		for (int h = 0; h < 2; h++) {
 			__mmask16 mk = h ? m1 : m0;
 			__m512 g = h ? v1 : v0;
+			if (e->acc != NULL) {
+				/* the group's mean (S + G) / k, and S from 0 again */
+				float *ap = e->acc + off + 16 * h;
+				g = _mm512_mul_ps(_mm512_add_ps(_mm512_maskz_loadu_ps(mk, ap), g),
+						  _mm512_set1_ps(e->inv));
+				_mm512_mask_storeu_ps(ap, mk, _mm512_setzero_ps());
+			}
 			float *pp = e->p + off + 16 * h;
 			__m512 p = _mm512_maskz_loadu_ps(mk, pp), d;
 			if (e->mom == NULL || e->nesterov) {
@@ -637,6 +651,10 @@ tg_prefetch(const struct tg_job *j, int64_t i0, int mr, int64_t n0)
 	for (int i = 0; i < mr; i++) {
 		int64_t off = (i0 + i) * j->ldc + n0;
 		for (int h = 0; h < ML_PG_NR && n0 + h < j->n; h += 16) {
+			if (e->acc != NULL)
+				__builtin_prefetch(e->acc + off + h, 1);
+			if (e->act == ML_TG_ACC)
+				continue;
 			__builtin_prefetch(e->p + off + h, 1);
 			if (e->mom != NULL)
 				__builtin_prefetch(e->mom + off + h, 1);
@@ -655,7 +673,7 @@ tk##R(const struct tg_job *j, int64_t i0, int mr, int64_t kc, int64_t kk, const 
 	for (int i = 0; i < R; i++)						\
 		ar[i] = j->a + (i0 + (i < mr ? i : 0)) * j->lda + kc;		\
 	bool first = kc == 0, last = kc + kk == j->k;				\
-	if (last && j->e->act == ML_TG_SGD)					\
+	if (last && (j->e->act == ML_TG_SGD || j->e->act == ML_TG_ACC))	\
 		tg_prefetch(j, i0, mr, n0 + ML_PG_NR);				\
 	PG_PRODUCT(R, kk, bpk)							\
 	for (int i = 0; i < mr; i++)						\
@@ -735,7 +753,7 @@ ml_tgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int6
 		ar = at;
 		lda = k;
 	}
-	if (e->act == ML_TG_SGD) {
+	if (e->act == ML_TG_SGD || e->act == ML_TG_ACC) {
 		c = NULL;
 		ldc = n;
 		if (k > KC && (c = ml_cpu_scratch(2, sizeof(float) * (size_t)(m * n))) == NULL)

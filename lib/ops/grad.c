@@ -25,9 +25,15 @@
  *       same, done only where the float scalar apply is not 0 (else nothing
  *       changes): gradient accumulation's optimizer step on the group's
  *       last micro-batch (M, s may be absent, "")
- *   GemmSGDUpdate(P, A, B, lr[, M]) transA, transB, alpha and SGDUpdate's
- *       attributes: SGDUpdate(P, Gemm(A, B), lr[, M]), the weight gradient's
- *       product and the update in one pass (lib/train's ml_train_fuse)
+ *   SGDUpdate(P, G, lr, M, s, apply, S), AdamUpdate(P, G, lr, t, M, V, s, apply, S)
+ *       accumulate=k: gradient accumulation with its sum S (a stored tensor
+ *       shaped as P): where apply is 0, S += G and nothing else; else the
+ *       update as above of the gradient (S + G) (1/k), and S = 0; one pass
+ *       over the parameter-sized tensors either way
+ *   GemmSGDUpdate(P, A, B, lr[, M[, apply, S]]) transA, transB, alpha and
+ *       SGDUpdate's attributes: SGDUpdate(P, Gemm(A, B), lr[, M]) (with S,
+ *       SGDUpdate(P, Gemm(A, B), lr, M, "", apply, S)), the weight gradient's
+ *       product and the update (or the sum) in one pass (lib/train's ml_train_fuse)
  *
  * Gradient ops (dy is the incoming gradient, the result has x's shape):
  *   ReluGrad(dy, y)               dy where y > 0, else 0 (y: Relu's output)
@@ -158,6 +164,8 @@ infer_sgd(struct ml_opctx *c)
 	ML_TRY(need_scalar(c, 2, true));
 	ML_TRY(need_scalar(c, 4, true));
 	ML_TRY(need_scalar(c, 5, true));
+	ML_TRY(same_dtype(c, 0, 6));
+	ML_TRY(same_shape(c, 0, 6));
 	return 0;
 }
 
@@ -175,6 +183,8 @@ infer_adam(struct ml_opctx *c)
 	ML_TRY(need_scalar(c, 3, false));
 	ML_TRY(need_scalar(c, 6, true));
 	ML_TRY(need_scalar(c, 7, true));
+	ML_TRY(same_dtype(c, 0, 8));
+	ML_TRY(same_shape(c, 0, 8));
 	return 0;
 }
 
@@ -491,6 +501,9 @@ infer_gemm_sgd(struct ml_opctx *c)
 	ML_TRY(same_dtype(c, 0, 4));
 	ML_TRY(same_shape(c, 0, 4));
 	ML_TRY(need_scalar(c, 3, true));
+	ML_TRY(need_scalar(c, 5, true));
+	ML_TRY(same_dtype(c, 0, 6));
+	ML_TRY(same_shape(c, 0, 6));
 	ML_TRY(tg_shape(c, 1, &m, &n, &k));
 	if (m >= 0 && n >= 0 && !numel_is(c->in[0], m * n))
 		return ml_opfail(c, ML_EINVAL, "P must have the product's shape");
@@ -539,8 +552,8 @@ flops_conv_grad(const struct ml_opctx *c)
 const struct ml_opdef ml_opdefs_grad[] = {
 	{ ML_OP_ASSIGN, 2, 2, 0, 0, infer_assign, NULL, .flags = ML_OPF_SIDE_EFFECT },
 	{ ML_OP_EMA_UPDATE, 2, 2, 0, 0, infer_assign, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
-	{ ML_OP_SGD_UPDATE, 3, 6, 0, 0, infer_sgd, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
-	{ ML_OP_ADAM_UPDATE, 6, 8, 0, 0, infer_adam, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
+	{ ML_OP_SGD_UPDATE, 3, 7, 0, 0, infer_sgd, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
+	{ ML_OP_ADAM_UPDATE, 6, 9, 0, 0, infer_adam, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
 	{ ML_OP_RELU_GRAD, 2, 2, 1, 1, infer_pointwise_grad, flops_numel },
 	{ ML_OP_UNARY_GRAD, 2, 2, 1, 1, infer_pointwise_grad, flops_numel },
 	{ ML_OP_MAXPOOL_GRAD, 2, 2, 1, 1, infer_pool_grad, flops_numel },
@@ -556,7 +569,7 @@ const struct ml_opdef ml_opdefs_grad[] = {
 	{ ML_OP_BCE_LOGITS_GRAD, 3, 3, 1, 1, infer_bce, flops_numel },
 	{ ML_OP_DROPOUT_TRAINING, 2, 2, 1, 2, infer_dropout, flops_numel, .flags = ML_OPF_RANDOM },
 	{ ML_OP_TRAIN_GEMM, 2, 4, 1, 1, infer_train_gemm, flops_tg },
-	{ ML_OP_GEMM_SGD_UPDATE, 4, 5, 0, 0, infer_gemm_sgd, flops_tg,
+	{ ML_OP_GEMM_SGD_UPDATE, 4, 7, 0, 0, infer_gemm_sgd, flops_tg,
 	  .flags = ML_OPF_SIDE_EFFECT },
 	{ .op = ML_OP_NONE },
 };

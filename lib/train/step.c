@@ -599,14 +599,17 @@ scalar_const(struct sb *b, enum ml_dtype dt, double v)
 /*
  * accumulate: gradient accumulation over groups of k micro-batches (one
  * step graph run each). A micro-batch counter (slot train.micro) tells the
- * group's last run, where apply (*apply, a dt scalar) is 1, else 0; each
- * gradient gx[i] is added to its sum (slot P.grad_acc), and replaced by
- * the group's mean sum / k, which the updates read and do only where apply
- * is 1; the sums start again from 0 after that run. Returns apply as int64
- * (the optimizer step's increment).
+ * group's last run, where apply (*apply, a dt scalar) is 1, else 0. Each
+ * gradient gx[i] has its sum, slot P.grad_acc (acc[i]), which the update
+ * reads (its input S, attribute accumulate k): it adds gx[i] there where
+ * apply is 0, and where it is 1 steps with the group's mean (sum + gx[i]) / k
+ * and sets the sum to 0, so that a micro-batch costs one pass over the
+ * parameter-sized tensors. Returns apply as int64 (the optimizer step's
+ * increment).
  */
 static int
-accumulate(struct sb *b, int k, const int *params, int *gx, int n, enum ml_dtype dt, int *apply)
+accumulate(struct sb *b, int k, const int *params, const int *gx, int n, enum ml_dtype dt,
+	   int *apply, int *acc)
 {
 	struct ml_graph *g = b->g;
 	int64_t zero = 0, kk = k;
@@ -627,63 +630,48 @@ accumulate(struct sb *b, int k, const int *params, int *gx, int n, enum ml_dtype
 	int api = node1(b, "Cast", "", "optimizer/apply_i64", 1, &last);
 	if (api < 0 || ml_node_set_int(g, g->n_nodes - 1, "to", (int64_t)ML_I64) < 0)
 		return api < 0 ? api : ML_ENOMEM;
-	int ks[2] = { scalar_const(b, dt, 1), ap };
-	int keep = node1(b, "Sub", "", "optimizer/keep", 2, ks);
-	int inv = scalar_const(b, dt, 1.0 / k);
-	if (keep < 0 || inv < 0)
-		return keep < 0 ? keep : inv;
 	for (int i = 0; i < n; i++) {
+		acc[i] = -1;
 		if (gx[i] < 0)
 			continue;
 		snprintf(nm, sizeof nm, "%s.grad_acc", g->tensors[params[i]]->name);
-		int acc = slot(b, nm, params[i], 0, 0, NULL, NULL);
-		int sa[2] = { acc, gx[i] };
-		int sum = node1(b, "Add", "", "optimizer/grad_sum", 2, sa);
-		int sk[2] = { sum, keep };
-		int kept = node1(b, "Mul", "", "optimizer/grad_keep", 2, sk);
-		int sv[2] = { acc, kept };
-		ML_TRY(node(b, "Assign", "ml", "optimizer/grad_acc_assign", 2, sv, 0, NULL));
-		int mi[2] = { sum, inv };
-		if ((gx[i] = node1(b, "Mul", "", "optimizer/grad_mean", 2, mi)) < 0)
-			return gx[i];
+		if ((acc[i] = slot(b, nm, params[i], 0, 0, NULL, NULL)) < 0)
+			return acc[i];
 	}
 	*apply = ap;
 	return api;
 }
 
+/*
+ * group_mean: gm[i] = (acc[i] + gx[i]) / k, the gradients that clipping
+ * measures when accumulating (the updates compute them again in their pass).
+ */
 static int
-optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, int *gx, int n,
-	  int lr)
+group_mean(struct sb *b, int k, const int *acc, const int *gx, int *gm, int n, enum ml_dtype dt)
+{
+	int inv = scalar_const(b, dt, 1.0 / k);
+	if (inv < 0)
+		return inv;
+	for (int i = 0; i < n; i++) {
+		gm[i] = -1;
+		if (gx[i] < 0)
+			continue;
+		int sa[2] = { acc[i], gx[i] };
+		int sum = node1(b, "Add", "", "optimizer/grad_sum", 2, sa);
+		int mi[2] = { sum, inv };
+		if ((gm[i] = node1(b, "Mul", "", "optimizer/grad_mean", 2, mi)) < 0)
+			return gm[i];
+	}
+	return 0;
+}
+
+/* updates: the optimizer's update of each parameter (with apply and acc: accumulating) */
+static int
+updates(struct sb *b, const struct ml_train_opts *o, const int *params, const int *gx, int n,
+	int lr, int t, int scale, int apply, const int *acc)
 {
 	struct ml_graph *g = b->g;
 	char nm[400];
-	int64_t zero = 0;
-	enum ml_dtype dt = ML_F32;
-	for (int i = 0; i < n; i++)
-		if (gx[i] >= 0) {
-			dt = g->tensors[params[i]]->dtype;
-			break;
-		}
-	int step = slot(b, "train.step", -1, ML_I64, 0, NULL, &zero);
-	if (step < 0)
-		return step;
-	int apply = -1, t;
-	if (o->accumulate > 1) {
-		int applyi = accumulate(b, o->accumulate, params, gx, n, dt, &apply);
-		if (applyi < 0)
-			return applyi;
-		int in[2] = { step, applyi };
-		t = node1(b, "Add", "", "optimizer/step", 2, in);
-	} else {
-		t = increment(b, step, "optimizer/step");
-	}
-	if (t < 0)
-		return t;
-	int as[2] = { step, t };
-	ML_TRY(node(b, "Assign", "ml", "optimizer/step_assign", 2, as, 0, NULL));
-	int scale = -1;
-	if (o->clip_norm > 0 && (scale = clip_scale(b, gx, n, o->clip_norm, dt)) < -1)
-		return scale;
 	for (int i = 0; i < n; i++) {
 		if (gx[i] < 0)
 			continue;
@@ -697,13 +685,14 @@ optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, int *g
 				if ((m = slot(b, nm, p, 0, 0, NULL, NULL)) < 0)
 					return m;
 			}
-			int in[6] = { p, gx[i], lr, m, scale, apply };
+			int in[7] = { p, gx[i], lr, m, scale, apply, acc != NULL ? acc[i] : -1 };
 			snprintf(nm, sizeof nm, "optimizer/%s", g->tensors[p]->name);
 			ni = node(b, "SGDUpdate", "ml", nm,
-				  apply >= 0 ? 6 : scale >= 0 ? 5 : m >= 0 ? 4 : 3, in, 0, NULL);
+				  apply >= 0 ? 7 : scale >= 0 ? 5 : m >= 0 ? 4 : 3, in, 0, NULL);
 			if (ni < 0)
 				return ni;
-			if ((o->momentum != 0 && ml_node_set_float(g, ni, "momentum", o->momentum) < 0) ||
+			if ((apply >= 0 && ml_node_set_int(g, ni, "accumulate", o->accumulate) < 0) ||
+			    (o->momentum != 0 && ml_node_set_float(g, ni, "momentum", o->momentum) < 0) ||
 			    (o->nesterov && ml_node_set_int(g, ni, "nesterov", 1) < 0) ||
 			    (o->weight_decay != 0 &&
 			     ml_node_set_float(g, ni, "weight_decay", o->weight_decay) < 0))
@@ -717,13 +706,14 @@ optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, int *g
 			int v = slot(b, nm, p, 0, 0, NULL, NULL);
 			if (v < 0)
 				return v;
-			int in[8] = { p, gx[i], lr, t, m, v, scale, apply };
+			int in[9] = { p, gx[i], lr, t, m, v, scale, apply, acc != NULL ? acc[i] : -1 };
 			snprintf(nm, sizeof nm, "optimizer/%s", g->tensors[p]->name);
-			ni = node(b, "AdamUpdate", "ml", nm, apply >= 0 ? 8 : scale >= 0 ? 7 : 6, in, 0,
+			ni = node(b, "AdamUpdate", "ml", nm, apply >= 0 ? 9 : scale >= 0 ? 7 : 6, in, 0,
 				  NULL);
 			if (ni < 0)
 				return ni;
-			if (ml_node_set_float(g, ni, "beta1", o->beta1) < 0 ||
+			if ((apply >= 0 && ml_node_set_int(g, ni, "accumulate", o->accumulate) < 0) ||
+			    ml_node_set_float(g, ni, "beta1", o->beta1) < 0 ||
 			    ml_node_set_float(g, ni, "beta2", o->beta2) < 0 ||
 			    ml_node_set_float(g, ni, "epsilon", o->eps) < 0 ||
 			    ml_node_set_float(g, ni, "weight_decay", o->weight_decay) < 0 ||
@@ -732,6 +722,63 @@ optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, int *g
 		}
 	}
 	return 0;
+}
+
+static int
+optimizer(struct sb *b, const struct ml_train_opts *o, const int *params, int *gx, int n,
+	  int lr)
+{
+	struct ml_graph *g = b->g;
+	int64_t zero = 0;
+	enum ml_dtype dt = ML_F32;
+	for (int i = 0; i < n; i++)
+		if (gx[i] >= 0) {
+			dt = g->tensors[params[i]]->dtype;
+			break;
+		}
+	int step = slot(b, "train.step", -1, ML_I64, 0, NULL, &zero);
+	if (step < 0)
+		return step;
+	int apply = -1, t, rc = 0;
+	int *acc = NULL, *gm = NULL;
+	if (o->accumulate > 1) {
+		acc = ml_malloc(sizeof(int) * ((size_t)n + 1));
+		gm = ml_malloc(sizeof(int) * ((size_t)n + 1));
+		if (acc == NULL || gm == NULL) {
+			rc = ml_fail(b->e, ML_ENOMEM, "out of memory");
+			goto out;
+		}
+		int applyi = accumulate(b, o->accumulate, params, gx, n, dt, &apply, acc);
+		if (applyi < 0) {
+			rc = applyi;
+			goto out;
+		}
+		int in[2] = { step, applyi };
+		t = node1(b, "Add", "", "optimizer/step", 2, in);
+	} else {
+		t = increment(b, step, "optimizer/step");
+	}
+	if (t < 0) {
+		rc = t;
+		goto out;
+	}
+	int as[2] = { step, t };
+	if ((rc = node(b, "Assign", "ml", "optimizer/step_assign", 2, as, 0, NULL)) < 0)
+		goto out;
+	int scale = -1;
+	if (o->clip_norm > 0) {
+		if (acc != NULL && (rc = group_mean(b, o->accumulate, acc, gx, gm, n, dt)) < 0)
+			goto out;
+		if ((scale = clip_scale(b, acc != NULL ? gm : gx, n, o->clip_norm, dt)) < -1) {
+			rc = scale;
+			goto out;
+		}
+	}
+	rc = updates(b, o, params, gx, n, lr, t, scale, apply, acc);
+out:
+	ml_free(acc);
+	ml_free(gm);
+	return rc;
 }
 
 static int
@@ -893,15 +940,19 @@ fuse_gemm(struct sb *b, int i, const int *cnt, const int *who, const int *where,
 	bool ta = ml_attr_int(n, "transA", 0) != 0, tb = ml_attr_int(n, "transB", 0) != 0;
 	double alpha = ml_attr_float(n, "alpha", 1);
 	*gone = -1;
-	if (fold && un != NULL && un->op == ML_OP_SGD_UPDATE && uj == 1 && un->n_in <= 4 && cc < 0 &&
-	    plain_act(g, a) && plain_act(g, bb)) {
-		int in[5] = { un->in[0], a, bb, un->in[2], un->n_in > 3 ? un->in[3] : -1 };
+	/* an SGDUpdate without clipping's scale (accumulating or not) */
+	if (fold && un != NULL && un->op == ML_OP_SGD_UPDATE && uj == 1 &&
+	    (un->n_in <= 4 || (un->n_in == 7 && un->in[4] < 0)) && cc < 0 && plain_act(g, a) &&
+	    plain_act(g, bb)) {
+		int in[7] = { un->in[0], a, bb, un->in[2], un->n_in > 3 ? un->in[3] : -1,
+			      un->n_in > 5 ? un->in[5] : -1, un->n_in > 6 ? un->in[6] : -1 };
+		int nin = in[6] >= 0 ? 7 : in[4] >= 0 ? 5 : 4;
 		if ((ta && ml_node_set_int(g, u, "transA", 1) < 0) ||
 		    (tb && ml_node_set_int(g, u, "transB", 1) < 0) ||
 		    (alpha != 1 && ml_node_set_float(g, u, "alpha", alpha) < 0))
 			return ml_fail(b->e, ML_ENOMEM, "out of memory");
 		*gone = i;
-		return set_node_op(b, u, ML_OP_GEMM_SGD_UPDATE, in[4] >= 0 ? 5 : 4, in, 0, NULL);
+		return set_node_op(b, u, ML_OP_GEMM_SGD_UPDATE, nin, in, 0, NULL);
 	}
 	int in[4] = { a, bb, cc, -1 }, nin = n->n_in, out = y;
 	const char *act = "none";

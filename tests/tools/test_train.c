@@ -450,7 +450,9 @@ count_op(const struct ml_graph *g, enum ml_op op)
  * ml_train_fuse: the fused step (TrainGemm with Relu and ReluGrad,
  * GemmSGDUpdate) trains as the step it was made from, for SGD with and
  * without momentum, Nesterov and weight decay, a batch whose weight
- * gradients span two k blocks of the SGEMM, and leaves clipped updates alone.
+ * gradients span two k blocks of the SGEMM, and gradient accumulation (the
+ * sums added in the product's epilogue, the group's mean read there), and
+ * leaves clipped updates alone.
  */
 static void
 test_fuse(void)
@@ -458,8 +460,9 @@ test_fuse(void)
 	static const struct {
 		double mom, wd;
 		bool nest;
-		int batch;
-	} cfg[] = { { 0.9, 0, false, 37 }, { 0, 1e-3, false, 64 }, { 0.9, 1e-3, true, 270 } };
+		int batch, acc;
+	} cfg[] = { { 0.9, 0, false, 37, 1 }, { 0, 1e-3, false, 64, 1 }, { 0.9, 1e-3, true, 270, 1 },
+		    { 0.9, 0, false, 37, 2 }, { 0, 1e-3, false, 64, 3 }, { 0.9, 1e-3, true, 270, 3 } };
 	for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++) {
 		struct ml_err e = { 0 };
 		struct ml_graph *m = from_text(wide_text), *g[2] = { NULL, NULL };
@@ -472,6 +475,7 @@ test_fuse(void)
 		o.momentum = cfg[ci].mom;
 		o.weight_decay = cfg[ci].wd;
 		o.nesterov = cfg[ci].nest;
+		o.accumulate = cfg[ci].acc;
 		for (int f = 0; f < 2 && good; f++)
 			good = ml_train_step_graph(&g[f], m, &o, &e) == 0 &&
 			       (f == 0 || ml_train_fuse(g[f], true, &e) == 0) &&
@@ -484,6 +488,7 @@ test_fuse(void)
 				count_op(g[1], ML_OP_TRAIN_GEMM) == 5 && side_effects_last(g[1]);
 		set_lr(&b, 0.05f);
 		double worst = 0;
+		/* with accumulate 3, the 4th step leaves a gradient in the sums */
 		for (int it = 0; it < 4 && good; it++) {
 			wide(&b, cfg[ci].batch);
 			for (int f = 0; f < 2 && good; f++)
@@ -491,10 +496,11 @@ test_fuse(void)
 			worst = fmax(worst, fabs(l[0] - l[1]));
 		}
 		static const char *const names[] = { "dense1.weight", "dense2.weight", "dense3.bias",
-						     "dense1.weight.momentum" };
-		for (int k = 0; k < 4 && good; k++) {
+						     "dense1.weight.momentum", "dense1.weight.grad_acc",
+						     "dense3.bias.grad_acc" };
+		for (int k = 0; k < 6 && good; k++) {
 			int t0 = ml_graph_find(g[0], names[k]), t1 = ml_graph_find(g[1], names[k]);
-			if (t0 < 0 && cfg[ci].mom == 0)
+			if (t0 < 0 && ((k == 3 && cfg[ci].mom == 0) || (k > 3 && cfg[ci].acc == 1)))
 				continue;
 			good = t0 >= 0 && t1 >= 0;
 			const struct ml_tensor *a = good ? g[0]->tensors[t0] : NULL;
@@ -508,8 +514,8 @@ test_fuse(void)
 		printf("# fused vs unfused: largest difference %g\n", worst);
 		char what[160];
 		snprintf(what, sizeof what, "a fused CPU step trains as the unfused one (momentum %g, "
-			 "weight decay %g%s, batch %d)", cfg[ci].mom, cfg[ci].wd,
-			 cfg[ci].nest ? ", Nesterov" : "", cfg[ci].batch);
+			 "weight decay %g%s, batch %d, accumulate %d)", cfg[ci].mom, cfg[ci].wd,
+			 cfg[ci].nest ? ", Nesterov" : "", cfg[ci].batch, cfg[ci].acc);
 		ok(good && shape && worst < 1e-4, what);
 		for (int f = 0; f < 2; f++) {
 			ml_session_free(s[f]);
