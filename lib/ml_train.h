@@ -97,7 +97,8 @@ struct ml_train_opts {
 	const char *const *frozen;
 	uint64_t seed;		/* initial RNG state of Dropout in training mode */
 	int accumulate;		/* > 1: sum the gradients of this many runs (micro-batches)
-				 * and update on the last with their mean (0, 1: every run) */
+				 * and update on the last with their mean (0, 1: every run);
+				 * the updates keep the sums (P.grad_acc) themselves */
 	bool accuracy;		/* also output "train.correct" (default false; see below) */
 };
 
@@ -252,7 +253,9 @@ void ml_train_eval_free(struct ml_train_eval *ev);
  * each f32 Gemm becomes an ml.TrainGemm that also applies the Relu or
  * ReluGrad that alone reads its output, and a weight gradient's Gemm that
  * only an SGDUpdate reads (no clipping) merges into it as ml.GemmSGDUpdate
- * (see lib/ops/grad.c), so the gradient is never stored. The result is
+ * (see lib/ops/grad.c), so the gradient is never stored (accumulating, it
+ * is added to its sum as it leaves the product, or the group's mean that
+ * the update reads is formed there). The result is
  * the same step. Other devices run these ops on the CPU: call it only for
  * a step that runs on the CPU. With fold_updates false the updates keep
  * their nodes and the gradients stay tensors, as ml_train_distribute

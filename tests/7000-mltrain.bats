@@ -335,6 +335,40 @@ PYEOF
 	[[ $stderr == *"keeps its data order"* ]]
 }
 
+@test "--accumulate adds each gradient to its sum in the update's pass; ML_PGEMM=0 and --device cl train as the fused CPU step" {
+	# the CPU step: the weight gradients' products add into the sums (GemmSGDUpdate),
+	# the biases' updates read theirs; no separate sum, mask, mean or store nodes
+	run -0 mltrain tiny.mlt --dump-step acc.mlg --accumulate 4
+	run -0 mlconvert acc.mlg -o acc.mlt
+	[ "$(grep -c '= ml.GemmSGDUpdate <accumulate = 4, .*\.grad_acc)$' acc.mlt)" -eq 2 ]
+	[ "$(grep -c '= ml.SGDUpdate <accumulate = 4> .*\.grad_acc)$' acc.mlt)" -eq 2 ]
+	[ "$(grep -c 'grad_sum\|grad_mean\|grad_keep\|grad_acc_assign' acc.mlt)" -eq 0 ]
+	# clipping measures the group's mean, computed for it alone
+	run -0 mltrain tiny.mlt --dump-step clip.mlg --accumulate 4 --clip-norm 1
+	run -0 mlconvert clip.mlg -o clip.mlt
+	[ "$(grep -c '= ml.SGDUpdate <accumulate = 4> .*\.grad_acc)$' clip.mlt)" -eq 4 ]
+	[ "$(grep -c '= Mul (.*optimizer/grad_sum' clip.mlt)" -eq 4 ]
+	# the AVX-512 epilogue, BLAS and a second pass, and OpenCL train alike
+	ACC="--lr 0.05 --momentum 0.9 --batch 4 --accumulate 4 --threads 1 --epochs 2 --json -q"
+	mltrain tiny.mlt --data d $ACC -o f.mlg >f.json
+	ML_PGEMM=0 mltrain tiny.mlt --data d $ACC -o b.mlg >b.json
+	ok=0
+	if mlrun --devices --json 2>/dev/null | grep -q '"cl:0"'; then
+		mltrain tiny.mlt --data d $ACC --device cl -o cl.mlg >cl.json
+		run -0 mlrun cl.mlg --random
+		ok=1
+	fi
+	"$PY" - "$ok" <<'PYEOF'
+import json, sys
+a, b = json.load(open("f.json")), json.load(open("b.json"))
+assert abs(a["loss"] - b["loss"]) <= 1e-4 * abs(a["loss"]), (a, b)
+if sys.argv[1] == "1":
+    c = json.load(open("cl.json"))
+    assert abs(a["test_accuracy"] - c["test_accuracy"]) <= 0.005, (a, c)
+    assert abs(a["loss"] - c["loss"]) <= 1e-3 + 1e-2 * abs(a["loss"]), (a, c)
+PYEOF
+}
+
 @test "--device cl trains to the same losses as the CPU, and its model runs" {
 	mlrun --devices --json >devs.json 2>/dev/null || skip "mlrun --devices failed"
 	grep -q '"cl:0"' devs.json || skip "no OpenCL device"

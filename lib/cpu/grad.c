@@ -159,7 +159,7 @@ accum(struct ml_opctx *c, int ia, int ig, bool apply, bool *skip, void **acc, do
 		return 0;
 	int t = c->node->in[ia];
 	ML_TRY(same_numel(c, 0, ia));
-	if (s->dtype != c->in[0]->dtype || s->data == NULL ||
+	if (s->dtype != c->in[0]->dtype || s->data == NULL || c->g == NULL ||
 	    (c->g->tensors[t]->kind != ML_TK_PARAM && c->g->tensors[t]->kind != ML_TK_CONST))
 		return ml_opfail(c, ML_EINVAL, "the gradient sum must be a stored tensor of P's dtype");
 	int64_t k = ml_attr_int(c->node, "accumulate", 1);
