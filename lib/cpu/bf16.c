@@ -40,6 +40,7 @@
 #include "ml_impl.h"
 #include "cpu/nn.h"
 #include "ops/fused.h"
+#include "cpu/train_conv.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define HAVE_BF16 1
@@ -921,6 +922,15 @@ ml_cpu_bf16_run(struct ml_opctx *c)
 	if (c->node->op == ML_OP_CONV && c->n_in >= 2 && c->in[0] != NULL && c->in[1] != NULL &&
 	    c->in[0]->dtype == ML_F32 && c->in[1]->dtype == ML_F32 && c->n_out >= 1 &&
 	    c->out[0]->dtype == ML_F32 && !in_emulation && ml_node_bf16(c->node)) {
+		/*
+		 * Few output channels (a LeNet's): the f32 direct kernels
+		 * (train_conv.c, nn_conv.c) beat the bf16 GEMM, whose 12-row
+		 * tiles would run mostly empty; they stay f32, as their
+		 * gradients do (grad.c).
+		 */
+		struct ml_conv3 v;
+		if (ml_cpu_conv3(c, &v) < 0 || ml_train_conv_ok(&v))
+			return 1;
 		int tp = ml_bf16_train_path();
 		if (tp == 2)
 			return conv_step(c);

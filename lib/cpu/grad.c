@@ -864,9 +864,11 @@ run_conv_grad(struct ml_opctx *c)
 		      v.s[0] * v.s[1] * v.s[2] == 1;
 	/*
 	 * bf16 (on AVX512_BF16, or emulated): the column GEMMs, which round
-	 * their operands, instead of train_conv.c's f32 kernels
+	 * their operands; not where train_conv.c's f32 kernels apply, which
+	 * are faster than the bf16 GEMM on so few output channels (bf16.c)
 	 */
-	int ty = !f32 ? 0 : ml_node_bf16(c->node) && ml_bf16_train_path() != 0 ? 2 : 1;
+	int ty = !f32 ? 0 : ml_node_bf16(c->node) && ml_bf16_train_path() != 0 &&
+				    (direct || !ml_train_conv_ok(&v)) ? 2 : 1;
 	if (ty == 1 && !direct && ml_train_conv_ok(&v) && getenv("ML_TRAIN_CONV_BLAS") == NULL) {
 		if (gi || v.n == 0)
 			memset(c->out[0]->data, 0, (size_t)ml_tval_nbytes(c->out[0]));

@@ -1168,7 +1168,7 @@ static const char *wmlp_text =
 static const char *pcnn_text =
 	"<ir_version: 8, opset_import: [\"\" : 17], seed: 5>\n"
 	"cnn (float[N,3,8,8] x) => (float[N,4] y)\n"
-	"{\n    conv(filters=8, kernel=3, pad=1, act=tanh)\n    conv(filters=8, kernel=3, pad=1)\n"
+	"{\n    conv(filters=8, kernel=3, pad=1, act=tanh)\n    conv(filters=24, kernel=3, pad=1)\n"
 	"    act(tanh)\n    pool(avg, size=2, stride=2)\n    flatten\n    dense(units=4)\n}\n";
 
 static void
