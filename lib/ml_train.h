@@ -74,8 +74,11 @@ enum ml_optim {
  * optimizer state, the loss, reductions, norms and activations stay f32.
  * The step graph's product nodes carry the attribute precision = "bf16",
  * which the CPU kernels read (vdpbf16ps on AVX512_BF16; elsewhere, and with
- * ML_BF16=f32, the operands rounded and the f32 GEMM). ML_PREC_F16 has no
- * CPU arithmetic: ml_train_step_graph refuses it (ML_ENOTSUP).
+ * ML_BF16=f32, the operands rounded and the f32 kernels; a CPU without
+ * AVX512_BF16 runs them as f32). Convolutions with few output channels
+ * (a LeNet's) stay f32, their direct kernels being faster. The OpenCL
+ * kernels ignore the attribute (f32). ML_PREC_F16 has no CPU arithmetic:
+ * ml_train_step_graph refuses it (ML_ENOTSUP).
  */
 enum ml_precision {
 	ML_PREC_F32 = 0,
