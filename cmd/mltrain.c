@@ -951,6 +951,8 @@ build_step(struct run *r, const struct args *a)
 		ml_train_param_count(r->step, &to, &np, &ne);
 		fprintf(stderr, "%s: %s: %d parameter tensors, %lld values; step graph of %d nodes\n",
 			progname, a->from, np, (long long)ne, r->step->n_nodes);
+		if (ml_precision_note(to.precision) != NULL)
+			fprintf(stderr, "%s: %s\n", progname, ml_precision_note(to.precision));
 	}
 	/* under MPI the updates keep their nodes, since the gradients must be all-reduced first */
 	if (strcmp(r->device, "cpu") == 0 && ml_train_fuse(r->step, ml_dist_size() <= 1, &err) < 0)

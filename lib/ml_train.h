@@ -89,6 +89,8 @@ enum ml_precision {
 /* ml_precision_name: "fp32", "bf16", "fp16" (NULL: unknown); ml_precision_from_name: -1 unknown. */
 const char *ml_precision_name(int prec);
 int ml_precision_from_name(const char *s);
+/* ml_precision_note: how the CPU runs prec's products, one phrase (-v); NULL for fp32. */
+const char *ml_precision_note(int prec);
 
 /*
  * ml_loss_name / ml_optim_name: "softmax-cross-entropy", "nll", "mse",

@@ -519,6 +519,17 @@ PYEOF
 	cmp r.mlg full.mlg
 	run -0 mlconvert r.ckpt.mlg -o ck.mlt
 	grep -q 'precision: 1' ck.mlt
+	# -v says how this CPU runs them; ML_BF16=f32 emulates them
+	run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 -v -o v.mlg
+	if grep -q avx512_bf16 /proc/cpuinfo; then
+		[[ "$output" == *"mltrain: bf16 products on vdpbf16ps (AVX512_BF16)"* ]]
+	else
+		[[ "$output" == *"mltrain: bf16 products run as f32: this CPU has no AVX512_BF16"* ]]
+	fi
+	ML_BF16=f32 run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 -v -o v.mlg
+	[[ "$output" == *"mltrain: bf16 products emulated: f32 kernels on rounded operands (ML_BF16=f32)"* ]]
+	run -0 mltrain tiny.mlt --data d $TRAIN -v -o v.mlg
+	[[ "$output" != *"bf16 products"* ]]
 	# given: a resume may change it (the weights and optimizer state are f32 either way)
 	run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 --epochs 1 -q -o s.mlg
 	run -0 mltrain --resume s.ckpt.mlg --data d --epochs 2 --precision fp32 --threads 1 -q -o s.mlg

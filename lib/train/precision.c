@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "cpu/nn.h"
 #include "train/train.h"
 
 static const char *const prec_names[] = { "fp32", "bf16", "fp16" };
@@ -59,4 +60,19 @@ ml_train_mark_precision(struct ml_graph *g, int prec, struct ml_err *e)
 			return ml_fail(e, ML_ENOMEM, "out of memory");
 	}
 	return 0;
+}
+
+const char *
+ml_precision_note(int prec)
+{
+	if (prec != ML_PREC_BF16)
+		return NULL;
+	switch (ml_bf16_train_path()) {
+	case 2:
+		return "bf16 products on vdpbf16ps (AVX512_BF16)";
+	case 1:
+		return "bf16 products emulated: f32 kernels on rounded operands (ML_BF16=f32)";
+	default:
+		return "bf16 products run as f32: this CPU has no AVX512_BF16";
+	}
 }
