@@ -21,7 +21,7 @@ static const char synopsis[] =
 	"mltrain [-qv] --data PATH -o OUT.mlg [--loss L] [--optimizer O] [--lr F] [--momentum F]\n"
 	"               [--nesterov] [--weight-decay F] [--clip-norm F] [--lr-schedule S]\n"
 	"               [--batch N] [--accumulate K] [--epochs N] [--seed S] [--val-split F]\n"
-	"               [--checkpoint-every N]\n"
+	"               [--checkpoint-every N] [--precision P]\n"
 	"               [--checkpoint FILE] [--resume CKPT.mlg] [--device DEV] [--threads N]\n"
 	"               [--log FILE] [--json] [--bucket-mb MiB] [--allreduce-dtype T] [--mpi]\n"
 	"               [--qat] [--keep-denormals]\n"
@@ -56,6 +56,10 @@ static const char help_text[] =
 	"                          fixed batch is re-batched to any size (-v says so)\n"
 	"      --accumulate K      sum the gradients of K batches (micro-batches) and update\n"
 	"                          once with their mean: trains as batch K*N (default 1)\n"
+	"      --precision P       fp32 (default) or bf16: MatMul, Gemm, Conv and their\n"
+	"                          gradients' products in bf16 with f32 sums; weights,\n"
+	"                          optimizer state, loss and activations stay f32 (CPU\n"
+	"                          only; fp16: refused, the CPU has no fp16 arithmetic)\n"
 	"      --epochs N          epochs to train in all, resumed ones included (default 1)\n"
 	"      --seed S            seed of shuffling, splits and dropout (default 0)\n"
 	"      --no-shuffle        keep the data in file order\n"
@@ -103,12 +107,14 @@ struct opts {
 	const char *loss, *optimizer, *schedule;
 	double lr, momentum, beta1, beta2, eps, wd, clip, lr_gamma, lr_min, val_split;
 	int64_t nesterov, lr_step, warmup, batch, epochs, seed, shuffle, every, keep_dn, accum;
+	int prec;		/* enum ml_precision; kept apart from take_config's table */
 };
 
 enum { S_LOSS, S_OPT, S_SCHED, S_LR, S_MOM, S_B1, S_B2, S_EPS, S_WD, S_CLIP, S_GAMMA, S_LRMIN,
        S_VAL, S_NEST, S_LRSTEP, S_WARM, S_BATCH, S_EPOCHS, S_SEED, S_SHUF, S_EVERY,
        S_KEEPDN, S_ACCUM, S_N };
 static bool given[S_N];
+static bool prec_given;
 
 static volatile sig_atomic_t got_int, got_usr1;
 /* -q: the watchdog ends the run without its line (an MPI job torn down by mpirun -q) */
@@ -212,6 +218,7 @@ train_opts(struct ml_train_opts *to, const struct opts *o)
 	to->clip_norm = o->clip;
 	to->seed = (uint64_t)o->seed;
 	to->accumulate = (int)o->accum;
+	to->precision = o->prec;
 }
 
 /*
@@ -299,6 +306,30 @@ take_config(struct opts *o, const struct ml_train_state *st)
 		if (!given[i])
 			memcpy(mine, theirs, n);
 	}
+	/*
+	 * The precision is the checkpoint's unless given: the weights and the
+	 * optimizer state are f32 in both, so a resume may change it (the run
+	 * then differs from one that kept it by the products' rounding).
+	 */
+	if (!prec_given)
+		o->prec = st->opts.precision;
+}
+
+/*
+ * check_precision: what the device cannot do is refused before any work:
+ * no device here computes fp16 steps, and the OpenCL step has f32 kernels
+ * only (it would ignore the precision, so asking for it there is an error).
+ */
+static void
+check_precision(const struct run *r)
+{
+	const char *p = ml_precision_name(r->o.prec);
+	if (r->o.prec == ML_PREC_F16)
+		die(EXIT_UNSUP, "--precision fp16: the CPU has no fp16 arithmetic (bf16 is its "
+		    "half precision)");
+	if (r->o.prec != ML_PREC_F32 && strcmp(r->device, "cpu") != 0)
+		die(EXIT_UNSUP, "--precision %s: --device %s trains in fp32 only (use --device cpu)",
+		    p != NULL ? p : "?", r->device);
 }
 
 /*
@@ -606,10 +637,12 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 	enum { O_LOSS = 256, O_OPT, O_LR, O_MOM, O_NEST, O_B1, O_B2, O_EPS, O_WD, O_CLIP, O_SCHED,
 	       O_LRSTEP, O_GAMMA, O_LRMIN, O_WARM, O_BATCH, O_EPOCHS, O_SEED, O_NOSHUF, O_VAL,
 	       O_EVERY, O_CKPT, O_RESUME, O_DUMP, O_DEVICE, O_THREADS, O_LOG, O_JSON, O_MAXALLOC,
-	       O_BUCKET, O_WIRE, O_MPI, O_QAT, O_KEEPDN, O_AUG, O_NORM, O_WORKERS, O_SHAPE, O_ACCUM };
+	       O_BUCKET, O_WIRE, O_MPI, O_QAT, O_KEEPDN, O_AUG, O_NORM, O_WORKERS, O_SHAPE, O_ACCUM,
+	       O_PREC };
 	struct ml_err err = { 0 };
 	static const struct option longopts[] = {
 		{ "accumulate", required_argument, NULL, O_ACCUM },
+		{ "precision", required_argument, NULL, O_PREC },
 		{ "allreduce-dtype", required_argument, NULL, O_WIRE },
 		{ "augment", required_argument, NULL, O_AUG },
 		{ "batch", required_argument, NULL, O_BATCH },
@@ -707,6 +740,12 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		INT(O_EVERY, every, S_EVERY, 0, INT64_MAX / 2);
 		INT(O_ACCUM, accum, S_ACCUM, 1, 65536);
 #undef INT
+		case O_PREC:
+			if (ml_precision_from_name(optarg) < 0)
+				usage_error(synopsis, "unknown precision '%s' (fp32, bf16, fp16)", optarg);
+			o->prec = ml_precision_from_name(optarg);
+			prec_given = true;
+			break;
 		case O_NEST: o->nesterov = 1; given[S_NEST] = true; break;
 		case O_NOSHUF: o->shuffle = 0; given[S_SHUF] = true; break;
 		case O_CKPT: r->ckpt = optarg; break;
@@ -912,6 +951,8 @@ build_step(struct run *r, const struct args *a)
 		ml_train_param_count(r->step, &to, &np, &ne);
 		fprintf(stderr, "%s: %s: %d parameter tensors, %lld values; step graph of %d nodes\n",
 			progname, a->from, np, (long long)ne, r->step->n_nodes);
+		if (ml_precision_note(to.precision) != NULL)
+			fprintf(stderr, "%s: %s\n", progname, ml_precision_note(to.precision));
 	}
 	/* under MPI the updates keep their nodes, since the gradients must be all-reduced first */
 	if (strcmp(r->device, "cpu") == 0 && ml_train_fuse(r->step, ml_dist_size() <= 1, &err) < 0)
@@ -1135,6 +1176,7 @@ main(int argc, char **argv)
 	rebatch(&r, &a);
 	if (a.resume != NULL)
 		take_state(&r, a.resume);
+	check_precision(&r);
 	/*
 	 * Subnormal floats flushed to zero in this thread and the kernels'
 	 * (FTZ/DAZ): late in training, gradients and softmax tails underflow,

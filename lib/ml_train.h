@@ -68,6 +68,31 @@ enum ml_optim {
 };
 
 /*
+ * Precision of a step's products (ml_train_opts.precision). ML_PREC_BF16:
+ * MatMul, Gemm and Conv and the products of their gradients multiply bf16
+ * operands (rounded to nearest even) with f32 sums; the weights, the
+ * optimizer state, the loss, reductions, norms and activations stay f32.
+ * The step graph's product nodes carry the attribute precision = "bf16",
+ * which the CPU kernels read (vdpbf16ps on AVX512_BF16; elsewhere, and with
+ * ML_BF16=f32, the operands rounded and the f32 kernels; a CPU without
+ * AVX512_BF16 runs them as f32). Convolutions with few output channels
+ * (a LeNet's) stay f32, their direct kernels being faster. The OpenCL
+ * kernels ignore the attribute (f32). ML_PREC_F16 has no CPU arithmetic:
+ * ml_train_step_graph refuses it (ML_ENOTSUP).
+ */
+enum ml_precision {
+	ML_PREC_F32 = 0,
+	ML_PREC_BF16 = 1,
+	ML_PREC_F16 = 2,
+};
+
+/* ml_precision_name: "fp32", "bf16", "fp16" (NULL: unknown); ml_precision_from_name: -1 unknown. */
+const char *ml_precision_name(int prec);
+int ml_precision_from_name(const char *s);
+/* ml_precision_note: how the CPU runs prec's products, one phrase (-v); NULL for fp32. */
+const char *ml_precision_note(int prec);
+
+/*
  * ml_loss_name / ml_optim_name: "softmax-cross-entropy", "nll", "mse",
  * "bce-with-logits"; "sgd", "adam", "adamw" (NULL for an unknown value).
  * ml_loss_from_name / ml_optim_from_name: the inverse, -1 when unknown
@@ -100,6 +125,7 @@ struct ml_train_opts {
 				 * and update on the last with their mean (0, 1: every run);
 				 * the updates keep the sums (P.grad_acc) themselves */
 	bool accuracy;		/* also output "train.correct" (default false; see below) */
+	int precision;		/* enum ml_precision of the products (default ML_PREC_F32) */
 };
 
 /* ml_train_opts_init: the defaults above. */

@@ -499,3 +499,85 @@ PYEOF
 	run -2 mltrain tiny.mlt --data d --accumulate x -o no.mlg
 	[ ! -e no.mlg ]
 }
+
+# fmnist_subset DIR NTRAIN NTEST: the first samples of Fashion-MNIST as .npy pairs.
+fmnist_subset() {
+	[ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||
+		skip "no Fashion-MNIST (/usr/share/datasets/fashion-mnist)"
+	"$PY" - "$@" <<'PYEOF'
+import gzip, os, sys
+import numpy as np
+d, ntr, nte = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+src = "/usr/share/datasets/fashion-mnist/"
+def rd(f, off):
+    return np.frombuffer(gzip.open(src + f).read()[off:], np.uint8)
+os.makedirs(d, exist_ok=True)
+for split, pre, n in (("train", "train", ntr), ("test", "t10k", nte)):
+    x = rd(pre + "-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)[:n]
+    y = rd(pre + "-labels-idx1-ubyte.gz", 8)[:n].astype(np.int64)
+    np.save("%s/x_%s.npy" % (d, split), x)
+    np.save("%s/y_%s.npy" % (d, split), y)
+PYEOF
+}
+
+@test "--precision bf16 trains the Fashion-MNIST MLP within 0.5 points of fp32, and marks the products" {
+	fmnist_subset fm 10000 2000
+	cp "$ML_ROOT/examples/fashion-mlp.mlt" m.mlt
+	for seed in 0 1 2; do
+		for p in fp32 bf16; do
+			run -0 mltrain m.mlt --data fm --epochs 3 --lr 0.1 --seed $seed --precision $p \
+				-q --json -o $p.mlg
+			acc=$(printf '%s\n' "$output" | sed -n 's/.*"test_accuracy": \([0-9.]*\).*/\1/p')
+			[ -n "$acc" ]
+			eval "a_$p=$acc"
+		done
+		echo "# seed $seed: fp32 $a_fp32, bf16 $a_bf16" >&3
+		awk -v a="$a_fp32" -v b="$a_bf16" 'BEGIN { d = a - b; exit !(d <= 0.005 && d >= -0.005) }'
+		# the products did round: the two models differ
+		run -1 cmp -s fp32.mlg bf16.mlg
+	done
+	# the step graph's products carry the precision; fp32's have none
+	run -0 mltrain m.mlt --precision bf16 --dump-step s16.mlg
+	run -0 mlconvert s16.mlg -o s16.mlt
+	[ "$(grep -c 'precision = "bf16"' s16.mlt)" -eq 8 ]
+	run -0 mltrain m.mlt --dump-step s32.mlg
+	run -0 mlconvert s32.mlg -o s32.mlt
+	run -1 grep -q precision s32.mlt
+}
+
+@test "--precision: the checkpoint keeps it and resumes exactly; fp16, other devices and bad values are refused" {
+	run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 --epochs 2 -q -o full.mlg
+	run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 --epochs 1 -q -o r.mlg
+	# not given again: the checkpoint's bf16
+	run -0 mltrain --resume r.ckpt.mlg --data d --epochs 2 --threads 1 -q -o r.mlg
+	cmp r.mlg full.mlg
+	run -0 mlconvert r.ckpt.mlg -o ck.mlt
+	grep -q 'precision: 1' ck.mlt
+	# -v says how this CPU runs them; ML_BF16=f32 emulates them
+	run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 -v -o v.mlg
+	if grep -q avx512_bf16 /proc/cpuinfo; then
+		[[ "$output" == *"mltrain: bf16 products on vdpbf16ps (AVX512_BF16)"* ]]
+	else
+		[[ "$output" == *"mltrain: bf16 products run as f32: this CPU has no AVX512_BF16"* ]]
+	fi
+	ML_BF16=f32 run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 -v -o v.mlg
+	[[ "$output" == *"mltrain: bf16 products emulated: f32 kernels on rounded operands (ML_BF16=f32)"* ]]
+	run -0 mltrain tiny.mlt --data d $TRAIN -v -o v.mlg
+	[[ "$output" != *"bf16 products"* ]]
+	# given: a resume may change it (the weights and optimizer state are f32 either way)
+	run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 --epochs 1 -q -o s.mlg
+	run -0 mltrain --resume s.ckpt.mlg --data d --epochs 2 --precision fp32 --threads 1 -q -o s.mlg
+	run -1 cmp -s s.mlg full.mlg
+	run -0 mlconvert s.ckpt.mlg -o s.mlt
+	run -1 grep -q 'precision: 1' s.mlt
+	# fp16: the CPU has no fp16 arithmetic; one line, status 4, nothing written
+	run -4 mltrain tiny.mlt --data d --precision fp16 -o no.mlg
+	[ "$output" = "mltrain: --precision fp16: the CPU has no fp16 arithmetic (bf16 is its half precision)" ]
+	# the OpenCL step has f32 kernels only: refused before any device is opened
+	run -4 mltrain tiny.mlt --data d --precision bf16 --device cl -o no.mlg
+	[ "$output" = "mltrain: --precision bf16: --device cl trains in fp32 only (use --device cpu)" ]
+	run -2 mltrain tiny.mlt --data d --precision fp8 -o no.mlg
+	[[ "$output" == *"unknown precision 'fp8' (fp32, bf16, fp16)"* ]]
+	run -2 mltrain tiny.mlt --data d --precision -o no.mlg
+	[ ! -e no.mlg ]
+}

@@ -40,6 +40,7 @@
 #include "ml_impl.h"
 #include "cpu/nn.h"
 #include "ops/fused.h"
+#include "cpu/train_conv.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define HAVE_BF16 1
@@ -53,6 +54,7 @@
 /* ---- path ---- */
 
 static atomic_int cur_path = -1;
+static atomic_int emulate = -1;	/* ml_bf16_train_path's 1 or 0; -1: not yet asked */
 
 bool
 ml_bf16_path_ok(enum ml_bf16_path p)
@@ -106,7 +108,31 @@ ml_bf16_set_path(enum ml_bf16_path p)
 	if (!ml_bf16_path_ok(p))
 		return false;
 	atomic_store(&cur_path, (int)(p == ML_BF16_AUTO ? best_path() : p));
+	/* the fallback asked for by name emulates bf16 products; AUTO asks again */
+	atomic_store(&emulate, p == ML_BF16_F32 ? 1 : -1);
 	return true;
+}
+
+/*
+ * The products of a step graph marked precision "bf16" run as: 2, the
+ * vdpbf16ps GEMM; 1, the f32 kernels on operands rounded to bf16 (the
+ * emulation: ML_BF16=f32, or ml_bf16_set_path(ML_BF16_F32)), the tests'
+ * reference, which costs the copies (about 12% of a small MLP's step);
+ * 0, on a CPU without AVX512_BF16, the f32 kernels as they are, so that
+ * --precision bf16 is never slower there than fp32.
+ */
+int
+ml_bf16_train_path(void)
+{
+	if (ml_bf16_path() == ML_BF16_DP)
+		return 2;
+	int v = atomic_load_explicit(&emulate, memory_order_relaxed);
+	if (v < 0) {
+		const char *env = getenv("ML_BF16");
+		v = env != NULL && strcmp(env, "f32") == 0;
+		atomic_store_explicit(&emulate, v, memory_order_relaxed);
+	}
+	return v;
 }
 
 int64_t
@@ -416,6 +442,139 @@ ml_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, co
 		}
 }
 
+/* ---- f32 operands rounded while packing (mltrain --precision bf16) ---- */
+
+/*
+ * A training step's products have f32 weights that change every step, so
+ * nothing is packed once: both operands are rounded to bf16 as they are
+ * packed for each call, which costs O(mk + kn) against the product's
+ * O(mnk). The fallback rounds them into f32 copies and runs the f32 GEMM,
+ * so both paths compute the same products (exact in f32: 8 x 8 bits) and
+ * differ only in the order of the f32 sums.
+ */
+static void
+round_copy(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
+{
+	/* ml_f32_to_bf16 inline, so that the loop vectorises: NaN stays NaN (quiet) */
+	for (int64_t i = 0; i < rows; i++) {
+		const uint32_t *s = (const uint32_t *)(const void *)(src + i * ld);
+		uint32_t *d = (uint32_t *)(void *)(dst + i * cols);
+		for (int64_t j = 0; j < cols; j++) {
+			uint32_t u = s[j];
+			uint32_t r = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+			d[j] = (u & 0x7fffffff) > 0x7f800000 ? (u | 0x400000) & 0xffff0000u : r;
+		}
+	}
+}
+
+#ifdef HAVE_BF16
+/*
+ * pack_bt_dp: B stored [n, k] (ldb apart), transposed into pair panels: a
+ * pair of column j is two consecutive floats of row j, so each panel's 32
+ * rows are rounded to bf16 words into w (32 x kp words), and each pair row
+ * of the panel gathers word q of the 32 rows.
+ */
+BF_TARGET static void
+pack_bt_dp(uint16_t *bp, const float *b, int64_t ldb, int64_t k, int64_t n, uint32_t *w)
+{
+	int64_t kp = (k + 1) / 2, npan = (n + ML_BF_NR - 1) / ML_BF_NR;
+	__m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
+							  4, 3, 2, 1, 0), _mm512_set1_epi32((int)kp));
+	for (int64_t p = 0; p < npan; p++) {
+		uint32_t *pan = (uint32_t *)(bp + p * kp * 2 * ML_BF_NR);
+		for (int64_t j = 0; j < ML_BF_NR; j++) {
+			int64_t jj = p * ML_BF_NR + j;
+			uint16_t *row = (uint16_t *)(w + j * kp);
+			if (jj < n)
+				rows_dp(row, b + jj * ldb, k);
+			else
+				memset(row, 0, sizeof(uint16_t) * (size_t)k);
+			if (k & 1)
+				row[k] = 0;
+		}
+		for (int64_t q = 0; q < kp; q++) {
+			_mm512_store_si512(pan + q * 32, _mm512_i32gather_epi32(idx, w + q, 4));
+			_mm512_store_si512(pan + q * 32 + 16,
+					   _mm512_i32gather_epi32(idx, w + 16 * kp + q, 4));
+		}
+	}
+}
+#endif
+
+bool
+ml_bf16_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+	      const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+	if (m <= 0 || n <= 0)
+		return true;
+#ifdef HAVE_BF16
+	if (ml_bf16_path() == ML_BF16_DP && k > 0) {
+		/* scratch slots 4 to 6: callers (the Gemm kernel, the conv gradients) use 0 to 3 */
+		int64_t kp = (k + 1) / 2, pstride = kp * 2 * ML_BF_NR;
+		size_t abytes = sizeof(uint16_t) * (size_t)(m * k) * (ta ? 2 : 1) + 64;
+		size_t bbytes = sizeof(uint16_t) * (size_t)ml_bf16_packed_len(k, n) + 64;
+		size_t wbytes = sizeof(uint32_t) * (size_t)(ML_BF_NR * kp) + 64;
+		uint16_t *a16 = ml_cpu_scratch(4, abytes);
+		uint16_t *bp = ml_cpu_scratch(5, bbytes);
+		void *w = ml_cpu_scratch(6, ML_MAX(wbytes, beta != 0 ? sizeof(float) * (size_t)(m * n) + 64 : 0));
+		if (a16 == NULL || bp == NULL || w == NULL)
+			return false;
+		/* A: bf16 rows of k (pairs along k, as vdpbf16ps broadcasts them) */
+		if (!ta) {
+			for (int64_t i = 0; i < m; i++)
+				rows_dp(a16 + i * k, a + i * lda, k);
+		} else {
+			/* rounded as stored ([k, m]), then transposed: A is the small side where ta */
+			uint16_t *at = a16 + m * k;
+			for (int64_t kk = 0; kk < k; kk++)
+				rows_dp(at + kk * m, a + kk * lda, m);
+			for (int64_t i = 0; i < m; i++)
+				for (int64_t kk = 0; kk < k; kk++)
+					a16[i * k + kk] = at[kk * m + i];
+		}
+		/* B: pair panels, rounded as they are interleaved */
+		if (!tb)
+			for (int64_t q = 0; q < kp; q++)
+				pack_pair_dp(bp + q * 2 * ML_BF_NR, pstride, b + 2 * q * ldb,
+					     2 * q + 1 < k ? b + (2 * q + 1) * ldb : NULL, n);
+		else
+			pack_bt_dp(bp, b, ldb, k, n, w);
+		if (beta == 0) {
+			ml_bf16_gemm(m, n, k, a16, k, bp, NULL, c, ldc);
+			return true;
+		}
+		float *tmp = w;
+		ml_bf16_gemm(m, n, k, a16, k, bp, NULL, tmp, n);
+		for (int64_t i = 0; i < m; i++)
+			for (int64_t j = 0; j < n; j++)
+				c[i * ldc + j] = beta * c[i * ldc + j] + tmp[i * n + j];
+		return true;
+	}
+#endif
+	if (ml_bf16_train_path() == 0)
+		return ml_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+	const float *ra = ml_bf16_rounded(4, a, ta ? k : m, ta ? m : k, lda);
+	const float *rb = ml_bf16_rounded(5, b, tb ? n : k, tb ? k : n, ldb);
+	return ra != NULL && rb != NULL &&
+	       ml_sgemm(ta, tb, m, n, k, 1.0f, ra, ML_MAX(ta ? m : k, 1), rb, ML_MAX(tb ? k : n, 1),
+			beta, c, ldc);
+}
+
+const float *
+ml_bf16_rounded(int slot, const float *src, int64_t rows, int64_t cols, int64_t ld)
+{
+	float *d = ml_cpu_scratch(slot, sizeof(float) * (size_t)ML_MAX(rows * cols, 1) + 64);
+	if (d != NULL)
+		round_copy(d, src, rows, cols, ld);
+	return d;
+}
+
+bool
+ml_node_bf16(const struct ml_node *n)
+{
+	return strcmp(ml_attr_str(n, "precision", "f32"), "bf16") == 0;
+}
+
 /* ---- the ops ---- */
 
 /*
@@ -694,9 +853,90 @@ mm_dp(struct ml_opctx *c)
 	return 0;
 }
 
+/*
+ * conv_step: a step graph's Conv with f32 weights and precision "bf16":
+ * the weights change every step, so they are rounded to bf16 on each call
+ * (a few thousand values against the product's millions of multiply-adds)
+ * and conv_dp runs on them without the session's cache, packing and
+ * reordering them anew.
+ */
+static int
+conv_step(struct ml_opctx *c)
+{
+	struct ml_tval w = *c->in[1], *in[3];
+	int64_t nw = ml_tval_numel(c->in[1]);
+	uint16_t *w16 = ml_malloc(sizeof(uint16_t) * (size_t)ML_MAX(nw, 1));
+	if (w16 == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory rounding a weight to bf16");
+	ml_bf16_from_f32(w16, c->in[1]->data, nw);
+	w.dtype = ML_BF16;
+	w.data = w16;
+	for (int i = 0; i < 3; i++)
+		in[i] = i < c->n_in ? c->in[i] : NULL;
+	in[1] = &w;
+	struct ml_opctx cc = *c;
+	cc.in = in;
+	cc.n_in = ML_MIN(c->n_in, 3);
+	cc.cache = NULL;
+	int rc = conv_dp(&cc);
+	ml_free(w16);
+	return rc;
+}
+
+/*
+ * conv_emulate: the same Conv on the emulation path (ML_BF16=f32): the f32
+ * Conv kernel on x and w rounded to bf16 values; in_emulation keeps that
+ * call from coming back here.
+ */
+static _Thread_local bool in_emulation;
+
+static int
+conv_emulate(struct ml_opctx *c)
+{
+	struct ml_tval x = *c->in[0], w = *c->in[1], *in[3];
+	const float *rx = ml_bf16_rounded(4, c->in[0]->data, 1, ml_tval_numel(&x), 0);
+	const float *rw = ml_bf16_rounded(5, c->in[1]->data, 1, ml_tval_numel(&w), 0);
+	if (rx == NULL || rw == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory rounding to bf16");
+	/* the kernel may use scratch slots 0 to 3 only: 4 and 5 hold the copies */
+	x.data = (void *)rx;
+	w.data = (void *)rw;
+	for (int i = 0; i < 3; i++)
+		in[i] = i < c->n_in ? c->in[i] : NULL;
+	in[0] = &x;
+	in[1] = &w;
+	struct ml_opctx cc = *c;
+	cc.in = in;
+	cc.n_in = ML_MIN(c->n_in, 3);
+	cc.cache = NULL;
+	in_emulation = true;
+	int rc = ml_cpu_kernel_get(ML_OP_CONV)(&cc);
+	in_emulation = false;
+	return rc;
+}
+
 int
 ml_cpu_bf16_run(struct ml_opctx *c)
 {
+	/* a training step's f32 Conv in bf16 (mltrain --precision bf16) */
+	if (c->node->op == ML_OP_CONV && c->n_in >= 2 && c->in[0] != NULL && c->in[1] != NULL &&
+	    c->in[0]->dtype == ML_F32 && c->in[1]->dtype == ML_F32 && c->n_out >= 1 &&
+	    c->out[0]->dtype == ML_F32 && !in_emulation && ml_node_bf16(c->node)) {
+		/*
+		 * Few output channels (a LeNet's): the f32 direct kernels
+		 * (train_conv.c, nn_conv.c) beat the bf16 GEMM, whose 12-row
+		 * tiles would run mostly empty; they stay f32, as their
+		 * gradients do (grad.c).
+		 */
+		struct ml_conv3 v;
+		if (ml_cpu_conv3(c, &v) < 0 || ml_train_conv_ok(&v))
+			return 1;
+		int tp = ml_bf16_train_path();
+		if (tp == 2)
+			return conv_step(c);
+		if (tp == 1)
+			return conv_emulate(c);
+	}
 	if (c->n_in < 2 || c->in[0] == NULL || c->in[1] == NULL || c->in[0]->dtype != ML_F32 ||
 	    c->in[1]->dtype != ML_BF16 || c->n_out < 1 || c->out[0]->dtype != ML_F32)
 		return 1;

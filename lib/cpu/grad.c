@@ -246,6 +246,32 @@ tg_dims(struct ml_opctx *c, const struct ml_tval *a, const struct ml_tval *b, bo
 	return 0;
 }
 
+/*
+ * tg_bf16: the operands of a fused product: 0, a's and b's data (f32, a
+ * node without precision "bf16", or a CPU without AVX512_BF16); 1, rounded
+ * copies of them (the emulation, ML_BF16=f32), which the f32 kernel
+ * multiplies exactly as the bf16 GEMM would, in another order of the sums;
+ * 2, the Gemm kernel's vdpbf16ps GEMM is to compute it. Below 0: out of
+ * memory.
+ */
+static int
+tg_bf16(struct ml_opctx *c, const struct ml_tval *a, const struct ml_tval *b, int64_t m, int64_t n,
+	int64_t k, const float **pa, const float **pb)
+{
+	*pa = a->dtype == ML_F32 ? F32(a) : NULL;
+	*pb = b->dtype == ML_F32 ? F32(b) : NULL;
+	if (a->dtype != ML_F32 || b->dtype != ML_F32 || !ml_node_bf16(c->node))
+		return 0;
+	int tp = ml_bf16_train_path();
+	if (tp != 1)
+		return tp;
+	*pa = ml_bf16_rounded(4, F32(a), 1, m * k, m * k);
+	*pb = ml_bf16_rounded(5, F32(b), 1, k * n, k * n);
+	if (*pa == NULL || *pb == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	return 1;
+}
+
 /* base_gemm: the Gemm kernel over inputs in[0..n_in) into y. */
 static int
 base_gemm(struct ml_opctx *c, struct ml_tval **in, int n_in, struct ml_tval *y)
@@ -277,10 +303,18 @@ run_train_gemm(struct ml_opctx *c)
 	/* a bias along the columns goes to the epilogue; other C shapes to the Gemm kernel */
 	bool rowbias = cc == NULL || (beta == 1 && ml_tval_numel(cc) == n &&
 				     (cc->rank == 1 || (cc->rank == 2 && cc->dims[0] == 1)));
-	if (y->dtype == ML_F32 && a->dtype == ML_F32 && alpha == 1 && rowbias) {
+	/*
+	 * bf16 products (mltrain --precision bf16): on AVX512_BF16 the Gemm
+	 * kernel's vdpbf16ps GEMM; elsewhere the fused kernel on rounded copies
+	 */
+	const float *pa = NULL, *pb = NULL;
+	int bf = tg_bf16(c, a, b, m, n, k, &pa, &pb);
+	if (bf < 0)
+		return bf;
+	if (y->dtype == ML_F32 && a->dtype == ML_F32 && alpha == 1 && rowbias && bf != 2) {
 		struct ml_tgemm_epi e = { .act = act, .bias = cc != NULL ? F32(cc) : NULL,
 					  .mask = r != NULL ? F32(r) : NULL };
-		if (ml_tgemm(ta, tb, m, n, k, F32(a), ta ? m : k, F32(b), tb ? k : n, F32(y), n, &e))
+		if (ml_tgemm(ta, tb, m, n, k, pa, ta ? m : k, pb, tb ? k : n, F32(y), n, &e))
 			return 0;
 	}
 	struct ml_tval *in[3] = { a, b, cc };
@@ -334,12 +368,16 @@ run_gemm_sgd(struct ml_opctx *c)
 	double lr = scalar(c->in[3], 0), mu = ml_attr_float(c->node, "momentum", 0);
 	double wd = ml_attr_float(c->node, "weight_decay", 0);
 	bool nest = ml_attr_int(c->node, "nesterov", 0) != 0;
-	if (p->dtype == ML_F32 && alpha == 1) {
+	const float *pa = NULL, *pb = NULL;
+	int bf = tg_bf16(c, a, b, m, n, k, &pa, &pb);
+	if (bf < 0)
+		return bf;
+	if (p->dtype == ML_F32 && alpha == 1 && bf != 2) {
 		struct ml_tgemm_epi e = { .act = skip ? ML_TG_ACC : ML_TG_SGD, .p = F32(p),
 					  .mom = mt ? F32(mt) : NULL, .acc = acc, .inv = (float)inv,
 					  .lr = (float)lr, .mu = (float)mu, .wd = (float)wd,
 					  .nesterov = nest };
-		if (ml_tgemm(ta, tb, m, n, k, F32(a), ta ? m : k, F32(b), tb ? k : n, NULL, n, &e))
+		if (ml_tgemm(ta, tb, m, n, k, pa, ta ? m : k, pb, tb ? k : n, NULL, n, &e))
 			return 0;
 	}
 	/* the gradient in scratch (slot 2, which the Gemm kernel does not use) */
@@ -877,11 +915,14 @@ gather_dy_##SUF(const struct ml_conv3 *v, const T *restrict dy, int64_t n0, int6
 DEF_COL(f32, float)
 DEF_COL(f64, double)
 
+/* gemm: ty 0 f64, 1 f32, 2 f32 operands rounded to bf16 (precision "bf16") */
 static bool
-gemm(bool f32, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+gemm(int ty, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
      const void *b, int64_t ldb, double beta, void *cc, int64_t ldc)
 {
-	if (f32)
+	if (ty == 2)
+		return ml_bf16_sgemm(ta, tb, m, n, k, a, lda, b, ldb, (float)beta, cc, ldc);
+	if (ty == 1)
 		return ml_sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, (float)beta, cc, ldc);
 	return ml_dgemm(ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, cc, ldc);
 }
@@ -913,7 +954,14 @@ run_conv_grad(struct ml_opctx *c)
 	int64_t rows = v.cg * v.ksz, wsz = v.mg * rows;
 	bool direct = v.ksz == 1 && v.insz == v.outsz && v.p[0] + v.p[1] + v.p[2] == 0 &&
 		      v.s[0] * v.s[1] * v.s[2] == 1;
-	if (f32 && !direct && ml_train_conv_ok(&v) && getenv("ML_TRAIN_CONV_BLAS") == NULL) {
+	/*
+	 * bf16 (on AVX512_BF16, or emulated): the column GEMMs, which round
+	 * their operands; not where train_conv.c's f32 kernels apply, which
+	 * are faster than the bf16 GEMM on so few output channels (bf16.c)
+	 */
+	int ty = !f32 ? 0 : ml_node_bf16(c->node) && ml_bf16_train_path() != 0 &&
+				    (direct || !ml_train_conv_ok(&v)) ? 2 : 1;
+	if (ty == 1 && !direct && ml_train_conv_ok(&v) && getenv("ML_TRAIN_CONV_BLAS") == NULL) {
 		if (gi || v.n == 0)
 			memset(c->out[0]->data, 0, (size_t)ml_tval_nbytes(c->out[0]));
 		if (dbt != NULL)
@@ -957,15 +1005,15 @@ run_conv_grad(struct ml_opctx *c)
 					size_t xoff = (size_t)(((n0 + i) * v.cin + g * v.cg) * v.insz) * es;
 					const uint8_t *dyi = dyt + (size_t)(i * v.outsz) * es;
 					if (gi)
-						ok = gemm(f32, true, false, rows, v.outsz, v.mg, wg, rows, dyi,
+						ok = gemm(ty, true, false, rows, v.outsz, v.mg, wg, rows, dyi,
 							  ld, 0.0, out + xoff, v.outsz);
 					else
-						ok = gemm(f32, false, true, v.mg, rows, v.outsz, dyi, ld,
+						ok = gemm(ty, false, true, v.mg, rows, v.outsz, dyi, ld,
 							  xp + xoff, v.outsz, n0 + i == 0 ? 0.0 : 1.0,
 							  out + (size_t)(g * wsz) * es, rows);
 				}
 			} else if (gi) {
-				ok = gemm(f32, true, false, rows, ld, v.mg, wg, rows, dyt, ld, 0.0, col, ld);
+				ok = gemm(ty, true, false, rows, ld, v.mg, wg, rows, dyt, ld, 0.0, col, ld);
 				for (int64_t i = 0; i < k && ok; i++) {
 					size_t xoff = (size_t)(((n0 + i) * v.cin + g * v.cg) * v.insz) * es;
 					const uint8_t *ci = col + (size_t)(i * v.outsz) * es;
@@ -983,7 +1031,7 @@ run_conv_grad(struct ml_opctx *c)
 					else
 						im2col_f64(&v, (const double *)(xp + xoff), (double *)ci, ld);
 				}
-				ok = gemm(f32, false, true, v.mg, rows, ld, dyt, ld, col, ld,
+				ok = gemm(ty, false, true, v.mg, rows, ld, dyt, ld, col, ld,
 					  n0 == 0 ? 0.0 : 1.0, out + (size_t)(g * wsz) * es, rows);
 			}
 			if (!ok)

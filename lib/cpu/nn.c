@@ -175,7 +175,11 @@ gemm_any(struct ml_opctx *c, enum ml_dtype t, bool ta, bool tb, int64_t m, int64
 	/* BLAS wants leading dims of at least 1 even for empty matrices */
 	lda = ML_MAX(lda, 1);
 	ldb = ML_MAX(ldb, 1);
-	if (t == ML_F32)
+	if (t == ML_F32 && alpha == 1 && ml_node_bf16(c->node))
+		/* a step graph's product in bf16 (mltrain --precision bf16) */
+		ok = ml_bf16_sgemm(ta, tb, m, n, k, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, o,
+				   ML_MAX(n, 1));
+	else if (t == ML_F32)
 		ok = ml_sgemm(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, accumulate ? 1.0f : 0.0f,
 			      o, ML_MAX(n, 1));
 	else if (t == ML_F64)

@@ -28,7 +28,7 @@ bool ml_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, c
  * until the thread's next larger request for that slot (or process exit);
  * a kernel must not hold it across a call to another kernel.
  */
-#define ML_SCRATCH_SLOTS 4
+#define ML_SCRATCH_SLOTS 7
 void *ml_cpu_scratch(int slot, size_t n);
 /*
  * ml_cpu_scratch_room: the most bytes a request for slot would get now
@@ -139,6 +139,30 @@ void ml_bf16_pack_b(uint16_t *bp, const uint16_t *b, int64_t k, int64_t n, bool 
 void ml_bf16_pack_pair(uint16_t *dst, int64_t pstride, const float *r0, const float *r1,
 		       int64_t n);
 void ml_bf16_from_f32(uint16_t *dst, const float *src, int64_t n);
+/*
+ * ml_bf16_sgemm: C = op(A) op(B) + beta C with f32 operands rounded to bf16
+ * (to nearest even) and f32 sums: the products of a step graph whose nodes
+ * say precision "bf16" (ml_node_bf16; mltrain --precision bf16). On
+ * ML_BF16_DP both are rounded while packed for vdpbf16ps; elsewhere they
+ * are rounded into f32 copies for ml_sgemm. False: out of memory or too
+ * large for BLAS.
+ */
+bool ml_bf16_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+		   const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+bool ml_node_bf16(const struct ml_node *n);
+/*
+ * ml_bf16_train_path: how products marked bf16 run: 2, vdpbf16ps; 1, the
+ * f32 kernels on operands rounded to bf16 (ML_BF16=f32, or the fallback
+ * set by name); 0, unchanged f32 (a CPU without AVX512_BF16).
+ */
+int ml_bf16_train_path(void);
+/*
+ * ml_bf16_rounded: rows x cols floats of src (rows ld apart) rounded to bf16
+ * values, kept as f32, dense, in scratch slot (4 or 5, which the kernels
+ * that call the GEMMs leave alone); NULL: out of memory. The fallback's
+ * operands: the f32 kernels on them compute the same products.
+ */
+const float *ml_bf16_rounded(int slot, const float *src, int64_t rows, int64_t cols, int64_t ld);
 
 /*
  * ml_tgemm (nn_gemm.c): C[m, n] = op(A) op(B), row-major (A stored [k, m]

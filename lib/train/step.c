@@ -799,6 +799,8 @@ check_opts(const struct ml_train_opts *o, const struct ml_graph *model, struct m
 	if (o->accumulate < 0 || o->accumulate > 65536)
 		return ml_fail(e, ML_EINVAL, "accumulate over 1 to 65536 micro-batches, not %d",
 			       o->accumulate);
+	if (o->precision < ML_PREC_F32 || o->precision > ML_PREC_F16)
+		return ml_fail(e, ML_EINVAL, "unknown precision %d", o->precision);
 	return 0;
 }
 
@@ -898,7 +900,8 @@ ml_train_step_graph(struct ml_graph **out, const struct ml_graph *model,
 	if (st >= 0 && g->tensors[st]->data != NULL)
 		g->train->step = (uint64_t)*(int64_t *)g->tensors[st]->data;
 	if ((rc = ml_graph_set_opset(g, "ml", 1, e)) < 0 || (rc = ml_graph_toposort(g, e)) < 0 ||
-	    (rc = ml_graph_validate(g, e)) < 0 || (rc = ml_graph_infer(g, e)) < 0)
+	    (rc = ml_graph_validate(g, e)) < 0 || (rc = ml_graph_infer(g, e)) < 0 ||
+	    (rc = ml_train_mark_precision(g, o->precision, e)) < 0)
 		goto fail;
 	ml_free(mark);
 	ml_free(params);
@@ -949,7 +952,9 @@ fuse_gemm(struct sb *b, int i, const int *cnt, const int *who, const int *where,
 		int nin = in[6] >= 0 ? 7 : in[4] >= 0 ? 5 : 4;
 		if ((ta && ml_node_set_int(g, u, "transA", 1) < 0) ||
 		    (tb && ml_node_set_int(g, u, "transB", 1) < 0) ||
-		    (alpha != 1 && ml_node_set_float(g, u, "alpha", alpha) < 0))
+		    (alpha != 1 && ml_node_set_float(g, u, "alpha", alpha) < 0) ||
+		    (strcmp(ml_attr_str(n, "precision", "f32"), "f32") != 0 &&
+		     ml_node_set_string(g, u, "precision", ml_attr_str(n, "precision", "f32")) < 0))
 			return ml_fail(b->e, ML_ENOMEM, "out of memory");
 		*gone = i;
 		return set_node_op(b, u, ML_OP_GEMM_SGD_UPDATE, nin, in, 0, NULL);

@@ -59,7 +59,13 @@
 # under mpirun) are bench_mpi.py's (its --only dtype), with its MPI set-up.
 # Usage: bench_train.py --bin DIR --work DIR [--models DIR] [--ort-python PY]
 #        [--data DIR] [--epochs-mlp N] [--epochs-cnn N] [--threads N] [--seeds N]
-#        [--rounds N] [--aug-images N] [--only mlp,lenet,accumulate,augment]
+#  precision: --precision fp32 against bf16 (issue 19, item 1; targets: 1.3x
+#    the samples/s, accuracy within 0.5 points) on the MLP
+#    (examples/fashion-mlp.mlt, --epochs-mlp epochs) and LeNet
+#    (examples/lenet.mlt, --epochs-cnn epochs), all of Fashion-MNIST, SGD lr
+#    0.05 momentum 0.9 batch 64; round r trains seed r with both, so the
+#    accuracy is the mean over the rounds' seeds and samples/s the median.
+#        [--rounds N] [--aug-images N] [--only mlp,lenet,accumulate,augment,precision]
 import argparse
 import gzip
 import json
@@ -79,7 +85,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from bench import cpu_name, loadavg  # noqa: E402 (the benches' shared conventions)
 
-PARTS = ["mlp", "lenet", "accumulate", "augment"]
+PARTS = ["mlp", "lenet", "accumulate", "augment", "precision"]
 
 
 def read_idx(path):
@@ -250,6 +256,8 @@ def main():
         fails += accumulate(a, mltrain, xtr, ytr, xte, yte)
     if "augment" in parts:
         fails += augment(a, mltrain, xtr, ytr, xte, yte)
+    if "precision" in parts:
+        fails += precision(a, mltrain)
     print("load average after: %.2f (one run on a shared machine: the figures are indicative)"
           % loadavg())
     return 1 if fails else 0
@@ -415,6 +423,44 @@ def accumulate(a, mltrain, xtr, ytr, xte, yte):
           "batch 64's" % (sps[configs[1][0]] / sps[configs[2][0]],
                           sps[configs[1][0]] / sps[configs[0][0]]))
     return 0
+
+
+def precision(a, mltrain):
+    """--precision fp32 against bf16 on the MLP and LeNet; the number of failures."""
+    fails = 0
+    print("precision: Fashion-MNIST (60000 training samples), SGD lr 0.05 momentum 0.9 batch "
+          "64, %d thread(s), %d interleaved rounds (round r: seed r; samples/s: median, "
+          "accuracy: mean)" % (a.threads, a.rounds))
+    print("%-6s %-5s %10s %9s %9s" % ("model", "prec", "samples/s", "test acc", "seeds"))
+    for name, model, epochs in (("mlp", "fashion-mlp.mlt", a.epochs_mlp),
+                                ("lenet", "lenet.mlt", a.epochs_cnn)):
+        runs = {"fp32": [], "bf16": []}
+        try:
+            for rnd in range(a.rounds):
+                for p in ("fp32", "bf16"):
+                    out = os.path.join(a.work, "prec-%s-%s.mlg" % (name, p))
+                    cmd = [mltrain, os.path.join(ROOT, "examples", model), "--data", a.data,
+                           "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+                           "--batch", "64", "--epochs", str(epochs), "--seed", str(rnd),
+                           "--threads", str(a.threads), "--precision", p, "-q", "--json",
+                           "-o", out]
+                    runs[p].append(ml_run(cmd)[0])
+        except (RuntimeError, ValueError, KeyError) as e:
+            print("precision: %s: %s" % (name, e))
+            fails += 1
+            continue
+        sps, acc = {}, {}
+        for p in ("fp32", "bf16"):
+            sps[p] = statistics.median(r["train_samples_per_s"] for r in runs[p])
+            acc[p] = statistics.mean(r["test_accuracy"] for r in runs[p])
+            print("%-6s %-5s %10.0f %8.2f%% %9s" % (name, p, sps[p], 100 * acc[p],
+                                                  " ".join("%.2f" % (100 * r["test_accuracy"])
+                                                           for r in runs[p])))
+        speed, dacc = sps["bf16"] / sps["fp32"], 100 * (acc["bf16"] - acc["fp32"])
+        ok = speed >= 1.3 and abs(dacc) <= 0.5
+        print("precision: %s: bf16 %.2fx fp32's samples/s (target >= 1.3x), accuracy %+.2f "
+              "points (target within 0.5)%s" % (name, speed, dacc, "" if ok else ": MISSED"))
+    return fails
 
 
 def write_pngs(d, x, y, per_class):

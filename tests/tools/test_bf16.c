@@ -96,6 +96,66 @@ gemm_case(int64_t m, int64_t n, int64_t k, bool tb, bool bias)
 	return good;
 }
 
+/*
+ * sgemm_case: ml_bf16_sgemm (f32 operands rounded while packing: the
+ * products of mltrain --precision bf16) on m x n x k with op(A), op(B) and
+ * beta 0 or 1, against the bf16-rounded operands summed in double; on the
+ * fallback (the emulation) it must equal ml_sgemm on the rounded operands
+ * bit for bit.
+ */
+static bool
+sgemm_case(int64_t m, int64_t n, int64_t k, bool ta, bool tb, bool beta, bool exact)
+{
+	int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+	int64_t ar = ta ? k : m, br = tb ? n : k;
+	float *a = malloc(sizeof(float) * (size_t)(ar * lda + 1));
+	float *b = malloc(sizeof(float) * (size_t)(br * ldb + 1));
+	float *ra = malloc(sizeof(float) * (size_t)(ar * lda + 1));
+	float *rb = malloc(sizeof(float) * (size_t)(br * ldb + 1));
+	float *c = malloc(sizeof(float) * (size_t)(m * ldc + 1));
+	float *c2 = malloc(sizeof(float) * (size_t)(m * ldc + 1));
+	bool good = a != NULL && b != NULL && ra != NULL && rb != NULL && c != NULL && c2 != NULL;
+
+	for (int64_t i = 0; good && i < ar * lda; i++)
+		ra[i] = rbf(a[i] = frand() * 3);
+	for (int64_t i = 0; good && i < br * ldb; i++)
+		rb[i] = rbf(b[i] = frand());
+	for (int64_t i = 0; good && i < m * ldc; i++)
+		c[i] = c2[i] = frand();
+	good = good && ml_bf16_sgemm(ta, tb, m, n, k, a, lda, b, ldb, beta ? 1.0f : 0.0f, c, ldc);
+	if (good && exact) {
+		good = ml_sgemm(ta, tb, m, n, k, 1.0f, ra, lda, rb, ldb, beta ? 1.0f : 0.0f, c2, ldc);
+		for (int64_t i = 0; good && i < m; i++)
+			good = memcmp(c + i * ldc, c2 + i * ldc, sizeof(float) * (size_t)n) == 0;
+	}
+	for (int64_t i = 0; good && i < m; i++)
+		for (int64_t j = 0; j < n; j++) {
+			double sum = beta ? c2[i * ldc + j] : 0, mag = fabs(sum);
+			if (exact)
+				sum = mag = 0;
+			for (int64_t q = 0; q < k && !exact; q++) {
+				double t = (double)ra[ta ? q * lda + i : i * lda + q] *
+					   rb[tb ? j * ldb + q : q * ldb + j];
+				sum += t;
+				mag += fabs(t);
+			}
+			if (!exact && !(fabs(c[i * ldc + j] - sum) <= 1e-6 * mag + 1e-7)) {
+				if (!quiet)
+					printf("# [%lld, %lld]: %.9g, want %.9g\n", (long long)i,
+					       (long long)j, c[i * ldc + j], sum);
+				good = false;
+				break;
+			}
+		}
+	free(a);
+	free(b);
+	free(ra);
+	free(rb);
+	free(c);
+	free(c2);
+	return good;
+}
+
 /* pack_case: ml_bf16_pack_pair and ml_bf16_from_f32 round as ml_f32_to_bf16 does. */
 static bool
 pack_case(int64_t n)
@@ -353,7 +413,7 @@ main(void)
 	int st = 0;
 	bool waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 
-	printf("1..%d\n", 2 * (nshapes * 2 + 2 + NOPCASES) + 1);
+	printf("1..%d\n", 2 * (nshapes * 3 + 2 + NOPCASES) + 1);
 	for (int pi = 0; pi < 2; pi++) {
 		enum ml_bf16_path p = paths[pi];
 		bool have = ml_bf16_set_path(p);
@@ -370,6 +430,21 @@ main(void)
 				}
 				ok(gemm_case(shapes[s][0], shapes[s][1], shapes[s][2], f, f), what);
 			}
+		for (int s2 = 0; s2 < nshapes; s2++) {
+			bool ta = s2 & 1, tb = (s2 >> 1) & 1, beta = s2 % 3 == 0;
+			snprintf(what, sizeof what, "%s f32 operands rounded: %s%lldx%lldx%lld%s%s",
+				 ml_bf16_path_name(p), p == ML_BF16_F32 ? "(= ml_sgemm of the rounded) " : "",
+				 (long long)shapes[s2][0], (long long)shapes[s2][1],
+				 (long long)shapes[s2][2], ta ? " A^T" : "", tb ? " B^T" : "");
+			if (beta)
+				snprintf(what + strlen(what), sizeof what - strlen(what), ", beta 1");
+			if (!have)
+				printf("ok %d - %s # SKIP this CPU lacks %s\n", ++ntest, what,
+				       ml_bf16_path_name(p));
+			else
+				ok(sgemm_case(shapes[s2][0], shapes[s2][1], shapes[s2][2], ta, tb, beta,
+					      p == ML_BF16_F32), what);
+		}
 		for (int t = 0; t < 2; t++) {
 			int64_t n = t == 0 ? 32 : 77;
 			snprintf(what, sizeof what, "%s packing rounds as ml_f32_to_bf16 (%lld columns)",

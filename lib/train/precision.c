@@ -1,0 +1,78 @@
+/*
+ * precision.c: the precision of a training step's products (mltrain
+ * --precision): which nodes of the step graph multiply in bf16. The
+ * kernels read the node attribute precision = "bf16" (lib/cpu/bf16.c's
+ * ml_node_bf16) rather than a dtype of the tensors, so the weights, the
+ * optimizer state and every tensor between nodes stay f32: only the
+ * operands of a product are rounded, as the GEMM packs them.
+ */
+#include <string.h>
+
+#include "cpu/nn.h"
+#include "train/train.h"
+
+static const char *const prec_names[] = { "fp32", "bf16", "fp16" };
+
+const char *
+ml_precision_name(int prec)
+{
+	return prec >= 0 && prec < 3 ? prec_names[prec] : NULL;
+}
+
+int
+ml_precision_from_name(const char *s)
+{
+	for (int i = 0; s != NULL && i < 3; i++)
+		if (strcmp(s, prec_names[i]) == 0)
+			return i;
+	if (s != NULL && (strcmp(s, "f32") == 0 || strcmp(s, "float32") == 0))
+		return ML_PREC_F32;
+	if (s != NULL && strcmp(s, "bfloat16") == 0)
+		return ML_PREC_BF16;
+	return -1;
+}
+
+int
+ml_train_mark_precision(struct ml_graph *g, int prec, struct ml_err *e)
+{
+	if (prec == ML_PREC_F32)
+		return 0;
+	if (prec != ML_PREC_BF16)
+		return ml_fail(e, ML_ENOTSUP, "precision %s: the CPU has no %s arithmetic",
+			       ml_precision_name(prec) ? ml_precision_name(prec) : "?",
+			       ml_precision_name(prec) ? ml_precision_name(prec) : "such");
+	for (int i = 0; i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		switch (n->op) {
+		case ML_OP_MATMUL:
+		case ML_OP_GEMM:
+		case ML_OP_CONV:
+		case ML_OP_CONV_GRAD_INPUT:
+		case ML_OP_CONV_GRAD_FILTER:
+			break;
+		default:
+			continue;
+		}
+		/* the f32 products only: f64 steps (the gradient checks) stay exact */
+		if (n->n_in < 1 || n->in[0] < 0 || g->tensors[n->in[0]]->dtype != ML_F32)
+			continue;
+		if (ml_node_set_string(g, i, "precision", "bf16") < 0)
+			return ml_fail(e, ML_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+const char *
+ml_precision_note(int prec)
+{
+	if (prec != ML_PREC_BF16)
+		return NULL;
+	switch (ml_bf16_train_path()) {
+	case 2:
+		return "bf16 products on vdpbf16ps (AVX512_BF16)";
+	case 1:
+		return "bf16 products emulated: f32 kernels on rounded operands (ML_BF16=f32)";
+	default:
+		return "bf16 products run as f32: this CPU has no AVX512_BF16";
+	}
+}
