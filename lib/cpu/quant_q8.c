@@ -10,7 +10,8 @@
  * ((ky, kx, c) fastest last). Depthwise convolutions have an AVX2
  * kernel (dw_rows_avx2, on the AVX2 paths; dw_rows_avx512 with vpdpwssd on
  * the AVX-512 VNNI path), bit-identical to the
- * portable loop; that loop, Add and the pools are loops the compiler
+ * portable loop; so is Q8Quantize of a matrix on the AVX2 and VNNI paths
+ * (quant_flat_avx2); those loops, Add and the pools are loops the compiler
  * vectorises, cloned for AVX2 at run time.
  */
 #if defined(__GNUC__) && !defined(__clang__)
