@@ -194,9 +194,17 @@ ml_mul_ok(int64_t a, int64_t b, int64_t *out)
 {
 	if (a < 0 || b < 0)
 		return false;
+#if defined(__GNUC__)
+	/* no 64-bit division: the executor asks this of every tensor of every run */
+	int64_t p;
+	if (__builtin_mul_overflow(a, b, &p))
+		return false;
+	*out = p;
+#else
 	if (a != 0 && b > INT64_MAX / a)
 		return false;
 	*out = a * b;
+#endif
 	return true;
 }
 

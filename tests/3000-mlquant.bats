@@ -207,6 +207,16 @@ PYEOF
 	mlrun o.mlg -i x=x1.npy -o f
 	mlrun o8.mlg -i x=x1.npy -o q
 	[ "$(sqnr f/y.npy q/y.npy)" -ge 25 ]
+	# the products' kernels (8 rows, and 8 + 4 for 12 tokens) and the
+	# quantisation of the rank-3 activations give the same bytes on every path
+	"$PY" -c 'import numpy as np; np.save("x12.npy", np.random.RandomState(3).standard_normal((1, 12, 32)).astype(np.float32))'
+	mlrun o8.mlg --shape x=1x12x32 -i x=x12.npy -o k
+	for p in c avx2; do
+		ML_Q8_PATH=$p mlrun o8.mlg -i x=x1.npy -o "q$p"
+		cmp q/y.npy "q$p/y.npy"
+		ML_Q8_PATH=$p mlrun o8.mlg --shape x=1x12x32 -i x=x12.npy -o "k$p"
+		cmp k/y.npy "k$p/y.npy"
+	done
 }
 
 @test "mlquant reads the model from a pipe and writes to one" {

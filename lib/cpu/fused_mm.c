@@ -431,8 +431,18 @@ typedef float v8f __attribute__((vector_size(32)));
 /* the same, unaligned and allowed to alias floats */
 typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
 
+/* 8 ints, the lanes' masks of a comparison of v8f (and its indices) */
+typedef int v8i __attribute__((vector_size(32)));
+
 /* as macros: a function returning a vector type would change the ABI of the default clone */
 #define v8_set(x) ((v8f){ (x), (x), (x), (x), (x), (x), (x), (x) })
+#define v8i_set(x) ((v8i){ (x), (x), (x), (x), (x), (x), (x), (x) })
+/* v's lanes in the order of the 8 indices */
+#if defined(__clang__)
+#define v8_shuf(v, ...) __builtin_shufflevector((v), (v), __VA_ARGS__)
+#else
+#define v8_shuf(v, ...) __builtin_shuffle((v), (v8i){ __VA_ARGS__ })
+#endif
 #define v8_load(p) (*(const v8u *)(p))
 #define v8_store(p, v) (*(v8u *)(p) = (v))
 
@@ -458,16 +468,22 @@ att_softmax(float *row, int64_t s, int64_t s8)
 		for (int u = 0; u < AB; u++)
 			ex[u] = ml_expf(row[j0 + u] - mx);
 		v8f e8 = v8_load(ex);
-		if (j0 + AB > s)
-			for (int u = 0; u < AB; u++)
-				e8[u] = j0 + u < s ? e8[u] : 0.0f;
+		/*
+		 * the padding masked and the lanes summed by whole-vector
+		 * operations: a lane written or read one at a time goes
+		 * through memory, which stalled most of an encoder's Attention
+		 */
+		if (j0 + AB > s) {
+			v8i keep = (v8i){ 0, 1, 2, 3, 4, 5, 6, 7 } + (int)j0 < v8i_set((int)s);
+			e8 = (v8f)((v8i)e8 & keep);
+		}
 		v8_store(row + j0, e8);
 		vsum += e8;
 	}
-	float sum = 0.0f;
-	for (int u = 0; u < AB; u++)
-		sum += vsum[u];
-	v8f inv = v8_set(1.0f / sum);
+	vsum += v8_shuf(vsum, 4, 5, 6, 7, 0, 1, 2, 3);
+	vsum += v8_shuf(vsum, 2, 3, 0, 1, 6, 7, 4, 5);
+	vsum += v8_shuf(vsum, 1, 0, 3, 2, 5, 4, 7, 6);
+	v8f inv = v8_set(1.0f / vsum[0]);
 	for (int64_t j0 = 0; j0 < s8; j0 += AB)
 		v8_store(row + j0, v8_load(row + j0) * inv);
 }

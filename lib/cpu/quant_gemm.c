@@ -245,40 +245,45 @@ epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, voi
  * nc - 1, a narrow panel's columns masked. The clamp to +-4e6 before the
  * conversion is epi_c's, so that out-of-range values saturate alike.
  */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void
-kern_vnni_epi(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,
-	      const struct ml_q8_epi *ep, int64_t c0, int nc, char *y, int64_t ys)
-{
-	const uint8_t *ar[8];
-	__m512i acc[8];
-
-	for (int r = 0; r < 8; r++) {
-		ar[r] = a + (r < mr ? r * lda : 0);
-		acc[r] = _mm512_setzero_si512();
-	}
-	for (int64_t q = 0; q < kq; q++) {
-		__m512i bq = _mm512_loadu_si512((const void *)(b + q * 64));
-		for (int r = 0; r < 8; r++)
-			acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(ld32(ar[r] + q * 4)), bq);
-	}
-	__mmask16 m = nc >= ML_Q8_NR ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
-	__m512i bias = _mm512_maskz_loadu_epi32(m, ep->bias + c0);
-	__m512 mult = _mm512_maskz_loadu_ps(m, ep->mult + c0);
-	const __m512 vmax = _mm512_set1_ps(4e6f), vmin = _mm512_set1_ps(-4e6f);
-	const __m512i zy = _mm512_set1_epi32(ep->yzero), lo = _mm512_set1_epi32(ep->lo),
-		      hi = _mm512_set1_epi32(ep->hi);
-	for (int r = 0; r < mr; r++) {
-		__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r], bias)), mult);
-		if (ep->f32out) {
-			_mm512_mask_storeu_ps(y + r * ys, m, v);
-			continue;
-		}
-		v = _mm512_max_ps(_mm512_min_ps(v, vmax), vmin);
-		__m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zy);
-		q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
-		_mm_mask_storeu_epi8(y + r * ys, m, _mm512_cvtepi32_epi8(q));
-	}
+#define KERN_VNNI_EPI(NAME, R)								\
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void		\
+NAME(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,		\
+     const struct ml_q8_epi *ep, int64_t c0, int nc, char *y, int64_t ys)		\
+{											\
+	const uint8_t *ar[R];								\
+	__m512i acc[R];									\
+											\
+	for (int r = 0; r < R; r++) {							\
+		ar[r] = a + (r < mr ? r * lda : 0);					\
+		acc[r] = _mm512_setzero_si512();					\
+	}										\
+	for (int64_t q = 0; q < kq; q++) {						\
+		__m512i bq = _mm512_loadu_si512((const void *)(b + q * 64));		\
+		for (int r = 0; r < R; r++)						\
+			acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(ld32(ar[r] + q * 4)), bq); \
+	}										\
+	__mmask16 m = nc >= ML_Q8_NR ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1); \
+	__m512i bias = _mm512_maskz_loadu_epi32(m, ep->bias + c0);			\
+	__m512 mult = _mm512_maskz_loadu_ps(m, ep->mult + c0);				\
+	const __m512 vmax = _mm512_set1_ps(4e6f), vmin = _mm512_set1_ps(-4e6f);		\
+	const __m512i zy = _mm512_set1_epi32(ep->yzero), lo = _mm512_set1_epi32(ep->lo), \
+		      hi = _mm512_set1_epi32(ep->hi);					\
+	for (int r = 0; r < mr; r++) {							\
+		__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r], bias)), mult); \
+		if (ep->f32out) {							\
+			_mm512_mask_storeu_ps(y + r * ys, m, v);			\
+			continue;							\
+		}									\
+		v = _mm512_max_ps(_mm512_min_ps(v, vmax), vmin);			\
+		__m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zy);		\
+		q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);			\
+		_mm_mask_storeu_epi8(y + r * ys, m, _mm512_cvtepi32_epi8(q));		\
+	}										\
 }
+KERN_VNNI_EPI(kern_vnni_epi, 8)
+/* the same on 4 rows: the last rows of a short matrix (an encoder's 12 tokens: 8 + 4) */
+KERN_VNNI_EPI(kern_vnni_epi4, 4)
+#undef KERN_VNNI_EPI
 
 /*
  * KERN_YMM: the ymm VNNI kernel, 8 rows by the panel's two halves (columns
@@ -451,7 +456,7 @@ q8_units(void *ctx, int64_t b, int64_t e)
 				int mr = (int)ML_MIN(j->mr, r1 - r);
 #ifdef HAVE_X86
 				if (j->fused) {
-					kern_vnni_epi(mr, j->kq, j->a + r * j->lda, j->lda, pan, j->ep, c0,
+					(mr <= 4 ? kern_vnni_epi4 : kern_vnni_epi)(mr, j->kq, j->a + r * j->lda, j->lda, pan, j->ep, c0,
 						      nc, (char *)j->y + (r * j->ldy + c0) * (int64_t)ysz,
 						      j->ldy * (int64_t)ysz);
 					continue;

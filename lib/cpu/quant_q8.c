@@ -10,7 +10,8 @@
  * ((ky, kx, c) fastest last). Depthwise convolutions have an AVX2
  * kernel (dw_rows_avx2, on the AVX2 paths; dw_rows_avx512 with vpdpwssd on
  * the AVX-512 VNNI path), bit-identical to the
- * portable loop; that loop, Add and the pools are loops the compiler
+ * portable loop; so is Q8Quantize of a matrix on the AVX2 and VNNI paths
+ * (quant_flat_avx2); those loops, Add and the pools are loops the compiler
  * vectorises, cloned for AVX2 at run time.
  */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -101,6 +102,48 @@ quant_flat(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+#ifdef Q8_X86
+/*
+ * quant_flat_avx2: quant_flat 32 values at a time, bit-identical to it:
+ * rounding to nearest even, the same clamp, NaN to the zero point, and
+ * the saturating packs clamping to [0, 255]. The compiler's version of
+ * quant_flat spends most of its time in the blends of the clamps, which
+ * at an encoder's 768 values cost more than the product it feeds.
+ */
+__attribute__((target("avx2,fma"))) static void
+quant_flat_avx2(void *ctx, int64_t b, int64_t e)
+{
+	const struct qjob *j = ctx;
+	const float *x = j->x;
+	uint8_t *y = j->y;
+	const __m256 inv = _mm256_set1_ps(j->inv), hi = _mm256_set1_ps(4e6f),
+		     lo = _mm256_set1_ps(-4e6f);
+	const __m256i zero = _mm256_set1_epi32(j->zero),
+		      order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	int64_t i = b;
+
+	for (; i + 32 <= e; i += 32) {
+		__m256i q[4];
+		for (int k = 0; k < 4; k++) {
+			__m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), inv);
+			v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+			v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+			v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+			q[k] = _mm256_add_epi32(_mm256_cvttps_epi32(v), zero);
+		}
+		/* packs work within 128-bit lanes: the permute puts the 4-byte groups back in order */
+		__m256i p = _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]),
+						_mm256_packs_epi32(q[2], q[3]));
+		_mm256_storeu_si256((__m256i *)(y + i), _mm256_permutevar8x32_epi32(p, order));
+	}
+	for (; i < e; i++) {
+		float v = x[i] * j->inv;
+		v = v != v ? 0.0f : v;
+		y[i] = q8_clamp(q8_round(v) + j->zero, 0, 255);
+	}
+}
+#endif
+
 Q8_CLONES static void
 dequant_flat(void *ctx, int64_t b, int64_t e)
 {
@@ -165,8 +208,13 @@ ml_q8_run_quantize(struct ml_opctx *c)
 	qjob_of(&j, x, &rows);
 	if (ml_tval_numel(x) == 0)
 		return 0;
+	void (*flat)(void *, int64_t, int64_t) = quant_flat;
+#ifdef Q8_X86
+	if (ml_q8_path() >= ML_Q8_AVX2)
+		flat = quant_flat_avx2;
+#endif
 	if (x->rank != 4)
-		ml_parallel_for(ml_tval_numel(x), 16384, quant_flat, &j);
+		ml_parallel_for(ml_tval_numel(x), 16384, flat, &j);
 	else
 		ml_parallel_for(rows * j.h, 4096 / (j.c * j.w + 1) + 1, quant_rows, &j);
 	return 0;

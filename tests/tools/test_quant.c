@@ -7,7 +7,10 @@
  * and -128, whose products would saturate an int16 pair sum such as
  * vpmaddubsw's); and the
  * depthwise Q8Conv on every path (the AVX2 kernel on the AVX2 and VNNI
- * paths, the portable loop on the C path) against a direct reference.
+ * paths, the portable loop on the C path) against a direct reference;
+ * and Q8Quantize of a matrix (quant_flat_avx2 on the AVX2 and VNNI paths,
+ * the portable loop on the C path) against nearbyintf, over halves (round
+ * to even), values past the clamp, infinities and NaN.
  */
 #include <math.h>
 #include <stdio.h>
@@ -226,6 +229,79 @@ dw_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k
 	return good;
 }
 
+/*
+ * quant_case: Q8Quantize of an f32 [rows, cols] x with scale sc and zero
+ * point zp, one node run on path p, against nearbyintf with the clamps of
+ * q8_round (|v| <= 4e6, NaN to the zero point). True when equal byte for byte.
+ */
+static bool
+quant_case(enum ml_q8_path p, int64_t rows, int64_t cols, float sc, int32_t zp)
+{
+	struct ml_err e = { 0 };
+	struct ml_graph *g = NULL;
+	int64_t n = rows * cols, xd[2] = { rows, cols };
+	float *x = malloc(sizeof *x * (size_t)n);
+	uint8_t *ref = malloc((size_t)n);
+	bool good = false;
+
+	for (int64_t i = 0; i < n; i++) {
+		int r = (int)(rnd() % 16);
+		/* halves of the scale test rounding to even; the rest the clamps and NaN */
+		x[i] = r < 8 ? ((float)(int)(rnd() % 600) - 300.0f) * sc :
+		       r < 12 ? ((float)(int)(rnd() % 600) - 300.0f + 0.5f) * sc :
+		       r == 12 ? (rnd() % 2 ? 1e30f : -1e30f) :
+		       r == 13 ? (rnd() % 2 ? INFINITY : -INFINITY) :
+		       r == 14 ? NAN : ((float)(rnd() % 2000001) - 1e6f) * 1e-3f;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		float v = x[i] * (1.0f / sc);
+		v = v != v ? 0.0f : v > 4e6f ? 4e6f : v < -4e6f ? -4e6f : v;
+		int32_t q = (int32_t)nearbyintf(v) + zp;
+		ref[i] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+	}
+	ml_graph_new(&g, &e);
+	ml_graph_set_opset(g, "", 13, &e);
+	int tx = ml_graph_tensor(g, "x");
+	g->tensors[tx]->dtype = ML_F32;
+	g->tensors[tx]->rank = 2;
+	g->tensors[tx]->kind = ML_TK_INPUT;
+	memcpy(g->tensors[tx]->dims, xd, sizeof xd);
+	ml_graph_add_input(g, tx, &e);
+	const char *in[] = { "x" }, *out[] = { "y" };
+	int ni = ml_graph_add_node(g, "Q8Quantize", "ml", "q", 1, in, 1, out, &e);
+	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
+	ml_node_set_float(g, ni, "scale", sc);
+	ml_node_set_int(g, ni, "zero_point", zp);
+
+	struct ml_tval xv = { 0 };
+	struct ml_session *s = NULL;
+	ml_q8_set_path(p);
+	if (e.code == 0 && ml_graph_toposort(g, &e) == 0 && ml_graph_infer(g, &e) == 0 &&
+	    ml_tval_alloc(&xv, ML_F32, 2, xd, &e) == 0 && ml_session_new(&s, g, NULL, &e) == 0) {
+		memcpy(xv.data, x, sizeof *x * (size_t)n);
+		if (ml_session_set_input(s, "x", &xv, &e) == 0 && ml_session_run(s, &e) == 0) {
+			const struct ml_tval *y = ml_session_output(s, 0);
+			good = ml_tval_numel(y) == n && y->dtype == ML_U8 &&
+			       memcmp(y->data, ref, (size_t)n) == 0;
+			for (int64_t i = 0; i < n && !good && ml_tval_numel(y) == n; i++)
+				if (((uint8_t *)y->data)[i] != ref[i]) {
+					printf("# first difference: [%lld] x %g: %d, want %d\n",
+					       (long long)i, x[i], ((uint8_t *)y->data)[i], ref[i]);
+					break;
+				}
+		}
+	}
+	if (e.code != 0)
+		printf("# quantize case: %s\n", e.msg);
+	ml_session_free(s);
+	ml_tval_clear(&xv);
+	ml_graph_free(g);
+	ml_q8_set_path(ML_Q8_AUTO);
+	free(x);
+	free(ref);
+	return good;
+}
+
 int
 main(void)
 {
@@ -237,7 +313,8 @@ main(void)
 	int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
 	char what[160];
 
-	printf("1..%d\n", 4 * (nshapes * 4 + 6) + 4 * 7 + 2);	/* 7: the depthwise cases */
+	/* 7: the depthwise cases; 4: the quantize cases */
+	printf("1..%d\n", 4 * (nshapes * 4 + 6) + 4 * 7 + 4 * 4 + 2);
 	for (int pi = 0; pi < 4; pi++) {
 		enum ml_q8_path p = paths[pi];
 		bool have = ml_q8_set_path(p);
@@ -293,6 +370,27 @@ main(void)
 			}
 			ok(dw_case(p, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], (int32_t)v[8],
 				   (int32_t)(d * 37 % 256)), what);
+		}
+	}
+	/* Q8Quantize of a matrix: whole blocks of 32 and tails, on every path */
+	static const int64_t qs[][3] = {
+		/* rows, cols, zero point */
+		{ 12, 64, 128 }, { 1, 1, 0 }, { 3, 37, 255 }, { 129, 33, 17 },
+	};
+	for (int pi = ML_Q8_C; pi <= ML_Q8_AVXVNNI; pi++) {
+		enum ml_q8_path p = (enum ml_q8_path)pi;
+		for (size_t d = 0; d < sizeof qs / sizeof qs[0]; d++) {
+			snprintf(what, sizeof what, "%s quantize [%lld, %lld] zero point %lld",
+				 ml_q8_path_name(p), (long long)qs[d][0], (long long)qs[d][1],
+				 (long long)qs[d][2]);
+			if (!ml_q8_path_ok(p)) {
+				ntest++;
+				printf("ok %d - %s # SKIP this CPU lacks %s\n", ntest, what,
+				       ml_q8_path_name(p));
+				continue;
+			}
+			ok(quant_case(p, qs[d][0], qs[d][1], 0.0371f * (float)(d + 1), (int32_t)qs[d][2]),
+			   what);
 		}
 	}
 	ml_q8_set_path(ML_Q8_AUTO);
