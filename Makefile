@@ -160,7 +160,7 @@ fuzz:
 SAN_LOGS = $(CURDIR)/build-asan/san-logs
 ASAN_ENV = ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:log_path=$(SAN_LOGS)/asan \
 	UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_path=$(SAN_LOGS)/ubsan \
-	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp:print_suppressions=0
 
 # The tests that run make themselves (make install) get the same CFLAGS.
 asan: deps

@@ -17,7 +17,7 @@ TARGETS=${*:-mlg onnx text npy idx}
 BIN=build-fuzz/fuzz
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
 status=0
 for t in $TARGETS; do
 	if [ ! -x "$BIN/fuzz_$t" ]; then
