@@ -36,6 +36,7 @@
  */
 #include <dlfcn.h>
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 #include <pthread.h>
@@ -162,7 +163,10 @@ has_simd(void)
 	int s = __atomic_load_n(&simd_state, __ATOMIC_RELAXED);
 	if (s == 0) {
 		__builtin_cpu_init();
-		s = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2") ? 1 : -1;
+		/* F16C by CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know it */
+		unsigned a, b, c = 0, d;
+		bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+		s = f16c && __builtin_cpu_supports("avx2") ? 1 : -1;
 		__atomic_store_n(&simd_state, s, __ATOMIC_RELAXED);
 	}
 	return s > 0;

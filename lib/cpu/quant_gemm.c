@@ -30,6 +30,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -322,8 +323,11 @@ KERN_YMM(kern_vnni256, "avx2,avx512f,avx512vl,avx512vnni", _mm256_dpbusd_epi32)
 static bool
 has_avxvnni(void)
 {
+	/* CPUID leaf 7 subleaf 1, EAX bit 4: clang's __builtin_cpu_supports does not know it */
+	unsigned a = 0, b, c, d;
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avxvnni");
+	return __builtin_cpu_supports("avx2") && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+	       (a & (1u << 4)) != 0;
 }
 
 static bool
