@@ -125,32 +125,11 @@ static struct {
 
 /* 16-bit buckets. */
 
-/* to_bf16: f rounded to bfloat16, to nearest, ties to even (NaN stays a quiet NaN). */
-static inline uint16_t
-to_bf16(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffff) > 0x7f800000)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fff + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-static inline float
-from_bf16(uint16_t h)
-{
-	uint32_t u = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 /*
  * F16C and AVX2 (every x86-64 since 2013, but not in the x86-64-v2
  * baseline the library is built for): eight values an instruction. F16C
  * converts to fp16 rounding to nearest even, as ml_f32_to_f16 does; the
- * AVX2 bf16 rounding is to_bf16's arithmetic, lane by lane, so both give
+ * AVX2 bf16 rounding is ml_f32_to_bf16's arithmetic, lane by lane, so both give
  * the bits of the portable loops, which take what remains and other CPUs.
  * (AVX-512 BF16's vcvtneps2bf16 would flush subnormals: not used.)
  */
@@ -181,7 +160,7 @@ load_bf16x8(const uint16_t *p)
 	return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-/* store_bf16x8: to_bf16 of eight floats. */
+/* store_bf16x8: ml_f32_to_bf16 of eight floats. */
 SIMD static inline void
 store_bf16x8(uint16_t *p, __m256 x)
 {
@@ -263,7 +242,7 @@ ml_dist_sum16(enum ml_dtype t, const uint16_t *in, uint16_t *inout, int64_t n)
 	int64_t i = has_simd() ? sum16_simd(t, in, inout, n) : 0;
 	if (t == ML_BF16)
 		for (; i < n; i++)
-			inout[i] = to_bf16(from_bf16(in[i]) + from_bf16(inout[i]));
+			inout[i] = ml_f32_to_bf16(ml_bf16_to_f32(in[i]) + ml_bf16_to_f32(inout[i]));
 	else
 		for (; i < n; i++)
 			inout[i] = ml_f32_to_f16(ml_f16_to_f32(in[i]) + ml_f16_to_f32(inout[i]));
@@ -763,13 +742,13 @@ pack(void *dst, enum ml_dtype rt, const void *src, enum ml_dtype st, int64_t n, 
 		float fw = (float)w;
 		int64_t i = has_simd() ? pack16_simd(rt, d, s, n, fw) : 0;
 		for (; i < n; i++)
-			d[i] = rt == ML_BF16 ? to_bf16(s[i] * fw) : ml_f32_to_f16(s[i] * fw);
+			d[i] = rt == ML_BF16 ? ml_f32_to_bf16(s[i] * fw) : ml_f32_to_f16(s[i] * fw);
 	} else if (rt == ML_F32 && (st == ML_BF16 || st == ML_F16) && w == 1) {
 		float *d = dst;
 		const uint16_t *s = src;
 		int64_t i = has_simd() ? unpack16_simd(st, d, s, n) : 0;
 		for (; i < n; i++)
-			d[i] = st == ML_BF16 ? from_bf16(s[i]) : ml_f16_to_f32(s[i]);
+			d[i] = st == ML_BF16 ? ml_bf16_to_f32(s[i]) : ml_f16_to_f32(s[i]);
 	} else if (rt == ML_F32 && st == ML_F32) {
 		float *d = dst, fw = (float)w;
 		const float *s = src;
