@@ -159,6 +159,12 @@ ml_node_infer(const struct ml_graph *g, const struct ml_node *n, struct ml_tval 
 		if (o->rank > ML_MAX_RANK)
 			return ml_fail(e, ML_EINVAL, "node '%s' (%s): output %d has rank %d, above %d",
 				       n->name, n->op_type, i, o->rank, ML_MAX_RANK);
+		/* -1 is an unknown dim; below that an op's rule took a bad attribute */
+		for (int d = 0; d < o->rank && d < ML_MAX_RANK; d++)
+			if (o->dims[d] < -1)
+				return ml_fail(e, ML_EINVAL,
+					       "node '%s' (%s): output %d has dim %d of %lld",
+					       n->name, n->op_type, i, d, (long long)o->dims[d]);
 		if (known && (ml_tval_numel(o) < 0 || ml_tval_nbytes(o) < 0)) {
 			char buf[256];
 			return ml_fail(e, ML_EINVAL, "node '%s' (%s): output %d of shape %s is too large",

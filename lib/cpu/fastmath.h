@@ -21,8 +21,9 @@
 static inline float
 ml_expf(float x)
 {
-	float xc = x > 88.72283935546875f ? 88.72283935546875f : x;
-	xc = xc < -104.0f ? -104.0f : xc;
+	/* written so a NaN x clamps to a number (no NaN reaches the int cast) */
+	float xc = x <= 88.72283935546875f ? x : 88.72283935546875f;
+	xc = xc >= -104.0f ? xc : -104.0f;
 	float n = floorf(xc * 1.44269504088896341f + 0.5f);
 	float r = xc - n * 0.693359375f;
 	r = r - n * -2.12194440e-4f;

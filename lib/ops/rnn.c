@@ -55,9 +55,10 @@ infer_rnn(struct ml_opctx *c)
 		return ml_opfail(c, ML_EINVAL, "layout must be 0 or 1");
 	for (int i = 0; i < 3; i++)
 		ML_TRY(check_rank(c, c->in[i], i, 3));
-	if (h < 0 && r->rank == 3)
+	bool given = ml_attr_find(c->node, "hidden_size") != NULL;
+	if (!given && r->rank == 3)
 		h = r->dims[2];
-	if (h == 0 || h > ((int64_t)1 << 30))
+	if ((given && h <= 0) || h == 0 || h > ((int64_t)1 << 30))
 		return ml_opfail(c, ML_EINVAL, "hidden_size is out of range");
 	enum ml_dtype dt = x->dtype;
 	if (dt != ML_UNDEF && dt != ML_F32 && dt != ML_F16 && dt != ML_BF16)
