@@ -668,6 +668,20 @@ as_f32(struct ml_opctx *c)
 	return rc;
 }
 
+/*
+ * cpair_order: the bf16 weight w [cout, cin, ksz] in (kernel offset, channel
+ * pair) order, [cout, ksz, 2 * ceil(cin / 2)], an odd cin padded with a zero.
+ */
+static void
+cpair_order(uint16_t *d, const uint16_t *w, const struct ml_conv3 *v)
+{
+	int64_t c2 = 2 * ((v->cin + 1) / 2), k2 = v->ksz * c2;
+	for (int64_t m = 0; m < v->cout; m++)
+		for (int64_t kk = 0; kk < v->ksz; kk++)
+			for (int64_t ci = 0; ci < c2; ci++)
+				d[m * k2 + kk * c2 + ci] = ci < v->cin ? w[(m * v->cin + ci) * v->ksz + kk] : 0;
+}
+
 static int
 conv_dp(struct ml_opctx *c)
 {
@@ -707,12 +721,7 @@ conv_dp(struct ml_opctx *c)
 			return ml_opfail(c, ML_ENOMEM, "out of memory packing a bf16 weight");
 		}
 		if (fill) {
-			const uint16_t *w = c->in[1]->data;
-			for (int64_t m = 0; m < v.cout; m++)
-				for (int64_t kk = 0; kk < v.ksz; kk++)
-					for (int64_t ci = 0; ci < 2 * ncp; ci++)
-						wt[m * k2 + kk * 2 * ncp + ci] =
-							ci < v.cin ? w[(m * v.cin + ci) * v.ksz + kk] : 0;
+			cpair_order(wt, c->in[1]->data, &v);
 			ml_bf16_pack_b(bp, wt, k2, v.cout, true);
 			ml_free(wt);
 		}
@@ -727,14 +736,8 @@ conv_dp(struct ml_opctx *c)
 	uint16_t *wp = wcache(c, WC_CPAIR, sizeof(uint16_t) * (size_t)(v.cout * k2), &fill, &tmp);
 	if (wp == NULL)
 		return ml_opfail(c, ML_ENOMEM, "out of memory packing a bf16 weight");
-	if (fill) {
-		const uint16_t *w = c->in[1]->data;
-		for (int64_t m = 0; m < v.cout; m++)
-			for (int64_t kk = 0; kk < v.ksz; kk++)
-				for (int64_t ci = 0; ci < 2 * ncp; ci++)
-					wp[m * k2 + kk * 2 * ncp + ci] =
-						ci < v.cin ? w[(m * v.cin + ci) * v.ksz + kk] : 0;
-	}
+	if (fill)
+		cpair_order(wp, c->in[1]->data, &v);
 	int rc = ml_conv_bf16(c, &v, c->in[0]->data, wp, true, b != NULL ? b->data : NULL, ep,
 			      c->out[0]->data);
 	ml_free(tmp);
