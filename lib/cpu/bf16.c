@@ -45,6 +45,7 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define HAVE_BF16 1
 #include <immintrin.h>
+#include "cpu/tile512.h"
 #define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #endif
 
@@ -308,18 +309,7 @@ bk##R(int64_t kq, const uint16_t *a, int64_t lda, const uint16_t *bp, float *c,	
 			c1[i] = _mm512_dpbf16_ps(c1[i], av, b1);		\
 		}								\
 	}									\
-	for (int i = 0; i < mr; i++) {						\
-		float *cr = c + i * ldc;					\
-		__m512 x0, x1;							\
-		if (mode == 1) {						\
-			x0 = _mm512_maskz_loadu_ps(m0, cr);			\
-			x1 = _mm512_maskz_loadu_ps(m1, cr + 16);		\
-		} else {							\
-			x0 = x1 = _mm512_set1_ps(bias != NULL ? bias[i] : 0.0f); \
-		}								\
-		_mm512_mask_storeu_ps(cr, m0, _mm512_add_ps(c0[i], x0));	\
-		_mm512_mask_storeu_ps(cr + 16, m1, _mm512_add_ps(c1[i], x1));	\
-	}									\
+	TILE512_STORE(c0, c1, mr, c, ldc, m0, m1, bias, mode)			\
 }
 BKERN(12)
 BKERN(8)

@@ -31,6 +31,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_PGEMM 1
 #include <immintrin.h>
+#include "cpu/tile512.h"
 #endif
 
 #define KC 256			/* k block: a panel block of KC x 32 floats is 32 KB */
@@ -128,18 +129,7 @@ kern##R(int64_t kc, const float *a, int64_t lda, const float *bp, float *c, int6
 	for (int i = 0; i < R; i++)						\
 		ar[i] = a + (i < mr ? i : 0) * lda;				\
 	PG_PRODUCT(R, kc, bp)							\
-	for (int i = 0; i < mr; i++) {						\
-		float *cr = c + i * ldc;					\
-		__m512 x0, x1;							\
-		if (mode == 1) {						\
-			x0 = _mm512_maskz_loadu_ps(m0, cr);			\
-			x1 = _mm512_maskz_loadu_ps(m1, cr + 16);		\
-		} else {							\
-			x0 = x1 = _mm512_set1_ps(bias != NULL ? bias[i] : 0.0f); \
-		}								\
-		_mm512_mask_storeu_ps(cr, m0, _mm512_add_ps(c0[i], x0));	\
-		_mm512_mask_storeu_ps(cr + 16, m1, _mm512_add_ps(c1[i], x1));	\
-	}									\
+	TILE512_STORE(c0, c1, mr, c, ldc, m0, m1, bias, mode)			\
 }
 KERN(12)
 KERN(8)
