@@ -113,6 +113,16 @@ ml_op_lookup(const char *name, const char *domain)
 	return ML_OP_NONE;
 }
 
+void *
+ml_node_prep(struct ml_opctx *c, size_t bytes)
+{
+	if (c->cache == NULL)
+		return NULL;
+	if (*c->cache == NULL)
+		*c->cache = ml_calloc(1, bytes);
+	return *c->cache;
+}
+
 int
 ml_node_ctx(struct ml_opctx *c, const struct ml_graph *g, const struct ml_node *n,
 	    struct ml_tval **in, struct ml_tval **out, struct ml_err *e)

@@ -18,8 +18,32 @@ side_effect(enum ml_op op)
 }
 
 /*
- * run_node: run node i: check its inputs, infer and place its outputs
- * (arena slot or heap), run kern (NULL: the CPU device's run over the
+ * check_plan: with ML_CHECK_SHAPES=1, the shapes node n's inference just
+ * gave its outputs must be the ones the plan inferred for the run's input
+ * shapes (which a run without the check takes instead).
+ */
+static int
+check_plan(struct ml_session *s, const struct ml_node *n)
+{
+	for (int j = 0; j < n->n_out; j++) {
+		const struct ml_tval *v = s->out[j], *p = &s->shp[n->out[j]];
+		bool ok = v->dtype == p->dtype && v->rank == p->rank;
+		for (int d = 0; ok && d < v->rank; d++)
+			ok = v->dims[d] == p->dims[d];
+		if (!ok) {
+			char a[128], b[128];
+			return ml_fail(s->err_sink, ML_EINVAL,
+				       "node '%s' (%s): output %d is %s but the plan said %s", n->name,
+				       n->op_type, j, ml_tval_shape_str(v, a, sizeof a),
+				       ml_tval_shape_str(p, b, sizeof b));
+		}
+	}
+	return 0;
+}
+
+/*
+ * run_node: run node i: check its inputs, give its outputs their shapes
+ * (the plan's, or inferred now) and place them (arena slot or heap), run kern (NULL: the CPU device's run over the
  * host values), record the profile, release heap values after their
  * last reader.
  */
@@ -53,8 +77,22 @@ run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c)
 				s->out[j] = &scratch[j];
 			}
 		}
-		if ((rc = ml_node_infer(g, n, s->in, s->out, e)) < 0)
-			goto fail;
+		/*
+		 * The shapes the plan inferred for this run's input shapes, where
+		 * it knew them all; else (a shape that depends on a value) the
+		 * node is inferred from its inputs now. ML_CHECK_SHAPES=1 infers
+		 * every node and holds the plan's shapes to the result.
+		 */
+		bool known = s->known[i];
+		if (known && !s->check_shapes) {
+			for (int j = 0; j < n->n_out; j++)
+				*s->out[j] = s->shp[n->out[j]];
+		} else {
+			if ((rc = ml_node_infer(g, n, s->in, s->out, e)) < 0)
+				goto fail;
+			if (known && (rc = check_plan(s, n)) < 0)
+				goto fail;
+		}
 		for (int j = 0; j < n->n_out; j++) {
 			struct ml_tval *o = s->out[j];
 			int t = n->out[j];
@@ -71,11 +109,11 @@ run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c)
 					goto fail;
 			}
 		}
-		struct ml_opctx c;
-		ml_node_ctx(&c, g, n, s->in, s->out, e);
-		c.sess = s;
-		c.body = &ml_exec_body_ops;
-		c.cache = &s->node_cache[i];
+		struct ml_opctx c = {
+			.g = g, .node = n, .n_in = n->n_in, .n_out = n->n_out, .in = s->in,
+			.out = s->out, .opset = s->opset, .err = e, .sess = s,
+			.body = &ml_exec_body_ops, .cache = &s->node_cache[i],
+		};
 		if ((rc = kern != NULL ? kern(arg, &c) : ml_cpu_devops.run(NULL, &c, NULL, NULL)) < 0)
 			goto fail;
 		if (s->o.profile) {

@@ -67,6 +67,8 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->room_off = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->room_off);
 	s->room_len = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->room_len);
 	s->node_cache = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_cache);
+	s->shp = ml_calloc(nt, sizeof *s->shp);
+	s->known = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->known);
 	if (s->o.profile)
 		s->prof_val = ml_calloc(nt, sizeof *s->prof_val);
 	s->outer = ml_calloc(nt, sizeof *s->outer);
@@ -81,7 +83,7 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	    s->slot_len == NULL || s->node_time == NULL || s->in == NULL || s->out == NULL ||
 	    s->outer == NULL || s->node_flops == NULL || s->node_bytes == NULL ||
 	    s->node_start == NULL || s->room_off == NULL || s->room_len == NULL ||
-	    s->node_cache == NULL ||
+	    s->node_cache == NULL || s->shp == NULL || s->known == NULL ||
 	    (s->o.profile && s->prof_val == NULL)) {
 		ml_session_free(s);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
@@ -116,6 +118,7 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 					mark_outer_uses(s, at->graphs[k], i, 0);
 		}
 	s->arena_bytes = -1;
+	s->opset = ml_graph_opset(g, "", 17);
 	const char *cs = getenv("ML_CHECK_SHAPES");
 	s->check_shapes = cs != NULL && strcmp(cs, "1") == 0;
 	/* other devices: placement, programs, resident parameters (device.c) */
@@ -164,6 +167,9 @@ ml_session_free(struct ml_session *s)
 		for (int i = 0; i < s->g->n_nodes; i++)
 			ml_free(s->node_cache[i]);
 	ml_free(s->node_cache);
+	ml_free(s->shp);
+	ml_free(s->known);
+	ml_free(s->plan_key);
 	ml_free(s->node_time);
 	ml_free(s->node_flops);
 	ml_free(s->node_bytes);

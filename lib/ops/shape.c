@@ -1298,12 +1298,15 @@ infer_unique(struct ml_opctx *c)
 }
 
 const struct ml_opdef ml_opdefs_shape[] = {
-	{ ML_OP_IDENTITY, 1, 1, 1, 1, infer_identity, NULL },
-	{ ML_OP_RESHAPE, 2, 2, 1, 1, infer_reshape, NULL, .host_in = ML_HOST_REST,
+	{ ML_OP_IDENTITY, 1, 1, 1, 1, infer_identity, NULL, .flags = ML_OPF_ALIAS },
+	{ ML_OP_RESHAPE, 2, 2, 1, 1, infer_reshape, NULL, .flags = ML_OPF_ALIAS,
+	  .host_in = ML_HOST_REST, .qclass = ML_QC_FLATTEN },
+	{ ML_OP_FLATTEN, 1, 1, 1, 1, infer_flatten, NULL, .flags = ML_OPF_ALIAS,
 	  .qclass = ML_QC_FLATTEN },
-	{ ML_OP_FLATTEN, 1, 1, 1, 1, infer_flatten, NULL, .qclass = ML_QC_FLATTEN },
-	{ ML_OP_SQUEEZE, 1, 2, 1, 1, infer_squeeze, NULL, .host_in = ML_HOST_REST },
-	{ ML_OP_UNSQUEEZE, 1, 2, 1, 1, infer_unsqueeze, NULL, .host_in = ML_HOST_REST },
+	{ ML_OP_SQUEEZE, 1, 2, 1, 1, infer_squeeze, NULL, .flags = ML_OPF_ALIAS,
+	  .host_in = ML_HOST_REST },
+	{ ML_OP_UNSQUEEZE, 1, 2, 1, 1, infer_unsqueeze, NULL, .flags = ML_OPF_ALIAS,
+	  .host_in = ML_HOST_REST },
 	{ ML_OP_TRANSPOSE, 1, 1, 1, 1, infer_transpose, NULL },
 	{ ML_OP_CONCAT, 1, -1, 1, 1, infer_concat, NULL },
 	{ ML_OP_SPLIT, 1, 2, 1, -1, infer_split, NULL, .host_in = ML_HOST_REST },
