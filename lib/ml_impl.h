@@ -72,9 +72,10 @@ struct ml_opctx {
  * ML_OPF_SHAPE_ONLY: the kernels read their inputs' dtype and shape, never
  *   their data, so known shapes make the outputs known.
  * ML_OPF_ALIAS: output 0 holds input 0's bytes unchanged, in another shape
- *   (a reshape), and the CPU kernel copies nothing when the two share
- *   memory, so the executor may give output 0 input 0's memory when input
- *   0 dies there.
+ *   (a reshape; for an op with an alias rule, only where the rule says so
+ *   for input 0's shape: ml_node_alias), and the CPU kernel copies nothing
+ *   when the two share memory, so the executor may give output 0 input
+ *   0's memory when input 0 dies there.
  */
 enum {
 	ML_OPF_INPLACE = 1u << 0,
@@ -128,6 +129,11 @@ struct ml_opdef {
 	 */
 	unsigned host_in;
 	enum ml_qclass qclass;
+	/*
+	 * optional, with ML_OPF_ALIAS: whether output 0 is input 0's bytes
+	 * unchanged when input 0 has x's shape (NULL: always)
+	 */
+	bool (*alias)(const struct ml_node *n, const struct ml_tval *x);
 };
 
 /* struct ml_cpu_kernel: a CPU kernel of an op. */
@@ -153,6 +159,12 @@ unsigned ml_op_flags(enum ml_op op);
 unsigned ml_op_weights(enum ml_op op);
 unsigned ml_op_host_inputs(enum ml_op op);
 enum ml_qclass ml_op_qclass(enum ml_op op);
+/*
+ * ml_node_alias: whether node n's output 0 is its input 0's bytes
+ * unchanged when input 0 has x's shape (ML_OPF_ALIAS and the op's alias
+ * rule), so that the two may share memory.
+ */
+bool ml_node_alias(const struct ml_node *n, const struct ml_tval *x);
 /*
  * ml_op_unary: the ML_UN_* code (lib/act.def) of the unary function op
  * computes, -1 when op is none of them.

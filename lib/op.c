@@ -46,6 +46,13 @@ ml_op_flags(enum ml_op op)
 	return d != NULL ? d->flags : 0;
 }
 
+bool
+ml_node_alias(const struct ml_node *n, const struct ml_tval *x)
+{
+	const struct ml_opdef *d = ml_opdef_get(n->op);
+	return d != NULL && (d->flags & ML_OPF_ALIAS) && (d->alias == NULL || d->alias(n, x));
+}
+
 unsigned
 ml_op_weights(enum ml_op op)
 {

@@ -326,6 +326,9 @@ k_transpose(struct ml_opctx *c)
 	size_t es;
 
 	ML_TRY(ml_elem_size(c, x, &es));
+	/* the executor shares the two only where the transpose moves no data */
+	if (o->data == x->data && ml_tval_numel(o) > 0)
+		return ml_node_alias(c->node, x) ? 0 : ml_opfail(c, ML_EINVAL, "output is the input");
 	strides_of(x, es, st);
 	for (int i = 0; i < x->rank; i++) {
 		int p = n >= 0 ? (int)perm[i] : x->rank - 1 - i;

@@ -139,8 +139,9 @@ struct inplace_arg {
 /*
  * inplace_input: the input node i's output 0 may be written over, or
  * share: n is pointwise (ML_OPF_INPLACE) and its first input has exactly
- * the output's type and shape, or n only reshapes (ML_OPF_ALIAS) and its
- * first input has the output's type and size; that input is an
+ * the output's type and shape, or n only reshapes (ML_OPF_ALIAS, where
+ * ml_node_alias holds for its input's shape) and its first input has the
+ * output's type and size; that input is an
  * activation node i reads last and reads once. -1 if none. The output
  * takes the input's block, which then lives as long as the output does.
  */
@@ -156,6 +157,8 @@ inplace_input(void *arg, int i)
 	if (!(f & (ML_OPF_INPLACE | ML_OPF_ALIAS)) || n->n_in < 1 || n->in[0] < 0 || n->out[0] < 0)
 		return -1;
 	int a = n->in[0], t = n->out[0];
+	if (!(f & ML_OPF_INPLACE) && !ml_node_alias(n, &sv[a]))
+		return -1;
 	if (s->last_use[a] != i || g->tensors[a]->kind != ML_TK_ACT || sv[a].dtype != sv[t].dtype)
 		return -1;
 	if (f & ML_OPF_INPLACE) {

@@ -224,10 +224,13 @@ test_session(void)
  * overwrite that block gives wrong sums. m = Sigmoid(x) is read after
  * its Reshape: no alias there. z = Reshape(x, t) takes its shape from
  * the data of input t, which differs between runs of the same shapes.
+ * u = Transpose(Reshape(-x)) [2, N, 3] moves only a dim of size 1 at
+ * batch 1 (it shares its input's block then) but not at batch 4.
  */
 static const char shape_model[] =
 	"<ir_version: 8, opset_import: [\"\" : 14]>\n"
-	"c (float[N,6] x, int64[2] t) => (float[N,2,3] y, float[N,2,3] v, float[?,?] z)\n"
+	"c (float[N,6] x, int64[2] t) => (float[N,2,3] y, float[N,2,3] v, float[?,?] z, "
+	"float[2,N,3] u)\n"
 	"{\n"
 	"    [neg] a = Neg (x)\n"
 	"    [ra] r = Reshape (a, k)\n"
@@ -240,6 +243,9 @@ static const char shape_model[] =
 	"    [ro] p = Reshape (o, k)\n"
 	"    [sub] v = Sub (n, p)\n"
 	"    [rz] z = Reshape (x, t)\n"
+	"    [ne] e = Neg (x)\n"
+	"    [rf] f = Reshape (e, k)\n"
+	"    [tr] u = Transpose <perm = [1, 0, 2]> (f)\n"
 	"}\n"
 	"int64[3] k = {-1, 2, 3}\n";
 
@@ -260,15 +266,21 @@ shape_run(struct ml_session *s, int64_t nb, int64_t t0, int64_t t1)
 		return false;
 	}
 	const struct ml_tval *y = ml_session_output(s, 0), *v = ml_session_output(s, 1);
-	const struct ml_tval *z = ml_session_output(s, 2);
+	const struct ml_tval *z = ml_session_output(s, 2), *u = ml_session_output(s, 3);
 	bool good = y->rank == 3 && y->dims[0] == nb && v->rank == 3 && v->dims[0] == nb &&
-		    z->rank == 2 && z->dims[0] == t0 && z->dims[1] == t1;
+		    z->rank == 2 && z->dims[0] == t0 && z->dims[1] == t1 && u->rank == 3 &&
+		    u->dims[0] == 2 && u->dims[1] == nb && u->dims[2] == 3;
 	for (int i = 0; good && i < nb * 6; i++) {
 		float xi = xv[i], sg = 1.0f / (1.0f + expf(-xi));
 		good = ((const float *)y->data)[i] == -xi + fabsf(xi) &&
 		       fabsf(((const float *)v->data)[i] - (sg - sg * sg)) < 1e-6f &&
 		       ((const float *)z->data)[i] == xi;
 	}
+	for (int i = 0; good && i < nb; i++)
+		for (int j = 0; j < 2; j++)
+			for (int k = 0; k < 3; k++)
+				good = good && ((const float *)u->data)[(j * nb + i) * 3 + k] ==
+						       -xv[i * 6 + j * 3 + k];
 	return good;
 }
 
@@ -291,11 +303,21 @@ test_session_shapes(void)
 			ml_graph_free(g);
 			return;
 		}
+		struct ml_tensor_mem mf, mu;
+		int tf = ml_graph_find(g, "f"), tu = ml_graph_find(g, "u");
 		snprintf(what, sizeof what, "batch 1 runs right%s", mode);
 		ok(shape_run(s, 1, 2, 3), what);
+		ml_session_tensor_mem(s, tf, &mf);
+		ml_session_tensor_mem(s, tu, &mu);
+		snprintf(what, sizeof what, "at batch 1 the Transpose shares its input's block%s", mode);
+		ok(mf.off >= 0 && mf.off == mu.off, what);
 		snprintf(what, sizeof what, "then batch 4 in the same session: shapes inferred again%s",
 			 mode);
 		ok(shape_run(s, 4, 12, 2), what);
+		ml_session_tensor_mem(s, tf, &mf);
+		ml_session_tensor_mem(s, tu, &mu);
+		snprintf(what, sizeof what, "at batch 4 it does not (it moves data)%s", mode);
+		ok(mf.off >= 0 && mu.off >= 0 && mf.off != mu.off, what);
 		snprintf(what, sizeof what, "then batch 1 again%s", mode);
 		ok(shape_run(s, 1, 2, 3), what);
 		snprintf(what, sizeof what,
