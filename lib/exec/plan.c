@@ -213,6 +213,7 @@ plan(struct ml_session *s, struct ml_err *e)
 		goto done;
 	for (int t = 0; t < g->n_tensors; t++) {
 		bytes[t] = ml_tval_nbytes(&sv[t]);
+		s->shp_bytes[t] = bytes[t];
 		s->shp[t] = sv[t];
 		s->shp[t].data = NULL;
 		s->shp[t].owned = false;
@@ -258,13 +259,12 @@ done:
 static bool
 plan_valid(struct ml_session *s)
 {
-	const struct ml_graph *g = s->g;
 	int k = 0;
 	/* sized for every tensor bound: index, dtype, rank and the dims */
 	int need = 0;
-	for (int t = 0; t < g->n_tensors; t++)
-		if (s->bound[t])
-			need += 3 + ML_MAX(s->vals[t].rank, 0);
+	for (int k = 0; k < s->n_free; k++)
+		if (s->bound[s->free_t[k]])
+			need += 3 + ML_MAX(s->vals[s->free_t[k]].rank, 0);
 	bool same = s->planned;
 	if (need > s->plan_key_cap) {
 		int64_t *key = ml_realloc(s->plan_key, sizeof *key * (size_t)need);
@@ -277,7 +277,8 @@ plan_valid(struct ml_session *s)
 	}
 	/* compare while writing: the key of this run replaces the last one */
 	same = same && need == s->plan_key_n;
-	for (int t = 0; t < g->n_tensors; t++) {
+	for (int f = 0; f < s->n_free; f++) {
+		int t = s->free_t[f];
 		if (!s->bound[t])
 			continue;
 		const struct ml_tval *v = &s->vals[t];

@@ -67,11 +67,19 @@ run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c)
 		struct ml_tval scratch[16];
 		if (n->n_out > 16)
 			return ml_fail(e, ML_ENOTSUP, "node '%s': too many outputs", n->name);
+		bool known = s->known[i];
 		for (int j = 0; j < n->n_out; j++) {
 			int t = n->out[j];
 			if (t >= 0) {
-				ml_tval_clear(&s->vals[t]);
-				s->out[j] = &s->vals[t];
+				struct ml_tval *v = &s->vals[t];
+				if (v->owned)
+					ml_free(v->data);
+				/* the plan's shape (no data), or an empty value for inference */
+				if (known)
+					*v = s->shp[t];
+				else
+					memset(v, 0, sizeof *v);
+				s->out[j] = v;
 			} else {
 				memset(&scratch[j], 0, sizeof scratch[j]);
 				s->out[j] = &scratch[j];
@@ -83,11 +91,7 @@ run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c)
 		 * node is inferred from its inputs now. ML_CHECK_SHAPES=1 infers
 		 * every node and holds the plan's shapes to the result.
 		 */
-		bool known = s->known[i];
-		if (known && !s->check_shapes) {
-			for (int j = 0; j < n->n_out; j++)
-				*s->out[j] = s->shp[n->out[j]];
-		} else {
+		if (!known || s->check_shapes) {
 			if ((rc = ml_node_infer(g, n, s->in, s->out, e)) < 0)
 				goto fail;
 			if (known && (rc = check_plan(s, n)) < 0)
@@ -96,7 +100,7 @@ run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c)
 		for (int j = 0; j < n->n_out; j++) {
 			struct ml_tval *o = s->out[j];
 			int t = n->out[j];
-			int64_t nb = ml_tval_nbytes(o);
+			int64_t nb = known ? s->shp_bytes[t] : ml_tval_nbytes(o);
 			if (nb < 0)
 				continue;	/* data-dependent: the kernel allocates */
 			if (t >= 0 && s->slot_off[t] >= 0 && nb <= s->slot_len[t]) {

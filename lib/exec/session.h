@@ -29,6 +29,8 @@ struct ml_session {
 	 * inputs, and a body's enclosing values) the plan was made for; a
 	 * run whose bound shapes differ plans again.
 	 */
+	int *free_t;		/* the tensors a run may bind: inputs, names from enclosing scopes */
+	int n_free;
 	int64_t *plan_key;
 	int plan_key_n, plan_key_cap;
 	bool planned;
@@ -40,6 +42,7 @@ struct ml_session {
 	 * executor takes them from shp[] instead of inferring node i again.
 	 */
 	struct ml_tval *shp;
+	int64_t *shp_bytes;	/* per tensor: the size of shp[t] in bytes, -1 unknown */
 	bool *known;
 	double *node_time;
 	int64_t *node_flops, *node_bytes;	/* with opts.profile: from the run's shapes */
