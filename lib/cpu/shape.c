@@ -443,6 +443,50 @@ k_split(struct ml_opctx *c)
 	return cat_common(c, c->in[0], c->out, c->n_out, true);
 }
 
+/*
+ * struct slice_prep: what a Slice node keeps in its session cache
+ * (ml_node_prep): the bounds ml_shape_slice made of its starts, ends,
+ * axes and steps (constants of the graph, or attributes) for the input
+ * shape in dims, so a run does not decode and clamp them again.
+ */
+struct slice_prep {
+	bool valid;
+	int rank;
+	int64_t dims[ML_MAX_RANK];
+	int64_t start[ML_MAX_RANK], step[ML_MAX_RANK], len[ML_MAX_RANK];
+};
+
+/* slice_bounds: ml_shape_slice of c, from the node's cache where it holds for x's shape */
+static int
+slice_bounds(struct ml_opctx *c, const struct ml_tval *x, int64_t *start, int64_t *step,
+	     int64_t *len)
+{
+	/* only bounds that cannot change between runs: constants or attributes */
+	bool fixed = x->rank <= ML_MAX_RANK;
+	for (int i = 1; i < c->node->n_in && fixed; i++) {
+		int t = c->node->in[i];
+		fixed = t < 0 || c->g->tensors[t]->kind == ML_TK_CONST;
+	}
+	struct slice_prep *p = fixed ? ml_node_prep(c, sizeof *p) : NULL;
+	size_t nb = sizeof(int64_t) * (size_t)ML_MAX(x->rank, 0);
+	if (p != NULL && p->valid && p->rank == x->rank && memcmp(p->dims, x->dims, nb) == 0) {
+		memcpy(start, p->start, nb);
+		memcpy(step, p->step, nb);
+		memcpy(len, p->len, nb);
+		return 0;
+	}
+	ML_TRY(ml_shape_slice(c, x, start, step, len));
+	if (p != NULL) {
+		p->rank = x->rank;
+		memcpy(p->dims, x->dims, nb);
+		memcpy(p->start, start, nb);
+		memcpy(p->step, step, nb);
+		memcpy(p->len, len, nb);
+		p->valid = true;
+	}
+	return 0;
+}
+
 static int
 k_slice(struct ml_opctx *c)
 {
@@ -452,7 +496,7 @@ k_slice(struct ml_opctx *c)
 	size_t es;
 
 	ML_TRY(ml_elem_size(c, x, &es));
-	ML_TRY(ml_shape_slice(c, x, start, step, len));
+	ML_TRY(slice_bounds(c, x, start, step, len));
 	strides_of(x, es, st);
 	for (int d = 0; d < x->rank; d++) {
 		if (len[d] != o->dims[d])

@@ -226,11 +226,12 @@ test_session(void)
  * the data of input t, which differs between runs of the same shapes.
  * u = Transpose(Reshape(-x)) [2, N, 3] moves only a dim of size 1 at
  * batch 1 (it shares its input's block then) but not at batch 4.
+ * w = x[:, 1:-1] is a Slice whose bounds its node keeps per input shape.
  */
 static const char shape_model[] =
 	"<ir_version: 8, opset_import: [\"\" : 14]>\n"
 	"c (float[N,6] x, int64[2] t) => (float[N,2,3] y, float[N,2,3] v, float[?,?] z, "
-	"float[2,N,3] u)\n"
+	"float[2,N,3] u, float[N,4] w)\n"
 	"{\n"
 	"    [neg] a = Neg (x)\n"
 	"    [ra] r = Reshape (a, k)\n"
@@ -246,8 +247,12 @@ static const char shape_model[] =
 	"    [ne] e = Neg (x)\n"
 	"    [rf] f = Reshape (e, k)\n"
 	"    [tr] u = Transpose <perm = [1, 0, 2]> (f)\n"
+	"    [sl] w = Slice (x, s0, s1, s2)\n"
 	"}\n"
-	"int64[3] k = {-1, 2, 3}\n";
+	"int64[3] k = {-1, 2, 3}\n"
+	"int64[1] s0 = {1}\n"
+	"int64[1] s1 = {-1}\n"
+	"int64[1] s2 = {1}\n";
 
 /* shape_run: bind x [nb, 6] (x[i] = i - 5) and t, run, check y, v and z [t0, t1]. */
 static bool
@@ -267,9 +272,13 @@ shape_run(struct ml_session *s, int64_t nb, int64_t t0, int64_t t1)
 	}
 	const struct ml_tval *y = ml_session_output(s, 0), *v = ml_session_output(s, 1);
 	const struct ml_tval *z = ml_session_output(s, 2), *u = ml_session_output(s, 3);
+	const struct ml_tval *w = ml_session_output(s, 4);
 	bool good = y->rank == 3 && y->dims[0] == nb && v->rank == 3 && v->dims[0] == nb &&
 		    z->rank == 2 && z->dims[0] == t0 && z->dims[1] == t1 && u->rank == 3 &&
-		    u->dims[0] == 2 && u->dims[1] == nb && u->dims[2] == 3;
+		    u->dims[0] == 2 && u->dims[1] == nb && u->dims[2] == 3 && w->rank == 2 &&
+		    w->dims[0] == nb && w->dims[1] == 4;
+	for (int i = 0; good && i < nb * 4; i++)
+		good = ((const float *)w->data)[i] == xv[i / 4 * 6 + 1 + i % 4];
 	for (int i = 0; good && i < nb * 6; i++) {
 		float xi = xv[i], sg = 1.0f / (1.0f + expf(-xi));
 		good = ((const float *)y->data)[i] == -xi + fabsf(xi) &&
