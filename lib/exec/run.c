@@ -152,8 +152,7 @@ run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c)
 		/* release heap values after their last reader */
 		for (int j = 0; j < n->n_in; j++) {
 			int t = n->in[j];
-			if (t >= 0 && s->last_use[t] == i && !s->bound[t] &&
-			    g->tensors[t]->kind == ML_TK_ACT)
+			if (t >= 0 && s->last_use[t] == i && !s->bound[t] && s->is_act[t])
 				ml_tval_clear(&s->vals[t]);
 		}
 		return 0;

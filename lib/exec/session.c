@@ -68,6 +68,7 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->room_len = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->room_len);
 	s->node_cache = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_cache);
 	s->shp = ml_calloc(nt, sizeof *s->shp);
+	s->is_act = ml_calloc(nt, sizeof *s->is_act);
 	s->free_t = ml_calloc(nt, sizeof *s->free_t);
 	s->shp_bytes = ml_calloc(nt, sizeof *s->shp_bytes);
 	s->known = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->known);
@@ -86,7 +87,7 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	    s->outer == NULL || s->node_flops == NULL || s->node_bytes == NULL ||
 	    s->node_start == NULL || s->room_off == NULL || s->room_len == NULL ||
 	    s->node_cache == NULL || s->shp == NULL || s->shp_bytes == NULL || s->known == NULL ||
-	    s->free_t == NULL ||
+	    s->free_t == NULL || s->is_act == NULL ||
 	    (s->o.profile && s->prof_val == NULL)) {
 		ml_session_free(s);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
@@ -126,7 +127,8 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	 * activations nothing produces (a body's names from enclosing scopes)
 	 */
 	for (int t = 0; t < g->n_tensors; t++) {
-		bool in = g->tensors[t]->kind == ML_TK_ACT && g->tensors[t]->producer < 0;
+		s->is_act[t] = g->tensors[t]->kind == ML_TK_ACT;
+		bool in = s->is_act[t] && g->tensors[t]->producer < 0;
 		for (int i = 0; i < g->n_inputs && !in; i++)
 			in = g->inputs[i] == t;
 		if (in)
@@ -186,6 +188,7 @@ ml_session_free(struct ml_session *s)
 	ml_free(s->node_cache);
 	ml_free(s->shp);
 	ml_free(s->free_t);
+	ml_free(s->is_act);
 	ml_free(s->shp_bytes);
 	ml_free(s->known);
 	ml_free(s->plan_key);

@@ -19,6 +19,7 @@ struct ml_session {
 	struct ml_tval *vals;	/* runtime value per tensor */
 	bool *bound;		/* per tensor: input bound by the caller */
 	int *last_use;		/* per tensor: last node index reading it */
+	bool *is_act;		/* per tensor: an activation (g's kind, without the pointer) */
 	int64_t *slot_off;	/* per tensor: arena offset, -1 none */
 	int64_t *slot_len;
 	uint8_t *arena;
