@@ -43,9 +43,9 @@ check_plan(struct ml_session *s, const struct ml_node *n)
 
 /*
  * run_node: run node i: check its inputs, give its outputs their shapes
- * (the plan's, or inferred now) and place them (arena slot or heap), run kern (NULL: the CPU device's run over the
- * host values), record the profile, release heap values after their
- * last reader.
+ * (the plan's, or inferred now) and place them (arena slot or heap), run
+ * kern (NULL: the CPU device's run over the host values), record the
+ * profile, release heap values after their last reader.
  */
 static int
 run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c), void *arg,
