@@ -71,12 +71,18 @@ struct ml_opctx {
  *   inference never computes them ahead from known inputs.
  * ML_OPF_SHAPE_ONLY: the kernels read their inputs' dtype and shape, never
  *   their data, so known shapes make the outputs known.
+ * ML_OPF_ALIAS: output 0 holds input 0's bytes unchanged, in another shape
+ *   (a reshape; for an op with an alias rule, only where the rule says so
+ *   for input 0's shape: ml_node_alias), and the CPU kernel copies nothing
+ *   when the two share memory, so the executor may give output 0 input
+ *   0's memory when input 0 dies there.
  */
 enum {
 	ML_OPF_INPLACE = 1u << 0,
 	ML_OPF_SIDE_EFFECT = 1u << 1,
 	ML_OPF_RANDOM = 1u << 2,
 	ML_OPF_SHAPE_ONLY = 1u << 3,
+	ML_OPF_ALIAS = 1u << 4,
 };
 
 /*
@@ -123,6 +129,11 @@ struct ml_opdef {
 	 */
 	unsigned host_in;
 	enum ml_qclass qclass;
+	/*
+	 * optional, with ML_OPF_ALIAS: whether output 0 is input 0's bytes
+	 * unchanged when input 0 has x's shape (NULL: always)
+	 */
+	bool (*alias)(const struct ml_node *n, const struct ml_tval *x);
 };
 
 /* struct ml_cpu_kernel: a CPU kernel of an op. */
@@ -148,6 +159,12 @@ unsigned ml_op_flags(enum ml_op op);
 unsigned ml_op_weights(enum ml_op op);
 unsigned ml_op_host_inputs(enum ml_op op);
 enum ml_qclass ml_op_qclass(enum ml_op op);
+/*
+ * ml_node_alias: whether node n's output 0 is its input 0's bytes
+ * unchanged when input 0 has x's shape (ML_OPF_ALIAS and the op's alias
+ * rule), so that the two may share memory.
+ */
+bool ml_node_alias(const struct ml_node *n, const struct ml_tval *x);
 /*
  * ml_op_unary: the ML_UN_* code (lib/act.def) of the unary function op
  * computes, -1 when op is none of them.
@@ -181,6 +198,17 @@ int (*ml_cpu_kernel_get(enum ml_op op))(struct ml_opctx *c);
  * If, Loop, Scan), which read enclosing values by name (lib/graph.c).
  */
 bool ml_node_has_body(const struct ml_node *n);
+/*
+ * ml_node_prep: the block of bytes a CPU kernel keeps in its node's
+ * session cache (ml_opctx.cache) for what it derives once per session
+ * rather than per run (attributes decoded and checked, say, with the input
+ * shapes they were checked for): zeroed when made, the same block on every
+ * later call. NULL without a cache (static inference, a kernel called
+ * outside a session) or out of memory: the kernel then derives per call.
+ * The block is the node's only cache: a kernel that also keeps weights
+ * there (lib/cpu/bf16.c) must not use it. The session frees it.
+ */
+void *ml_node_prep(struct ml_opctx *c, size_t bytes);
 /* ml_node_ctx: fill c for node n of g over the given tval arrays. */
 int ml_node_ctx(struct ml_opctx *c, const struct ml_graph *g, const struct ml_node *n,
 		struct ml_tval **in, struct ml_tval **out, struct ml_err *e);

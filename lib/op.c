@@ -46,6 +46,13 @@ ml_op_flags(enum ml_op op)
 	return d != NULL ? d->flags : 0;
 }
 
+bool
+ml_node_alias(const struct ml_node *n, const struct ml_tval *x)
+{
+	const struct ml_opdef *d = ml_opdef_get(n->op);
+	return d != NULL && (d->flags & ML_OPF_ALIAS) && (d->alias == NULL || d->alias(n, x));
+}
+
 unsigned
 ml_op_weights(enum ml_op op)
 {
@@ -111,6 +118,16 @@ ml_op_lookup(const char *name, const char *domain)
 		if (strcmp(optab[i].name, name) == 0 && strcmp(optab[i].domain, domain) == 0)
 			return (enum ml_op)i;
 	return ML_OP_NONE;
+}
+
+void *
+ml_node_prep(struct ml_opctx *c, size_t bytes)
+{
+	if (c->cache == NULL)
+		return NULL;
+	if (*c->cache == NULL)
+		*c->cache = ml_calloc(1, bytes);
+	return *c->cache;
 }
 
 int

@@ -623,21 +623,68 @@ w7_ok(const int8_t *restrict w, int64_t n)
 	return bad == 0;
 }
 
+/*
+ * struct conv_prep: what a Q8Conv node keeps in its session cache
+ * (ml_node_prep): its geometry, decoded from a dozen attributes and
+ * checked, for the input shapes in key; and the weight found in range for
+ * weight_bits 7 (a constant weight is checked once, not per run).
+ */
+struct conv_prep {
+	int64_t key[4 * (1 + 4)];	/* rank and dims of each input */
+	bool valid;
+	struct ml_q8_geom g;
+	const void *w7_checked;	/* the constant weight that passed the check */
+};
+
+/* conv_geom: c's geometry in *g, from the node's cache where its key holds (prep may be NULL). */
+static int
+conv_geom(struct ml_opctx *c, struct conv_prep *prep, struct ml_q8_geom *g)
+{
+	int64_t key[4 * (1 + 4)] = { 0 };
+	bool fits = prep != NULL;
+	for (int i = 0; i < 4 && fits; i++) {
+		const struct ml_tval *t = ML_IN(c, i);
+		fits = t != NULL && t->rank >= 0 && t->rank <= 4;
+		for (int d = 0; fits && d < t->rank; d++)
+			key[i * 5 + 1 + d] = t->dims[d];
+		if (fits)
+			key[i * 5] = t->rank;
+	}
+	if (fits && prep->valid && memcmp(key, prep->key, sizeof key) == 0) {
+		*g = prep->g;
+		return 0;
+	}
+	ML_TRY(ml_q8_geom(c, g));
+	if (fits) {
+		memcpy(prep->key, key, sizeof key);
+		prep->g = *g;
+		prep->valid = true;
+	}
+	return 0;
+}
+
 int
 ml_q8_run_conv(struct ml_opctx *c)
 {
 	struct ml_q8_geom g;
 	const uint8_t *x = c->in[0]->data;
 	const int8_t *w = c->in[1]->data;
+	struct conv_prep *prep = ml_node_prep(c, sizeof *prep);
 
-	ML_TRY(ml_q8_geom(c, &g));
+	ML_TRY(conv_geom(c, prep, &g));
 	int64_t P = g.n * g.oh * g.ow;
 	if (P == 0 || g.m == 0)
 		return 0;
 	if (g.group != 1)
 		return run_dw(c, &g, x, w);
-	if (g.w7 && ml_q8_path() == ML_Q8_AVX2 && !w7_ok(w, ml_q8_packed_len(g.k, g.m)))
-		return ml_opfail(c, ML_EINVAL, "weight_bits is 7 but a weight is outside [-64, 63]");
+	if (g.w7 && ml_q8_path() == ML_Q8_AVX2 && (prep == NULL || prep->w7_checked != w)) {
+		if (!w7_ok(w, ml_q8_packed_len(g.k, g.m)))
+			return ml_opfail(c, ML_EINVAL,
+					 "weight_bits is 7 but a weight is outside [-64, 63]");
+		int wt = c->node->in[1];
+		if (prep != NULL && wt >= 0 && c->g->tensors[wt]->kind == ML_TK_CONST)
+			prep->w7_checked = w;
+	}
 	struct ml_q8_epi ep = { .bias = c->in[2]->data, .mult = c->in[3]->data, .yzero = g.yzero,
 				.lo = g.lo, .hi = g.hi, .f32out = g.f32out, .w7 = g.w7 };
 	int64_t kp = ml_q8_kpad(g.k);

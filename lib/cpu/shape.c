@@ -168,6 +168,36 @@ run_t2(const struct sview *v, int64_t b, int64_t e)
 	}
 }
 
+/*
+ * copy_row: row bytes from s to d. The small sizes of a transformer's
+ * heads (16 to 64 floats) get a constant size, which the compiler turns
+ * into a few vector moves instead of a call to memcpy per row.
+ */
+static inline void
+copy_row(uint8_t *d, const uint8_t *s, size_t row)
+{
+	switch (row) {
+	case 16:
+		memcpy(d, s, 16);
+		break;
+	case 32:
+		memcpy(d, s, 32);
+		break;
+	case 64:
+		memcpy(d, s, 64);
+		break;
+	case 128:
+		memcpy(d, s, 128);
+		break;
+	case 256:
+		memcpy(d, s, 256);
+		break;
+	default:
+		memcpy(d, s, row);
+		break;
+	}
+}
+
 static void
 run_units(void *ctx, int64_t b, int64_t e)
 {
@@ -185,7 +215,7 @@ run_units(void *ctx, int64_t b, int64_t e)
 		uint8_t *d = v->dst + (size_t)u * row;
 		const uint8_t *s = v->src + off;
 		if (v->kind == K_RUN)
-			memcpy(d, s, row);
+			copy_row(d, s, row);
 		else if (v->kind == K_FILL)
 			fill_elems(d, s, n, v->es);
 		else
@@ -296,6 +326,9 @@ k_transpose(struct ml_opctx *c)
 	size_t es;
 
 	ML_TRY(ml_elem_size(c, x, &es));
+	/* the executor shares the two only where the transpose moves no data */
+	if (o->data == x->data && ml_tval_numel(o) > 0)
+		return ml_node_alias(c->node, x) ? 0 : ml_opfail(c, ML_EINVAL, "output is the input");
 	strides_of(x, es, st);
 	for (int i = 0; i < x->rank; i++) {
 		int p = n >= 0 ? (int)perm[i] : x->rank - 1 - i;
@@ -410,6 +443,50 @@ k_split(struct ml_opctx *c)
 	return cat_common(c, c->in[0], c->out, c->n_out, true);
 }
 
+/*
+ * struct slice_prep: what a Slice node keeps in its session cache
+ * (ml_node_prep): the bounds ml_shape_slice made of its starts, ends,
+ * axes and steps (constants of the graph, or attributes) for the input
+ * shape in dims, so a run does not decode and clamp them again.
+ */
+struct slice_prep {
+	bool valid;
+	int rank;
+	int64_t dims[ML_MAX_RANK];
+	int64_t start[ML_MAX_RANK], step[ML_MAX_RANK], len[ML_MAX_RANK];
+};
+
+/* slice_bounds: ml_shape_slice of c, from the node's cache where it holds for x's shape */
+static int
+slice_bounds(struct ml_opctx *c, const struct ml_tval *x, int64_t *start, int64_t *step,
+	     int64_t *len)
+{
+	/* only bounds that cannot change between runs: constants or attributes */
+	bool fixed = x->rank <= ML_MAX_RANK;
+	for (int i = 1; i < c->node->n_in && fixed; i++) {
+		int t = c->node->in[i];
+		fixed = t < 0 || c->g->tensors[t]->kind == ML_TK_CONST;
+	}
+	struct slice_prep *p = fixed ? ml_node_prep(c, sizeof *p) : NULL;
+	size_t nb = sizeof(int64_t) * (size_t)ML_MAX(x->rank, 0);
+	if (p != NULL && p->valid && p->rank == x->rank && memcmp(p->dims, x->dims, nb) == 0) {
+		memcpy(start, p->start, nb);
+		memcpy(step, p->step, nb);
+		memcpy(len, p->len, nb);
+		return 0;
+	}
+	ML_TRY(ml_shape_slice(c, x, start, step, len));
+	if (p != NULL) {
+		p->rank = x->rank;
+		memcpy(p->dims, x->dims, nb);
+		memcpy(p->start, start, nb);
+		memcpy(p->step, step, nb);
+		memcpy(p->len, len, nb);
+		p->valid = true;
+	}
+	return 0;
+}
+
 static int
 k_slice(struct ml_opctx *c)
 {
@@ -419,7 +496,7 @@ k_slice(struct ml_opctx *c)
 	size_t es;
 
 	ML_TRY(ml_elem_size(c, x, &es));
-	ML_TRY(ml_shape_slice(c, x, start, step, len));
+	ML_TRY(slice_bounds(c, x, start, step, len));
 	strides_of(x, es, st);
 	for (int d = 0; d < x->rank; d++) {
 		if (len[d] != o->dims[d])

@@ -131,22 +131,19 @@ ml_arena_plan(const struct ml_graph *g, struct ml_arena *a, struct ml_err *e)
  * The session's plan.
  */
 
-/* pointwise: each output element depends only on the input elements at the same index */
-static bool
-pointwise(enum ml_op op)
-{
-	return (ml_op_flags(op) & ML_OPF_INPLACE) != 0;
-}
-
 struct inplace_arg {
 	const struct ml_session *s;
 	const struct ml_tval *sv;	/* the planned shapes */
 };
 
 /*
- * inplace_input: the input node i's output 0 may be written over: n is
- * pointwise, its first input is an activation of exactly the output's
- * type and shape that node i reads last and reads once. -1 if none.
+ * inplace_input: the input node i's output 0 may be written over, or
+ * share: n is pointwise (ML_OPF_INPLACE) and its first input has exactly
+ * the output's type and shape, or n only reshapes (ML_OPF_ALIAS, where
+ * ml_node_alias holds for its input's shape) and its first input has the
+ * output's type and size; that input is an
+ * activation node i reads last and reads once. -1 if none. The output
+ * takes the input's block, which then lives as long as the output does.
  */
 static int
 inplace_input(void *arg, int i)
@@ -156,15 +153,23 @@ inplace_input(void *arg, int i)
 	const struct ml_graph *g = s->g;
 	const struct ml_node *n = &g->nodes[i];
 	const struct ml_tval *sv = ia->sv;
-	if (!pointwise(n->op) || n->n_in < 1 || n->in[0] < 0 || n->out[0] < 0)
+	unsigned f = ml_op_flags(n->op);
+	if (!(f & (ML_OPF_INPLACE | ML_OPF_ALIAS)) || n->n_in < 1 || n->in[0] < 0 || n->out[0] < 0)
 		return -1;
 	int a = n->in[0], t = n->out[0];
-	if (s->last_use[a] != i || g->tensors[a]->kind != ML_TK_ACT || sv[a].dtype != sv[t].dtype ||
-	    sv[a].rank != sv[t].rank)
+	if (!(f & ML_OPF_INPLACE) && !ml_node_alias(n, &sv[a]))
 		return -1;
-	for (int d = 0; d < sv[a].rank; d++)
-		if (sv[a].dims[d] != sv[t].dims[d])
+	if (s->last_use[a] != i || g->tensors[a]->kind != ML_TK_ACT || sv[a].dtype != sv[t].dtype)
+		return -1;
+	if (f & ML_OPF_INPLACE) {
+		if (sv[a].rank != sv[t].rank)
 			return -1;
+		for (int d = 0; d < sv[a].rank; d++)
+			if (sv[a].dims[d] != sv[t].dims[d])
+				return -1;
+	} else if (ml_tval_nbytes(&sv[a]) < 0 || ml_tval_nbytes(&sv[a]) != ml_tval_nbytes(&sv[t])) {
+		return -1;
+	}
 	for (int k = 1; k < n->n_in; k++)
 		if (n->in[k] == a)
 			return -1;
@@ -184,22 +189,44 @@ plan(struct ml_session *s, struct ml_err *e)
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto done;
 	}
+	/*
+	 * Only shapes and constants go in, never a value given at run time
+	 * (an input's data, a parameter training changes): what inference
+	 * knows from them holds for every run of the same key, so the
+	 * executor can take each node's shapes from here; a shape that
+	 * depends on such a value stays unknown, inferred as its node runs.
+	 */
 	for (int t = 0; t < g->n_tensors; t++) {
 		s->slot_off[t] = -1;
 		s->slot_len[t] = 0;
 		if (s->bound[t]) {
 			sv[t] = s->vals[t];
 			sv[t].owned = false;
+			sv[t].data = NULL;
 		} else {
 			ml_graph_tval(g, t, &sv[t]);
-			if (!ml_is_stored(g, t))
+			if (g->tensors[t]->kind != ML_TK_CONST)
 				sv[t].data = NULL;
 		}
 	}
 	if ((rc = ml_infer_values(g, sv, e)) < 0)
 		goto done;
-	for (int t = 0; t < g->n_tensors; t++)
+	for (int t = 0; t < g->n_tensors; t++) {
 		bytes[t] = ml_tval_nbytes(&sv[t]);
+		s->shp_bytes[t] = bytes[t];
+		s->shp[t] = sv[t];
+		s->shp[t].data = NULL;
+		s->shp[t].owned = false;
+	}
+	for (int i = 0; i < g->n_nodes; i++) {
+		const struct ml_node *n = &g->nodes[i];
+		bool known = true;
+		for (int j = 0; j < n->n_out && known; j++) {
+			int t = n->out[j];
+			known = t >= 0 && s->shp[t].dtype != ML_UNDEF && bytes[t] >= 0;
+		}
+		s->known[i] = known;
+	}
 	struct inplace_arg ia = { s, sv };
 	struct ml_arena a = {
 		.bytes = bytes, .last = s->last_use, .inplace = inplace_input, .arg = &ia,
@@ -225,23 +252,45 @@ done:
 	return rc;
 }
 
-/* plan_valid: whether the last plan was made for the bound inputs' dims (remembers them) */
+/*
+ * plan_valid: whether the last plan was made for the dtypes and dims of
+ * the bound tensors (remembers them). ML_ENOMEM leaves it false.
+ */
 static bool
 plan_valid(struct ml_session *s)
 {
-	const struct ml_graph *g = s->g;
 	int k = 0;
-	int64_t key[64];
-	for (int i = 0; i < g->n_inputs; i++) {
-		const struct ml_tval *v = &s->vals[g->inputs[i]];
-		for (int d = 0; d < v->rank && k < 64; d++)
-			key[k++] = v->dims[d];
-		if (k < 64)
-			key[k++] = -2 - v->rank;
+	/* sized for every tensor bound: index, dtype, rank and the dims */
+	int need = 0;
+	for (int k = 0; k < s->n_free; k++)
+		if (s->bound[s->free_t[k]])
+			need += 3 + ML_MAX(s->vals[s->free_t[k]].rank, 0);
+	bool same = s->planned;
+	if (need > s->plan_key_cap) {
+		int64_t *key = ml_realloc(s->plan_key, sizeof *key * (size_t)need);
+		if (key == NULL) {
+			s->plan_key_n = -1;
+			return false;
+		}
+		s->plan_key = key;
+		s->plan_key_cap = need;
 	}
-	bool same = s->planned && k == s->plan_key_n &&
-		    memcmp(key, s->plan_key, sizeof(int64_t) * (size_t)k) == 0;
-	memcpy(s->plan_key, key, sizeof(int64_t) * (size_t)k);
+	/* compare while writing: the key of this run replaces the last one */
+	same = same && need == s->plan_key_n;
+	for (int f = 0; f < s->n_free; f++) {
+		int t = s->free_t[f];
+		if (!s->bound[t])
+			continue;
+		const struct ml_tval *v = &s->vals[t];
+		int64_t w[3 + ML_MAX_RANK] = { t, v->dtype, v->rank };
+		int m = 3;
+		for (int d = 0; d < v->rank && d < ML_MAX_RANK; d++)
+			w[m++] = v->dims[d];
+		for (int j = 0; j < m; j++, k++) {
+			same = same && s->plan_key[k] == w[j];
+			s->plan_key[k] = w[j];
+		}
+	}
 	s->plan_key_n = k;
 	return same;
 }

@@ -18,10 +18,34 @@ side_effect(enum ml_op op)
 }
 
 /*
- * run_node: run node i: check its inputs, infer and place its outputs
- * (arena slot or heap), run kern (NULL: the CPU device's run over the
- * host values), record the profile, release heap values after their
- * last reader.
+ * check_plan: with ML_CHECK_SHAPES=1, the shapes node n's inference just
+ * gave its outputs must be the ones the plan inferred for the run's input
+ * shapes (which a run without the check takes instead).
+ */
+static int
+check_plan(struct ml_session *s, const struct ml_node *n)
+{
+	for (int j = 0; j < n->n_out; j++) {
+		const struct ml_tval *v = s->out[j], *p = &s->shp[n->out[j]];
+		bool ok = v->dtype == p->dtype && v->rank == p->rank;
+		for (int d = 0; ok && d < v->rank; d++)
+			ok = v->dims[d] == p->dims[d];
+		if (!ok) {
+			char a[128], b[128];
+			return ml_fail(s->err_sink, ML_EINVAL,
+				       "node '%s' (%s): output %d is %s but the plan said %s", n->name,
+				       n->op_type, j, ml_tval_shape_str(v, a, sizeof a),
+				       ml_tval_shape_str(p, b, sizeof b));
+		}
+	}
+	return 0;
+}
+
+/*
+ * run_node: run node i: check its inputs, give its outputs their shapes
+ * (the plan's, or inferred now) and place them (arena slot or heap), run
+ * kern (NULL: the CPU device's run over the host values), record the
+ * profile, release heap values after their last reader.
  */
 static int
 run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c), void *arg,
@@ -43,22 +67,40 @@ run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c)
 		struct ml_tval scratch[16];
 		if (n->n_out > 16)
 			return ml_fail(e, ML_ENOTSUP, "node '%s': too many outputs", n->name);
+		bool known = s->known[i];
 		for (int j = 0; j < n->n_out; j++) {
 			int t = n->out[j];
 			if (t >= 0) {
-				ml_tval_clear(&s->vals[t]);
-				s->out[j] = &s->vals[t];
+				struct ml_tval *v = &s->vals[t];
+				if (v->owned)
+					ml_free(v->data);
+				/* the plan's shape (no data), or an empty value for inference */
+				if (known)
+					*v = s->shp[t];
+				else
+					memset(v, 0, sizeof *v);
+				s->out[j] = v;
 			} else {
 				memset(&scratch[j], 0, sizeof scratch[j]);
 				s->out[j] = &scratch[j];
 			}
 		}
-		if ((rc = ml_node_infer(g, n, s->in, s->out, e)) < 0)
-			goto fail;
+		/*
+		 * The shapes the plan inferred for this run's input shapes, where
+		 * it knew them all; else (a shape that depends on a value) the
+		 * node is inferred from its inputs now. ML_CHECK_SHAPES=1 infers
+		 * every node and holds the plan's shapes to the result.
+		 */
+		if (!known || s->check_shapes) {
+			if ((rc = ml_node_infer(g, n, s->in, s->out, e)) < 0)
+				goto fail;
+			if (known && (rc = check_plan(s, n)) < 0)
+				goto fail;
+		}
 		for (int j = 0; j < n->n_out; j++) {
 			struct ml_tval *o = s->out[j];
 			int t = n->out[j];
-			int64_t nb = ml_tval_nbytes(o);
+			int64_t nb = known ? s->shp_bytes[t] : ml_tval_nbytes(o);
 			if (nb < 0)
 				continue;	/* data-dependent: the kernel allocates */
 			if (t >= 0 && s->slot_off[t] >= 0 && nb <= s->slot_len[t]) {
@@ -71,11 +113,11 @@ run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c)
 					goto fail;
 			}
 		}
-		struct ml_opctx c;
-		ml_node_ctx(&c, g, n, s->in, s->out, e);
-		c.sess = s;
-		c.body = &ml_exec_body_ops;
-		c.cache = &s->node_cache[i];
+		struct ml_opctx c = {
+			.g = g, .node = n, .n_in = n->n_in, .n_out = n->n_out, .in = s->in,
+			.out = s->out, .opset = s->opset, .err = e, .sess = s,
+			.body = &ml_exec_body_ops, .cache = &s->node_cache[i],
+		};
 		if ((rc = kern != NULL ? kern(arg, &c) : ml_cpu_devops.run(NULL, &c, NULL, NULL)) < 0)
 			goto fail;
 		if (s->o.profile) {
@@ -110,8 +152,7 @@ run_node(struct ml_session *s, int i, int (*kern)(void *arg, struct ml_opctx *c)
 		/* release heap values after their last reader */
 		for (int j = 0; j < n->n_in; j++) {
 			int t = n->in[j];
-			if (t >= 0 && s->last_use[t] == i && !s->bound[t] &&
-			    g->tensors[t]->kind == ML_TK_ACT)
+			if (t >= 0 && s->last_use[t] == i && !s->bound[t] && s->is_act[t])
 				ml_tval_clear(&s->vals[t]);
 		}
 		return 0;

@@ -67,6 +67,11 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	s->room_off = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->room_off);
 	s->room_len = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->room_len);
 	s->node_cache = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->node_cache);
+	s->shp = ml_calloc(nt, sizeof *s->shp);
+	s->is_act = ml_calloc(nt, sizeof *s->is_act);
+	s->free_t = ml_calloc(nt, sizeof *s->free_t);
+	s->shp_bytes = ml_calloc(nt, sizeof *s->shp_bytes);
+	s->known = ml_calloc((size_t)g->n_nodes + 1, sizeof *s->known);
 	if (s->o.profile)
 		s->prof_val = ml_calloc(nt, sizeof *s->prof_val);
 	s->outer = ml_calloc(nt, sizeof *s->outer);
@@ -81,7 +86,8 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 	    s->slot_len == NULL || s->node_time == NULL || s->in == NULL || s->out == NULL ||
 	    s->outer == NULL || s->node_flops == NULL || s->node_bytes == NULL ||
 	    s->node_start == NULL || s->room_off == NULL || s->room_len == NULL ||
-	    s->node_cache == NULL ||
+	    s->node_cache == NULL || s->shp == NULL || s->shp_bytes == NULL || s->known == NULL ||
+	    s->free_t == NULL || s->is_act == NULL ||
 	    (s->o.profile && s->prof_val == NULL)) {
 		ml_session_free(s);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
@@ -115,7 +121,21 @@ ml_session_new(struct ml_session **out, struct ml_graph *g, const struct ml_sess
 				for (int k = 0; k < at->n; k++)
 					mark_outer_uses(s, at->graphs[k], i, 0);
 		}
+	/*
+	 * the tensors a run may bind, for the plan's key: the graph inputs
+	 * (ml_session_set_input, a body's inputs), stored ones too, and the
+	 * activations nothing produces (a body's names from enclosing scopes)
+	 */
+	for (int t = 0; t < g->n_tensors; t++) {
+		s->is_act[t] = g->tensors[t]->kind == ML_TK_ACT;
+		bool in = s->is_act[t] && g->tensors[t]->producer < 0;
+		for (int i = 0; i < g->n_inputs && !in; i++)
+			in = g->inputs[i] == t;
+		if (in)
+			s->free_t[s->n_free++] = t;
+	}
 	s->arena_bytes = -1;
+	s->opset = ml_graph_opset(g, "", 17);
 	const char *cs = getenv("ML_CHECK_SHAPES");
 	s->check_shapes = cs != NULL && strcmp(cs, "1") == 0;
 	/* other devices: placement, programs, resident parameters (device.c) */
@@ -135,9 +155,11 @@ clear_acts(struct ml_session *s)
 {
 	const struct ml_graph *g = s->g;
 	for (int t = 0; t < g->n_tensors; t++) {
-		if (s->bound[t])
+		struct ml_tval *v = &s->vals[t];
+		/* most were cleared after their last reader in the last run */
+		if (s->bound[t] || (v->data == NULL && v->rank == 0 && v->dtype == ML_UNDEF))
 			continue;
-		ml_tval_clear(&s->vals[t]);
+		ml_tval_clear(v);
 	}
 }
 
@@ -164,6 +186,12 @@ ml_session_free(struct ml_session *s)
 		for (int i = 0; i < s->g->n_nodes; i++)
 			ml_free(s->node_cache[i]);
 	ml_free(s->node_cache);
+	ml_free(s->shp);
+	ml_free(s->free_t);
+	ml_free(s->is_act);
+	ml_free(s->shp_bytes);
+	ml_free(s->known);
+	ml_free(s->plan_key);
 	ml_free(s->node_time);
 	ml_free(s->node_flops);
 	ml_free(s->node_bytes);

@@ -19,23 +19,42 @@ struct ml_session {
 	struct ml_tval *vals;	/* runtime value per tensor */
 	bool *bound;		/* per tensor: input bound by the caller */
 	int *last_use;		/* per tensor: last node index reading it */
+	bool *is_act;		/* per tensor: an activation (g's kind, without the pointer) */
 	int64_t *slot_off;	/* per tensor: arena offset, -1 none */
 	int64_t *slot_len;
 	uint8_t *arena;
 	int64_t *room_off, *room_len;	/* per node: the arena's largest gap while it runs */
 	int64_t arena_bytes;	/* -1 when the last plan could not be made */
-	int64_t plan_key[64];	/* input dims the plan was made for */
-	int plan_key_n;
+	/*
+	 * The plan's key: the dtype and dims of every bound tensor (the
+	 * inputs, and a body's enclosing values) the plan was made for; a
+	 * run whose bound shapes differ plans again.
+	 */
+	int *free_t;		/* the tensors a run may bind: inputs, names from enclosing scopes */
+	int n_free;
+	int64_t *plan_key;
+	int plan_key_n, plan_key_cap;
 	bool planned;
+	/*
+	 * The shapes inferred with the plan, once per key (not per run):
+	 * shp[t] is tensor t's dtype and shape (no data) from the bound
+	 * shapes and the graph's constants, never from a value given at run
+	 * time; known[i] says every output of node i is known there, so the
+	 * executor takes them from shp[] instead of inferring node i again.
+	 */
+	struct ml_tval *shp;
+	int64_t *shp_bytes;	/* per tensor: the size of shp[t] in bytes, -1 unknown */
+	bool *known;
 	double *node_time;
 	int64_t *node_flops, *node_bytes;	/* with opts.profile: from the run's shapes */
 	double *node_start;	/* with opts.profile: ml_now() as each node began */
 	struct ml_tval *prof_val;	/* with opts.profile: per tensor, last run's shape (no data) */
-	bool check_shapes;
-	struct ml_err *err_sink;	/* the error struct of the run in progress */	/* ML_CHECK_SHAPES=1: compare results with static inference */
+	bool check_shapes;	/* ML_CHECK_SHAPES=1: compare results with static inference */
+	struct ml_err *err_sink;	/* the error struct of the run in progress */
 	struct ml_tval **in, **out;
 	int max_io;
 	void **node_cache;	/* per node: the CPU kernel's cache (ml_opctx.cache) */
+	int64_t opset;		/* the graph's ONNX opset (ml_opctx.opset), looked up once */
 	struct ml_hx *hx;	/* devices other than the CPU (device.c); NULL: all on the CPU */
 };
 

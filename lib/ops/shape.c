@@ -307,6 +307,31 @@ infer_unsqueeze(struct ml_opctx *c)
 	return 0;
 }
 
+/*
+ * transpose_alias: a Transpose that moves only dims of size 1 keeps the
+ * order of the others, so its output is its input's bytes unchanged (the
+ * [T, 1, C] to [1, T, C] of a batch-first model at batch 1).
+ */
+static bool
+transpose_alias(const struct ml_node *n, const struct ml_tval *x)
+{
+	const int64_t *perm;
+	int k = ml_attr_ints(n, "perm", &perm), last = -1;
+	if (x->rank < 0 || (k >= 0 && k != x->rank))
+		return false;
+	for (int i = 0; i < x->rank; i++) {
+		int64_t p = k >= 0 ? perm[i] : x->rank - 1 - i;
+		if (p < 0 || p >= x->rank || x->dims[p] < 0)
+			return false;
+		if (x->dims[p] == 1)
+			continue;
+		if (p < last)
+			return false;
+		last = (int)p;
+	}
+	return true;
+}
+
 static int
 infer_transpose(struct ml_opctx *c)
 {
@@ -1298,13 +1323,17 @@ infer_unique(struct ml_opctx *c)
 }
 
 const struct ml_opdef ml_opdefs_shape[] = {
-	{ ML_OP_IDENTITY, 1, 1, 1, 1, infer_identity, NULL },
-	{ ML_OP_RESHAPE, 2, 2, 1, 1, infer_reshape, NULL, .host_in = ML_HOST_REST,
+	{ ML_OP_IDENTITY, 1, 1, 1, 1, infer_identity, NULL, .flags = ML_OPF_ALIAS },
+	{ ML_OP_RESHAPE, 2, 2, 1, 1, infer_reshape, NULL, .flags = ML_OPF_ALIAS,
+	  .host_in = ML_HOST_REST, .qclass = ML_QC_FLATTEN },
+	{ ML_OP_FLATTEN, 1, 1, 1, 1, infer_flatten, NULL, .flags = ML_OPF_ALIAS,
 	  .qclass = ML_QC_FLATTEN },
-	{ ML_OP_FLATTEN, 1, 1, 1, 1, infer_flatten, NULL, .qclass = ML_QC_FLATTEN },
-	{ ML_OP_SQUEEZE, 1, 2, 1, 1, infer_squeeze, NULL, .host_in = ML_HOST_REST },
-	{ ML_OP_UNSQUEEZE, 1, 2, 1, 1, infer_unsqueeze, NULL, .host_in = ML_HOST_REST },
-	{ ML_OP_TRANSPOSE, 1, 1, 1, 1, infer_transpose, NULL },
+	{ ML_OP_SQUEEZE, 1, 2, 1, 1, infer_squeeze, NULL, .flags = ML_OPF_ALIAS,
+	  .host_in = ML_HOST_REST },
+	{ ML_OP_UNSQUEEZE, 1, 2, 1, 1, infer_unsqueeze, NULL, .flags = ML_OPF_ALIAS,
+	  .host_in = ML_HOST_REST },
+	{ ML_OP_TRANSPOSE, 1, 1, 1, 1, infer_transpose, NULL, .flags = ML_OPF_ALIAS,
+	  .alias = transpose_alias },
 	{ ML_OP_CONCAT, 1, -1, 1, 1, infer_concat, NULL },
 	{ ML_OP_SPLIT, 1, 2, 1, -1, infer_split, NULL, .host_in = ML_HOST_REST },
 	{ ML_OP_SLICE, 1, 5, 1, 1, infer_slice, NULL, .host_in = ML_HOST_REST },

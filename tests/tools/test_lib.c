@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #include "ml_impl.h"
 
@@ -216,6 +217,137 @@ test_session(void)
 	ml_graph_free(g);
 }
 
+/*
+ * The executor's shapes and aliases. y = Reshape(-x) + Reshape(|x|): each
+ * Reshape's input dies there, so the output takes its block (no copy),
+ * and |x| is made while the first alias is live: a plan that let it
+ * overwrite that block gives wrong sums. m = Sigmoid(x) is read after
+ * its Reshape: no alias there. z = Reshape(x, t) takes its shape from
+ * the data of input t, which differs between runs of the same shapes.
+ * u = Transpose(Reshape(-x)) [2, N, 3] moves only a dim of size 1 at
+ * batch 1 (it shares its input's block then) but not at batch 4.
+ * w = x[:, 1:-1] is a Slice whose bounds its node keeps per input shape.
+ */
+static const char shape_model[] =
+	"<ir_version: 8, opset_import: [\"\" : 14]>\n"
+	"c (float[N,6] x, int64[2] t) => (float[N,2,3] y, float[N,2,3] v, float[?,?] z, "
+	"float[2,N,3] u, float[N,4] w)\n"
+	"{\n"
+	"    [neg] a = Neg (x)\n"
+	"    [ra] r = Reshape (a, k)\n"
+	"    [abs] b = Abs (x)\n"
+	"    [rb] q = Reshape (b, k)\n"
+	"    [add] y = Add (r, q)\n"
+	"    [sig] m = Sigmoid (x)\n"
+	"    [rm] n = Reshape (m, k)\n"
+	"    [sq] o = Mul (m, m)\n"
+	"    [ro] p = Reshape (o, k)\n"
+	"    [sub] v = Sub (n, p)\n"
+	"    [rz] z = Reshape (x, t)\n"
+	"    [ne] e = Neg (x)\n"
+	"    [rf] f = Reshape (e, k)\n"
+	"    [tr] u = Transpose <perm = [1, 0, 2]> (f)\n"
+	"    [sl] w = Slice (x, s0, s1, s2)\n"
+	"}\n"
+	"int64[3] k = {-1, 2, 3}\n"
+	"int64[1] s0 = {1}\n"
+	"int64[1] s1 = {-1}\n"
+	"int64[1] s2 = {1}\n";
+
+/* shape_run: bind x [nb, 6] (x[i] = i - 5) and t, run, check y, v and z [t0, t1]. */
+static bool
+shape_run(struct ml_session *s, int64_t nb, int64_t t0, int64_t t1)
+{
+	struct ml_err e = { 0 };
+	float xv[4 * 6];
+	int64_t tv[2] = { t0, t1 };
+	for (int i = 0; i < nb * 6; i++)
+		xv[i] = (float)(i - 5);
+	struct ml_tval x = { .dtype = ML_F32, .rank = 2, .dims = { nb, 6 }, .data = xv };
+	struct ml_tval t = { .dtype = ML_I64, .rank = 1, .dims = { 2 }, .data = tv };
+	if (ml_session_set_input(s, "x", &x, &e) < 0 || ml_session_set_input(s, "t", &t, &e) < 0 ||
+	    ml_session_run(s, &e) < 0) {
+		printf("# %s\n", e.msg);
+		return false;
+	}
+	const struct ml_tval *y = ml_session_output(s, 0), *v = ml_session_output(s, 1);
+	const struct ml_tval *z = ml_session_output(s, 2), *u = ml_session_output(s, 3);
+	const struct ml_tval *w = ml_session_output(s, 4);
+	bool good = y->rank == 3 && y->dims[0] == nb && v->rank == 3 && v->dims[0] == nb &&
+		    z->rank == 2 && z->dims[0] == t0 && z->dims[1] == t1 && u->rank == 3 &&
+		    u->dims[0] == 2 && u->dims[1] == nb && u->dims[2] == 3 && w->rank == 2 &&
+		    w->dims[0] == nb && w->dims[1] == 4;
+	for (int i = 0; good && i < nb * 4; i++)
+		good = ((const float *)w->data)[i] == xv[i / 4 * 6 + 1 + i % 4];
+	for (int i = 0; good && i < nb * 6; i++) {
+		float xi = xv[i], sg = 1.0f / (1.0f + expf(-xi));
+		good = ((const float *)y->data)[i] == -xi + fabsf(xi) &&
+		       fabsf(((const float *)v->data)[i] - (sg - sg * sg)) < 1e-6f &&
+		       ((const float *)z->data)[i] == xi;
+	}
+	for (int i = 0; good && i < nb; i++)
+		for (int j = 0; j < 2; j++)
+			for (int k = 0; k < 3; k++)
+				good = good && ((const float *)u->data)[(j * nb + i) * 3 + k] ==
+						       -xv[i * 6 + j * 3 + k];
+	return good;
+}
+
+static void
+test_session_shapes(void)
+{
+	struct ml_err e = { 0 };
+	for (int check = 0; check < 2; check++) {
+		struct ml_graph *g = NULL;
+		struct ml_session *s = NULL;
+		const char *mode = check ? " (ML_CHECK_SHAPES=1)" : "";
+		char what[160];
+		if (check)
+			setenv("ML_CHECK_SHAPES", "1", 1);
+		if (ml_text_decode(&g, shape_model, strlen(shape_model), "c.mlt", &e) < 0 ||
+		    ml_graph_toposort(g, &e) < 0 || ml_graph_infer(g, &e) < 0 ||
+		    ml_session_new(&s, g, NULL, &e) < 0) {
+			printf("# %s\n", e.msg);
+			ok(false, "the shape model opens");
+			ml_graph_free(g);
+			return;
+		}
+		struct ml_tensor_mem mf, mu;
+		int tf = ml_graph_find(g, "f"), tu = ml_graph_find(g, "u");
+		snprintf(what, sizeof what, "batch 1 runs right%s", mode);
+		ok(shape_run(s, 1, 2, 3), what);
+		ml_session_tensor_mem(s, tf, &mf);
+		ml_session_tensor_mem(s, tu, &mu);
+		snprintf(what, sizeof what, "at batch 1 the Transpose shares its input's block%s", mode);
+		ok(mf.off >= 0 && mf.off == mu.off, what);
+		snprintf(what, sizeof what, "then batch 4 in the same session: shapes inferred again%s",
+			 mode);
+		ok(shape_run(s, 4, 12, 2), what);
+		ml_session_tensor_mem(s, tf, &mf);
+		ml_session_tensor_mem(s, tu, &mu);
+		snprintf(what, sizeof what, "at batch 4 it does not (it moves data)%s", mode);
+		ok(mf.off >= 0 && mu.off >= 0 && mf.off != mu.off, what);
+		snprintf(what, sizeof what, "then batch 1 again%s", mode);
+		ok(shape_run(s, 1, 2, 3), what);
+		snprintf(what, sizeof what,
+			 "the same shapes with another Reshape target in t: z follows t's data%s", mode);
+		ok(shape_run(s, 1, 3, 2) && shape_run(s, 1, 6, 1), what);
+		struct ml_tensor_mem ma, mr, mm, mn;
+		ml_session_tensor_mem(s, ml_graph_find(g, "a"), &ma);
+		ml_session_tensor_mem(s, ml_graph_find(g, "r"), &mr);
+		ml_session_tensor_mem(s, ml_graph_find(g, "m"), &mm);
+		ml_session_tensor_mem(s, ml_graph_find(g, "n"), &mn);
+		snprintf(what, sizeof what,
+			 "a Reshape whose input dies there shares its block, one read later does not%s",
+			 mode);
+		ok(ma.off >= 0 && ma.off == mr.off && mm.off >= 0 && mn.off >= 0 && mm.off != mn.off,
+		   what);
+		ml_session_free(s);
+		ml_graph_free(g);
+	}
+	unsetenv("ML_CHECK_SHAPES");
+}
+
 int
 main(void)
 {
@@ -224,6 +356,7 @@ main(void)
 	test_npy();
 	test_cap();
 	test_session();
+	test_session_shapes();
 	printf("1..%d\n", ntest);
 	return nfail != 0;
 }
