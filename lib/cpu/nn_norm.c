@@ -159,8 +159,10 @@ bn_cached(struct ml_opctx *c, int64_t ch, double eps)
 		return NULL;
 	for (int i = 1; i < 5; i++) {
 		int t = c->node->in[i];
+		/* the graph's own data, not a converted copy (ml_cpu_as_f32) */
 		if (t < 0 || t >= c->g->n_tensors || (c->g->tensors[t]->kind != ML_TK_CONST &&
-						     c->g->tensors[t]->kind != ML_TK_PARAM))
+						     c->g->tensors[t]->kind != ML_TK_PARAM) ||
+		    c->g->tensors[t]->data != c->in[i]->data)
 			return NULL;
 	}
 	struct bn_cache *h = *c->cache;
