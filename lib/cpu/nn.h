@@ -258,10 +258,11 @@ int ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
  * lib/cpu/nn_flat.c: ml_flat_ok tells whether the direct f32 3x3
  * convolution of small planes applies to v (2-D, one group, stride 1,
  * padding 1, at least 8 input channels, output channels a multiple of 8,
- * a padded plane of at most 1024 floats); ml_flat_conv computes Y (bias
- * included; the caller applies an epilogue) with it. It uses scratch slots
- * 0 and 1. ML_CONV_FLAT=c forces its portable kernel, ML_CONV_FLAT=0 turns
- * it off; without AVX-512 it is off unless forced.
+ * a padded plane of at most 1024 floats, a filter of at most 1 MB);
+ * ml_flat_conv computes Y (bias included; the caller applies an epilogue)
+ * with it. It uses scratch slot 0. ML_CONV_FLAT=c forces its portable
+ * kernel, ML_CONV_FLAT=0 turns it off; without AVX-512 it is off unless
+ * forced.
  */
 bool ml_flat_ok(const struct ml_conv3 *v);
 int ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,

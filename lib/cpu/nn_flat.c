@@ -1,7 +1,7 @@
 /*
  * nn_flat.c: f32 3x3 convolution, stride 1, padding 1, on small planes
- * (DenseNet's 16x16 to 2x2 at a 64x64 input, ResNet's 14x14 and 7x7),
- * computed directly, without im2col. There im2col + SGEMM spent as long
+ * with filters up to 1 MB (DenseNet's 128 -> 32 on 16x16 to 2x2 at a 64x64
+ * input, SqueezeNet's 13x13 expands), computed directly, without im2col. There im2col + SGEMM spent as long
  * writing and reading the column matrix (K = 9 * cin rows of the whole
  * plane, a megabyte at 128 channels of 16x16) as in the product, and the
  * plane fills few of the GEMM's 32-wide panels; Winograd's transforms do
@@ -14,10 +14,14 @@
  * at the flat offset r * Wp + c + kh * Wp + kw: one loop over flat offsets
  * f = r * Wp + c serves every row whatever the width, computing two junk
  * columns per row (c = W, W + 1) that are dropped at the store. A work
- * item is a block of 8 output channels by 32 flat offsets: 16 zmm
- * accumulators, per tap two loads of the plane and 8 weights broadcast
- * from the packed filter (wp[block][ci][tap][8]), kept in the node's
- * cache where the filter is stored; the bias goes in at the store.
+ * item is a block of 8 output channels by 32 flat offsets (16 by 16 on
+ * narrow planes): 16 zmm accumulators, per tap two loads of the plane and
+ * 8 weights broadcast from the filter as it is ([cout, cin, 3, 3]). A
+ * packed filter (each block's weights in one stream) measured about 12%
+ * faster on DenseNet's layers, but packing per call cost more than that
+ * on the 4x4 and 2x2 planes, and a packed copy kept per node would add a
+ * third of DenseNet's weights (all of ResNet's last layers); the bias goes
+ * in at the store.
  *
  * The AVX-512 kernel is picked at run time (__builtin_cpu_supports); the
  * portable kernel is the same loop nest in plain C (built as target
@@ -45,6 +49,13 @@
 
 #define FLAT_ACC 256		/* accumulators of a block: 8 x 32 or 16 x 16 */
 #define FLAT_MAX_PLANE 1024	/* the largest padded plane, (H + 2) * (W + 2) floats */
+/*
+ * The largest filter, in floats (1 MB). Each block of output channels reads
+ * its weights once per block of offsets, from L2 where the filter fits;
+ * ResNet's 256- and 512-channel layers (2.4 and 9.4 MB) ran no faster or
+ * slower than im2col + SGEMM, which reads the filter once.
+ */
+#define FLAT_MAX_FILTER ((int64_t)1 << 18)
 
 /* flat_level: 0 off, 1 the portable kernel, 2 AVX-512; computed once. */
 static int
@@ -79,17 +90,20 @@ ml_flat_ok(const struct ml_conv3 *v)
 	       v->k[1] == 3 && v->k[2] == 3 && v->s[1] == 1 && v->s[2] == 1 && v->d[1] == 1 &&
 	       v->d[2] == 1 && v->p[1] == 1 && v->p[2] == 1 && v->out[1] == v->in[1] &&
 	       v->out[2] == v->in[2] && v->in[1] >= 1 && v->in[2] >= 1 &&
-	       (v->in[1] + 2) * (v->in[2] + 2) <= FLAT_MAX_PLANE;
+	       (v->in[1] + 2) * (v->in[2] + 2) <= FLAT_MAX_PLANE &&
+	       v->cout * v->cin * 9 <= FLAT_MAX_FILTER;
 }
 
 struct fjob {
 	const struct ml_conv3 *v;
 	const float *x;		/* the image's input planes */
 	float *xp;		/* the padded planes, CS floats apart */
-	const float *wp, *bias;
+	const float *w, *bias;	/* w: the filter [cout, cin, 3, 3] */
 	float *y;		/* the image's output planes */
 	int64_t Wp, CS, nfb, nob;
 	int64_t foc, fnb;	/* a block: 8 x 32 or 16 x 16 */
+	/* the weight of block ob, channel o, tap t, input ci: w[ob * bs + o * os + t * ts + ci * cs] */
+	int64_t bs, os, ts, cs;
 	int level;
 };
 
@@ -143,15 +157,15 @@ flat_block_c(const struct fjob *j, int64_t ob, int64_t fb)
 {
 	float acc[FLAT_ACC] = { 0 };
 	int64_t Wp = j->Wp, cin = j->v->cin, foc = j->foc, fnb = j->fnb, f0 = fb * fnb;
-	const float *wb = j->wp + ob * cin * 9 * foc;
+	const float *wb = j->w + ob * j->bs;
 
 	for (int64_t ci = 0; ci < cin; ci++) {
 		const float *xc = j->xp + ci * j->CS + f0;
-		const float *wc = wb + ci * 9 * foc;
+		const float *wc = wb + ci * j->cs;
 		for (int t = 0; t < 9; t++) {
 			const float *xs = xc + (t / 3) * Wp + t % 3;
 			for (int64_t o = 0; o < foc; o++) {
-				float w = wc[t * foc + o];
+				float w = wc[o * j->os + t * j->ts];
 				for (int64_t f = 0; f < fnb; f++)
 					acc[o * fnb + f] += w * xs[f];
 			}
@@ -161,63 +175,70 @@ flat_block_c(const struct fjob *j, int64_t ob, int64_t fb)
 }
 
 #ifdef HAVE_AVX512
-/* 8 channels by 32 offsets: 16 accumulators, per tap 2 loads and 8 broadcasts */
-__attribute__((target("avx512f"))) static void
-flat_8x32(const struct fjob *j, int64_t ob, int64_t fb)
-{
-	__m512 a[8][2];
-	int64_t Wp = j->Wp, cin = j->v->cin, f0 = fb * 32;
-	const float *wb = j->wp + ob * cin * 9 * 8;
-
-	for (int o = 0; o < 8; o++)
-		a[o][0] = a[o][1] = _mm512_setzero_ps();
-	for (int64_t ci = 0; ci < cin; ci++) {
-		const float *xc = j->xp + ci * j->CS + f0;
-		const float *wc = wb + ci * 9 * 8;
-		for (int t = 0; t < 9; t++) {
-			const float *xs = xc + (t / 3) * Wp + t % 3;
-			__m512 x0 = _mm512_loadu_ps(xs), x1 = _mm512_loadu_ps(xs + 16);
-			const float *wt = wc + t * 8;
-			for (int o = 0; o < 8; o++) {
-				__m512 w = _mm512_set1_ps(wt[o]);
-				a[o][0] = _mm512_fmadd_ps(w, x0, a[o][0]);
-				a[o][1] = _mm512_fmadd_ps(w, x1, a[o][1]);
-			}
-		}
-	}
-	float acc[8 * 32];
-	for (int o = 0; o < 8; o++) {
-		_mm512_storeu_ps(acc + o * 32, a[o][0]);
-		_mm512_storeu_ps(acc + o * 32 + 16, a[o][1]);
-	}
-	store_block(j, ob, f0, acc);
+/*
+ * FLAT8(NAME, OS_, TS_, CS_): 8 channels by 32 offsets, 16 accumulators, per
+ * tap 2 loads and 8 broadcasts; the weight of channel o, tap t, input
+ * channel ci at o * OS_ + t * TS_ + ci * CS_ from the block's first.
+ */
+#define FLAT8(NAME, OS_, TS_, CS_)							\
+__attribute__((target("avx512f"))) static void					\
+NAME(const struct fjob *j, int64_t ob, int64_t fb)				\
+{										\
+	__m512 a[8][2];								\
+	int64_t Wp = j->Wp, cin = j->v->cin, f0 = fb * 32;			\
+	const float *wb = j->w + ob * j->bs;					\
+	for (int o = 0; o < 8; o++)						\
+		a[o][0] = a[o][1] = _mm512_setzero_ps();			\
+	for (int64_t ci = 0; ci < cin; ci++) {					\
+		const float *xc = j->xp + ci * j->CS + f0;			\
+		const float *wc = wb + ci * (CS_);				\
+		for (int t = 0; t < 9; t++) {					\
+			const float *xs = xc + (t / 3) * Wp + t % 3;		\
+			__m512 x0 = _mm512_loadu_ps(xs), x1 = _mm512_loadu_ps(xs + 16); \
+			for (int o = 0; o < 8; o++) {				\
+				__m512 w = _mm512_set1_ps(wc[o * (OS_) + t * (TS_)]); \
+				a[o][0] = _mm512_fmadd_ps(w, x0, a[o][0]);	\
+				a[o][1] = _mm512_fmadd_ps(w, x1, a[o][1]);	\
+			}							\
+		}								\
+	}									\
+	float acc[8 * 32];							\
+	for (int o = 0; o < 8; o++) {						\
+		_mm512_storeu_ps(acc + o * 32, a[o][0]);			\
+		_mm512_storeu_ps(acc + o * 32 + 16, a[o][1]);			\
+	}									\
+	store_block(j, ob, f0, acc);						\
 }
 
-/* 16 channels by 16 offsets, for narrow planes: per tap 1 load and 16 broadcasts */
-__attribute__((target("avx512f"))) static void
-flat_16x16(const struct fjob *j, int64_t ob, int64_t fb)
-{
-	__m512 a[16];
-	int64_t Wp = j->Wp, cin = j->v->cin, f0 = fb * 16;
-	const float *wb = j->wp + ob * cin * 9 * 16;
-
-	for (int o = 0; o < 16; o++)
-		a[o] = _mm512_setzero_ps();
-	for (int64_t ci = 0; ci < cin; ci++) {
-		const float *xc = j->xp + ci * j->CS + f0;
-		const float *wc = wb + ci * 9 * 16;
-		for (int t = 0; t < 9; t++) {
-			__m512 x0 = _mm512_loadu_ps(xc + (t / 3) * Wp + t % 3);
-			const float *wt = wc + t * 16;
-			for (int o = 0; o < 16; o++)
-				a[o] = _mm512_fmadd_ps(_mm512_set1_ps(wt[o]), x0, a[o]);
-		}
-	}
-	float acc[16 * 16];
-	for (int o = 0; o < 16; o++)
-		_mm512_storeu_ps(acc + o * 16, a[o]);
-	store_block(j, ob, f0, acc);
+/* FLAT16(NAME, OS_, TS_, CS_): 16 channels by 16 offsets, for narrow planes: per tap 1 load, 16 broadcasts */
+#define FLAT16(NAME, OS_, TS_, CS_)						\
+__attribute__((target("avx512f"))) static void					\
+NAME(const struct fjob *j, int64_t ob, int64_t fb)				\
+{										\
+	__m512 a[16];								\
+	int64_t Wp = j->Wp, cin = j->v->cin, f0 = fb * 16;			\
+	const float *wb = j->w + ob * j->bs;					\
+	for (int o = 0; o < 16; o++)						\
+		a[o] = _mm512_setzero_ps();					\
+	for (int64_t ci = 0; ci < cin; ci++) {					\
+		const float *xc = j->xp + ci * j->CS + f0;			\
+		const float *wc = wb + ci * (CS_);				\
+		for (int t = 0; t < 9; t++) {					\
+			__m512 x0 = _mm512_loadu_ps(xc + (t / 3) * Wp + t % 3);	\
+			for (int o = 0; o < 16; o++)				\
+				a[o] = _mm512_fmadd_ps(_mm512_set1_ps(wc[o * (OS_) + t * (TS_)]), \
+						       x0, a[o]);		\
+		}								\
+	}									\
+	float acc[16 * 16];							\
+	for (int o = 0; o < 16; o++)						\
+		_mm512_storeu_ps(acc + o * 16, a[o]);				\
+	store_block(j, ob, f0, acc);						\
 }
+
+/* the filter as given: [cout, cin, 3, 3] */
+FLAT8(flat_8x32, j->os, 1, 9)
+FLAT16(flat_16x16, j->os, 1, 9)
 #endif
 
 static void
@@ -240,65 +261,6 @@ flat_items(void *ctx, int64_t b, int64_t e)
 	}
 }
 
-/* pack: w [cout, cin, 3, 3] as wp[cout / foc][cin][9][foc] */
-static void
-pack(const struct ml_conv3 *v, int64_t foc, const float *w, float *wp)
-{
-	for (int64_t ob = 0; ob < v->cout / foc; ob++)
-		for (int64_t ci = 0; ci < v->cin; ci++)
-			for (int t = 0; t < 9; t++)
-				for (int64_t o = 0; o < foc; o++)
-					wp[((ob * v->cin + ci) * 9 + t) * foc + o] =
-						w[((ob * foc + o) * v->cin + ci) * 9 + t];
-}
-
-/*
- * The packed filter in the node's cache, where the filter is a stored
- * tensor's own data that no node of the graph writes (an optimizer's
- * update writes parameters in place, at the same address).
- */
-struct fcache {
-	const void *src;
-	int64_t cout, cin, foc;	/* cout -1: never cache for this node */
-};
-
-static const float *
-packed_cached(struct ml_opctx *c, const struct ml_conv3 *v, int64_t foc, const float *w)
-{
-	int t = c->node != NULL && c->node->n_in > 1 ? c->node->in[1] : -1;
-	/*
-	 * the graph's own data, not a copy another kernel made (bf16.c's
-	 * fallback passes on its converted weight, and keeps it in this cache)
-	 */
-	if (c->cache == NULL || c->g == NULL || t < 0 || t >= c->g->n_tensors ||
-	    (c->g->tensors[t]->kind != ML_TK_CONST && c->g->tensors[t]->kind != ML_TK_PARAM) ||
-	    c->g->tensors[t]->data != (const void *)w)
-		return NULL;
-	struct fcache *h = *c->cache;
-	if (h != NULL && h->cout < 0)
-		return NULL;
-	if (h != NULL && h->src == (const void *)w && h->cout == v->cout && h->cin == v->cin &&
-	    h->foc == foc)
-		return (const float *)((char *)h + 64);
-	ml_free(h);
-	*c->cache = NULL;
-	size_t bytes = sizeof(float) * (size_t)(v->cout * v->cin * 9);
-	if ((h = ml_malloc(bytes + 64)) == NULL)
-		return NULL;
-	*h = (struct fcache){ w, v->cout, v->cin, foc };
-	*c->cache = h;
-	for (int i = 0; i < c->g->n_nodes; i++) {
-		const struct ml_node *n = &c->g->nodes[i];
-		if ((ml_op_flags(n->op) & ML_OPF_SIDE_EFFECT) != 0 && n->n_in > 0 && n->in[0] == t) {
-			h->cout = -1;
-			return NULL;
-		}
-	}
-	float *wp = (float *)((char *)h + 64);
-	pack(v, foc, w, wp);
-	return wp;
-}
-
 int
 ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
 	     const float *bias, float *y)
@@ -313,21 +275,12 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	int64_t nfb = (H * Wp + fnb - 1) / fnb;
 	/* the last block reads up to 2 * Wp + 2 past its end */
 	int64_t CS = (nfb * fnb + 2 * Wp + 2 + 15) / 16 * 16;
-	const float *wp = packed_cached(c, v, foc, w);
-
-	if (wp == NULL) {
-		float *tmp = ml_cpu_scratch(1, sizeof(float) * (size_t)(v->cout * v->cin * 9));
-		if (tmp == NULL)
-			return ml_opfail(c, ML_ENOMEM, "cannot allocate the packed filter");
-		pack(v, foc, w, tmp);
-		wp = tmp;
-	}
 	float *xp = ml_cpu_scratch(0, sizeof(float) * (size_t)(v->cin * CS));
 	if (xp == NULL)
 		return ml_opfail(c, ML_ENOMEM, "cannot allocate %lld bytes for the padded input",
 				 (long long)(v->cin * CS * 4));
-	struct fjob j = { v, x, xp, wp, bias, y, Wp, CS, nfb, v->cout / foc, foc, fnb,
-			  flat_level() };
+	struct fjob j = { v, x, xp, w, bias, y, Wp, CS, nfb, v->cout / foc, foc, fnb,
+			  foc * v->cin * 9, v->cin * 9, 1, 9, flat_level() };
 	int64_t work = v->cin * 9 * FLAT_ACC;
 	for (int64_t n = 0; n < v->n; n++) {
 		j.x = x + n * v->cin * v->insz;

@@ -488,7 +488,7 @@ conv_direct_cases(void)
  * 16x16 (8 x 32 blocks) and on 8x8, 4x4, 2x2 (16 x 16 blocks), a 1x1
  * plane, output channels not a multiple of 16 on a narrow plane, a batch,
  * non-square planes, the largest plane (30x30), and one with 8 channels.
- * Each with constant weights (cached packed) and with weights as an input.
+ * Each with constant weights and with weights as an input.
  */
 static bool
 conv_flat_cases(void)
