@@ -1,27 +1,28 @@
 /*
  * nn_flat.c: f32 3x3 convolution, stride 1, padding 1, on small planes
- * with filters up to 1 MB (DenseNet's 128 -> 32 on 16x16 to 2x2 at a 64x64
- * input, SqueezeNet's 13x13 expands), computed directly, without im2col. There im2col + SGEMM spent as long
- * writing and reading the column matrix (K = 9 * cin rows of the whole
- * plane, a megabyte at 128 channels of 16x16) as in the product, and the
- * plane fills few of the GEMM's 32-wide panels; Winograd's transforms do
- * not pay under 32 tiles.
+ * with filters up to 1 MB (DenseNet's 128 -> 32 on 16x16 to 2x2 at a
+ * 64x64 input, SqueezeNet's 13x13 expands), computed directly, without
+ * im2col. There im2col + SGEMM spent as long writing and reading the
+ * column matrix (K = 9 * cin rows of the whole plane, a megabyte at 128
+ * channels of 16x16) as in the product, and the plane fills few of the
+ * GEMM's 32-wide panels; Winograd's transforms do not pay under 32 tiles.
  *
- * Each input plane is copied, zero-padded, into rows Wp = W + 2 wide
- * (channels CS floats apart, with slack after the plane so that every
- * read below is in bounds). The output at (r, c) is then the sum, over the
- * channels and the nine taps (kh, kw), of the weight by the padded plane
- * at the flat offset r * Wp + c + kh * Wp + kw: one loop over flat offsets
- * f = r * Wp + c serves every row whatever the width, computing two junk
- * columns per row (c = W, W + 1) that are dropped at the store. A work
- * item is a block of 8 output channels by 32 flat offsets (16 by 16 on
- * narrow planes): 16 zmm accumulators, per tap two loads of the plane and
- * 8 weights broadcast from the filter as it is ([cout, cin, 3, 3]). A
- * packed filter (each block's weights in one stream) measured about 12%
- * faster on DenseNet's layers, but packing per call cost more than that
- * on the 4x4 and 2x2 planes, and a packed copy kept per node would add a
- * third of DenseNet's weights (all of ResNet's last layers); the bias goes
- * in at the store.
+ * Each input plane is copied, zero-padded, into rows Wp = W + 1 wide (a
+ * row's right padding is the next row's left; channels CS floats apart,
+ * with slack after the plane so that every read below is in bounds). The
+ * output at (r, c) is then the sum, over the channels and the nine taps
+ * (kh, kw), of the weight by the padded plane at the flat offset
+ * r * Wp + c + kh * Wp + kw: one loop over flat offsets f = r * Wp + c
+ * serves every row whatever the width, computing one junk column per row
+ * (c = W) that is dropped at the store. A work item is a block of 8
+ * output channels by 32 flat offsets (16 by 16 on planes up to 8 wide,
+ * which round less of the plane up): 16 zmm accumulators, per tap the
+ * plane's vectors loaded and the block's weights broadcast from the
+ * filter as it is ([cout, cin, 3, 3]). A packed filter (each block's
+ * weights in one stream) measured about 12% faster on DenseNet's layers,
+ * but packing per call cost more than that on the 4x4 and 2x2 planes, and
+ * a packed copy kept per node would add a third of DenseNet's weights; the
+ * bias goes in at the store.
  *
  * The AVX-512 kernel is picked at run time (__builtin_cpu_supports); the
  * portable kernel is the same loop nest in plain C (built as target
