@@ -254,6 +254,19 @@ int ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, c
 bool ml_direct_ok(const struct ml_conv3 *v);
 int ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
 		   const float *bias, const struct ml_conv_epi *e, float *y);
+/*
+ * lib/cpu/nn_flat.c: ml_flat_ok tells whether the direct f32 3x3
+ * convolution of small planes applies to v (2-D, one group, stride 1,
+ * padding 1, at least 8 input channels, output channels a multiple of 8,
+ * a padded plane of at most 1024 floats, a filter of at most 1 MB);
+ * ml_flat_conv computes Y (bias included; the caller applies an epilogue)
+ * with it. It uses scratch slot 0. ML_CONV_FLAT=c forces its portable
+ * kernel, ML_CONV_FLAT=0 turns it off; without AVX-512 it is off unless
+ * forced.
+ */
+bool ml_flat_ok(const struct ml_conv3 *v);
+int ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+		 const float *bias, float *y);
 /* Kernels of lib/cpu/nn_pool.c. */
 int ml_cpu_max_pool(struct ml_opctx *c);
 int ml_cpu_avg_pool(struct ml_opctx *c);

@@ -1129,6 +1129,8 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 		return ml_direct_conv(c, v, x, w, bias, NULL, y);
 	if (ml_wino_ok(v))
 		return ml_wino_conv(c, v, x, w, bias, NULL, y);
+	if (ml_flat_ok(v))
+		return ml_flat_conv(c, v, x, w, bias, y);
 	/* a few output columns would fill little of ml_pgemm's 32-wide panels: BLAS's GEMV wins */
 	if (ml_pgemm_ok() && v->outsz >= 16)
 		return conv_pgemm(c, v, x, w, bias, NULL, y);
@@ -1260,6 +1262,12 @@ ml_cpu_fconv_conv(struct ml_opctx *c)
 		return ml_direct_conv(c, &v, x->data, w->data, bias, &e, y->data);
 	if (ml_wino_ok(&v))
 		return ml_wino_conv(c, &v, x->data, w->data, bias, &e, y->data);
+	if (ml_flat_ok(&v)) {
+		ML_TRY(ml_flat_conv(c, &v, x->data, w->data, bias, y->data));
+		if (e.z != NULL || e.act != ML_ACT_NONE)
+			epi_tile(&e, y->data, e.z, v.n * v.cout, v.outsz, v.outsz);
+		return 0;
+	}
 	if (ml_pgemm_ok() && v.outsz >= 16)
 		return conv_pgemm(c, &v, x->data, w->data, bias, &e, y->data);
 	return 1;

@@ -369,7 +369,7 @@ cat_run(void *ctx, int64_t b, int64_t e)
 				continue;
 			if (k->split)
 				memcpy(k->part[i] + (size_t)r * nb, p, nb);
-			else
+			else if (p != k->part[i] + (size_t)r * nb)	/* placed there (lib/exec/plan.c) */
 				memcpy(p, k->part[i] + (size_t)r * nb, nb);
 			p += nb;
 		}

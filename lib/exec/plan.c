@@ -62,12 +62,21 @@ ml_arena_plan(const struct ml_graph *g, struct ml_arena *a, struct ml_err *e)
 			int t = n->out[j];
 			if (t < 0 || a->bytes[t] < 0)
 				continue;
-			int64_t len = (a->bytes[t] + ML_ARENA_ALIGN - 1) / ML_ARENA_ALIGN *
+			int r = a->root != NULL ? a->root[t] : -1;
+			if (r >= 0 && a->off[r] >= 0) {
+				/* a share of a block some earlier node placed */
+				a->off[t] = a->off[r] + a->delta[t];
+				a->len[t] = a->bytes[t];
+				continue;
+			}
+			int64_t len = (a->bytes[r >= 0 ? r : t] + ML_ARENA_ALIGN - 1) / ML_ARENA_ALIGN *
 				      ML_ARENA_ALIGN;
 			if (len == 0)
 				len = ML_ARENA_ALIGN;
 			/* an elementwise op may write over its dying first input */
-			int src = j == 0 && a->inplace != NULL ? a->inplace(a->arg, i) : -1;
+			int src = j == 0 && a->inplace != NULL && r < 0 ? a->inplace(a->arg, i) : -1;
+			if (src >= 0 && a->root != NULL && a->root[src] >= 0)
+				src = -1;
 			int k = 0;
 			while (src >= 0 && k < nlive && live[k].t != src)
 				k++;
@@ -93,10 +102,18 @@ ml_arena_plan(const struct ml_graph *g, struct ml_arena *a, struct ml_err *e)
 			}
 			memmove(&live[best_pos + 1], &live[best_pos],
 				sizeof *live * (size_t)(nlive - best_pos));
-			live[best_pos] = (struct blk){ best, len, t };
+			live[best_pos] = (struct blk){ best, len, r >= 0 ? r : t };
 			nlive++;
-			a->off[t] = best;
-			a->len[t] = len;
+			if (r >= 0) {
+				/* the first share written places its block */
+				a->off[r] = best;
+				a->len[r] = len;
+				a->off[t] = best + a->delta[t];
+				a->len[t] = a->bytes[t];
+			} else {
+				a->off[t] = best;
+				a->len[t] = len;
+			}
 			top = ML_MAX(top, best + len);
 		}
 		if (room)
@@ -176,6 +193,139 @@ inplace_input(void *arg, int i)
 	return a;
 }
 
+/*
+ * Concat in place. A Concat along an axis with only 1s before it (batch 1,
+ * NCHW channels) lays its inputs end to end in its output, so each input
+ * may be written by its producer straight into its slice of the output,
+ * and the Concat then copies nothing (cat_run skips a piece already in
+ * place). DenseNet concatenates every earlier feature map again in each
+ * layer; there it saves the copies, O(layers^2) bytes per block, and as
+ * each layer's Concat is a prefix of the block's last one, the whole block
+ * shares one buffer.
+ *
+ * cat_share: the slices of g's Concats, in root[] and delta[] (struct
+ * ml_arena's); last[] is last_use with a shared block's owner made to
+ * outlive all its shares. Concats are taken from the last one up, so a
+ * Concat fed to a later one is first given its slice there and then lays
+ * its own inputs into that slice. A tensor gets one place: an input already
+ * placed elsewhere, a second copy of the same input, a graph input or
+ * output, a constant, or an input whose slice would be misaligned is left
+ * where it is and the Concat copies it. A Concat whose inputs all lie end
+ * to end already (DenseNet's earlier layers) takes their place and copies
+ * nothing. Only for sessions wholly on the CPU: a device writes its
+ * buffers. ML_CONCAT_INPLACE=0 turns this off.
+ */
+static bool
+cat_shareable(const struct ml_session *s, const int64_t *bytes, int t)
+{
+	const struct ml_graph *g = s->g;
+	if (t < 0 || s->bound[t] || g->tensors[t]->kind != ML_TK_ACT ||
+	    g->tensors[t]->producer < 0 || bytes[t] <= 0 || s->last_use[t] == g->n_nodes)
+		return false;
+	return true;
+}
+
+/* cat_axis_ok: whether Concat node n's pieces lie end to end in its output */
+static bool
+cat_axis_ok(const struct ml_node *n, const struct ml_tval *sv)
+{
+	const struct ml_tval *o = &sv[n->out[0]];
+	int64_t a = ml_attr_int(n, "axis", 0);
+	if (o->rank < 1 || a < -o->rank || a >= o->rank)
+		return false;
+	if (a < 0)
+		a += o->rank;
+	for (int d = 0; d < a; d++)
+		if (o->dims[d] != 1)
+			return false;
+	for (int j = 0; j < n->n_in; j++)
+		if (n->in[j] < 0 || sv[n->in[j]].dtype != o->dtype)
+			return false;
+	return true;
+}
+
+static bool
+cat_inplace_enabled(void)
+{
+	const char *e = getenv("ML_CONCAT_INPLACE");
+	return e == NULL || strcmp(e, "0") != 0;
+}
+
+static void
+cat_share(const struct ml_session *s, const struct ml_tval *sv, const int64_t *bytes, int *root,
+	  int64_t *delta, int *last)
+{
+	const struct ml_graph *g = s->g;
+
+	for (int t = 0; t < g->n_tensors; t++) {
+		root[t] = -1;
+		delta[t] = 0;
+		last[t] = s->last_use[t];
+	}
+	if (s->hx != NULL || !cat_inplace_enabled())
+		return;
+	for (int i = g->n_nodes - 1; i >= 0; i--) {
+		const struct ml_node *n = &g->nodes[i];
+		int t = n->n_out == 1 ? n->out[0] : -1;
+		if (n->op != ML_OP_CONCAT || n->n_in < 1 || !cat_shareable(s, bytes, t) ||
+		    !cat_axis_ok(n, sv))
+			continue;
+		int64_t sum = 0;
+		for (int j = 0; j < n->n_in; j++)
+			sum += bytes[n->in[j]] > 0 ? bytes[n->in[j]] : INT64_MIN / 4;
+		if (sum != bytes[t])
+			continue;
+		/* where the output goes: its slice of a later Concat, or its own block */
+		int r = root[t];
+		int64_t base = delta[t];
+		if (r < 0) {
+			/* all inputs end to end already: take their place */
+			int x0 = n->in[0];
+			bool all = root[x0] >= 0;
+			int64_t off = all ? delta[x0] : 0;
+			for (int j = 0; all && j < n->n_in; j++) {
+				int x = n->in[j];
+				all = root[x] == root[x0] && delta[x] == off;
+				off += bytes[x];
+			}
+			r = all ? root[x0] : t;
+			base = all ? delta[x0] : 0;
+		}
+		int64_t off = base;
+		int shared = 0;
+		for (int j = 0; j < n->n_in; j++) {
+			int x = n->in[j];
+			if (root[x] == r && delta[x] == off)
+				shared++;
+			else if (root[x] < 0 && x != r && off % ML_ARENA_ALIGN == 0 &&
+				 cat_shareable(s, bytes, x)) {
+				root[x] = r;
+				delta[x] = off;
+				shared++;
+			}
+			off += bytes[x];
+		}
+		if (shared == 0 || r == t) {
+			if (shared > 0) {
+				root[t] = t;
+				delta[t] = 0;
+			}
+		} else {
+			root[t] = r;
+			delta[t] = base;
+		}
+	}
+	/* a block lives from its first share written to the last one read */
+	for (int t = 0; t < g->n_tensors; t++) {
+		int r = root[t];
+		if (r < 0)
+			continue;
+		int lu = s->last_use[t] >= 0 ? s->last_use[t] : g->tensors[t]->producer;
+		if (lu > last[r])
+			last[r] = lu;
+	}
+}
+
 /* plan: the arena for the bound inputs' shapes */
 static int
 plan(struct ml_session *s, struct ml_err *e)
@@ -183,9 +333,12 @@ plan(struct ml_session *s, struct ml_err *e)
 	const struct ml_graph *g = s->g;
 	struct ml_tval *sv = ml_calloc((size_t)g->n_tensors + 1, sizeof *sv);
 	int64_t *bytes = ml_calloc((size_t)g->n_tensors + 1, sizeof *bytes);
+	int64_t *delta = ml_calloc((size_t)g->n_tensors + 1, sizeof *delta);
+	int *root = ml_calloc((size_t)g->n_tensors + 1, sizeof *root);
+	int *last = ml_calloc((size_t)g->n_tensors + 1, sizeof *last);
 	int rc = 0;
 
-	if (sv == NULL || bytes == NULL) {
+	if (sv == NULL || bytes == NULL || delta == NULL || root == NULL || last == NULL) {
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto done;
 	}
@@ -227,9 +380,11 @@ plan(struct ml_session *s, struct ml_err *e)
 		}
 		s->known[i] = known;
 	}
+	cat_share(s, sv, bytes, root, delta, last);
 	struct inplace_arg ia = { s, sv };
 	struct ml_arena a = {
-		.bytes = bytes, .last = s->last_use, .inplace = inplace_input, .arg = &ia,
+		.bytes = bytes, .last = last, .inplace = inplace_input, .arg = &ia,
+		.root = root, .delta = delta,
 		.off = s->slot_off, .len = s->slot_len,
 		.room_off = s->room_off, .room_len = s->room_len,
 	};
@@ -249,6 +404,9 @@ done:
 				ml_tval_clear(&sv[t]);
 	ml_free(sv);
 	ml_free(bytes);
+	ml_free(delta);
+	ml_free(root);
+	ml_free(last);
 	return rc;
 }
 

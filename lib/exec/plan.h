@@ -25,12 +25,21 @@
  * arena free while it runs (the widest gap between live blocks, or the
  * stretch above the last one up to the arena's top); top, the arena's
  * size.
+ * root and delta, when not NULL, share blocks (a Concat's inputs placed
+ * in its output): root[t] >= 0 puts t delta[t] bytes into the block of
+ * root[t] (root[r] == r, delta[r] == 0 for the owner of a block). The
+ * block is placed when the first of its tensors is written and released
+ * after last[r], which the caller makes the last use of all of them; no
+ * tensor of a shared block is written over in place, nor written in
+ * place over its input.
  */
 struct ml_arena {
 	const int64_t *bytes;
 	const int *last;
 	int (*inplace)(void *arg, int i);
 	void *arg;
+	const int *root;
+	const int64_t *delta;
 	int64_t *off, *len;
 	int64_t *room_off, *room_len;
 	int64_t top;

@@ -214,6 +214,29 @@ ml_pass_eliminate(struct opt *o)
 				drop(o, i, "Dropout");
 			break;
 		}
+		case ML_OP_PAD: {
+			/*
+			 * all pads zero (DenseNet's transitions pad by nothing before
+			 * their AveragePool, from an export of count_include_pad);
+			 * a shape kept by pads of opposite signs is a shift, not this
+			 */
+			const int64_t *pads = NULL;
+			int np = -1;
+			if (n->n_in > 1 && n->in[1] >= 0) {
+				pads = mlopt_const(o, n->in[1], ML_I64);
+				struct ml_tval pv;
+				ml_graph_tval(g, n->in[1], &pv);
+				np = pads != NULL ? (int)ml_tval_numel(&pv) : -1;
+			} else {
+				np = ml_attr_ints(n, "pads", &pads);
+			}
+			bool zero = np >= 0 && same_type(g, x, y);
+			for (int k = 0; k < np && zero; k++)
+				zero = pads[k] == 0;
+			if (zero)
+				drop(o, i, "Pad");
+			break;
+		}
 		case ML_OP_CAST:
 		case ML_OP_CAST_LIKE:
 			if (same_type(g, x, y))

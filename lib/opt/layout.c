@@ -3,7 +3,8 @@
  * A region is a set of 4-D f32 values that are stored transposed (the
  * physical tensor holds Transpose(v, [0, 2, 3, 1])), joined by the nodes
  * that can run on that form: Conv and FusedConv (as ml.ConvNHWC, weights
- * re-laid-out) and the elementwise ops (constant operands re-laid-out).
+ * re-laid-out), the elementwise ops (constant operands re-laid-out) and
+ * GlobalAveragePool (as ReduceMean over axes 1 and 2).
  * A Transpose [0, 2, 3, 1] of a region value is then the value itself and
  * goes, and so does a Transpose [0, 3, 1, 2] that makes one; every other
  * reader gets the value back through one Transpose at the boundary, and a
@@ -37,12 +38,16 @@ static const int64_t to_nhwc[4] = { 0, 2, 3, 1 }, to_nchw[4] = { 0, 3, 1, 2 };
 
 /*
  * A node's role: outside any region; a Conv or an elementwise node that
- * joins its 4-D operands and output into one region; a Transpose to NHWC
+ * joins its 4-D operands and output into one region; a GlobalAveragePool
+ * that joins its input and output (in NHWC a ReduceMean over axes 1 and 2,
+ * whose [N, 1, 1, C] is the NHWC form of [N, C, 1, 1]: EfficientNet's
+ * squeeze-excitation blocks so stay in NHWC instead of transposing their
+ * whole input back for the pool, a fifth of the model's time); a Transpose to NHWC
  * of a region value (it goes when the region is converted); a Transpose to
  * NCHW that makes a region value (it goes unless the value is also read
  * outside).
  */
-enum { R_OTHER, R_CONV, R_ELEM, R_SINK, R_SOURCE };
+enum { R_OTHER, R_CONV, R_ELEM, R_GAP, R_SINK, R_SOURCE };
 /* How a region value is made: by a region node, by a Transpose to NCHW, or else (an input). */
 enum { P_COUPLED, P_SOURCE, P_OTHER };
 
@@ -217,6 +222,12 @@ classify(struct lay *l)
 			unite(l, n->in[0], n->out[0]);
 			if (n->n_in > 3 && n->in[3] >= 0)
 				unite(l, n->in[3], n->out[0]);
+		} else if (n->op == ML_OP_GLOBAL_AVERAGE_POOL && n->n_in == 1 && n->n_out == 1 &&
+			   cand(o, n->in[0]) && cand(o, n->out[0]) &&
+			   ml_graph_opset(g, "", 13) < 18) {
+			/* (from opset 18 ReduceMean takes its axes as an input) */
+			l->role[i] = R_GAP;
+			unite(l, n->in[0], n->out[0]);
 		} else if (elem_ok(o, i)) {
 			l->role[i] = R_ELEM;
 			for (int j = 0; j < n->n_in; j++)
@@ -241,7 +252,8 @@ classify(struct lay *l)
 		if (l->role[i] != R_SINK || !o->pinned[n->out[0]])
 			continue;
 		int p = mlopt_prod(o, n->in[0]), x = n->in[0];
-		if (p >= 0 && (l->role[p] == R_CONV || l->role[p] == R_ELEM) && l->psink[x] < 0)
+		if (p >= 0 && (l->role[p] == R_CONV || l->role[p] == R_ELEM || l->role[p] == R_GAP) &&
+		    l->psink[x] < 0)
 			l->psink[x] = i;
 		else
 			l->role[i] = R_OTHER;
@@ -255,7 +267,7 @@ prod_kind(const struct lay *l, int t)
 	int p = mlopt_prod(l->o, t);
 	if (p < 0)
 		return P_OTHER;
-	if (l->role[p] == R_CONV || l->role[p] == R_ELEM)
+	if (l->role[p] == R_CONV || l->role[p] == R_ELEM || l->role[p] == R_GAP)
 		return P_COUPLED;
 	return l->role[p] == R_SOURCE ? P_SOURCE : P_OTHER;
 }
@@ -270,7 +282,7 @@ needs_logical(const struct lay *l, int t)
 	for (int i = 0; i < o->g->n_nodes; i++) {
 		const struct ml_node *n = &o->g->nodes[i];
 		if (o->dead[i] || l->role[i] == R_CONV || l->role[i] == R_ELEM ||
-		    l->role[i] == R_SINK)
+		    l->role[i] == R_GAP || l->role[i] == R_SINK)
 			continue;
 		for (int j = 0; j < n->n_in; j++)
 			if (n->in[j] == t)
@@ -475,6 +487,15 @@ rewrite_node(struct lay *l, int ni)
 	int out = l->phys[n->out[0]];
 	if (l->role[ni] == R_CONV)
 		return to_conv(l, ni, in, nin, out);
+	if (l->role[ni] == R_GAP) {
+		const char *name = n->name;
+		ML_TRY(mlopt_rewrite(o, ni, "ReduceMean", "", 1, in, 1, &out, -1, &ni, 1));
+		o->g->nodes[ni].name = (char *)name;
+		ML_TRY(ml_node_set_ints(o->g, ni, "axes", 2, (int64_t[]){ 1, 2 }));
+		ML_TRY(ml_node_set_int(o->g, ni, "keepdims", 1));
+		mlopt_note(o, "GlobalAveragePool to NHWC");
+		return 0;
+	}
 	n = &o->g->nodes[ni];
 	memcpy(n->in, in, sizeof(int) * (size_t)nin);
 	n->out[0] = out;
@@ -523,7 +544,8 @@ convert(struct lay *l)
 	for (int i = 0; i < nn; i++) {
 		if (o->dead[i])
 			continue;
-		if ((l->role[i] == R_CONV || l->role[i] == R_ELEM) && flipped(l, g->nodes[i].out[0]))
+		if ((l->role[i] == R_CONV || l->role[i] == R_ELEM || l->role[i] == R_GAP) &&
+		    flipped(l, g->nodes[i].out[0]))
 			ML_TRY(rewrite_node(l, i));
 	}
 	for (int t = 0; t < nt; t++) {

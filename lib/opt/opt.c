@@ -17,7 +17,7 @@ static const struct {
 	  ml_pass_fold_constants },
 	{ { "fold-shapes", 1, "replace values static inference knows (shape arithmetic) by constants" },
 	  ml_pass_fold_shapes },
-	{ { "eliminate", 1, "remove Identity, Dropout, no-op Cast, Reshape, Squeeze, Transpose" },
+	{ { "eliminate", 1, "remove Identity, Dropout, no-op Cast, Reshape, Squeeze, Transpose, Pad" },
 	  ml_pass_eliminate },
 	{ { "cse", 1, "merge nodes that compute the same thing, and equal constants" }, ml_pass_cse },
 	{ { "dce", 1, "remove nodes whose outputs nothing reads" }, ml_pass_dce },

@@ -120,6 +120,54 @@ def m_conv(rng):
     return g, {"x": x}, {"y": y.astype(np.float32)}
 
 
+def m_cattrap(rng):
+    """Concats whose inputs the planner may place in their output (batch 1,
+    axis 1, 64-byte slices), with what must stay copied: an input also read
+    after the Concat (by an elementwise op that could write over it), a
+    graph input, a constant, the same tensor twice, one Concat fed to
+    another, a prefix Concat (DenseNet's), graph outputs, and a Concat
+    along an axis with a dim above 1 before it."""
+    sh = [1, 2, 4, 4]
+    x = rng.standard_normal(sh).astype(np.float32)
+    k = rng.standard_normal([1, 1, 4, 4]).astype(np.float32)
+    n = helper.make_node
+    nodes = [
+        n("Relu", ["x"], ["a"]), n("Neg", ["x"], ["b"]),
+        n("Sigmoid", ["x"], ["u"]), n("Neg", ["u"], ["v"]),
+        n("Concat", ["a", "b"], ["c1"], axis=1),
+        n("Concat", ["c1", "x", "k", "a", "v", "a"], ["c2"], axis=-3),
+        n("Concat", ["a", "b"], ["o4"], axis=2),
+        n("Abs", ["a"], ["s"]),
+        n("Sigmoid", ["x"], ["f0"]), n("Tanh", ["f0"], ["f1"]),
+        n("Concat", ["f0", "f1"], ["d1"], axis=1),
+        n("Tanh", ["f1"], ["f2"]),
+        n("Concat", ["f0", "f1", "f2"], ["d2"], axis=1),
+        n("Sigmoid", ["d1"], ["o3"]),
+        n("Concat", ["s", "o3"], ["o5"], axis=1),
+        n("Neg", ["c2"], ["o1"]), n("Neg", ["d2"], ["o2"]),
+        # h1 outlives its Concat's output: the shared block must too
+        n("Sin", ["x"], ["h1"]), n("Concat", ["h1", "x"], ["h"], axis=1), n("Neg", ["h"], ["o6"]),
+        n("Cos", ["x"], ["j1"]), n("Cos", ["j1"], ["j2"]), n("Cos", ["j2"], ["j3"]),
+        n("Mul", ["h1", "j3"], ["o7"]),
+    ]
+    outs = ["o1", "s", "o2", "o4", "o5", "o6", "o7"]
+    a, b = relu(x), -x
+    u = 1 / (1 + np.exp(-x))
+    c1 = np.concatenate([a, b], 1)
+    c2 = np.concatenate([c1, x, k, a, -u, a], 1)
+    f0 = 1 / (1 + np.exp(-x))
+    f1 = np.tanh(f0)
+    d1 = np.concatenate([f0, f1], 1)
+    d2 = np.concatenate([f0, f1, np.tanh(f1)], 1)
+    o3 = 1 / (1 + np.exp(-d1))
+    ref = {"o1": -c2, "s": np.abs(a), "o2": -d2, "o4": np.concatenate([a, b], 2),
+           "o5": np.concatenate([np.abs(a), o3], 1), "o6": -np.concatenate([np.sin(x), x], 1),
+           "o7": np.sin(x) * np.cos(np.cos(np.cos(x)))}
+    g = helper.make_graph(nodes, "cattrap", [vi("x", F32, sh)],
+                          [vi(o, F32, list(ref[o].shape)) for o in outs], [init("k", k)])
+    return g, {"x": x}, {o: ref[o].astype(np.float32) for o in outs}
+
+
 def m_unsup(rng):
     """An op that no ml registry has: Frobnicate of domain com.example."""
     x = rng.standard_normal((2,)).astype(np.float32)

@@ -497,6 +497,60 @@ test_inner(void)
 }
 
 /*
+ * se: EfficientNet's squeeze-excitation block on a narrow plane: a 5x5
+ * depthwise Conv, GlobalAveragePool, 1x1 Conv, Relu, 1x1 Conv, Sigmoid,
+ * and the Mul that scales the depthwise output; opset as given.
+ */
+static struct ml_graph *
+se(int64_t C, int64_t H, int opset)
+{
+	struct ml_graph *g = NULL;
+	rs = 4242;
+	ml_graph_new(&g, &err);
+	ml_graph_set_opset(g, "", opset, &err);
+	input(g, "x", 4, (int64_t[]){ 1, C, H, H });
+	cst(g, "wd", 4, (int64_t[]){ C, 1, 5, 5 }, NULL);
+	int ni = node(g, "Conv", "", 2, (const char *[]){ "x", "wd" }, "d");
+	ml_node_set_int(g, ni, "group", C);
+	ml_node_set_ints(g, ni, "pads", 4, (int64_t[]){ 2, 2, 2, 2 });
+	node(g, "GlobalAveragePool", "", 1, (const char *[]){ "d" }, "p");
+	cst(g, "w1", 4, (int64_t[]){ C / 4, C, 1, 1 }, NULL);
+	node(g, "Conv", "", 2, (const char *[]){ "p", "w1" }, "q");
+	node(g, "Relu", "", 1, (const char *[]){ "q" }, "r");
+	cst(g, "w2", 4, (int64_t[]){ C, C / 4, 1, 1 }, NULL);
+	node(g, "Conv", "", 2, (const char *[]){ "r", "w2" }, "u");
+	node(g, "Sigmoid", "", 1, (const char *[]){ "u" }, "s");
+	node(g, "Mul", "", 2, (const char *[]){ "d", "s" }, "y");
+	return finish(g, "y") ? g : NULL;
+}
+
+static void
+test_se(void)
+{
+	struct ml_graph *g0 = se(32, 7, 13), *g1 = se(32, 7, 13);
+	if (g0 == NULL || g1 == NULL) {
+		ok(false, "the squeeze-excitation graph builds");
+		return;
+	}
+	ok(opt(g1, "layout", 0) > 0 && count_op(g1, "GlobalAveragePool") == 0 &&
+	   count_op(g1, "ReduceMean") == 1 && count_op(g1, "ConvNHWC") == 3 &&
+	   count_op(g1, "Transpose") == 2,
+	   "layout: a squeeze-excitation block runs in NHWC, the pool as a ReduceMean");
+	ok(same_out(g0, g1, 4, (int64_t[]){ 1, 32, 7, 7 }), "layout: the SE block's output is the original's");
+	ml_graph_free(g0);
+	ml_graph_free(g1);
+	/* from opset 18 ReduceMean's axes are an input: the pool stays, at the region's edge */
+	g0 = se(32, 7, 18);
+	g1 = se(32, 7, 18);
+	ok(g0 != NULL && g1 != NULL && opt(g1, "layout", 0) >= 0 &&
+	   count_op(g1, "GlobalAveragePool") == 1 && count_op(g1, "ReduceMean") == 0 &&
+	   same_out(g0, g1, 4, (int64_t[]){ 1, 32, 7, 7 }),
+	   "layout at opset 18 keeps GlobalAveragePool, with the same output");
+	ml_graph_free(g0);
+	ml_graph_free(g1);
+}
+
+/*
  * alone: graphs the pass leaves as they are: a ResNet-like block (dense
  * 3x3 Convs, nothing to save but the boundary transposes to pay), and a
  * MobileNet-like 3x3 depthwise Conv on a 56-wide plane (NCHW's loops are
@@ -556,6 +610,7 @@ main(void)
 	kernel_all("0");
 	test_convnext();
 	test_inner();
+	test_se();
 	test_alone();
 	printf("1..%d\n", ntest);
 	return nfail != 0;

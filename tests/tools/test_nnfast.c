@@ -9,7 +9,8 @@
  * several tile-row groups and filter blocks, and im2col; also through
  * BLAS in a child with ML_PGEMM=0; batches folded into the GEMMs, and
  * image by image with ML_CONV_FOLD=0; the direct kernel for few input
- * channels, AVX-512 and portable; MaxPool's AVX-512 kernel and, with
+ * channels, AVX-512 and portable; the flat kernel for 3x3 on small planes,
+ * AVX-512, portable (ML_CONV_FLAT=c) and off; MaxPool's AVX-512 kernel and, with
  * ML_MAXPOOL=c, the portable one), each through a one-node graph, and
  * the kernels' scratch lent from the arena's free room (ml_cpu_scratch_lend).
  * Prints TAP.
@@ -335,6 +336,8 @@ out:
  */
 /* conv_case's Concat of conv_room copies of y after the Conv: arena room while the Conv runs */
 static int conv_room;
+/* conv_nks's weights as a graph input, not a constant (no kernel may cache what it derives) */
+static bool conv_w_in;
 
 static bool
 conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64_t s, int64_t p)
@@ -343,7 +346,7 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 	struct ml_graph *g = NULL;
 	struct ml_session *ss = NULL;
 	int64_t xd[4] = { N, C, H, W }, wd[4] = { M, C, K, K }, bd[1] = { M };
-	struct ml_tval x = { 0 };
+	struct ml_tval x = { 0 }, wt = { 0 };
 	int64_t KK = K * K;
 	float *w = malloc(sizeof(float) * (size_t)(M * C * KK)), *b = malloc(sizeof(float) * (size_t)M);
 	bool good = false;
@@ -360,8 +363,17 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 	g->tensors[xi]->kind = ML_TK_INPUT;
 	memcpy(g->tensors[xi]->dims, xd, sizeof xd);
 	ml_graph_add_input(g, xi, &e);
-	ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_CONST, ML_F32, 4, wd, w,
-			  sizeof(float) * (size_t)(M * C * KK), &e);
+	if (conv_w_in) {
+		int wi = ml_graph_tensor(g, "w");
+		g->tensors[wi]->dtype = ML_F32;
+		g->tensors[wi]->rank = 4;
+		g->tensors[wi]->kind = ML_TK_INPUT;
+		memcpy(g->tensors[wi]->dims, wd, sizeof wd);
+		ml_graph_add_input(g, wi, &e);
+	} else {
+		ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_CONST, ML_F32, 4, wd, w,
+				  sizeof(float) * (size_t)(M * C * KK), &e);
+	}
 	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_F32, 1, bd, b,
 			  sizeof(float) * (size_t)M, &e);
 	const char *in[] = { "x", "w", "b" }, *outn[] = { "y" };
@@ -386,7 +398,16 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 	float *xv = x.data;
 	for (int64_t i = 0; i < ml_tval_numel(&x); i++)
 		xv[i] = frand();
-	if (ml_session_set_input(ss, "x", &x, &e) < 0 || ml_session_run(ss, &e) < 0)
+	if (conv_w_in) {
+		if (ml_tval_alloc(&wt, ML_F32, 4, wd, &e) < 0)
+			goto out;
+		memcpy(wt.data, w, sizeof(float) * (size_t)(M * C * KK));
+		if (ml_session_set_input(ss, "w", &wt, &e) < 0)
+			goto out;
+	}
+	/* twice: a kernel's cache, made by the first run, serves the second */
+	if (ml_session_set_input(ss, "x", &x, &e) < 0 || ml_session_run(ss, &e) < 0 ||
+	    ml_session_run(ss, &e) < 0)
 		goto out;
 	const struct ml_tval *y = ml_session_output(ss, 0);
 	int64_t OH = (H + 2 * p - K) / s + 1, OW = (W + 2 * p - K) / s + 1;
@@ -418,6 +439,7 @@ out:
 	free(w);
 	free(b);
 	ml_tval_clear(&x);
+	ml_tval_clear(&wt);
 	ml_session_free(ss);
 	ml_graph_free(g);
 	return good;
@@ -461,9 +483,33 @@ conv_direct_cases(void)
 	       conv_nks(1, 1, 12, 15, 40, 5, 1, 2) && conv_nks(3, 4, 8, 9, 70, 3, 3, 1);
 }
 
+/*
+ * 3x3 stride-1 pad-1 on small planes (nn_flat.c): DenseNet's 128 -> 32 on
+ * 16x16 (8 x 32 blocks) and on 8x8, 4x4, 2x2 (16 x 16 blocks), a 1x1
+ * plane, output channels not a multiple of 16 on a narrow plane, a batch,
+ * non-square planes, the largest plane (30x30), and one with 8 channels.
+ * Each with constant weights and with weights as an input.
+ */
+static bool
+conv_flat_cases(void)
+{
+	bool good = true;
+	for (int k = 0; k < 2 && good; k++) {
+		conv_w_in = k == 1;
+		good = conv_nks(1, 128, 32, 16, 16, 3, 1, 1) && conv_nks(1, 128, 32, 8, 8, 3, 1, 1) &&
+		       conv_nks(1, 64, 32, 4, 4, 3, 1, 1) && conv_nks(1, 40, 16, 2, 2, 3, 1, 1) &&
+		       conv_nks(1, 20, 16, 1, 1, 3, 1, 1) && conv_nks(2, 24, 24, 4, 7, 3, 1, 1) &&
+		       conv_nks(1, 16, 48, 13, 5, 3, 1, 1) && conv_nks(1, 9, 8, 30, 30, 3, 1, 1) &&
+		       conv_nks(3, 8, 40, 7, 7, 3, 1, 1);
+	}
+	conv_w_in = false;
+	return good;
+}
+
 static void
 test_conv(void)
 {
+	ok(conv_flat_cases(), "Conv 3x3 on small planes (direct flat kernel where AVX-512)");
 	ok(conv_batch_cases(), "Conv batches: Winograd and im2col over several images");
 	ok(conv_direct_cases(), "Conv with few input channels (direct kernel)");
 	ok(conv_case(16, 20, 24, 24, 1), "Conv 3x3 16->20 on 24x24 (Winograd, one group)");
@@ -591,6 +637,19 @@ main(void)
 	}
 	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 	ok(waited && WEXITSTATUS(st) == 0, "MaxPool, portable kernel (ML_MAXPOOL=c)");
+	/* the portable flat kernel (ML_CONV_FLAT=c), and im2col instead (ML_CONV_FLAT=0) */
+	for (int k = 0; k < 2; k++) {
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			setenv("ML_CONV_FLAT", k == 0 ? "c" : "0", 1);
+			_exit(conv_flat_cases() ? 0 : 1);
+		}
+		waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+		ok(waited && WEXITSTATUS(st) == 0,
+		   k == 0 ? "Conv 3x3 on small planes, portable flat kernel (ML_CONV_FLAT=c)" :
+			    "Conv 3x3 on small planes through im2col (ML_CONV_FLAT=0)");
+	}
 	/* the portable direct kernel (ML_CONV_DIRECT=c), and im2col instead (ML_CONV_DIRECT=0) */
 	for (int k = 0; k < 2; k++) {
 		fflush(stdout);

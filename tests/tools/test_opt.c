@@ -37,6 +37,19 @@ static const char model[] =
 	"float[4] k = {1, -2, 3, -4}\n"
 	"float[] s = {0.5}\n";
 
+/* Pads: by zeros (eliminate drops it) and by +1 and -1 (a shift, kept); both read inside */
+static const char pmodel[] =
+	"<ir_version: 8, opset_import: [\"\" : 14]>\n"
+	"p (float[2,4] x) => (float[2,4] y, float[2,4] w)\n"
+	"{\n"
+	"    [zero] a = Pad (x, zp)\n"
+	"    [ry] y = Relu (a)\n"
+	"    [shift] b = Pad (x, sp)\n"
+	"    [rw] w = Relu (b)\n"
+	"}\n"
+	"int64[4] zp = {0, 0, 0, 0}\n"
+	"int64[4] sp = {0, 1, 0, -1}\n";
+
 static struct ml_graph *
 load(void)
 {
@@ -265,6 +278,25 @@ main(void)
 	   "the report says what eliminate did");
 	ml_opt_report_free(&r);
 	ok(run(g, got) && memcmp(got, want, sizeof got) == 0, "the cleaned graph computes the same");
+	{
+		struct ml_graph *pg = NULL;
+		float py[8], py2[8];
+		bool built = ml_text_decode(&pg, pmodel, strlen(pmodel), "p.mlt", &e) == 0 &&
+			     ml_graph_toposort(pg, &e) == 0 && ml_graph_infer(pg, &e) == 0 &&
+			     run(pg, py);
+		struct ml_opt_opts po = { .passes = "eliminate,dce" };
+		int pads = 0, shift = 0;
+		if (built && ml_opt_run(pg, &po, NULL, &e) == 0)
+			for (int i = 0; i < pg->n_nodes; i++)
+				if (strcmp(pg->nodes[i].op_type, "Pad") == 0) {
+					pads++;
+					shift += strcmp(pg->nodes[i].name, "shift") == 0;
+				}
+		ok(built && pg->n_nodes == 3 && pads == 1 && shift == 1 && run(pg, py2) &&
+			   memcmp(py, py2, sizeof py) == 0,
+		   "eliminate drops a Pad by zeros and keeps one by +1 and -1 (a shift)");
+		ml_graph_free(pg);
+	}
 	o = (struct ml_opt_opts){ .level = 2 };
 	ok(ml_opt_run(g, &o, &r, &e) == 0 && g->n_nodes == 1, "-O2 fuses Mul, Add, Relu");
 	ok(strcmp(g->nodes[0].op_type, "FusedElementwise") == 0 &&
