@@ -92,6 +92,8 @@ ACT_FN(act_v, floatv)
  * read consecutive addresses: NDRange (cols, panels, batches) when !trans,
  * (panels, cols, batches) when trans, any size rounded up (extra items
  * return). Batch b reads x + off + b*xstride and writes dst + b*dstride.
+ * Built with -DML_ROUND, each value is rounded (RND, prelude.cl) on its way:
+ * a training step's fp16 or bf16 products.
  */
 inline void
 pack(global const T *x, long off, long ld, int trans, long rows, long cols, long xstride,
@@ -105,6 +107,12 @@ pack(global const T *x, long off, long ld, int trans, long rows, long cols, long
 	long r0 = p * P;
 	global const T *px = x + off + b * xstride;
 	global float *pd = dst + b * dstride + (p * cols + c) * P;
+#ifdef ML_ROUND
+	for (int r = 0; r < P; r++)
+		pd[r] = r0 + r >= rows ? 0.0f :
+			RND(LD(px, trans ? c * ld + r0 + r : (r0 + r) * ld + c));
+	return;
+#endif
 	if (r0 + P <= rows) {
 		if (trans && P % 8 == 0) {
 			/* rows of a row-major B: contiguous on both sides */
