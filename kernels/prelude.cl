@@ -75,6 +75,18 @@ RND(float x)
 	u += 0xfffu + ((u >> 13) & 1u);
 	return as_float(u & ~0x1fffu);
 }
+
+/* RND8: RND of eight values, branch-free (the packing's vector path) */
+inline float8
+RND8(float8 x)
+{
+	float8 a = fabs(x);
+	uint8 u = as_uint8(x);
+	float8 r = as_float8((u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu);
+	r = select(r, rint(x * 0x1p24f) * 0x1p-24f, a < 0x1p-14f);
+	r = select(r, copysign((float8)(INFINITY), x), a >= 65520.0f);
+	return select(r, x, isnan(x));
+}
 #elif defined(ML_ROUND) && ML_ROUND == 2
 inline float
 RND(float x)
@@ -85,6 +97,14 @@ RND(float x)
 	u += 0x7fffu + ((u >> 16) & 1u);
 	return as_float(u & 0xffff0000u);
 }
+
+inline float8
+RND8(float8 x)
+{
+	uint8 u = as_uint8(x);
+	return select(as_float8((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u), x, isnan(x));
+}
 #else
 #define RND(x) (x)
+#define RND8(x) (x)
 #endif

@@ -284,7 +284,7 @@ scale_after(struct ml_trainer *t, bool finite, struct ml_err *e)
 			st->opts.loss_scale = old / 2;
 		if (st->opts.loss_scale < 0x1p-24)
 			return ml_fail(e, ML_ENONFINITE, "step %llu: the gradients overflow at a loss "
-				       "scale of %g; stopping", (unsigned long long)st->step, old);
+				       "scale of %g; stopping", (unsigned long long)st->step + 1, old);
 	} else if (st->loss_scale_window > 0 && ++st->loss_scale_clean >= st->loss_scale_window) {
 		st->loss_scale_clean = 0;
 		if (old < 0x1p32)
@@ -366,7 +366,7 @@ batch(struct ml_trainer *t, const struct ml_tval *x, const struct ml_tval *y, st
 		const struct ml_tval *f = ml_session_output(t->sess, t->fin);
 		ML_TRY(scale_after(t, ml_get_f64(f->data, f->dtype, 0) != 0, e));
 	}
-	/* a skipped step counts as a step: the schedule, --steps and checkpoints go on */
+	/* a skipped step counts as a step: the schedule, the epoch and checkpoints go on */
 	st->epoch_step++;
 	/* with accumulation the optimizer steps on every accum-th batch of the epoch */
 	bool stepped = t->accum <= 1 || st->epoch_step % t->accum == 0;
