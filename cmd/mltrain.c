@@ -1018,6 +1018,24 @@ insert_fakequant(struct run *r, const char *from)
 		die_run(&err, from);
 }
 
+/* cl_half: -v's word on whether the device has cl_khr_fp16, which rounding does without */
+static const char *
+cl_half(const char *device)
+{
+	struct ml_device_info *v = NULL;
+	struct ml_err e = { 0 };
+	const char *id = strcmp(device, "cl") == 0 ? "cl:0" : device, *what = "";
+	int n = 0;
+	if (ml_devices(&v, &n, &e) == 0)
+		for (int i = 0; i < n; i++)
+			if (strcmp(v[i].id, id) == 0)
+				what = v[i].fp16 ? "; the device has cl_khr_fp16 (unused: its half "
+						   "products would sum in half)" :
+						   "; the device has no cl_khr_fp16 (not needed)";
+	ml_free(v);
+	return what;
+}
+
 /*
  * build_step: the training-step graph of the model (with --qat its
  * fake-quant ops first); on the CPU, the dense layers' fused kernels.
@@ -1040,10 +1058,10 @@ build_step(struct run *r, const struct args *a)
 		ml_train_param_count(r->step, &to, &np, &ne);
 		fprintf(stderr, "%s: %s: %d parameter tensors, %lld values; step graph of %d nodes\n",
 			progname, a->from, np, (long long)ne, r->step->n_nodes);
-		const char *pn = strncmp(r->device, "cl", 2) == 0 ? ml_precision_note_cl(to.precision) :
-				 ml_precision_note(to.precision);
+		bool cl = strncmp(r->device, "cl", 2) == 0;
+		const char *pn = cl ? ml_precision_note_cl(to.precision) : ml_precision_note(to.precision);
 		if (pn != NULL)
-			fprintf(stderr, "%s: %s\n", progname, pn);
+			fprintf(stderr, "%s: %s%s\n", progname, pn, cl ? cl_half(r->device) : "");
 		if (r->o.ls > 0)
 			fprintf(stderr, "%s: loss scale %g, %s\n", progname, r->o.ls,
 				r->o.ls_window > 0 ? "dynamic" : "fixed");

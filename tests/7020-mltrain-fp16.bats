@@ -106,6 +106,8 @@ MLT
 	[[ "$output" == *"mltrain: loss scale 65536, dynamic"* ]]
 	run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 --device cl -v -o v.mlg
 	[[ "$output" == *"mltrain: bf16 products on OpenCL: operands rounded to bf16"* ]]
+	# and whether the device has half arithmetic, which the rounding does without
+	[[ "$output" == *"; the device has "*"cl_khr_fp16 ("* ]]
 	[[ "$output" != *"loss scale"* ]]
 	# CLBlast forced: the rounded products still run on ours
 	ML_CL_GEMM=clblast run -0 mltrain tiny.mlt --data d $TRAIN --precision fp16 --device cl -q -o b.mlg
