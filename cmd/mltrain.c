@@ -21,7 +21,8 @@ static const char synopsis[] =
 	"mltrain [-qv] --data PATH -o OUT.mlg [--loss L] [--optimizer O] [--lr F] [--momentum F]\n"
 	"               [--nesterov] [--weight-decay F] [--clip-norm F] [--lr-schedule S]\n"
 	"               [--batch N] [--accumulate K] [--epochs N] [--seed S] [--val-split F]\n"
-	"               [--checkpoint-every N] [--precision P]\n"
+	"               [--checkpoint-every N] [--precision P] [--loss-scale S]\n"
+	"               [--loss-scale-window N]\n"
 	"               [--checkpoint FILE] [--resume CKPT.mlg] [--device DEV] [--threads N]\n"
 	"               [--log FILE] [--json] [--bucket-mb MiB] [--allreduce-dtype T] [--mpi]\n"
 	"               [--qat] [--keep-denormals]\n"
@@ -56,10 +57,16 @@ static const char help_text[] =
 	"                          fixed batch is re-batched to any size (-v says so)\n"
 	"      --accumulate K      sum the gradients of K batches (micro-batches) and update\n"
 	"                          once with their mean: trains as batch K*N (default 1)\n"
-	"      --precision P       fp32 (default) or bf16: MatMul, Gemm, Conv and their\n"
-	"                          gradients' products in bf16 with f32 sums; weights,\n"
-	"                          optimizer state, loss and activations stay f32 (CPU\n"
-	"                          only; fp16: refused, the CPU has no fp16 arithmetic)\n"
+	"      --precision P       fp32 (default), bf16 or fp16: MatMul, Gemm, Conv and\n"
+	"                          their gradients' products on operands rounded to P,\n"
+	"                          with f32 sums; weights, optimizer state, loss and\n"
+	"                          activations stay f32 (fp16: --device cl only)\n"
+	"      --loss-scale S      scale the loss's gradient by S, unscaled in the update;\n"
+	"                          a step whose gradients overflow is skipped. S a number\n"
+	"                          (fixed), dynamic[:S] (halved on an overflow, doubled\n"
+	"                          after --loss-scale-window clean steps; S 65536), or\n"
+	"                          off (default: dynamic for fp16, off otherwise)\n"
+	"      --loss-scale-window N  clean steps before a dynamic scale doubles (2000)\n"
 	"      --epochs N          epochs to train in all, resumed ones included (default 1)\n"
 	"      --seed S            seed of shuffling, splits and dropout (default 0)\n"
 	"      --no-shuffle        keep the data in file order\n"
@@ -108,13 +115,16 @@ struct opts {
 	double lr, momentum, beta1, beta2, eps, wd, clip, lr_gamma, lr_min, val_split;
 	int64_t nesterov, lr_step, warmup, batch, epochs, seed, shuffle, every, keep_dn, accum;
 	int prec;		/* enum ml_precision; kept apart from take_config's table */
+	double ls;		/* --loss-scale: the scale; 0: off; -1: the precision's default */
+	int64_t ls_window;	/* clean steps before it doubles; 0: fixed; -1: 2000 if dynamic */
 };
 
 enum { S_LOSS, S_OPT, S_SCHED, S_LR, S_MOM, S_B1, S_B2, S_EPS, S_WD, S_CLIP, S_GAMMA, S_LRMIN,
        S_VAL, S_NEST, S_LRSTEP, S_WARM, S_BATCH, S_EPOCHS, S_SEED, S_SHUF, S_EVERY,
        S_KEEPDN, S_ACCUM, S_N };
 static bool given[S_N];
-static bool prec_given;
+static bool prec_given, ls_given, ls_dynamic;
+static int64_t ls_window_given;	/* --loss-scale-window; 0: not given */
 
 static volatile sig_atomic_t got_int, got_usr1;
 /* -q: the watchdog ends the run without its line (an MPI job torn down by mpirun -q) */
@@ -219,6 +229,7 @@ train_opts(struct ml_train_opts *to, const struct opts *o)
 	to->seed = (uint64_t)o->seed;
 	to->accumulate = (int)o->accum;
 	to->precision = o->prec;
+	to->loss_scale = o->ls > 0 ? o->ls : 0;
 }
 
 /*
@@ -243,6 +254,9 @@ run_state(const struct run *r, struct ml_train_state *st)
 	st->epoch_loss_sum = r->ck.epoch_loss_sum;
 	st->epoch_correct = r->ck.epoch_correct;
 	st->epoch_seen = r->ck.epoch_seen;
+	st->loss_scale_window = o->ls > 0 ? o->ls_window : 0;
+	st->loss_scale_clean = ls_given ? 0 : r->ck.loss_scale_clean;
+	st->loss_scale_skipped = r->ck.loss_scale_skipped;
 }
 
 /*
@@ -313,6 +327,11 @@ take_config(struct opts *o, const struct ml_train_state *st)
 	 */
 	if (!prec_given)
 		o->prec = st->opts.precision;
+	/* and so is loss scaling, where the run stands (the scale, its clean steps) */
+	if (!ls_given) {
+		o->ls = st->opts.loss_scale;
+		o->ls_window = st->loss_scale_window;
+	}
 }
 
 /*
@@ -321,15 +340,32 @@ take_config(struct opts *o, const struct ml_train_state *st)
  * only (it would ignore the precision, so asking for it there is an error).
  */
 static void
-check_precision(const struct run *r)
+check_precision(struct run *r)
 {
 	const char *p = ml_precision_name(r->o.prec);
-	if (r->o.prec == ML_PREC_F16)
-		die(EXIT_UNSUP, "--precision fp16: the CPU has no fp16 arithmetic (bf16 is its "
-		    "half precision)");
-	if (r->o.prec != ML_PREC_F32 && strcmp(r->device, "cpu") != 0)
-		die(EXIT_UNSUP, "--precision %s: --device %s trains in fp32 only (use --device cpu)",
-		    p != NULL ? p : "?", r->device);
+	bool cl = strncmp(r->device, "cl", 2) == 0;
+	if (r->o.prec == ML_PREC_F16 && !cl)
+		die(EXIT_UNSUP, "--precision fp16: --device %s has no fp16 products (use --device cl; "
+		    "bf16 is the CPU's half precision)", r->device);
+	if (r->o.prec != ML_PREC_F32 && !cl && strcmp(r->device, "cpu") != 0)
+		die(EXIT_UNSUP, "--precision %s: --device %s may train in fp32 only (use --device cpu "
+		    "or cl)", p != NULL ? p : "?", r->device);
+	/* loss scaling: fp16's dynamic default, which gradient accumulation cannot have */
+	struct opts *o = &r->o;
+	if (o->ls < 0) {
+		o->ls = o->prec == ML_PREC_F16 && o->accum <= 1 ? 65536 : 0;
+		o->ls_window = -1;
+	} else if (ls_given) {
+		o->ls_window = ls_dynamic ? -1 : 0;
+	}
+	if (ls_window_given > 0 && (o->ls == 0 || o->ls_window == 0))
+		usage_error(synopsis, "--loss-scale-window: the loss scale is not dynamic");
+	if (o->ls > 0 && ls_window_given > 0)
+		o->ls_window = ls_window_given;
+	else if (o->ls > 0 && o->ls_window < 0)
+		o->ls_window = 2000;
+	if (o->ls > 0 && o->accum > 1)
+		die(EXIT_UNSUP, "--loss-scale: not with --accumulate (use --loss-scale off)");
 }
 
 /*
@@ -510,6 +546,33 @@ log_dist(FILE *fp, double secs, bool json)
 }
 
 /*
+ * on_loss_scale: -v and --log: a step skipped for an overflow, or the scale
+ * doubled, with the step's number (the skipped step counts).
+ */
+static int
+on_loss_scale(void *ctx, const struct ml_trainer *t, double old, bool skipped, struct ml_err *e)
+{
+	struct run *r = ctx;
+	const struct ml_train_state *st = ml_trainer_state(t);
+	unsigned long long step = (unsigned long long)st->step + 1;
+	(void)e;
+	if (r->verbose) {
+		cli_progress_end(false);
+		if (skipped)
+			fprintf(stderr, "%s: step %llu: the gradients overflow at loss scale %g: step "
+				"skipped, scale %g\n", progname, step, old, st->opts.loss_scale);
+		else
+			fprintf(stderr, "%s: step %llu: %lld clean steps: loss scale %g\n", progname,
+				step, (long long)st->loss_scale_window, st->opts.loss_scale);
+	}
+	if (r->log != NULL)
+		fprintf(r->log, "{\"step\": %llu, \"loss_scale\": %.17g, \"previous\": %.17g, "
+			"\"overflow\": %s}\n", step, st->opts.loss_scale, old,
+			skipped ? "true" : "false");
+	return 0;
+}
+
+/*
  * report_epoch: the trainer's on_epoch hook: the epoch's line on stderr
  * (it replaces the bar), its --log line, and its figures for --json.
  */
@@ -555,6 +618,9 @@ report_epoch(void *ctx, const struct ml_trainer *t, const struct ml_trainer_epoc
 		}
 		fprintf(r->log, ", \"samples_per_s\": %.1f, \"seconds\": %.3f, \"loader_wait_s\": "
 			"%.4f, \"lr\": %.6g", sps, secs, ep->loader_wait_s, ep->lr);
+		if (ml_trainer_state(t)->opts.loss_scale > 0)
+			fprintf(r->log, ", \"loss_scale\": %.17g, \"skipped_steps\": %lld",
+				ml_trainer_state(t)->opts.loss_scale, (long long)ep->skipped);
 		if (ml_dist_size() > 1)
 			log_dist(r->log, secs, true);
 		fputs("}\n", r->log);
@@ -630,6 +696,22 @@ rebatch(struct run *r, const struct args *a)
 			(long long)r->o.batch, nr, nr == 1 ? "" : "s");
 }
 
+/* parse_loss_scale: --loss-scale S (fixed), dynamic[:S] or off into o. */
+static void
+parse_loss_scale(struct opts *o, const char *s)
+{
+	ls_given = true;
+	ls_dynamic = strncmp(s, "dynamic", 7) == 0 && (s[7] == '\0' || s[7] == ':');
+	if (strcmp(s, "off") == 0) {
+		o->ls = 0;
+		return;
+	}
+	const char *v = ls_dynamic ? (s[7] == ':' ? s + 8 : NULL) : s;
+	o->ls = v != NULL ? parse_double("--loss-scale", v, synopsis) : 65536;
+	if (!(o->ls >= 0x1p-24 && o->ls <= 0x1p64))
+		usage_error(synopsis, "--loss-scale: %s is not a scale from 2^-24 to 2^64", v);
+}
+
 /* parse_args: read argv into r's options and a; usage errors exit 2, -h exits 0. */
 static void
 parse_args(struct run *r, struct args *a, int argc, char **argv)
@@ -638,11 +720,13 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 	       O_LRSTEP, O_GAMMA, O_LRMIN, O_WARM, O_BATCH, O_EPOCHS, O_SEED, O_NOSHUF, O_VAL,
 	       O_EVERY, O_CKPT, O_RESUME, O_DUMP, O_DEVICE, O_THREADS, O_LOG, O_JSON, O_MAXALLOC,
 	       O_BUCKET, O_WIRE, O_MPI, O_QAT, O_KEEPDN, O_AUG, O_NORM, O_WORKERS, O_SHAPE, O_ACCUM,
-	       O_PREC };
+	       O_PREC, O_LSCALE, O_LSWIN };
 	struct ml_err err = { 0 };
 	static const struct option longopts[] = {
 		{ "accumulate", required_argument, NULL, O_ACCUM },
 		{ "precision", required_argument, NULL, O_PREC },
+		{ "loss-scale", required_argument, NULL, O_LSCALE },
+		{ "loss-scale-window", required_argument, NULL, O_LSWIN },
 		{ "allreduce-dtype", required_argument, NULL, O_WIRE },
 		{ "augment", required_argument, NULL, O_AUG },
 		{ "batch", required_argument, NULL, O_BATCH },
@@ -745,6 +829,11 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 				usage_error(synopsis, "unknown precision '%s' (fp32, bf16, fp16)", optarg);
 			o->prec = ml_precision_from_name(optarg);
 			prec_given = true;
+			break;
+		case O_LSCALE: parse_loss_scale(o, optarg); break;
+		case O_LSWIN:
+			ls_window_given = parse_int("--loss-scale-window", optarg, 1, INT32_MAX,
+						    synopsis);
 			break;
 		case O_NEST: o->nesterov = 1; given[S_NEST] = true; break;
 		case O_NOSHUF: o->shuffle = 0; given[S_SHUF] = true; break;
@@ -929,6 +1018,24 @@ insert_fakequant(struct run *r, const char *from)
 		die_run(&err, from);
 }
 
+/* cl_half: -v's word on whether the device has cl_khr_fp16, which rounding does without */
+static const char *
+cl_half(const char *device)
+{
+	struct ml_device_info *v = NULL;
+	struct ml_err e = { 0 };
+	const char *id = strcmp(device, "cl") == 0 ? "cl:0" : device, *what = "";
+	int n = 0;
+	if (ml_devices(&v, &n, &e) == 0)
+		for (int i = 0; i < n; i++)
+			if (strcmp(v[i].id, id) == 0)
+				what = v[i].fp16 ? "; the device has cl_khr_fp16 (unused: its half "
+						   "products would sum in half)" :
+						   "; the device has no cl_khr_fp16 (not needed)";
+	ml_free(v);
+	return what;
+}
+
 /*
  * build_step: the training-step graph of the model (with --qat its
  * fake-quant ops first); on the CPU, the dense layers' fused kernels.
@@ -951,8 +1058,13 @@ build_step(struct run *r, const struct args *a)
 		ml_train_param_count(r->step, &to, &np, &ne);
 		fprintf(stderr, "%s: %s: %d parameter tensors, %lld values; step graph of %d nodes\n",
 			progname, a->from, np, (long long)ne, r->step->n_nodes);
-		if (ml_precision_note(to.precision) != NULL)
-			fprintf(stderr, "%s: %s\n", progname, ml_precision_note(to.precision));
+		bool cl = strncmp(r->device, "cl", 2) == 0;
+		const char *pn = cl ? ml_precision_note_cl(to.precision) : ml_precision_note(to.precision);
+		if (pn != NULL)
+			fprintf(stderr, "%s: %s%s\n", progname, pn, cl ? cl_half(r->device) : "");
+		if (r->o.ls > 0)
+			fprintf(stderr, "%s: loss scale %g, %s\n", progname, r->o.ls,
+				r->o.ls_window > 0 ? "dynamic" : "fixed");
 	}
 	/* under MPI the updates keep their nodes, since the gradients must be all-reduced first */
 	if (strcmp(r->device, "cpu") == 0 && ml_train_fuse(r->step, ml_dist_size() <= 1, &err) < 0)
@@ -1030,7 +1142,7 @@ make_trainer(struct run *r)
 	to.eval_y = &r->ys;
 	to.hooks = (struct ml_trainer_hooks){ .ctx = r, .poll = poll_signals,
 		.on_epoch_begin = progress, .on_step = progress, .on_checkpoint = on_checkpoint,
-		.on_epoch = report_epoch };
+		.on_epoch = report_epoch, .on_loss_scale = on_loss_scale };
 	if (ml_trainer_new(&r->tr, r->model, r->step, r->ld, &st, &to, &err) < 0)
 		die_err(&err);
 }
@@ -1154,7 +1266,7 @@ main(int argc, char **argv)
 	r.o = (struct opts){ .loss = "softmax-cross-entropy", .optimizer = "sgd",
 			     .schedule = "constant", .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999,
 			     .eps = 1e-8, .lr_gamma = 0.1, .lr_step = 1, .batch = 64, .epochs = 1,
-			     .shuffle = 1, .accum = 1 };
+			     .shuffle = 1, .accum = 1, .ls = -1 };
 	ml_dist_opts_init(&a.dopt);
 	r.device = "cpu";
 

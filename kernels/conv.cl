@@ -65,7 +65,7 @@ KN(ml_conv_im2col)(global const T *x, long xoff, long ximg, int c0, int CG, glob
 		float v = 0.0f;
 		int ih = oh * sh + dy, iw = ow * sw + dx;
 		if (p < P && ih >= 0 && ih < H && iw >= 0 && iw < W)
-			v = LD(px, ih * W + iw);
+			v = RND(LD(px, ih * W + iw));
 		pc[j] = v;
 		if (++ow == OW) {
 			ow = 0;

@@ -92,6 +92,8 @@ ACT_FN(act_v, floatv)
  * read consecutive addresses: NDRange (cols, panels, batches) when !trans,
  * (panels, cols, batches) when trans, any size rounded up (extra items
  * return). Batch b reads x + off + b*xstride and writes dst + b*dstride.
+ * Built with -DML_ROUND, each value is rounded (RND, prelude.cl) on its way:
+ * a training step's fp16 or bf16 products.
  */
 inline void
 pack(global const T *x, long off, long ld, int trans, long rows, long cols, long xstride,
@@ -109,18 +111,19 @@ pack(global const T *x, long off, long ld, int trans, long rows, long cols, long
 		if (trans && P % 8 == 0) {
 			/* rows of a row-major B: contiguous on both sides */
 			for (int r = 0; r < P; r += 8)
-				vstore8(LD8(px, c * ld + r0 + r), 0, pd + r);
+				vstore8(RND8(LD8(px, c * ld + r0 + r)), 0, pd + r);
 		} else if (trans) {
 			for (int r = 0; r < P; r++)
-				pd[r] = LD(px, c * ld + r0 + r);
+				pd[r] = RND(LD(px, c * ld + r0 + r));
 		} else {
 			for (int r = 0; r < P; r++)
-				pd[r] = LD(px, (r0 + r) * ld + c);
+				pd[r] = RND(LD(px, (r0 + r) * ld + c));
 		}
 		return;
 	}
 	for (int r = 0; r < P; r++)
-		pd[r] = r0 + r >= rows ? 0.0f : LD(px, trans ? c * ld + r0 + r : (r0 + r) * ld + c);
+		pd[r] = r0 + r >= rows ? 0.0f :
+			RND(LD(px, trans ? c * ld + r0 + r : (r0 + r) * ld + c));
 }
 
 /* ml_gemm_pack_a_T packs op(A) into MR-row panels, ml_gemm_pack_b_T op(B)^T into NR-row ones. */

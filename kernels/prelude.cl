@@ -50,3 +50,61 @@
 		default: return v; \
 		} \
 	}
+
+/*
+ * RND(v): a product's operand as a training step's precision rounds it
+ * (the node attribute precision, lib/train/precision.c): -DML_ROUND=1 to
+ * fp16, 2 to bf16, to nearest even and back to float, as the operands are
+ * packed; the products and their sums stay f32. Integer operations on the
+ * bits, so every device rounds alike, cl_khr_fp16 or not, and as the CPU's
+ * ml_f32_to_f16 and ml_f32_to_bf16 do (f16 subnormals kept; beyond 65504
+ * an infinity, which loss scaling's overflow check then sees).
+ */
+#if defined(ML_ROUND) && ML_ROUND == 1
+inline float
+RND(float x)
+{
+	float a = fabs(x);
+	if (isnan(x))
+		return x;
+	if (a >= 65520.0f)	/* halfway past 65504, the largest half */
+		return copysign(INFINITY, x);
+	if (a < 0x1p-14f)	/* subnormal halves: multiples of 2^-24 */
+		return rint(x * 0x1p24f) * 0x1p-24f;
+	uint u = as_uint(x);
+	u += 0xfffu + ((u >> 13) & 1u);
+	return as_float(u & ~0x1fffu);
+}
+
+/* RND8: RND of eight values, branch-free (the packing's vector path) */
+inline float8
+RND8(float8 x)
+{
+	float8 a = fabs(x);
+	uint8 u = as_uint8(x);
+	float8 r = as_float8((u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu);
+	r = select(r, rint(x * 0x1p24f) * 0x1p-24f, a < 0x1p-14f);
+	r = select(r, copysign((float8)(INFINITY), x), a >= 65520.0f);
+	return select(r, x, isnan(x));
+}
+#elif defined(ML_ROUND) && ML_ROUND == 2
+inline float
+RND(float x)
+{
+	uint u = as_uint(x);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return x;
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return as_float(u & 0xffff0000u);
+}
+
+inline float8
+RND8(float8 x)
+{
+	uint8 u = as_uint8(x);
+	return select(as_float8((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u), x, isnan(x));
+}
+#else
+#define RND(x) (x)
+#define RND8(x) (x)
+#endif

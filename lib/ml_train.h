@@ -76,9 +76,12 @@ enum ml_optim {
  * which the CPU kernels read (vdpbf16ps on AVX512_BF16; elsewhere, and with
  * ML_BF16=f32, the operands rounded and the f32 kernels; a CPU without
  * AVX512_BF16 runs them as f32). Convolutions with few output channels
- * (a LeNet's) stay f32, their direct kernels being faster. The OpenCL
- * kernels ignore the attribute (f32). ML_PREC_F16 has no CPU arithmetic:
- * ml_train_step_graph refuses it (ML_ENOTSUP).
+ * (a LeNet's) stay f32, their direct kernels being faster. ML_PREC_F16
+ * marks them precision = "fp16". The OpenCL GEMM and convolution round
+ * the operands of a "bf16" or "fp16" node to that precision as they pack
+ * them (f32 sums, never CLBlast); the CPU has no fp16 products and runs
+ * "fp16" nodes in f32 (mltrain refuses fp16 there), as it runs the nodes
+ * OpenCL leaves to it (the convolutions' gradients).
  */
 enum ml_precision {
 	ML_PREC_F32 = 0,
@@ -91,6 +94,8 @@ const char *ml_precision_name(int prec);
 int ml_precision_from_name(const char *s);
 /* ml_precision_note: how the CPU runs prec's products, one phrase (-v); NULL for fp32. */
 const char *ml_precision_note(int prec);
+/* ml_precision_note_cl: the same for OpenCL devices. */
+const char *ml_precision_note_cl(int prec);
 
 /*
  * ml_loss_name / ml_optim_name: "softmax-cross-entropy", "nll", "mse",
@@ -126,6 +131,8 @@ struct ml_train_opts {
 				 * the updates keep the sums (P.grad_acc) themselves */
 	bool accuracy;		/* also output "train.correct" (default false; see below) */
 	int precision;		/* enum ml_precision of the products (default ML_PREC_F32) */
+	double loss_scale;	/* > 0: loss scaling (see below), the scale S a run starts
+				 * with (the step takes S as an input); 0: off (default) */
 };
 
 /* ml_train_opts_init: the defaults above. */
@@ -143,6 +150,14 @@ void ml_train_opts_init(struct ml_train_opts *o);
  *            their label, a scalar of the output's dtype, counted as
  *            ml_train_eval counts them (ML_EINVAL for an output of rank
  *            below 2).
+ * Loss scaling (o->loss_scale > 0; ML_ENOTSUP with o->accumulate > 1): one
+ * more input, "loss_scale" (f32 scalar S, after "lr"): the gradients are
+ * those of S loss (the output "loss" stays unscaled), and the updates take
+ * 1/S as their gradient factor (times clipping's, which measures the
+ * unscaled norm); one more output, last, "train.finite" (1 or 0, the
+ * parameters' dtype): 0 when a gradient holds an inf or a nan, and then
+ * the updates change nothing, "train.step" included (Adam's t counts the
+ * applied steps). The caller adjusts S (ml_trainer does).
  * Trainable parameters are the model's PARAM tensors, and float CONST
  * tensors that feed weight, bias or scale inputs of Conv, ConvTranspose,
  * Gemm, MatMul, BatchNormalization, LayerNormalization, InstanceNormalization
@@ -462,6 +477,10 @@ struct ml_train_state {
 	double epoch_loss_sum;	/* the current epoch's loss summed over its samples */
 	int64_t epoch_correct;	/* its samples classified right */
 	int64_t epoch_seen;	/* its samples */
+	/* loss scaling (opts.loss_scale > 0, the current S; ml_trainer keeps it) */
+	int64_t loss_scale_window;	/* clean steps before S doubles; 0: S is fixed */
+	int64_t loss_scale_clean;	/* clean steps since S last changed */
+	int64_t loss_scale_skipped;	/* steps skipped for an overflow, in all */
 };
 
 /* ml_train_state_init: the defaults above (ml_train_opts_init, ml_lr_schedule_init), at step 0. */
@@ -572,6 +591,7 @@ struct ml_trainer_epoch {
 	double acc;		/* their accuracy; NAN without opts.hits */
 	double eval_loss, eval_acc;	/* ml_train_eval_run's; NAN without opts.eval */
 	double lr;		/* the rate of the last step */
+	int64_t skipped;	/* loss scaling: steps of this call skipped for an overflow */
 };
 
 /*
@@ -604,6 +624,14 @@ struct ml_trainer_hooks {
 	 */
 	int (*on_epoch)(void *ctx, const struct ml_trainer *t, const struct ml_trainer_epoch *ep,
 			struct ml_err *e);
+	/*
+	 * on_loss_scale: loss scaling changed the scale after a step (the
+	 * state has the new one, old is the one the step ran with): halved
+	 * after an overflow, whose step was skipped (skipped true), or doubled
+	 * after loss_scale_window clean steps.
+	 */
+	int (*on_loss_scale)(void *ctx, const struct ml_trainer *t, double old, bool skipped,
+			     struct ml_err *e);
 };
 
 /* struct ml_trainer_opts: how a trainer runs; ml_trainer_opts_init gives the defaults. */

@@ -317,7 +317,16 @@ struct mlcl_epi {
 	float lo, hi;
 	cl_mem z;
 	size_t z_off;
+	int round;	/* MLCL_ROUND_*: the operands rounded while packed (f32 sums) */
 };
+/*
+ * A training step's product precision (the node attribute precision):
+ * MLCL_ROUND_F16 rounds both operands of the product to fp16, BF16 to
+ * bf16 (nearest even; kernels/prelude.cl's RND), as they are packed; such
+ * products run on our GEMM, never CLBlast's (which would not round), and
+ * not on the GEMV (which reads its operands in place).
+ */
+enum { MLCL_ROUND_F16 = 1, MLCL_ROUND_BF16 = 2 };
 /* mlcl_gemm_ex: mlcl_sgemm (f16 false) or mlcl_hgemm (true) with an epilogue (NULL = none). */
 int mlcl_gemm_ex(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 		 float alpha, cl_mem A, size_t a_off, int64_t lda, cl_mem B, size_t b_off,
@@ -465,6 +474,8 @@ struct mlcl_conv {
 	bool relu;
 	int act;
 	float lo, hi;
+	int round;	/* MLCL_ROUND_*: im2col and the GEMM round the operands; a
+			 * depthwise convolution stays f32 */
 };
 int mlcl_conv_out(const struct mlcl_conv *p, int64_t *oh, int64_t *ow, struct ml_err *e);
 int mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x, size_t x_off,

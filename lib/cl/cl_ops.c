@@ -436,6 +436,17 @@ run_cast(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 /*
  * nn: Conv and GEMMs through clgemm's functions, pools, norms, softmax.
  */
+/*
+ * node_round: the operand rounding of a training step's product node (its
+ * attribute precision, lib/train/precision.c), MLCL_ROUND_*, 0 for f32.
+ */
+static int
+node_round(const struct ml_node *n)
+{
+	const char *p = ml_attr_str(n, "precision", "f32");
+	return strcmp(p, "fp16") == 0 ? MLCL_ROUND_F16 : strcmp(p, "bf16") == 0 ? MLCL_ROUND_BF16 : 0;
+}
+
 static int
 run_conv(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 {
@@ -461,6 +472,7 @@ run_conv(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	p.pad[1] = g.pb[1 - o];
 	p.pad[2] = o ? 0 : g.pe[0];
 	p.pad[3] = g.pe[1 - o];
+	p.round = node_round(c->node);
 	/* FusedConv: act(conv + B + Z), all of it in the convolution's store */
 	const struct ml_tval *b = ML_IN(c, 2), *z = NULL;
 	if (c->node->op == ML_OP_FUSED_CONV) {
@@ -535,6 +547,8 @@ run_gemm(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	}
 	if (c->node->op == ML_OP_FUSED_GEMM)
 		ML_TRY(fused_epi(c, &epi, &ep));
+	if ((epi.round = node_round(c->node)) != 0)
+		ep = &epi;
 	return mlcl_gemm_ex(d, f16(y), ta, tb, M, N, K, alpha, MEM(bin[0]), 0, a->dims[1],
 			    MEM(bin[1]), 0, b->dims[1], bt, MEM(bout[0]), 0, N, 1, 0, 0, 0, ep,
 			    c->err);
@@ -586,6 +600,8 @@ run_matmul(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 			epi.z = MEM(bin[3]);
 		}
 	}
+	if ((epi.round = node_round(c->node)) != 0)
+		ep = &epi;
 	return mlcl_gemm_ex(d, f16(y), false, false, M, N, K, 1.0f, MEM(bin[0]), 0, K,
 			    MEM(bin[1]), 0, N, 0.0f, MEM(bout[0]), 0, N, by, sa, sb, M * N, ep,
 			    c->err);

@@ -192,7 +192,7 @@ mlcl_conv2d_ex(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x
 				 y, y_off, e);
 
 	struct mlcl_epi epi = { .bias = bias, .bias_sm = 1, .bias_sn = 0, .act = act,
-				.lo = p->lo, .hi = p->hi, .z = z };
+				.lo = p->lo, .hi = p->hi, .z = z, .round = p->round };
 	bool direct = p->kh == 1 && p->kw == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
 		      p->pad[0] == 0 && p->pad[1] == 0 && p->pad[2] == 0 && p->pad[3] == 0;
 	if (direct) {
@@ -214,7 +214,7 @@ mlcl_conv2d_ex(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x
 	 * measured), plain columns for it; else columns in our GEMM's packed
 	 * layout, which needs no packing pass of its own.
 	 */
-	if (!f16) {
+	if (!f16 && !p->round) {
 		int64_t chunk = (int64_t)(COL_MAX / (size_t)ML_MAX(kk * P * 4, 1));
 		chunk = chunk < 1 ? 1 : chunk > p->n ? p->n : chunk;
 		bool clb;
@@ -233,8 +233,10 @@ mlcl_conv2d_ex(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x
 		chunk = 1;
 	if (chunk > p->n)
 		chunk = p->n;
-	char opt[48];
-	snprintf(opt, sizeof opt, "-DNR=%d%s", (int)nr, f16 ? " -DML_F16=1" : "");
+	char opt[64];
+	snprintf(opt, sizeof opt, "-DNR=%d%s%s", (int)nr, f16 ? " -DML_F16=1" : "",
+		 p->round == MLCL_ROUND_F16 ? " -DML_ROUND=1" :
+		 p->round == MLCL_ROUND_BF16 ? " -DML_ROUND=2" : "");
 	cl_kernel k;
 	ML_TRY(mlcl_kernel(d, "conv", f16 ? "ml_conv_im2col_f16" : "ml_conv_im2col_f32", opt, &k,
 			   e));

@@ -96,11 +96,20 @@ mlcl_gemm_use(struct mlcl_dev *d, const struct mlcl_tile *t)
 	d->tile_how = "set by the caller";
 }
 
+/* options: the program's build options; round is an epilogue's (MLCL_ROUND_*, 0: none) */
 static void
-options(const struct mlcl_tile *t, bool f16, char *buf, size_t n)
+options(const struct mlcl_tile *t, bool f16, int round, char *buf, size_t n)
 {
-	snprintf(buf, n, "-DMR=%d -DVW=%d -DNV=%d -DWG=%d%s", t->mr, t->vw, t->nv, t->wg,
-		 f16 ? " -DML_F16=1" : "");
+	snprintf(buf, n, "-DMR=%d -DVW=%d -DNV=%d -DWG=%d%s%s", t->mr, t->vw, t->nv, t->wg,
+		 f16 ? " -DML_F16=1" : "", round == MLCL_ROUND_F16 ? " -DML_ROUND=1" :
+		 round == MLCL_ROUND_BF16 ? " -DML_ROUND=2" : "");
+}
+
+/* rounding: the operand rounding epi asks for (MLCL_ROUND_*), 0 for none */
+static int
+rounding(const struct mlcl_epi *epi)
+{
+	return epi != NULL ? epi->round : 0;
 }
 
 /* set_args: set the kernel's arguments from (size, pointer) pairs */
@@ -189,15 +198,15 @@ core(struct mlcl_dev *d, const struct mlcl_tile *t, bool f16, bool ta, int64_t M
 {
 	int64_t nmb = (M + t->mr - 1) / t->mr, nnb = (N + t->vw * t->nv - 1) / (t->vw * t->nv);
 	char opt[96];
-	options(t, f16, opt, sizeof opt);
+	options(t, f16, rounding(epi), opt, sizeof opt);
 	cl_kernel k;
 	/*
 	 * An f32 A is read in place unless ML_GEMM_PACK_A is set (A's rows are
 	 * streams the prefetcher follows; packing costs a pass over A per call,
 	 * which for weights is paid on every run). An f16 A is packed (to f32),
-	 * once when its batch stride is 0.
+	 * once when its batch stride is 0, and so is an A to be rounded.
 	 */
-	bool direct = !f16 && a_direct();
+	bool direct = !f16 && !rounding(epi) && a_direct();
 	int64_t nba = stride_a == 0 ? 1 : batch, pa_n = nmb * t->mr * K;
 	struct mlcl_buf *pa = NULL;
 	cl_mem am = A;
@@ -288,7 +297,7 @@ packed_b(struct mlcl_dev *d, const struct mlcl_tile *t, bool f16, bool ta, bool 
 {
 	int nr = t->vw * t->nv;
 	char opt[96];
-	options(t, f16, opt, sizeof opt);
+	options(t, f16, rounding(epi), opt, sizeof opt);
 	/* a B with batch stride 0 (broadcast weights) is packed once and shared */
 	int64_t nbb = stride_b == 0 ? 1 : batch, pb_n = (N + nr - 1) / nr * nr * K;
 	struct mlcl_buf *pb = NULL;
@@ -366,7 +375,7 @@ gemv(struct mlcl_dev *d, const struct mlcl_tile *t, bool f16, bool ta, bool tb, 
 						     lx * ly * sizeof(float) > d->local_mem)))
 		ly /= 2;
 	char opt[96];
-	options(t, f16, opt, sizeof opt);
+	options(t, f16, 0, opt, sizeof opt);
 	cl_kernel k;
 	ML_TRY(mlcl_kernel(d, "gemm", f16 ? "ml_gemv_f16" : "ml_gemv_f32", opt, &k, e));
 	cl_mem bias = ep->bias != NULL ? ep->bias : C, z = ep->z != NULL ? ep->z : C;
@@ -401,7 +410,8 @@ own(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t N, int64_
 	 * with A transposed) ran at 2 GFLOP/s on POCL, the tiled kernel at 4.
 	 */
 	bool along_k = M == 1 ? tb : !ta;
-	if ((M == 1 || N == 1) && (along_k || !(d->type & CL_DEVICE_TYPE_CPU)))
+	/* operands to be rounded are packed (the GEMV reads them in place) */
+	if ((M == 1 || N == 1) && (along_k || !(d->type & CL_DEVICE_TYPE_CPU)) && !rounding(epi))
 		return gemv(d, t, f16, ta, tb, M, N, K, alpha, A, a_off, lda, B, b_off, ldb, beta,
 			    C, c_off, ldc, batch, stride_a, stride_b, stride_c, epi, e);
 	return packed_b(d, t, f16, ta, tb, M, N, K, alpha, A, a_off, lda, B, b_off, ldb, beta, C,
@@ -420,7 +430,7 @@ epilogue(struct mlcl_dev *d, bool f16, int64_t M, int64_t N, cl_mem C, size_t c_
 	if (epi == NULL || (epi->bias == NULL && epi->z == NULL && epi_act(epi) == ML_ACT_NONE))
 		return 0;
 	char opt[96];
-	options(mlcl_gemm_tile(d), f16, opt, sizeof opt);
+	options(mlcl_gemm_tile(d), f16, 0, opt, sizeof opt);
 	cl_kernel k;
 	ML_TRY(mlcl_kernel(d, "gemm", f16 ? "ml_gemm_epi_f16" : "ml_gemm_epi_f32", opt, &k, e));
 	cl_mem bias = epi->bias != NULL ? epi->bias : C, z = epi->z != NULL ? epi->z : C;
@@ -475,9 +485,12 @@ dispatch(struct mlcl_dev *d, bool f16, bool ta, bool tb, int64_t M, int64_t N, i
 		stride_a = stride_c = 0;
 	}
 	int cls = shape_class(M, N, batch);
-	/* f16 goes to CLBlast only when forced: its HGEMM computes in half precision */
+	/*
+	 * f16 goes to CLBlast only when forced: its HGEMM computes in half
+	 * precision. Rounded operands never: CLBlast would multiply them in f32.
+	 */
 	if (K > 0 && d->gemm_eng[cls] == MLCL_CLBLAST && !d->clb_failed[f16] &&
-	    (!f16 || d->eng_how == how_env)) {
+	    (!f16 || d->eng_how == how_env) && !rounding(epi)) {
 		int st = mlcl_clblast_gemm(d, f16, ta, tb, M, N, K, alpha, A, a_off, lda, stride_a,
 					   B, b_off, ldb, stride_b, beta, C, c_off, ldc, stride_c,
 					   batch);
@@ -690,7 +703,7 @@ mlcl_gemm_prepare(struct mlcl_dev *d, bool f16, struct ml_err *e)
 	char opt[96];
 	cl_kernel k;
 	ML_TRY(mlcl_gemm_engine(d, e));
-	options(mlcl_gemm_tile(d), f16, opt, sizeof opt);
+	options(mlcl_gemm_tile(d), f16, 0, opt, sizeof opt);
 	return mlcl_kernel(d, "gemm", f16 ? "ml_gemm_f16" : "ml_gemm_f32", opt, &k, e);
 }
 

@@ -179,6 +179,39 @@ accum(struct ml_opctx *c, int ia, int ig, bool apply, bool *skip, void **acc, do
 	return 0;
 }
 
+/*
+ * AllFinite: the largest magnitude's bits below an infinity's, for each
+ * input; integer maxima, so the loop vectorises (a float sum would not).
+ */
+static int
+run_all_finite(struct ml_opctx *c)
+{
+	bool fin = true;
+	for (int i = 0; i < c->n_in && fin; i++) {
+		const struct ml_tval *g = ML_IN(c, i);
+		int64_t n = g != NULL ? ml_tval_numel(g) : 0;
+		if (g != NULL && g->dtype == ML_F32) {
+			const uint32_t *u = g->data;
+			uint32_t m = 0;
+			for (int64_t k = 0; k < n; k++)
+				m = (u[k] & 0x7fffffffu) > m ? u[k] & 0x7fffffffu : m;
+			fin = m < 0x7f800000u;
+		} else if (g != NULL && g->dtype == ML_F64) {
+			const uint64_t *u = g->data;
+			uint64_t m = 0;
+			for (int64_t k = 0; k < n; k++)
+				m = (u[k] & 0x7fffffffffffffffu) > m ? u[k] & 0x7fffffffffffffffu : m;
+			fin = m < 0x7ff0000000000000u;
+		} else if (g != NULL) {
+			return ml_opfail(c, ML_ENOTSUP, "AllFinite of %s", ml_dtype_name(g->dtype));
+		}
+	}
+	ml_set_f64(c->out[0]->data, c->out[0]->dtype, 0, fin);
+	if (c->n_out > 1 && c->out[1] != NULL)
+		*(int64_t *)c->out[1]->data = fin;
+	return 0;
+}
+
 static int
 run_sgd(struct ml_opctx *c)
 {
@@ -1339,6 +1372,7 @@ const struct ml_cpu_kernel ml_cpu_grad[] = {
 	{ ML_OP_EMA_UPDATE, run_ema },
 	{ ML_OP_SGD_UPDATE, run_sgd },
 	{ ML_OP_ADAM_UPDATE, run_adam },
+	{ ML_OP_ALL_FINITE, run_all_finite },
 	{ ML_OP_RELU_GRAD, run_relu_grad },
 	{ ML_OP_UNARY_GRAD, run_unary_grad },
 	{ ML_OP_MAXPOOL_GRAD, run_pool_grad },

@@ -34,6 +34,9 @@
  *       SGDUpdate's attributes: SGDUpdate(P, Gemm(A, B), lr[, M]) (with S,
  *       SGDUpdate(P, Gemm(A, B), lr, M, "", apply, S)), the weight gradient's
  *       product and the update (or the sum) in one pass (lib/train's ml_train_fuse)
+ *   AllFinite(G...) -> f[, i]: scalars 1 when no G holds an inf or a nan, else 0; f of
+ *       the Gs' float dtype, i int64: loss scaling's overflow check, the apply of the
+ *       updates and the step counter's increment, in one read of the gradients
  *
  * Gradient ops (dy is the incoming gradient, the result has x's shape):
  *   ReluGrad(dy, y)               dy where y > 0, else 0 (y: Relu's output)
@@ -549,6 +552,21 @@ flops_conv_grad(const struct ml_opctx *c)
 	return f;
 }
 
+/* AllFinite(G...) -> f[, i]: float inputs of one dtype; scalar outputs */
+static int
+infer_all_finite(struct ml_opctx *c)
+{
+	ML_TRY(need_in(c, 1));
+	for (int i = 0; i < c->n_in; i++) {
+		ML_TRY(need_float(c, i));
+		ML_TRY(same_dtype(c, 0, i));
+	}
+	ml_set_shape(c->out[0], c->in[0]->dtype, 0, NULL);
+	if (c->n_out > 1 && c->out[1] != NULL)
+		ml_set_shape(c->out[1], ML_I64, 0, NULL);
+	return 0;
+}
+
 const struct ml_opdef ml_opdefs_grad[] = {
 	{ ML_OP_ASSIGN, 2, 2, 0, 0, infer_assign, NULL, .flags = ML_OPF_SIDE_EFFECT },
 	{ ML_OP_EMA_UPDATE, 2, 2, 0, 0, infer_assign, flops_numel, .flags = ML_OPF_SIDE_EFFECT },
@@ -571,5 +589,6 @@ const struct ml_opdef ml_opdefs_grad[] = {
 	{ ML_OP_TRAIN_GEMM, 2, 4, 1, 1, infer_train_gemm, flops_tg },
 	{ ML_OP_GEMM_SGD_UPDATE, 4, 7, 0, 0, infer_gemm_sgd, flops_tg,
 	  .flags = ML_OPF_SIDE_EFFECT },
+	{ ML_OP_ALL_FINITE, 1, -1, 1, 2, infer_all_finite, flops_numel },
 	{ .op = ML_OP_NONE },
 };

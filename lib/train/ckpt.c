@@ -144,6 +144,9 @@ check_state(const struct ml_train_state *st, struct ml_err *e)
 			       (long long)st->epoch_step, (long long)st->sched.steps_per_epoch);
 	if (!isfinite(st->sched.lr) || !isfinite(st->epoch_loss_sum))
 		return damaged(e, "lr", "or the epoch's loss is not finite");
+	if (!(st->opts.loss_scale >= 0) || isinf(st->opts.loss_scale) ||
+	    st->loss_scale_window < 0 || st->loss_scale_clean < 0 || st->loss_scale_skipped < 0)
+		return damaged(e, "loss_scale", "or its counts are not possible");
 	return 0;
 }
 

@@ -1,10 +1,11 @@
 /*
  * precision.c: the precision of a training step's products (mltrain
- * --precision): which nodes of the step graph multiply in bf16. The
- * kernels read the node attribute precision = "bf16" (lib/cpu/bf16.c's
- * ml_node_bf16) rather than a dtype of the tensors, so the weights, the
- * optimizer state and every tensor between nodes stay f32: only the
- * operands of a product are rounded, as the GEMM packs them.
+ * --precision): which nodes of the step graph multiply in bf16 or fp16.
+ * The kernels read the node attribute precision = "bf16" or "fp16" (the
+ * CPU's lib/cpu/bf16.c ml_node_bf16, OpenCL's lib/cl/cl_ops.c node_round)
+ * rather than a dtype of the tensors, so the weights, the optimizer state
+ * and every tensor between nodes stay f32: only the operands of a product
+ * are rounded, as the GEMM packs them.
  */
 #include <string.h>
 
@@ -37,10 +38,8 @@ ml_train_mark_precision(struct ml_graph *g, int prec, struct ml_err *e)
 {
 	if (prec == ML_PREC_F32)
 		return 0;
-	if (prec != ML_PREC_BF16)
-		return ml_fail(e, ML_ENOTSUP, "precision %s: the CPU has no %s arithmetic",
-			       ml_precision_name(prec) ? ml_precision_name(prec) : "?",
-			       ml_precision_name(prec) ? ml_precision_name(prec) : "such");
+	if (prec != ML_PREC_BF16 && prec != ML_PREC_F16)
+		return ml_fail(e, ML_EINVAL, "unknown precision %d", prec);
 	for (int i = 0; i < g->n_nodes; i++) {
 		const struct ml_node *n = &g->nodes[i];
 		switch (n->op) {
@@ -56,7 +55,7 @@ ml_train_mark_precision(struct ml_graph *g, int prec, struct ml_err *e)
 		/* the f32 products only: f64 steps (the gradient checks) stay exact */
 		if (n->n_in < 1 || n->in[0] < 0 || g->tensors[n->in[0]]->dtype != ML_F32)
 			continue;
-		if (ml_node_set_string(g, i, "precision", "bf16") < 0)
+		if (ml_node_set_string(g, i, "precision", prec == ML_PREC_F16 ? "fp16" : "bf16") < 0)
 			return ml_fail(e, ML_ENOMEM, "out of memory");
 	}
 	return 0;
@@ -75,4 +74,22 @@ ml_precision_note(int prec)
 	default:
 		return "bf16 products run as f32: this CPU has no AVX512_BF16";
 	}
+}
+
+const char *
+ml_precision_note_cl(int prec)
+{
+	/*
+	 * Rounding, not half arithmetic, on every device: cl_khr_fp16's
+	 * products would also sum in half, and bf16 has no OpenCL type.
+	 */
+	if (prec == ML_PREC_F16)
+		return "fp16 products on OpenCL: operands rounded to fp16 as they are packed "
+		       "(emulated rounding, f32 sums; not CLBlast); ConvGradInput, ConvGradFilter "
+		       "and depthwise convolutions stay f32";
+	if (prec == ML_PREC_BF16)
+		return "bf16 products on OpenCL: operands rounded to bf16 as they are packed "
+		       "(emulated rounding, f32 sums; not CLBlast); ConvGradInput, ConvGradFilter "
+		       "and depthwise convolutions stay f32";
+	return NULL;
 }

@@ -46,8 +46,8 @@ int ml_train_hits(struct ml_graph *g, int loss, int out, int label, int mask, co
 /*
  * ml_train_mark_precision (precision.c): the step graph's f32 products
  * (MatMul, Gemm, Conv, ConvGradInput, ConvGradFilter) get the attribute
- * precision = "bf16" for ML_PREC_BF16; nothing for ML_PREC_F32; ML_ENOTSUP
- * for ML_PREC_F16 (no CPU arithmetic), ML_ENOMEM.
+ * precision = "bf16" for ML_PREC_BF16, "fp16" for ML_PREC_F16; nothing for
+ * ML_PREC_F32; ML_EINVAL for another value, ML_ENOMEM.
  */
 int ml_train_mark_precision(struct ml_graph *g, int prec, struct ml_err *e);
 

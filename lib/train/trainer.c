@@ -24,6 +24,9 @@ struct ml_trainer {
 	uint64_t last_ckpt;		/* the step of the last checkpoint, or UINT64_MAX */
 	int stop;			/* the stop code of the last ML_TRAINER_STOPPED */
 	struct ml_tval lr;		/* the "lr" input, an f32 scalar */
+	struct ml_tval ls;		/* loss scaling: the "loss_scale" input, an f32 scalar */
+	int fin;			/* loss scaling: the output "train.finite"; -1: none */
+	int64_t skipped;		/* steps skipped this epoch */
 };
 
 void
@@ -162,6 +165,22 @@ ml_trainer_new(struct ml_trainer **out, struct ml_graph *model, struct ml_graph 
 			     (long long)st->epoch_step, (long long)t->spe);
 		goto fail;
 	}
+	t->fin = -1;
+	if (st->opts.loss_scale > 0) {
+		for (int i = 0; i < step->n_outputs; i++)
+			if (strcmp(step->tensors[step->outputs[i]]->name, "train.finite") == 0)
+				t->fin = i;
+		if (t->fin < 0 || ml_graph_find(step, "loss_scale") < 0) {
+			rc = ml_fail(e, ML_EINVAL, "trainer: loss scaling without a step of loss scaling");
+			goto fail;
+		}
+		if (ml_dist_size() > 1) {
+			rc = ml_fail(e, ML_ENOTSUP, "loss scaling under MPI");
+			goto fail;
+		}
+		if ((rc = ml_tval_alloc(&t->ls, ML_F32, 0, NULL, e)) < 0)
+			goto fail;
+	}
 	if ((rc = ml_tval_alloc(&t->lr, ML_F32, 0, NULL, e)) < 0 || (rc = new_session(t, e)) < 0)
 		goto fail;
 	*out = t;
@@ -178,6 +197,7 @@ ml_trainer_free(struct ml_trainer *t)
 		return;
 	ml_session_free(t->sess);
 	ml_tval_clear(&t->lr);
+	ml_tval_clear(&t->ls);
 	ml_free(t);
 }
 
@@ -246,6 +266,36 @@ diverged(const struct ml_trainer *t, double loss, struct ml_err *e)
 }
 
 /*
+ * scale_after: loss scaling after a step that ran with S (finite: its
+ * gradients were): an overflow's step changed nothing, S halves and the
+ * clean count restarts; window clean steps double S. A fixed S (window 0)
+ * stays. S below 2^-24 gives up (every step would overflow).
+ */
+static int
+scale_after(struct ml_trainer *t, bool finite, struct ml_err *e)
+{
+	struct ml_train_state *st = &t->st;
+	double old = st->opts.loss_scale;
+	if (!finite) {
+		st->loss_scale_skipped++;
+		t->skipped++;
+		st->loss_scale_clean = 0;
+		if (st->loss_scale_window > 0)
+			st->opts.loss_scale = old / 2;
+		if (st->opts.loss_scale < 0x1p-24)
+			return ml_fail(e, ML_ENONFINITE, "step %llu: the gradients overflow at a loss "
+				       "scale of %g; stopping", (unsigned long long)st->step + 1, old);
+	} else if (st->loss_scale_window > 0 && ++st->loss_scale_clean >= st->loss_scale_window) {
+		st->loss_scale_clean = 0;
+		if (old < 0x1p32)
+			st->opts.loss_scale = old * 2;
+	}
+	if ((!finite || st->opts.loss_scale != old) && t->o.hooks.on_loss_scale != NULL)
+		return t->o.hooks.on_loss_scale(t->o.hooks.ctx, t, old, !finite, e);
+	return 0;
+}
+
+/*
  * batch: train one batch of the loader (x, y): 0 when done (or dropped),
  * ML_TRAINER_STOPPED, or an error.
  */
@@ -280,6 +330,10 @@ batch(struct ml_trainer *t, const struct ml_tval *x, const struct ml_tval *y, st
 	ML_TRY(ml_session_set_input(t->sess, t->xname, &xv, e));
 	ML_TRY(ml_session_set_input(t->sess, "label", &yv, e));
 	ML_TRY(ml_session_set_input(t->sess, "lr", &t->lr, e));
+	if (t->fin >= 0) {
+		*(float *)t->ls.data = (float)st->opts.loss_scale;
+		ML_TRY(ml_session_set_input(t->sess, "loss_scale", &t->ls, e));
+	}
 	ML_TRY(ml_session_run(t->sess, e));
 	const struct ml_tval *lv = ml_session_output(t->sess, 0);
 	double loss = ml_get_f64(lv->data, lv->dtype, 0);
@@ -308,6 +362,11 @@ batch(struct ml_trainer *t, const struct ml_tval *x, const struct ml_tval *y, st
 	}
 	if (!isfinite(loss))
 		return diverged(t, loss, e);
+	if (t->fin >= 0) {
+		const struct ml_tval *f = ml_session_output(t->sess, t->fin);
+		ML_TRY(scale_after(t, ml_get_f64(f->data, f->dtype, 0) != 0, e));
+	}
+	/* a skipped step counts as a step: the schedule, the epoch and checkpoints go on */
 	st->epoch_step++;
 	/* with accumulation the optimizer steps on every accum-th batch of the epoch */
 	bool stepped = t->accum <= 1 || st->epoch_step % t->accum == 0;
@@ -340,6 +399,7 @@ ml_trainer_epoch(struct ml_trainer *t, struct ml_err *e)
 	int rc;
 
 	t->stop = 0;
+	t->skipped = 0;
 	ml_dist_stats_reset();	/* the communication of this epoch, for the caller's report */
 	ML_TRY(ml_loader_start(t->ld, st->epoch, st->epoch_step, e));
 	if (h->on_epoch_begin != NULL)
@@ -371,6 +431,7 @@ ml_trainer_epoch(struct ml_trainer *t, struct ml_err *e)
 	ep.acc = t->o.hits ? (double)st->epoch_correct / (double)(st->epoch_seen ? st->epoch_seen : 1) :
 			     NAN;
 	ep.lr = ml_lr_at(&st->sched, st->step ? st->step - 1 : 0);
+	ep.skipped = t->skipped;
 	if (t->o.eval != NULL) {
 		ML_TRY(ml_session_sync(t->sess, e));
 		ML_TRY(ml_train_eval_run(t->o.eval, t->step, t->o.eval_data, t->o.eval_x, t->o.eval_y,

@@ -65,7 +65,14 @@
 #    (examples/lenet.mlt, --epochs-cnn epochs), all of Fashion-MNIST, SGD lr
 #    0.05 momentum 0.9 batch 64; round r trains seed r with both, so the
 #    accuracy is the mean over the rounds' seeds and samples/s the median.
-#        [--rounds N] [--aug-images N] [--only mlp,lenet,accumulate,augment,precision]
+#  fp16: --precision fp16 (dynamic loss scaling, its default) against fp32
+#    on --device cl:0 (issue 19, item 1): the MLP (examples/fashion-mlp.mlt,
+#    --epochs-mlp epochs, all of Fashion-MNIST, SGD lr 0.05 momentum 0.9
+#    batch 64); round r trains seed r with both: samples/s (median),
+#    accuracy (mean; target within 0.5 points) and the steps skipped for
+#    an overflow (--log). Skipped without an OpenCL device.
+#        [--rounds N] [--aug-images N]
+#        [--only mlp,lenet,accumulate,augment,precision,fp16]
 import argparse
 import gzip
 import json
@@ -85,7 +92,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from bench import cpu_name, loadavg  # noqa: E402 (the benches' shared conventions)
 
-PARTS = ["mlp", "lenet", "accumulate", "augment", "precision"]
+PARTS = ["mlp", "lenet", "accumulate", "augment", "precision", "fp16"]
 
 
 def read_idx(path):
@@ -258,6 +265,8 @@ def main():
         fails += augment(a, mltrain, xtr, ytr, xte, yte)
     if "precision" in parts:
         fails += precision(a, mltrain)
+    if "fp16" in parts:
+        fails += fp16(a, mltrain)
     print("load average after: %.2f (one run on a shared machine: the figures are indicative)"
           % loadavg())
     return 1 if fails else 0
@@ -461,6 +470,55 @@ def precision(a, mltrain):
         print("precision: %s: bf16 %.2fx fp32's samples/s (target >= 1.3x), accuracy %+.2f "
               "points (target within 0.5)%s" % (name, speed, dacc, "" if ok else ": MISSED"))
     return fails
+
+
+def fp16(a, mltrain):
+    """--precision fp16 with loss scaling against fp32 on cl:0, the MLP; the number of failures."""
+    if not has_cl(a.bin):
+        print("fp16: no OpenCL device; skipped")
+        return 0
+    print("fp16: the MLP on --device cl:0, Fashion-MNIST (60000 training samples), %d epoch(s), "
+          "SGD lr 0.05 momentum 0.9 batch 64, %d interleaved rounds (round r: seed r; "
+          "samples/s: median, accuracy: mean); load average %.2f"
+          % (a.epochs_mlp, a.rounds, loadavg()))
+    runs = {"fp32": [], "fp16": []}
+    skipped, scale = [], []
+    try:
+        for rnd in range(a.rounds):
+            for p in ("fp32", "fp16"):
+                out = os.path.join(a.work, "fp16-%s.mlg" % p)
+                log = os.path.join(a.work, "fp16-%s.jsonl" % p)
+                if os.path.exists(log):
+                    os.remove(log)
+                cmd = [mltrain, os.path.join(ROOT, "examples", "fashion-mlp.mlt"), "--data",
+                       a.data, "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+                       "--batch", "64", "--epochs", str(a.epochs_mlp), "--seed", str(rnd),
+                       "--device", "cl:0", "--precision", p, "--log", log, "-q", "--json",
+                       "-o", out]
+                rep, lines = ml_run(cmd)
+                runs[p].append(rep)
+                if p == "fp16":
+                    ep = [x for x in lines if "epoch" in x]
+                    skipped.append(sum(x.get("skipped_steps", 0) for x in ep))
+                    scale.append(ep[-1].get("loss_scale", 0) if ep else 0)
+    except (RuntimeError, ValueError, KeyError) as e:
+        print("fp16: %s" % e)
+        return 1
+    print("%-5s %10s %9s %9s" % ("prec", "samples/s", "test acc", "seeds"))
+    sps, acc = {}, {}
+    for p in ("fp32", "fp16"):
+        sps[p] = statistics.median(r["train_samples_per_s"] for r in runs[p])
+        acc[p] = statistics.mean(r["test_accuracy"] for r in runs[p])
+        print("%-5s %10.0f %8.2f%% %9s" % (p, sps[p], 100 * acc[p],
+                                          " ".join("%.2f" % (100 * r["test_accuracy"])
+                                                   for r in runs[p])))
+    dacc = 100 * (acc["fp16"] - acc["fp32"])
+    ok = abs(dacc) <= 0.5
+    print("fp16: %.2fx fp32's samples/s (operands rounded while packed: emulated, f32 sums), "
+          "accuracy %+.2f points (target within 0.5)%s; skipped steps per run: %s, final loss "
+          "scale: %s" % (sps["fp16"] / sps["fp32"], dacc, "" if ok else ": MISSED",
+                         " ".join(str(x) for x in skipped), " ".join("%g" % x for x in scale)))
+    return 0
 
 
 def write_pngs(d, x, y, per_class):

@@ -7,7 +7,10 @@
  * storage, argument errors; Conv with pads, strides, dilations, groups,
  * depthwise and 1x1; M or N 1 (the GEMV kernel; on a CPU device again
  * with the device taken for a GPU, so that the layouts only a GPU runs
- * are tested too). Every case runs with each of the device's candidate
+ * are tested too); the products of a training step's fp16 and bf16
+ * precision (operands rounded while packed, MLCL_ROUND_*) against the
+ * CPU's rounding (ml_f32_to_f16, ml_f32_to_bf16) of the same operands,
+ * GEMM and convolution. Every case runs with each of the device's candidate
  * tiles (mlcl_gemm_tiles), the ones the tuner may pick, or with
  * ML_GEMM_TILE's alone when it is set, on the engine ML_CL_GEMM names
  * (tests/run.sh runs it with own and with clblast); then the engine
@@ -474,6 +477,162 @@ conv_tests(void)
 	ok(mlcl_conv_out(&bad, &oh, &ow, &e) == ML_EINVAL, "channels not a multiple of group fail");
 }
 
+/* rnd: v as a product of precision round (MLCL_ROUND_*) takes it, by the CPU's conversions */
+static float
+rnd(float v, int round)
+{
+	if (round == MLCL_ROUND_F16)
+		return ml_f16_to_f32(ml_f32_to_f16(v));
+	return ml_bf16_to_f32(ml_f32_to_bf16(v));
+}
+
+/*
+ * round_case: C = op(A) op(B) (batch b, B shared when bcast) with operands
+ * rounded as round says, against the double sums of the CPU's rounded
+ * operands; the values carry bits below both precisions (so an f32
+ * product misses the reference by far more than the bound), and for fp16
+ * some exceed 65504 (infinities, when big) or are f16 subnormals.
+ */
+static void
+round_case(int round, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t batch,
+	   bool bcast, bool big)
+{
+	struct ml_err e = { 0 };
+	char what[160];
+	snprintf(what, sizeof what, "%s-rounded gemm%s%s %lldx%lldx%lld batch %lld%s%s",
+		 round == MLCL_ROUND_F16 ? "fp16" : "bf16", ta ? " A'" : "", tb ? " B'" : "",
+		 (long long)M, (long long)N, (long long)K, (long long)batch, bcast ? " shared B" : "",
+		 big ? " with overflows" : "");
+	size_t na = (size_t)(M * K * batch), nb = (size_t)(K * N * (bcast ? 1 : batch));
+	size_t nc = (size_t)(M * N * batch);
+	float *A = malloc(na * 4), *B = malloc(nb * 4), *C = malloc(nc * 4);
+	double *R = malloc(nc * 8), *F = malloc(nc * 8), *bound = malloc(nc * 8);
+	for (size_t i = 0; i < na; i++)
+		A[i] = (1.0f + frand() * 0.5f) * (1.0f + 0x1p-13f) * (i % 7 == 3 ? 1e-6f : 1.0f);
+	for (size_t i = 0; i < nb; i++)
+		B[i] = frand() * (1.0f + 0x1p-12f) + 0x1p-10f;
+	for (size_t i = 0; i < nc; i++)
+		C[i] = 0;
+	if (big)
+		A[0] = 70000.0f, A[na - 1] = -1e6f;
+	for (int64_t b = 0; b < batch; b++)
+		for (int64_t m = 0; m < M; m++)
+			for (int64_t n = 0; n < N; n++) {
+				double s = 0, f = 0, sa = 0;
+				for (int64_t k = 0; k < K; k++) {
+					float a = A[b * M * K + (ta ? k * M + m : m * K + k)];
+					float v = B[(bcast ? 0 : b * K * N) + (tb ? n * K + k : k * N + n)];
+					s += (double)rnd(a, round) * rnd(v, round);
+					f += (double)a * v;
+					sa += fabs((double)rnd(a, round) * rnd(v, round));
+				}
+				size_t i = (size_t)((b * M + m) * N + n);
+				R[i] = s, F[i] = f, bound[i] = 1e-6 * sa + 1e-30;
+			}
+	struct mlcl_buf *dA = upload(A, na, false), *dB = upload(B, nb, false);
+	struct mlcl_buf *dC = upload(C, nc, false);
+	struct mlcl_epi epi = { .round = round };
+	int rc = dA != NULL && dB != NULL && dC != NULL ? 0 : -1;
+	if (rc == 0)
+		rc = mlcl_gemm_ex(dev, false, ta, tb, M, N, K, 1.0f, dA->mem, 0, ta ? M : K, dB->mem, 0,
+				  tb ? K : N, 0.0f, dC->mem, 0, N, batch, M * K, bcast ? 0 : K * N,
+				  M * N, &epi, &e);
+	if (rc == 0)
+		rc = download(dC, C, nc, false);
+	if (rc < 0) {
+		ok(false, "%s: %s", what, e.msg[0] ? e.msg : "upload failed");
+	} else {
+		size_t bad = 0, first = 0, unrounded = 0;
+		for (size_t i = 0; i < nc; i++) {
+			bool same = isinf(R[i]) || isnan(R[i]) ? (double)C[i] == R[i] ||
+				    (isnan(R[i]) && isnan(C[i])) : fabs(C[i] - R[i]) <= bound[i];
+			if (!same && bad++ == 0)
+				first = i;
+			unrounded += isfinite(R[i]) && fabs(F[i] - R[i]) > 4 * bound[i];
+		}
+		/* the rounding shows: most f32 sums are off the rounded reference */
+		ok(bad == 0 && unrounded > nc / 2, "%s: %zu wrong (first %zu: %g, want %g), %zu of %zu "
+		   "off f32", what, bad, first, bad ? C[first] : 0.0, bad ? R[first] : 0.0, unrounded,
+		   nc);
+	}
+	mlcl_buf_put(dev, dA);
+	mlcl_buf_put(dev, dB);
+	mlcl_buf_put(dev, dC);
+	free(A), free(B), free(C), free(R), free(F), free(bound);
+}
+
+/* round_conv: a convolution with rounded operands (im2col, or 1x1's direct GEMM) */
+static void
+round_conv(int round, int64_t k)
+{
+	struct mlcl_conv p = { .n = 2, .c = 3, .h = 9, .w = 7, .m = 5, .kh = k, .kw = k,
+			       .group = 1, .stride = { 1, 1 }, .dil = { 1, 1 },
+			       .pad = { k / 2, k / 2, k / 2, k / 2 }, .round = round };
+	struct ml_err e = { 0 };
+	int64_t oh = 9, ow = 7, P = oh * ow;
+	size_t nx = (size_t)(p.n * p.c * 63), nw = (size_t)(p.m * p.c * k * k);
+	size_t ny = (size_t)(p.n * p.m * P);
+	float *X = malloc(nx * 4), *W = malloc(nw * 4), *Y = malloc(ny * 4);
+	for (size_t i = 0; i < nx; i++)
+		X[i] = (1.0f + frand() * 0.5f) * (1.0f + 0x1p-13f);
+	for (size_t i = 0; i < nw; i++)
+		W[i] = frand() * (1.0f + 0x1p-12f) + 0x1p-10f;
+	for (size_t i = 0; i < ny; i++)
+		Y[i] = 0;
+	struct mlcl_buf *dX = upload(X, nx, false), *dW = upload(W, nw, false);
+	struct mlcl_buf *dY = upload(Y, ny, false);
+	int rc = dX != NULL && dW != NULL && dY != NULL ? 0 : -1;
+	if (rc == 0)
+		rc = mlcl_conv2d(dev, &p, false, dX->mem, 0, dW->mem, 0, NULL, 0, dY->mem, 0, &e);
+	if (rc == 0)
+		rc = download(dY, Y, ny, false);
+	size_t bad = 0, unrounded = 0;
+	for (int64_t n = 0; rc == 0 && n < p.n; n++)
+		for (int64_t oc = 0; oc < p.m; oc++)
+			for (int64_t y = 0; y < oh; y++)
+				for (int64_t x = 0; x < ow; x++) {
+					double s = 0, f = 0, sa = 0;
+					for (int64_t ci = 0; ci < p.c; ci++)
+						for (int64_t ky = 0; ky < k; ky++)
+							for (int64_t kx = 0; kx < k; kx++) {
+								int64_t iy = y - k / 2 + ky, ix = x - k / 2 + kx;
+								if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w)
+									continue;
+								float a = X[((n * p.c + ci) * p.h + iy) * p.w + ix];
+								float b = W[((oc * p.c + ci) * k + ky) * k + kx];
+								s += (double)rnd(a, round) * rnd(b, round);
+								f += (double)a * b;
+								sa += fabs((double)a * b);
+							}
+					double got = Y[((n * p.m + oc) * oh + y) * ow + x];
+					bad += fabs(got - s) > 1e-6 * sa;
+					unrounded += fabs(f - s) > 4e-6 * sa;
+				}
+	ok(rc == 0 && bad == 0 && unrounded > ny / 2, "%s-rounded conv %lldx%lld: %s%zu wrong, %zu "
+	   "of %zu off f32", round == MLCL_ROUND_F16 ? "fp16" : "bf16", (long long)k, (long long)k,
+	   rc < 0 ? e.msg : "", bad, unrounded, ny);
+	mlcl_buf_put(dev, dX);
+	mlcl_buf_put(dev, dW);
+	mlcl_buf_put(dev, dY);
+	free(X), free(W), free(Y);
+}
+
+/* round_tests: GEMM shapes of each path (tiled, the GEMV's, batched, shared B), and Conv */
+static void
+round_tests(void)
+{
+	for (int round = MLCL_ROUND_F16; round <= MLCL_ROUND_BF16; round++) {
+		round_case(round, false, false, 37, 29, 53, 1, false, false);
+		round_case(round, true, false, 16, 40, 33, 1, false, round == MLCL_ROUND_F16);
+		round_case(round, false, true, 1, 31, 65, 1, false, false);
+		round_case(round, true, true, 23, 1, 40, 1, false, false);
+		round_case(round, false, false, 9, 17, 21, 3, true, false);
+		round_case(round, false, false, 5, 8, 13, 2, false, false);
+		round_conv(round, 3);
+		round_conv(round, 1);
+	}
+}
+
 /* describe: what -v would show of the device's GEMM now */
 static const char *
 describe(void)
@@ -642,6 +801,7 @@ main(int argc, char **argv)
 			 cand[i].vw * cand[i].nv, cand[i].wg);
 		gemm_tests();
 		conv_tests();
+		round_tests();
 	}
 	printf("# engine: %s\n", describe());
 	engine_tests();

@@ -1228,8 +1228,15 @@ test_precision(void)
 	struct ml_graph *m = from_text(mlp_text), *sg = NULL;
 	ml_train_opts_init(&o);
 	o.precision = ML_PREC_F16;
-	ok(m != NULL && ml_train_step_graph(&sg, m, &o, &e) == ML_ENOTSUP && sg == NULL,
-	   "precision fp16 is refused (ML_ENOTSUP)");
+	int n16 = 0;
+	if (m != NULL && ml_train_step_graph(&sg, m, &o, &e) == 0)
+		for (int i = 0; i < sg->n_nodes; i++)
+			n16 += strcmp(ml_attr_str(&sg->nodes[i], "precision", ""), "fp16") == 0;
+	ml_graph_free(sg);
+	sg = NULL;
+	/* the two layers' forward products, and their gradients' (the first needs no dx) */
+	ok(n16 == 5, "precision fp16 marks the products precision = \"fp16\" (the OpenCL kernels "
+	   "round them)");
 	o.precision = 7;
 	ok(ml_train_step_graph(&sg, m, &o, &e) == ML_EINVAL && sg == NULL,
 	   "an unknown precision is ML_EINVAL");
@@ -1397,6 +1404,102 @@ train_state(const struct ml_graph *mlp, const struct ml_graph *sg)
 	ml_graph_free(g);
 }
 
+/*
+ * Loss scaling: a step graph of o.loss_scale takes "loss_scale" and outputs
+ * "train.finite" last. A scale whose gradients overflow (an infinite
+ * one: the loss output stays finite, every gradient is not) skips the step: the weights, the Adam moments and train.step keep their bytes;
+ * then S = 4 steps as S = 0 does (a power of two unscales exactly).
+ */
+static void
+test_loss_scale(void)
+{
+	struct ml_err e = { 0 };
+	struct ml_train_opts o;
+	struct ml_graph *m = from_text(mlp_text), *g = NULL, *ref = NULL;
+	struct ml_session *s = NULL, *rs = NULL;
+	struct batch b = { 0 };
+	struct ml_tval ls = { 0 };
+	bool good = m != NULL;
+	ml_train_opts_init(&o);
+	o.optimizer = ML_OPTIM_ADAM;
+	o.clip_norm = 1;
+	if (good && ml_train_step_graph(&ref, m, &o, &e) < 0)
+		good = false;
+	o.loss_scale = 65536;
+	if (good && ml_train_step_graph(&g, m, &o, &e) < 0)
+		good = false;
+	int fin = -1;
+	for (int i = 0; good && i < g->n_outputs; i++)
+		if (strcmp(g->tensors[g->outputs[i]]->name, "train.finite") == 0)
+			fin = i;
+	ok(good && fin == g->n_outputs - 1 && ml_graph_find(g, "loss_scale") >= 0 &&
+	   ml_graph_find(ref, "loss_scale") < 0, "loss scaling adds the input loss_scale and the "
+	   "output train.finite, last");
+	/* the stored tensors (weights, moments, train.step) a skipped step must leave alone */
+	size_t nbytes = 0;
+	for (int t = 0; good && t < g->n_tensors; t++)
+		if (g->tensors[t]->kind == ML_TK_PARAM)
+			nbytes += g->tensors[t]->nbytes;
+	uint8_t *before = malloc(nbytes + 1), *p;
+	blobs(&b, 16);
+	set_lr(&b, 0.05f);
+	good = good && before != NULL && ml_tval_alloc(&ls, ML_F32, 0, NULL, &e) == 0 &&
+	       ml_session_new(&s, g, NULL, &e) == 0 && ml_session_new(&rs, ref, NULL, &e) == 0;
+	double l, lr_;
+	bool skipped = false, stepped = false, same = false;
+	if (good) {
+		p = before;
+		for (int t = 0; t < g->n_tensors; t++)
+			if (g->tensors[t]->kind == ML_TK_PARAM) {
+				memcpy(p, g->tensors[t]->data, g->tensors[t]->nbytes);
+				p += g->tensors[t]->nbytes;
+			}
+		*(float *)ls.data = INFINITY;
+		good = ml_session_set_input(s, "loss_scale", &ls, &e) == 0 && step(s, &b, &l, &e) == 0 &&
+		       ml_session_sync(s, &e) == 0;
+		const struct ml_tval *f = good ? ml_session_output(s, fin) : NULL;
+		skipped = f != NULL && ml_get_f64(f->data, f->dtype, 0) == 0 && isfinite(l);
+		p = before;
+		for (int t = 0; good && t < g->n_tensors; t++)
+			if (g->tensors[t]->kind == ML_TK_PARAM) {
+				skipped &= memcmp(p, g->tensors[t]->data,
+						  g->tensors[t]->nbytes) == 0;
+				p += g->tensors[t]->nbytes;
+			}
+		*(float *)ls.data = 4;
+		good = good && ml_session_set_input(s, "loss_scale", &ls, &e) == 0 &&
+		       step(s, &b, &l, &e) == 0 && step(rs, &b, &lr_, &e) == 0 &&
+		       ml_session_sync(s, &e) == 0 && ml_session_sync(rs, &e) == 0;
+		f = good ? ml_session_output(s, fin) : NULL;
+		stepped = f != NULL && ml_get_f64(f->data, f->dtype, 0) == 1 && l == lr_;
+		const int64_t *st = (const int64_t *)g->tensors[ml_graph_find(g, "train.step")]->data;
+		stepped &= *st == 1;
+		same = good;
+		for (int t = 0; good && t < g->n_tensors; t++) {
+			const struct ml_tensor *x = g->tensors[t];
+			int r = ml_graph_find(ref, x->name);
+			if (x->kind != ML_TK_PARAM)
+				continue;
+			same &= r >= 0 && memcmp(x->data, ref->tensors[r]->data,
+						 x->nbytes) == 0;
+		}
+	}
+	if (!good)
+		printf("# loss scale: %s\n", e.msg);
+	ok(good && skipped, "an overflowing scale skips the step: weights, moments and train.step "
+	   "keep their bytes");
+	ok(good && stepped && same, "a power-of-two scale then steps as no scaling does, bit for bit "
+	   "(Adam, clipping)");
+	free(before);
+	ml_tval_clear(&ls);
+	batch_free(&b);
+	ml_session_free(s);
+	ml_session_free(rs);
+	ml_graph_free(g);
+	ml_graph_free(ref);
+	ml_graph_free(m);
+}
+
 int
 main(void)
 {
@@ -1405,6 +1508,7 @@ main(void)
 	double loss, acc;
 
 	ml_set_threads(1);
+	test_loss_scale();
 
 	/* MLP on blobs */
 	struct ml_graph *mlp = from_text(mlp_text), *sg = NULL;
