@@ -214,9 +214,7 @@ struct run {
 	const char *ptrace;	/* --pipeline-trace */
 	int micro, psched;
 	struct ml_pipeline_opts po;	/* make_pipeline */
-	int *stage_of;
-	const char *devs[64];
-	char *plan_buf, *dev_buf;
+	struct cli_pipeline cp;
 	FILE *log;
 	/* the last epoch's figures, for --json */
 	double train_secs;	/* time in training steps and batches, this process */
@@ -1095,7 +1093,6 @@ catch_signals(void)
 static void
 make_pipeline(struct run *r)
 {
-	struct ml_err err = { 0 };
 	if (r->pipeline == NULL)
 		return;
 	if (ml_dist_size() > 1)
@@ -1103,40 +1100,7 @@ make_pipeline(struct run *r)
 	if (r->o.batch % r->micro != 0)
 		die(EXIT_USAGE, "--micro-batches %d does not divide the batch of %lld", r->micro,
 		    (long long)r->o.batch);
-	if ((r->dev_buf = strdup(r->device)) == NULL ||
-	    (r->stage_of = malloc(sizeof(int) * ((size_t)r->step->n_nodes + 1))) == NULL)
-		die(EXIT_FAIL, "out of memory");
-	int nd = 0, ns;
-	for (char *save = NULL, *d = strtok_r(r->dev_buf, ",", &save); d != NULL;
-	     d = strtok_r(NULL, ",", &save)) {
-		if (nd == 64)
-			die(EXIT_USAGE, "--device: more than 64 stages");
-		if (strcmp(d, "cpu") != 0 && strcmp(d, "cl") != 0 && strncmp(d, "cl:", 3) != 0)
-			die(EXIT_USAGE, "--device: unknown device '%s' for a stage (cpu, cl, cl:N)", d);
-		r->devs[nd++] = d;
-	}
-	if (nd == 0)
-		die(EXIT_USAGE, "--device: no device");
-	if (strcmp(r->pipeline, "auto") == 0) {
-		ns = nd;
-		if (ml_pipeline_auto(r->step, ns, r->stage_of, &err) < 0)
-			die(ml_exit_status(err.code), "--pipeline auto: %s", err.msg);
-	} else {
-		const char *fdev[64];
-		if (ml_pipeline_plan_read(r->step, r->pipeline, 64, r->stage_of, &ns, fdev,
-					  &r->plan_buf, &err) < 0)
-			die_err(&err);
-		if (nd > 1 && nd != ns)
-			die(EXIT_USAGE, "--device names %d devices for the %d stages of %s", nd, ns,
-			    r->pipeline);
-		const char *one = r->devs[0];
-		for (int s = 0; s < ns; s++)
-			r->devs[s] = nd > 1 ? r->devs[s] : fdev[s] != NULL ? fdev[s] : one;
-	}
-	ml_pipeline_opts_init(&r->po);
-	r->po.n_stages = ns;
-	r->po.devices = r->devs;
-	r->po.stage_of = r->stage_of;
+	cli_pipeline_plan(r->step, r->pipeline, r->device, &r->po, &r->cp);
 	r->po.micro = r->micro;
 	r->po.schedule = r->psched;
 }
@@ -1344,9 +1308,7 @@ free_run(struct run *r)
 	ml_dataset_free(r->eval);
 	ml_graph_free(r->step);
 	ml_graph_free(r->model);
-	free(r->stage_of);
-	free(r->plan_buf);
-	free(r->dev_buf);
+	cli_pipeline_free(&r->cp);
 }
 
 int

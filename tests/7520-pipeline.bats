@@ -271,3 +271,50 @@ MLT
 	[ ! -e out.mlg ]
 	no_temp_files
 }
+
+@test "mlprof --pipeline shows a lane per stage and the bubble fraction" {
+	run -0 mltrain mlp.mlt --dump-step step.mlg --pipeline auto --device cpu,cpu
+	run -0 mlprof step.mlg --pipeline auto --device cpu,cpu --dim N=16 --repeat 3
+	[[ ${lines[0]} == "step.mlg: 2 stages, batch 16 in 4 micro-batches, gpipe, 3 runs" ]]
+	[[ ${lines[2]} =~ ^0\ +cpu\ +4\ flatten1\ \.\.\ dense2 ]]
+	[[ ${lines[3]} =~ ^1\ +cpu\ +2\ dense2\.act\ \.\.\ dense3 ]]
+	[[ ${lines[4]} =~ ^wall\ [0-9.]+\ ms\ a\ batch\;\ bubble\ fraction\ 0\.[0-9]+ ]]
+	run -0 mlprof step.mlg --pipeline auto --device cpu,cpu --dim N=16 --repeat 3 --json \
+		--schedule 1f1b --micro-batches 2 --trace t.json
+	"$PY" -c '
+import json, sys
+r = json.loads(sys.argv[1])["pipeline"]
+assert r["stages"] == 2 and r["micro_batches"] == 2 and r["schedule"] == "1f1b", r
+assert [l["device"] for l in r["lanes"]] == ["cpu", "cpu"], r
+assert 0 <= r["bubble_fraction"] < 1, r
+t = json.load(open("t.json"))
+assert [e["args"]["name"] for e in t["traceEvents"] if e["ph"] == "M"] == ["stage 0 (cpu)", "stage 1 (cpu)"]
+# 1F1B: stage 0 warms up with one forward, then alternates
+s0 = [e["name"] for e in t["traceEvents"] if e["ph"] == "X" and e["tid"] == 0]
+assert s0 == ["F0", "F1", "B0", "B1", "update"], s0
+s1 = [e["name"] for e in t["traceEvents"] if e["ph"] == "X" and e["tid"] == 1]
+assert s1 == ["F0", "B0", "F1", "B1", "update"], s1
+' "$output"
+	if have_cl; then
+		run -0 mlprof step.mlg --pipeline auto --device cpu,cl:0 --dim N=16 --repeat 2
+		[[ ${lines[3]} =~ ^1\ +cl:0\  ]]
+	fi
+}
+
+@test "mlprof --pipeline refuses what it cannot profile, with one line" {
+	run -0 mltrain mlp.mlt --dump-step fused.mlg
+	run -4 mlprof fused.mlg --pipeline auto --device cpu,cpu --dim N=16
+	[ "${#lines[@]}" -eq 1 ]
+	[[ $output == *"a fused step (ml_train_fuse with updates folded) cannot be pipelined" ]]
+	run -0 mltrain mlp.mlt --dump-step step.mlg --pipeline auto --device cpu,cpu
+	run -2 mlprof step.mlg --pipeline auto --device cpu,cpu --dim N=6
+	[[ $output == "mlprof: --micro-batches 4 does not divide the batch of 6 (--dim)" ]]
+	run -2 mlprof step.mlg --micro-batches 2
+	[[ $output == "mlprof: --micro-batches and --schedule need --pipeline" ]]
+	run -2 mlprof step.mlg --pipeline auto --device cpu,cpu --svg x.svg
+	[[ $output == "mlprof: --pipeline cannot combine with --calibrate, --svg, --csv or --memory" ]]
+	mlconvert mlp.mlt -o model.mlg
+	run -3 mlprof model.mlg --pipeline auto --device cpu,cpu
+	[[ $output == "mlprof: model.mlg: --pipeline profiles a training step (mltrain --dump-step): no 'label' or 'lr' input" ]]
+	[ ! -e x.svg ]
+}
