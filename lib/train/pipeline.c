@@ -57,6 +57,8 @@ struct part {
 	int n_in, n_out;
 	int *in, *out;		/* step tensor indices of g's inputs and outputs */
 	int *in_part;		/* per input: the part producing it, -1 fed by the caller */
+	int n_readers;
+	int *readers;		/* forward and backward parts reading its outputs' rows */
 	int n_nodes;
 };
 
@@ -96,7 +98,8 @@ struct ml_pipeline {
 	struct ml_tval *gsum;	/* n_x: the sums of the gradients the updates read */
 	int loss_t, hits_t, label_t, lr_t;
 	double *loss_m, *hits_m;	/* per micro-batch */
-	int cap_m;		/* rows allocated (micro-batches + 1) */
+	int cap_m;		/* rows allocated (R + 1) */
+	int R;			/* rows of micro-batch values: M (GPipe), S (1F1B) */
 	int64_t rows;		/* the micro-batch size the sessions were made for */
 	/* the batch in progress */
 	int mb;			/* its micro-batches */
@@ -447,6 +450,7 @@ drop_part(struct part *pt)
 	ml_free(pt->in);
 	ml_free(pt->out);
 	ml_free(pt->in_part);
+	ml_free(pt->readers);
 }
 
 /* stage_figures: the stage's forward nodes, predicted work and bytes sent. */
@@ -586,6 +590,28 @@ ml_pipeline_new(struct ml_pipeline **out, struct ml_graph *step,
 		if ((rc = build_part(p, pid, e)) < 0)
 			goto fail;
 	}
+	for (int q = 0; q < 3 * p->S; q++) {
+		const struct part *r = &p->parts[q];
+		if (q % 3 == PH_U)
+			continue;
+		for (int k = 0; k < r->n_in; k++) {
+			int from = r->in_part[k];
+			bool seen = from < 0 || from >= 3 * p->S || from == q;
+			struct part *f = seen ? NULL : &p->parts[from];
+			for (int j = 0; f != NULL && j < f->n_readers && !seen; j++)
+				seen = f->readers[j] == q;
+			if (!seen && add_idx(&f->readers, &f->n_readers, q) < 0) {
+				rc = ml_fail(e, ML_ENOMEM, "out of memory");
+				goto fail;
+			}
+		}
+	}
+	/*
+	 * GPipe holds every micro-batch's values until the backward; 1F1B
+	 * has at most S micro-batches in flight, so S rows do, each reused
+	 * once its readers are done with it.
+	 */
+	p->R = p->sched == ML_PIPE_1F1B ? ML_MIN(p->S, p->M) : p->M;
 	for (int s = 0; s < p->S; s++)
 		if (p->parts[part_id(s, PH_F)].g == NULL) {
 			rc = ml_fail(e, ML_EINVAL, "pipeline: stage %d has no forward node", s);
@@ -771,11 +797,11 @@ input_of(struct ml_pipeline *p, int pid, int k, int m, struct ml_tval *tmp,
 	}
 	int x = p->xid[t];
 	if (q == 3 * p->S)
-		*v = &p->vals[p->M * p->n_x + x];
+		*v = &p->vals[p->R * p->n_x + x];
 	else if (pid % 3 == PH_U && q % 3 == PH_B)
 		*v = &p->gsum[x];
 	else
-		*v = &p->vals[m * p->n_x + x];
+		*v = &p->vals[(m % p->R) * p->n_x + x];
 	return 0;
 }
 
@@ -797,6 +823,10 @@ run_part(struct ml_pipeline *p, struct stage *st, int pid, int m, struct ml_err 
 			if (q >= 0 && q < 3 * p->S && p->done[q] < (whole ? p->mb : m + 1))
 				ok = false;
 		}
+		/* the row of micro-batch m is m - R's: its readers must be done with it */
+		for (int k = 0; k < pt->n_readers && ok && !whole && m >= p->R; k++)
+			if (p->done[pt->readers[k]] < m - p->R + 1)
+				ok = false;
 		if (ok || p->failed)
 			break;
 		pthread_cond_wait(&p->cv, &p->mu);
@@ -828,7 +858,7 @@ run_part(struct ml_pipeline *p, struct stage *st, int pid, int m, struct ml_err 
 					scale(&p->gsum[x], 1.0 / p->mb);
 			}
 			if (p->to_fb[x] || whole)
-				ML_TRY(put(&p->vals[(whole ? p->M : m) * p->n_x + x], v, e));
+				ML_TRY(put(&p->vals[(whole ? p->R : m % p->R) * p->n_x + x], v, e));
 		}
 	}
 	double t1 = ml_now();
@@ -878,13 +908,13 @@ static int
 rows(struct ml_pipeline *p, struct ml_err *e)
 {
 	if (p->vals == NULL) {
-		p->vals = ml_calloc(((size_t)p->M + 1) * ((size_t)p->n_x + 1), sizeof *p->vals);
+		p->vals = ml_calloc(((size_t)p->R + 1) * ((size_t)p->n_x + 1), sizeof *p->vals);
 		p->gsum = ml_calloc((size_t)p->n_x + 1, sizeof *p->gsum);
 		p->loss_m = ml_calloc((size_t)p->M + 1, sizeof(double));
 		p->hits_m = ml_calloc((size_t)p->M + 1, sizeof(double));
 		if (p->vals == NULL || p->gsum == NULL || p->loss_m == NULL || p->hits_m == NULL)
 			return ml_fail(e, ML_ENOMEM, "out of memory");
-		p->cap_m = p->M + 1;
+		p->cap_m = p->R + 1;
 	}
 	return 0;
 }
