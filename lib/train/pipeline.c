@@ -474,8 +474,8 @@ stage_figures(struct ml_pipeline *p)
 				st->first = i;
 			st->last = i;
 		}
-		int64_t f = ml_node_flops(g, i);
-		double c = (f > 0 ? (double)f : 0) + 2e4;
+		int64_t f = ml_pipe_sample_flops(g, i);
+		double c = (f > 0 ? (double)f : 0) + ML_PIPE_NODE_COST;
 		if (w != NULL)
 			w[s] += c;
 		total += c;

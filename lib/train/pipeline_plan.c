@@ -107,6 +107,46 @@ out:
 	return rc;
 }
 
+/*
+ * ml_pipe_sample_flops: ml_node_flops of node ni with every unknown dim taken as 1:
+ * the FLOPs of one sample of a step whose batch dim is symbolic.
+ */
+int64_t
+ml_pipe_sample_flops(const struct ml_graph *g, int ni)
+{
+	const struct ml_node *n = &g->nodes[ni];
+	const struct ml_opdef *d = n->op != ML_OP_NONE ? ml_opdef_get(n->op) : NULL;
+	struct ml_tval iv[16], ov[16], *in[16], *out[16];
+	struct ml_opctx c;
+	if (d == NULL || n->n_in > 16 || n->n_out > 16)
+		return 0;
+	for (int j = 0; j < n->n_in + n->n_out; j++) {
+		bool o = j >= n->n_in;
+		int k = o ? j - n->n_in : j, t = o ? n->out[k] : n->in[k];
+		struct ml_tval *v = o ? &ov[k] : &iv[k];
+		memset(v, 0, sizeof *v);
+		v->rank = -1;
+		if (t >= 0)
+			ml_graph_tval(g, t, v);
+		for (int r = 0; r < v->rank; r++)
+			if (v->dims[r] < 0)
+				v->dims[r] = 1;
+		if (o)
+			out[k] = v;
+		else
+			in[k] = t >= 0 ? v : NULL;
+	}
+	ml_node_ctx(&c, g, n, in, out, NULL);
+	if (d->flops != NULL)
+		return d->flops(&c);
+	int64_t s = 0;
+	for (int j = 0; j < n->n_out; j++) {
+		int64_t k = ml_tval_numel(out[j]);
+		s += k > 0 ? k : 0;
+	}
+	return s;
+}
+
 int
 ml_pipeline_auto(const struct ml_graph *g, int n, int *stage_of, struct ml_err *e)
 {
@@ -133,15 +173,16 @@ ml_pipeline_auto(const struct ml_graph *g, int n, int *stage_of, struct ml_err *
 	}
 	/*
 	 * The work of a forward node: its FLOPs and those of its backward
-	 * nodes, and a fixed cost per node (about 10 us of launch and
-	 * bookkeeping at 2 GFLOP/s), so a stage of many small nodes counts.
+	 * nodes for one sample, and a fixed cost per node (about 1 us of
+	 * launch and bookkeeping at 2 GFLOP/s, over a batch of 64), so a
+	 * stage of many small nodes counts.
 	 */
-	const double per_node = 2e4;
+	const double per_node = ML_PIPE_NODE_COST;
 	for (int i = 0; i < g->n_nodes; i++) {
 		int o = ml_pipe_is_forward(&g->nodes[i]) ? i : ml_pipe_owner(g, i);
 		if (o < 0 || !ml_pipe_is_forward(&g->nodes[o]))
 			continue;
-		int64_t f = ml_node_flops(g, i);
+		int64_t f = ml_pipe_sample_flops(g, i);
 		cost[o] += (f > 0 ? (double)f : 0) + per_node;
 	}
 	for (int k = 0; k < nf; k++)
