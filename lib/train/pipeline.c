@@ -947,13 +947,16 @@ ml_pipeline_run(struct ml_pipeline *p, const char *xname, const struct ml_tval *
 	if (run_part(p, NULL, G, p->M, e) != 0)
 		return e->code < 0 ? e->code : ml_fail(e, ML_EINVAL, "pipeline: the step counter failed");
 	p->done[G] = p->mb;
-	int started = 0;
+	/* stages 1.. on threads of their own, stage 0 on this one */
+	int started = 1;
 	for (int s = 0; s < p->S; s++) {
 		struct stage *st = &p->st[s];
 		st->n_ev = 0;
 		st->busy = 0;
 		st->rc = 0;
-		if (pthread_create(&st->th, NULL, stage_main, st) != 0) {
+	}
+	for (int s = 1; s < p->S; s++) {
+		if (pthread_create(&p->st[s].th, NULL, stage_main, &p->st[s]) != 0) {
 			pthread_mutex_lock(&p->mu);
 			p->failed = true;
 			pthread_cond_broadcast(&p->cv);
@@ -963,7 +966,8 @@ ml_pipeline_run(struct ml_pipeline *p, const char *xname, const struct ml_tval *
 		}
 		started++;
 	}
-	for (int s = 0; s < started; s++)
+	stage_main(&p->st[0]);
+	for (int s = 1; s < started; s++)
 		pthread_join(p->st[s].th, NULL);
 	for (int s = 0; s < started && rc == 0; s++)
 		if (p->st[s].rc < 0) {
