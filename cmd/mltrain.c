@@ -847,11 +847,10 @@ check_pipeline(struct run *r, const struct args *a)
 	bool list = strchr(r->device, ',') != NULL;
 	if (r->pipeline == NULL) {
 		if (list)
-			die(EXIT_USAGE, "--device %s: a list of devices needs --pipeline",
-				    r->device);
+			die(EXIT_USAGE, "--device %s: a list of devices needs --pipeline", r->device);
 		if (r->micro > 0 || r->psched >= 0 || r->ptrace != NULL)
 			die(EXIT_USAGE, "--micro-batches, --schedule and --pipeline-trace need "
-				    "--pipeline");
+			    "--pipeline");
 		r->eval_device = r->device;
 		return;
 	}
@@ -861,16 +860,17 @@ check_pipeline(struct run *r, const struct args *a)
 		r->psched = ML_PIPE_GPIPE;
 	if (o->accum > 1)
 		die(EXIT_USAGE, "--pipeline cannot combine with --accumulate: it splits each "
-			    "batch itself (--micro-batches)");
+		    "batch itself (--micro-batches)");
 	if (o->clip > 0)
 		die(EXIT_USAGE, "--pipeline cannot combine with --clip-norm");
 	if (a->dmode == ML_DIST_REQUIRE)
 		die(EXIT_USAGE, "--pipeline cannot combine with --mpi");
 	if (strcmp(r->device, "auto") == 0 || strstr(r->device, "auto") != NULL)
 		die(EXIT_USAGE, "--pipeline: name each stage's device (cpu, cl, cl:N), not auto");
-	if (o->batch % r->micro != 0)
+	/* a resumed run's batch is its checkpoint's: make_pipeline checks that one */
+	if ((a->resume == NULL || given[S_BATCH]) && o->batch % r->micro != 0)
 		die(EXIT_USAGE, "--micro-batches %d does not divide --batch %lld", r->micro,
-			    (long long)o->batch);
+		    (long long)o->batch);
 	if (strcmp(r->pipeline, "auto") == 0 && !list)
 		die(EXIT_USAGE, "--pipeline auto: give one device a stage (--device cpu,cl:0)");
 	/* the evaluation runs on the first stage's device */

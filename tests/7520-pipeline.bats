@@ -201,6 +201,12 @@ PYEOF
 	# a checkpoint of a single-device run resumes in a pipeline (the same parameters)
 	run -0 mltrain mlp.mlt --data d $TRAIN --epochs 1 -o one.mlg
 	run -0 mltrain --resume one.ckpt.mlg --data d --threads 1 $P --epochs 2 -o two.mlg
+	# the checkpoint's batch (16) is the one the micro-batches must divide
+	run -2 mltrain --resume one.ckpt.mlg --data d --threads 1 --pipeline auto \
+		--device cpu,cpu --micro-batches 3 --epochs 2 -o three.mlg
+	[ "${#lines[@]}" -eq 1 ]
+	[[ $output == "mltrain: --micro-batches 3 does not divide the batch of 16" ]]
+	[ ! -e three.mlg ]
 }
 
 @test "bad stage files fail with one line and status 3, writing nothing" {
