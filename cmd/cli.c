@@ -939,10 +939,11 @@ cli_pipeline_plan(const struct ml_graph *step, const char *stages, const char *d
 	}
 	if (nd == 0)
 		die(EXIT_USAGE, "--device: no device");
-	if (strcmp(stages, "auto") == 0) {
+	cp->measured = strcmp(stages, "measured") == 0;
+	if (strcmp(stages, "auto") == 0 || cp->measured) {
 		ns = nd;
 		if (ml_pipeline_auto(step, ns, cp->stage_of, &err) < 0)
-			die(ml_exit_status(err.code), "--pipeline auto: %s", err.msg);
+			die(ml_exit_status(err.code), "--pipeline %s: %s", stages, err.msg);
 	} else {
 		const char *fdev[64];
 		if (ml_pipeline_plan_read(step, stages, 64, cp->stage_of, &ns, fdev, &cp->plan_buf,
@@ -958,7 +959,8 @@ cli_pipeline_plan(const struct ml_graph *step, const char *stages, const char *d
 	ml_pipeline_opts_init(po);
 	po->n_stages = ns;
 	po->devices = cp->devs;
-	po->stage_of = cp->stage_of;
+	/* measured: the library cuts, from the times measured at po->measure_rows */
+	po->stage_of = cp->measured ? NULL : cp->stage_of;
 }
 
 void

@@ -203,15 +203,17 @@ void cli_shapes_free(struct cli_shapes *s);
  * Pipeline stages, shared by mltrain and mlprof: --pipeline STAGES (auto,
  * or a stage file) over --device DEVICES (a comma-separated list, one a
  * stage; with a file, a single device for the stages its "stage N DEVICE"
- * lines leave out). cli_pipeline_plan fills po's stages, devices and
- * stage_of (owned by cp) for step; micro-batches and schedule are the
- * caller's. Dies with status 2 for a bad device list, 3 for a plan that
+ * lines leave out; "measured" as auto, from node times). cli_pipeline_plan
+ * fills po's stages, devices and stage_of (owned by cp; NULL for measured,
+ * which ml_pipeline_new cuts from the times measured at po->measure_rows,
+ * the caller's to set with the micro-batches and schedule) for step. Dies with status 2 for a bad device list, 3 for a plan that
  * does not fit the model, 1 for a file that cannot be read.
  */
 struct cli_pipeline {
 	int *stage_of;
 	const char *devs[64];
 	char *plan_buf, *dev_buf;
+	bool measured;		/* --pipeline measured */
 };
 void cli_pipeline_plan(const struct ml_graph *step, const char *stages, const char *devices,
 		       struct ml_pipeline_opts *po, struct cli_pipeline *cp);

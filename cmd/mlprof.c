@@ -17,7 +17,7 @@ static const char synopsis[] =
 	"              [--sort KEY] [--top N]\n"
 	"              [--group BY] [--json | --csv] [--memory] [--trace FILE] [--svg FILE]\n"
 	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [--timeout SECS]\n"
-	"              [--pipeline auto|FILE [--micro-batches M] [--schedule S]]\n"
+	"              [--pipeline auto|measured|FILE [--micro-batches M] [--schedule S]]\n"
 	"              [--[no-]progress] [MODEL | -]\n"
 	"       mlprof diff [-fq] [--threshold PCT] [--top N] [--json] A.json B.json\n"
 	"       mlprof --devices [--json]";
@@ -62,9 +62,9 @@ static const char help_text[] =
 	"      --device DEV        cpu (default), cl, cl:N, auto, or all: each device in turn;\n"
 	"                          with --pipeline, one device a stage (cpu,cl:0)\n"
 	"      --pipeline STAGES   profile a training step (mltrain --dump-step) run as\n"
-	"                          mltrain --pipeline runs it: STAGES is auto or a stage\n"
-	"                          file; one row (and one --trace lane) a stage, and the\n"
-	"                          bubble fraction; the batch is --dim's (default 1)\n"
+	"                          mltrain --pipeline runs it: STAGES is auto, measured\n"
+	"                          or a stage file; one row (and one --trace lane) a stage,\n"
+	"                          and the bubble fraction; the batch is --dim's (default 1)\n"
 	"      --micro-batches M   with --pipeline: micro-batches a batch (default 4)\n"
 	"      --schedule S        with --pipeline: gpipe (default) or 1f1b\n"
 	"      --devices           list the devices as mlrun --devices does (--json: as\n"
@@ -479,8 +479,10 @@ check_args(struct opts *o, int argc, char **argv)
 		if (o->calibrate || o->svg != NULL || o->fmt == OUT_CSV || o->po.memory)
 			die(EXIT_USAGE, "--pipeline cannot combine with --calibrate, --svg, --csv or "
 			    "--memory");
-		if (strcmp(o->pipeline, "auto") == 0 && strchr(o->device, ',') == NULL)
-			die(EXIT_USAGE, "--pipeline auto: give one device a stage (--device cpu,cl:0)");
+		if ((strcmp(o->pipeline, "auto") == 0 || strcmp(o->pipeline, "measured") == 0) &&
+		    strchr(o->device, ',') == NULL)
+			die(EXIT_USAGE, "--pipeline %s: give one device a stage (--device cpu,cl:0)",
+			    o->pipeline);
 	}
 	if (!o->calibrate)
 		return;
@@ -607,23 +609,26 @@ pipe_report(void *ctx, FILE *fp, struct ml_err *e)
 			ml_json_str(fp, in.first);
 			fprintf(fp, ", \"last\": ");
 			ml_json_str(fp, in.last);
-			fprintf(fp, ", \"predicted_share\": %.4f, \"busy_ms\": %.4f}", in.work,
-				j->busy[s] * per);
+			fprintf(fp, ", \"predicted_share\": %.4f, \"predicted_ms\": %.4f, "
+				"\"busy_ms\": %.4f}", in.work, 1e3 * in.predicted_s, j->busy[s] * per);
 		}
 		fprintf(fp, "]}}\n");
 	} else {
 		fprintf(fp, "%s: %d stages, batch %lld in %d micro-batches, %s, %lld runs\n",
 			j->o->path, ns, (long long)j->rows, j->o->micro,
 			ml_pipe_schedule_name(j->o->psched), (long long)j->runs);
-		fprintf(fp, "%-6s %-8s %8s %-30s %9s %8s %10s\n", "lane", "device", "fwd", "first .. last",
-			"predicted", "busy ms", "busy share");
+		fprintf(fp, "%-6s %-8s %5s %-30s %9s %8s %8s %10s\n", "lane", "device", "fwd",
+			"first .. last", "predicted", "pred ms", "busy ms", "busy share");
 		for (int s = 0; s < ns; s++) {
 			struct ml_pipeline_stage_info in;
 			char nodes[64];
 			ml_pipeline_stage(j->p, s, &in);
 			snprintf(nodes, sizeof nodes, "%.14s .. %.14s", in.first, in.last);
-			fprintf(fp, "%-6d %-8s %8d %-30s %8.0f%% %8.3f %9.1f%%\n", s, in.device,
-				in.n_forward, nodes, 100 * in.work, j->busy[s] * per,
+			char pred[32] = "-";
+			if (in.predicted_s > 0)	/* measured: a micro-batch's node times */
+				snprintf(pred, sizeof pred, "%.3f", 1e3 * in.predicted_s);
+			fprintf(fp, "%-6d %-8s %5d %-30s %8.0f%% %8s %8.3f %9.1f%%\n", s, in.device,
+				in.n_forward, nodes, 100 * in.work, pred, j->busy[s] * per,
 				j->wall > 0 ? 100 * j->busy[s] / j->wall : 0.0);
 		}
 		fprintf(fp, "wall %.3f ms a batch; bubble fraction %.3f (the stages' idle share: "
@@ -655,10 +660,6 @@ profile_pipeline(struct opts *o, struct ml_graph *g)
 		die(EXIT_INVALID, "%s: --pipeline profiles a training step (mltrain --dump-step): "
 		    "no 'label' or 'lr' input", o->path);
 	cli_pipeline_plan(g, o->pipeline, o->device, &po, &cp);
-	po.micro = o->micro;
-	po.schedule = o->psched;
-	if (ml_pipeline_new(&p, g, &po, &err) < 0)
-		die_err(&err);
 	const char *xname = g->tensors[g->inputs[0]]->name;
 	struct ml_tval x = { 0 }, y = { 0 }, lr = { 0 };
 	cli_random_input(&x, g, xname, &o->in);
@@ -667,6 +668,12 @@ profile_pipeline(struct opts *o, struct ml_graph *g)
 	if (x.rank < 1 || x.dims[0] % o->micro != 0)
 		die(EXIT_USAGE, "--micro-batches %d does not divide the batch of %lld (--dim)",
 		    o->micro, (long long)(x.rank >= 1 ? x.dims[0] : 0));
+	po.micro = o->micro;
+	po.schedule = o->psched;
+	if (cp.measured)
+		po.measure_rows = x.dims[0] / o->micro;
+	if (ml_pipeline_new(&p, g, &po, &err) < 0)
+		die_err(&err);
 	double rate = ml_get_f64(lr.data, lr.dtype, 0), loss;
 	int ns = ml_pipeline_stages(p);
 	double *busy0 = calloc((size_t)ns, sizeof(double)), *busy = calloc((size_t)ns,

@@ -25,7 +25,8 @@ static const char synopsis[] =
 	"               [--checkpoint FILE] [--resume CKPT.mlg] [--device DEV] [--threads N]\n"
 	"               [--log FILE] [--json] [--bucket-mb MiB] [--allreduce-dtype T] [--mpi]\n"
 	"               [--qat] [--keep-denormals]\n"
-	"               [--pipeline auto|FILE] [--micro-batches M] [--schedule gpipe|1f1b]\n"
+	"               [--pipeline auto|measured|FILE] [--micro-batches M]\n"
+	"               [--schedule gpipe|1f1b]\n"
 	"               [--pipeline-trace FILE]\n"
 	"               [--augment A] [--normalize M/S] [--workers N] [--shape NAME=DIMS]...\n"
 	"               [--[no-]progress]\n"
@@ -83,8 +84,11 @@ static const char help_text[] =
 	"      --pipeline STAGES   pipeline parallelism: the model cut into stages, each on\n"
 	"                          its device and thread, the batch in micro-batches;\n"
 	"                          STAGES is auto (as many stages as --device names,\n"
-	"                          of even predicted work) or a file of lines NODE STAGE,\n"
-	"                          FIRST..LAST STAGE and stage N DEVICE (man mltrain)\n"
+	"                          of even FLOPs), measured (of even node times measured\n"
+	"                          on each stage's device at the start: faster on unequal\n"
+	"                          devices, but the cut may differ between runs) or a\n"
+	"                          file of lines NODE STAGE, FIRST..LAST STAGE and\n"
+	"                          stage N DEVICE (man mltrain)\n"
 	"      --micro-batches M   with --pipeline: micro-batches a batch is split into\n"
 	"                          (default 4; must divide --batch); one update a batch\n"
 	"      --schedule S        with --pipeline: gpipe (default: every forward, then\n"
@@ -871,8 +875,9 @@ check_pipeline(struct run *r, const struct args *a)
 	if ((a->resume == NULL || given[S_BATCH]) && o->batch % r->micro != 0)
 		die(EXIT_USAGE, "--micro-batches %d does not divide --batch %lld", r->micro,
 		    (long long)o->batch);
-	if (strcmp(r->pipeline, "auto") == 0 && !list)
-		die(EXIT_USAGE, "--pipeline auto: give one device a stage (--device cpu,cl:0)");
+	if ((strcmp(r->pipeline, "auto") == 0 || strcmp(r->pipeline, "measured") == 0) && !list)
+		die(EXIT_USAGE, "--pipeline %s: give one device a stage (--device cpu,cl:0)",
+		    r->pipeline);
 	/* the evaluation runs on the first stage's device */
 	size_t n = strcspn(r->device, ",");
 	char *d = malloc(n + 1);
@@ -1103,6 +1108,8 @@ make_pipeline(struct run *r)
 	cli_pipeline_plan(r->step, r->pipeline, r->device, &r->po, &r->cp);
 	r->po.micro = r->micro;
 	r->po.schedule = r->psched;
+	if (r->cp.measured)
+		r->po.measure_rows = r->o.batch / r->micro;
 }
 
 /* print_stages: -v: each stage of the pipeline, its nodes and its predicted share. */
@@ -1118,9 +1125,12 @@ print_stages(const struct run *r)
 	for (int s = 0; s < ml_pipeline_stages(p); s++) {
 		struct ml_pipeline_stage_info in;
 		ml_pipeline_stage(p, s, &in);
+		char pred[48] = "";
+		if (in.predicted_s > 0)
+			snprintf(pred, sizeof pred, " (%.3f ms a micro-batch)", 1e3 * in.predicted_s);
 		fprintf(stderr, "%s: stage %d on %s: %d forward nodes (%s .. %s), %d nodes in all, "
-			"%.0f%% of the predicted work, sends %lld bytes a sample\n", progname, s,
-			in.device, in.n_forward, in.first, in.last, in.n_nodes, 100 * in.work,
+			"%.0f%% of the predicted work%s, sends %lld bytes a sample\n", progname, s,
+			in.device, in.n_forward, in.first, in.last, in.n_nodes, 100 * in.work, pred,
 			(long long)in.send_bytes);
 	}
 }

@@ -794,6 +794,10 @@ struct ml_pipeline_opts {
 				 * (ml_pipeline_auto) */
 	int micro;		/* micro-batches a batch is split into (default 1) */
 	int schedule;		/* enum ml_pipe_schedule (default ML_PIPE_GPIPE) */
+	int64_t measure_rows;	/* > 0 with stage_of NULL: the automatic cut from node
+				 * times measured on each stage's device at micro-batches of
+				 * this many samples (ml_pipeline_auto_measured); 0 (default):
+				 * from FLOPs (ml_pipeline_auto) */
 };
 
 void ml_pipeline_opts_init(struct ml_pipeline_opts *o);
@@ -806,6 +810,19 @@ void ml_pipeline_opts_init(struct ml_pipeline_opts *o);
  * the other nodes. ML_EINVAL for fewer forward nodes than stages; ML_ENOMEM.
  */
 int ml_pipeline_auto(const struct ml_graph *step, int n, int *stage_of, struct ml_err *e);
+
+/*
+ * ml_pipeline_auto_measured: as ml_pipeline_auto, but the work of a node
+ * on stage s is its time measured on devices[s]: the step graph (a copy:
+ * step is not changed) run by a profiling session on each device named, at
+ * micro-batches of rows samples of random data (labels 0, lr 0), and each
+ * stage costing its nodes' times on its own device, so a slower device
+ * gets less. time_s (may be NULL; n x step->n_nodes) gets the seconds
+ * node i takes on stage s's device at [s * n_nodes + i]. The sessions' errors (the caller may
+ * fall back to ml_pipeline_auto); ML_EINVAL as ml_pipeline_auto.
+ */
+int ml_pipeline_auto_measured(const struct ml_graph *step, int n, const char *const *devices,
+			      int64_t rows, int *stage_of, double *time_s, struct ml_err *e);
 
 /*
  * ml_pipeline_plan_read: a stage file (man mltrain, --pipeline): lines
@@ -862,6 +879,8 @@ struct ml_pipeline_stage_info {
 	const char *first, *last;	/* the names of the first and the last */
 	int n_nodes;		/* its nodes, forward, backward and updates */
 	double work;		/* its share of the predicted work (0 to 1) */
+	double predicted_s;	/* its measured nodes' seconds a micro-batch (forward,
+				 * backward, updates), with opts.measure_rows; else 0 */
 	int64_t send_bytes;	/* bytes a sample its forward sends to later stages */
 	double busy_s;		/* seconds its sessions ran, over every batch so far */
 };

@@ -110,6 +110,11 @@ setup() {
 	run -0 mltrain mlp.mlt --data d $TRAIN --log three.log -o three.mlg \
 		--pipeline auto --device cl:0,cpu --micro-batches 2
 	run -0 losses_close one.log three.log
+	# a cut from node times measured on each device
+	run -0 --separate-stderr mltrain mlp.mlt --data d $TRAIN --log four.log -o four.mlg \
+		--pipeline measured --device cpu,cl:0 -v
+	[[ $stderr =~ stage\ 1\ on\ cl:0:\ [0-9]+\ forward\ nodes.*of\ the\ predicted\ work\ \([0-9.]+\ ms\ a\ micro-batch\) ]]
+	run -0 losses_close one.log four.log
 }
 
 @test "LeNet in 2 stages (cpu + cpu, cpu + cl:0) trains as on one device" {
@@ -169,6 +174,19 @@ EOF
 	cmp a.mlg e.mlg
 	run -2 mltrain mlp.mlt --data d $TRAIN -o e.mlg --pipeline plan.txt --device cpu,cpu,cpu
 	[[ $output == "mltrain: --device names 3 devices for the 2 stages of plan.txt" ]]
+}
+
+@test "--pipeline measured cuts from measured node times, and trains alike" {
+	run -0 mltrain mlp.mlt --data d $TRAIN --log one.log -o one.mlg
+	run -0 --separate-stderr mltrain mlp.mlt --data d $TRAIN --log m.log -o m.mlg \
+		--pipeline measured --device cpu,cpu --schedule 1f1b -v
+	[[ $stderr =~ stage\ 0\ on\ cpu:\ [0-9]+\ forward\ nodes\ \(flatten1\ \.\.\ .*\ \([0-9.]+\ ms\ a\ micro-batch\) ]]
+	run -0 losses_close one.log m.log
+	run -2 mltrain mlp.mlt --data d $TRAIN -o bad.mlg --pipeline measured --device cpu
+	[[ $output == "mltrain: --pipeline measured: give one device a stage (--device cpu,cl:0)" ]]
+	run -3 mltrain mlp.mlt --data d $TRAIN -o bad.mlg --pipeline measured --device cpu,cpu,cpu,cpu,cpu,cpu,cpu
+	[[ $output == "mltrain: --pipeline measured: 7 stages for 6 forward nodes: a stage needs one at least" ]]
+	[ ! -e bad.mlg ]
 }
 
 @test "-v prints the stages and the bubble fraction; --json and the trace have it" {
@@ -292,6 +310,10 @@ MLT
 	[[ ${lines[2]} =~ ^0\ +cpu\ +[0-9]+\ flatten1\ \.\.\  ]]
 	[[ ${lines[3]} =~ ^1\ +cpu\ +[0-9]+\ .*\ \.\.\ dense3 ]]
 	[[ ${lines[4]} =~ ^wall\ [0-9.]+\ ms\ a\ batch\;\ bubble\ fraction\ 0\.[0-9]+ ]]
+	# auto predicts from FLOPs (pred ms: -), measured from node times
+	[[ ${lines[2]} =~ %\ +-\ +[0-9.]+ ]]
+	run -0 mlprof step.mlg --pipeline measured --device cpu,cpu --dim N=16 --repeat 3
+	[[ ${lines[2]} =~ %\ +[0-9]+\.[0-9]+\ +[0-9.]+ ]]
 	run -0 mlprof step.mlg --pipeline auto --device cpu,cpu --dim N=16 --repeat 3 --json \
 		--schedule 1f1b --micro-batches 2 --trace t.json
 	"$PY" -c '

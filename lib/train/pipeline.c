@@ -78,7 +78,7 @@ struct stage {
 	int n_ev;
 	double busy, busy_all;
 	int n_fwd, first, last;	/* forward nodes: count, first and last node index */
-	double work;
+	double work, predicted;
 	int64_t send;
 };
 
@@ -90,6 +90,8 @@ struct ml_pipeline {
 	struct stage *st;
 	char **dev;		/* per stage: its device (copied) */
 	int *node_part;		/* per step node */
+	double *node_time;	/* measure_rows: per step node, its seconds on its stage's
+				 * device a micro-batch; NULL else */
 	/* tensors that cross parts: xid[t] >= 0, their index in the tables */
 	int *xid, n_x;
 	bool *to_fb;		/* per crossing tensor: read by a forward or backward part */
@@ -475,13 +477,16 @@ stage_figures(struct ml_pipeline *p)
 			st->last = i;
 		}
 		int64_t f = ml_pipe_sample_flops(g, i);
-		double c = (f > 0 ? (double)f : 0) + ML_PIPE_NODE_COST;
+		double c = p->node_time != NULL ? p->node_time[i] :
+			   (f > 0 ? (double)f : 0) + ML_PIPE_NODE_COST;
 		if (w != NULL)
 			w[s] += c;
 		total += c;
 	}
-	for (int s = 0; s < p->S; s++)
+	for (int s = 0; s < p->S; s++) {
 		p->st[s].work = w != NULL && total > 0 ? w[s] / total : 0;
+		p->st[s].predicted = p->node_time != NULL && w != NULL ? w[s] : 0;
+	}
 	/* what a forward part sends: its outputs that another stage reads (once each) */
 	bool *sent = ml_calloc((size_t)g->n_tensors + 1, 1);
 	for (int s = 0; sent != NULL && s < p->S; s++) {
@@ -574,17 +579,49 @@ ml_pipeline_new(struct ml_pipeline **out, struct ml_graph *step,
 		}
 	}
 	const int *stage_of = o->stage_of;
+	double *times = NULL;
 	if (stage_of == NULL) {
 		if ((auto_of = ml_malloc(sizeof(int) * ((size_t)step->n_nodes + 1))) == NULL) {
 			rc = ml_fail(e, ML_ENOMEM, "out of memory");
 			goto fail;
 		}
-		if ((rc = ml_pipeline_auto(step, p->S, auto_of, e)) < 0)
-			goto fail;
+		/*
+		 * Measured node times where the caller gave the micro-batch
+		 * size; the FLOPs where not, or where a device could not run
+		 * the whole step for the measurement.
+		 */
+		rc = -1;
+		if (o->measure_rows > 0 &&
+		    (times = ml_malloc(sizeof(double) * ((size_t)p->S * (size_t)step->n_nodes + 1))) != NULL) {
+			struct ml_err me = { 0 };
+			rc = ml_pipeline_auto_measured(step, p->S, (const char *const *)p->dev,
+						       o->measure_rows, auto_of, times, &me);
+			if (rc == ML_EINVAL) {
+				*e = me;
+				ml_free(times);
+				goto fail;
+			}
+		}
+		if (rc < 0) {
+			ml_free(times);
+			times = NULL;
+			if ((rc = ml_pipeline_auto(step, p->S, auto_of, e)) < 0)
+				goto fail;
+		}
 		stage_of = auto_of;
 	}
-	if ((rc = classify(p, stage_of, e)) < 0 || (rc = check_edges(p, e)) < 0)
+	if ((rc = classify(p, stage_of, e)) < 0 || (rc = check_edges(p, e)) < 0) {
+		ml_free(times);
 		goto fail;
+	}
+	if (times != NULL) {
+		if ((p->node_time = ml_calloc((size_t)step->n_nodes + 1, sizeof(double))) != NULL)
+			for (int i = 0; i < step->n_nodes; i++)
+				if (p->node_part[i] < 3 * p->S)
+					p->node_time[i] = times[(size_t)(p->node_part[i] / 3) *
+								(size_t)step->n_nodes + (size_t)i];
+		ml_free(times);
+	}
 	for (int pid = 0; pid < p->n_parts; pid++) {
 		p->parts[pid].device = pid < 3 * p->S ? p->dev[pid / 3] : "cpu";
 		if ((rc = build_part(p, pid, e)) < 0)
@@ -658,6 +695,7 @@ ml_pipeline_free(struct ml_pipeline *p)
 	ml_free(p->st);
 	ml_free(p->dev);
 	ml_free(p->node_part);
+	ml_free(p->node_time);
 	ml_free(p->xid);
 	ml_free(p->to_fb);
 	ml_free(p->to_u);
@@ -1023,6 +1061,7 @@ ml_pipeline_stage(const struct ml_pipeline *p, int s, struct ml_pipeline_stage_i
 	for (int ph = 0; ph < PH_N; ph++)
 		info->n_nodes += p->parts[part_id(s, ph)].n_nodes;
 	info->work = st->work;
+	info->predicted_s = st->predicted;
 	info->send_bytes = st->send;
 	info->busy_s = st->busy_all;
 }

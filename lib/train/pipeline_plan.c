@@ -147,82 +147,82 @@ ml_pipe_sample_flops(const struct ml_graph *g, int ni)
 	return s;
 }
 
-int
-ml_pipeline_auto(const struct ml_graph *g, int n, int *stage_of, struct ml_err *e)
+/*
+ * owner_of: the forward node whose stage node i goes with when the work is
+ * counted: itself, its forward node (backward), the first forward reader
+ * of its parameter (an update), the producer of its statistics (EmaUpdate);
+ * -2 for the loss and its backward (the last stage's), -1 for none.
+ */
+static int
+owner_of(const struct ml_graph *g, int i, const int *first_reader)
 {
-	int nf = 0, rc = 0;
-	int *fwd = ml_malloc(sizeof(int) * ((size_t)g->n_nodes + 1));
-	double *cost = ml_calloc((size_t)g->n_nodes + 1, sizeof(double));
-	double *pre = ml_calloc((size_t)g->n_nodes + 2, sizeof(double));
-	int64_t *cut = ml_calloc((size_t)g->n_nodes + 2, sizeof(int64_t));
-	double *best = NULL, *bytes = NULL;
-	int *from = NULL;
-	if (fwd == NULL || cost == NULL || pre == NULL || cut == NULL) {
-		rc = ml_fail(e, ML_ENOMEM, "out of memory");
-		goto out;
+	const struct ml_node *n = &g->nodes[i];
+	if (ml_pipe_is_forward(n))
+		return i;
+	if (strncmp(n->name, "loss/", 5) == 0)
+		return -2;
+	if (strncmp(n->name, "backward/", 9) == 0) {
+		int o = ml_pipe_owner(g, i);
+		return o < 0 ? -1 : ml_pipe_is_forward(&g->nodes[o]) ? o : -2;
 	}
-	for (int i = 0; i < g->n_nodes; i++) {
-		stage_of[i] = -1;
-		if (ml_pipe_is_forward(&g->nodes[i]))
-			fwd[nf++] = i;
+	if ((n->op == ML_OP_SGD_UPDATE || n->op == ML_OP_ADAM_UPDATE) && n->in[0] >= 0)
+		return first_reader[n->in[0]];
+	if (n->op == ML_OP_EMA_UPDATE && n->n_in > 1 && n->in[1] >= 0) {
+		int t = n->in[1];
+		for (int k = 0; k < g->n_nodes; k++)
+			for (int j = 0; j < g->nodes[k].n_out; j++)
+				if (g->nodes[k].out[j] == t)
+					return ml_pipe_is_forward(&g->nodes[k]) ? k : -1;
 	}
-	if (n < 1 || nf < n) {
-		rc = ml_fail(e, ML_EINVAL, "%d stages for %d forward nodes: a stage needs one at least",
-			     n, nf);
-		goto out;
-	}
-	/*
-	 * The work of a forward node: its FLOPs and those of its backward
-	 * nodes for one sample, and a fixed cost per node (about 1 us of
-	 * launch and bookkeeping at 2 GFLOP/s, over a batch of 64), so a
-	 * stage of many small nodes counts.
-	 */
-	const double per_node = ML_PIPE_NODE_COST;
-	for (int i = 0; i < g->n_nodes; i++) {
-		int o = ml_pipe_is_forward(&g->nodes[i]) ? i : ml_pipe_owner(g, i);
-		if (o < 0 || !ml_pipe_is_forward(&g->nodes[o]))
-			continue;
-		int64_t f = ml_pipe_sample_flops(g, i);
-		cost[o] += (f > 0 ? (double)f : 0) + per_node;
-	}
-	for (int k = 0; k < nf; k++)
-		pre[k + 1] = pre[k] + cost[fwd[k]];
-	if ((rc = cross_bytes(g, fwd, nf, cut, e)) < 0)
-		goto out;
-	/*
-	 * best[s][j]: the least bottleneck (the largest stage's work) of the
-	 * first j forward nodes in s + 1 stages; then, within 5% of the
-	 * overall best, the cuts that send the fewest bytes.
-	 */
+	return -1;
+}
+
+/*
+ * partition: stage_of for the forward nodes fwd[0..nf) cut into n
+ * contiguous stages, where node k costs cost[s * nf + k] on stage s and
+ * stage s costs fixed[s] besides: the least bottleneck (the largest
+ * stage's cost), then, within 5% of it, the cuts that send the fewest
+ * bytes a sample (cut[j]: the bytes crossing a cut before position j).
+ */
+static int
+partition(int n, const int *fwd, int nf, const double *cost, const double *fixed,
+	  const int64_t *cut, int *stage_of, struct ml_err *e)
+{
 	size_t cells = (size_t)n * ((size_t)nf + 1);
-	best = ml_malloc(sizeof(double) * cells);
-	bytes = ml_malloc(sizeof(double) * cells);
-	from = ml_malloc(sizeof(int) * cells);
-	if (best == NULL || bytes == NULL || from == NULL) {
+	double *pre = ml_calloc(cells, sizeof(double));
+	double *best = ml_malloc(sizeof(double) * cells);
+	double *bytes = ml_malloc(sizeof(double) * cells);
+	int *from = ml_malloc(sizeof(int) * cells);
+	int rc = 0;
+	if (pre == NULL || best == NULL || bytes == NULL || from == NULL) {
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto out;
 	}
 #define AT(a, s, j) a[(size_t)(s) * ((size_t)nf + 1) + (size_t)(j)]
 	for (int s = 0; s < n; s++)
+		for (int k = 0; k < nf; k++)
+			AT(pre, s, k + 1) = AT(pre, s, k) + cost[(size_t)s * (size_t)nf + (size_t)k];
+	for (int s = 0; s < n; s++)
 		for (int j = 0; j <= nf; j++) {
 			AT(best, s, j) = INFINITY;
 			if (s == 0 && j > 0)
-				AT(best, s, j) = pre[j];
+				AT(best, s, j) = AT(pre, s, j) + fixed[s];
 			for (int i = s; s > 0 && i < j; i++) {
-				double v = fmax(AT(best, s - 1, i), pre[j] - pre[i]);
+				double v = fmax(AT(best, s - 1, i), AT(pre, s, j) - AT(pre, s, i) + fixed[s]);
 				if (v < AT(best, s, j))
 					AT(best, s, j) = v;
 			}
 		}
-	double cap = AT(best, n - 1, nf) * 1.05 + 1;
+	double cap = AT(best, n - 1, nf) * 1.05 + 1e-12;
 	for (int s = 0; s < n; s++)
 		for (int j = 0; j <= nf; j++) {
 			AT(bytes, s, j) = INFINITY;
 			AT(from, s, j) = -1;
-			if (s == 0 && j > 0 && pre[j] <= cap)
+			if (s == 0 && j > 0 && AT(pre, s, j) + fixed[s] <= cap)
 				AT(bytes, s, j) = 0;
 			for (int i = s; s > 0 && i < j; i++) {
-				if (pre[j] - pre[i] > cap || !isfinite(AT(bytes, s - 1, i)))
+				if (AT(pre, s, j) - AT(pre, s, i) + fixed[s] > cap ||
+				    !isfinite(AT(bytes, s - 1, i)))
 					continue;
 				double v = AT(bytes, s - 1, i) + (double)cut[i];
 				if (v < AT(bytes, s, j)) {
@@ -240,13 +240,197 @@ ml_pipeline_auto(const struct ml_graph *g, int n, int *stage_of, struct ml_err *
 	}
 #undef AT
 out:
-	ml_free(fwd);
-	ml_free(cost);
 	ml_free(pre);
-	ml_free(cut);
 	ml_free(best);
 	ml_free(bytes);
 	ml_free(from);
+	return rc;
+}
+
+/*
+ * auto_cut: the forward nodes of g and the bytes crossing each cut; then
+ * the partition of costs node_cost[s * n_nodes + i] (node i on stage s),
+ * each node counted with the forward node it goes with (owner_of).
+ */
+static int
+auto_cut(const struct ml_graph *g, int n, const double *node_cost, int *stage_of,
+	 struct ml_err *e)
+{
+	int nf = 0, rc = 0;
+	int *fwd = ml_malloc(sizeof(int) * ((size_t)g->n_nodes + 1));
+	int *pos = ml_malloc(sizeof(int) * ((size_t)g->n_nodes + 1));
+	int *first = ml_malloc(sizeof(int) * ((size_t)g->n_tensors + 1));
+	int64_t *cut = ml_calloc((size_t)g->n_nodes + 2, sizeof(int64_t));
+	double *cost = NULL, *fixed = ml_calloc((size_t)n + 1, sizeof(double));
+	if (fwd == NULL || pos == NULL || first == NULL || cut == NULL || fixed == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int t = 0; t < g->n_tensors; t++)
+		first[t] = -1;
+	for (int i = 0; i < g->n_nodes; i++) {
+		stage_of[i] = pos[i] = -1;
+		if (!ml_pipe_is_forward(&g->nodes[i]))
+			continue;
+		pos[i] = nf;
+		fwd[nf++] = i;
+		for (int j = 0; j < g->nodes[i].n_in; j++)
+			if (g->nodes[i].in[j] >= 0 && first[g->nodes[i].in[j]] < 0)
+				first[g->nodes[i].in[j]] = i;
+	}
+	if (n < 1 || nf < n) {
+		rc = ml_fail(e, ML_EINVAL, "%d stages for %d forward nodes: a stage needs one at least",
+			     n, nf);
+		goto out;
+	}
+	if ((cost = ml_calloc((size_t)n * (size_t)nf + 1, sizeof(double))) == NULL) {
+		rc = ml_fail(e, ML_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < g->n_nodes; i++) {
+		int o = owner_of(g, i, first);
+		for (int s = 0; s < n; s++) {
+			double c = node_cost[(size_t)s * (size_t)g->n_nodes + (size_t)i];
+			if (o >= 0)
+				cost[(size_t)s * (size_t)nf + (size_t)pos[o]] += c;
+			else if (o == -2 && s == n - 1)
+				fixed[s] += c;
+		}
+	}
+	if ((rc = cross_bytes(g, fwd, nf, cut, e)) == 0)
+		rc = partition(n, fwd, nf, cost, fixed, cut, stage_of, e);
+out:
+	ml_free(fwd);
+	ml_free(pos);
+	ml_free(first);
+	ml_free(cut);
+	ml_free(cost);
+	ml_free(fixed);
+	return rc;
+}
+
+int
+ml_pipeline_auto(const struct ml_graph *g, int n, int *stage_of, struct ml_err *e)
+{
+	/*
+	 * The work of a node: its FLOPs for one sample and a fixed cost
+	 * (ML_PIPE_NODE_COST), so a stage of many small nodes counts; the
+	 * same on every stage.
+	 */
+	if (n < 1 || n > 4096)
+		return ml_fail(e, ML_EINVAL, "%d stages", n);
+	double *c = ml_malloc(sizeof(double) * ((size_t)n * (size_t)g->n_nodes + 1));
+	if (c == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	for (int i = 0; i < g->n_nodes; i++) {
+		int64_t f = ml_pipe_sample_flops(g, i);
+		for (int s = 0; s < n; s++)
+			c[(size_t)s * (size_t)g->n_nodes + (size_t)i] =
+				(f > 0 ? (double)f : 0) + ML_PIPE_NODE_COST;
+	}
+	int rc = auto_cut(g, n, c, stage_of, e);
+	ml_free(c);
+	return rc;
+}
+
+/* input_for: a value for step input t at rows samples: x in [0, 1), labels and lr 0. */
+static int
+input_for(const struct ml_tensor *t, int64_t rows, uint64_t *rng, struct ml_tval *v,
+	  struct ml_err *e)
+{
+	int64_t dims[ML_MAX_RANK];
+	if (t->rank < 0)
+		return ml_fail(e, ML_EINVAL, "input '%s' has no rank", t->name);
+	for (int d = 0; d < t->rank; d++)
+		dims[d] = t->dims[d] >= 0 ? t->dims[d] : d == 0 ? rows : 1;
+	ML_TRY(ml_tval_alloc(v, t->dtype == ML_UNDEF ? ML_F32 : t->dtype, t->rank, dims, e));
+	if (strcmp(t->name, "label") == 0 || strcmp(t->name, "lr") == 0 ||
+	    !ml_dtype_is_float(v->dtype))
+		return 0;	/* zeros: class 0, no step */
+	int64_t n = ml_tval_numel(v);
+	for (int64_t i = 0; i < n; i++)
+		ml_set_f64(v->data, v->dtype, i, (double)(ml_splitmix64(rng) >> 11) /
+			   9007199254740992.0);
+	return 0;
+}
+
+/* measure: t[i], node i's seconds (the least of two runs) in a step of rows samples on dev. */
+static int
+measure(const struct ml_graph *step, const char *dev, int64_t rows, double *t, struct ml_err *e)
+{
+	struct ml_graph *g = NULL;
+	struct ml_session *s = NULL;
+	struct ml_session_opts so = { .device = dev, .profile = true };
+	uint64_t rng = 1;
+	int rc;
+	if ((rc = ml_graph_clone(&g, step, e)) < 0 || (rc = ml_session_new(&s, g, &so, e)) < 0)
+		goto out;
+	for (int k = 0; k < g->n_inputs; k++) {
+		struct ml_tval v = { 0 };
+		const struct ml_tensor *x = g->tensors[g->inputs[k]];
+		rc = input_for(x, rows, &rng, &v, e);
+		if (rc == 0)
+			rc = ml_session_set_input(s, x->name, &v, e);
+		ml_tval_clear(&v);
+		if (rc < 0)
+			goto out;
+	}
+	for (int i = 0; i < step->n_nodes; i++)
+		t[i] = INFINITY;
+	for (int r = 0; r < 3; r++) {
+		if ((rc = ml_session_run(s, e)) < 0)
+			goto out;
+		for (int i = 0; r > 0 && i < g->n_nodes; i++) {
+			/* the copy keeps the order; a name that differs is looked up */
+			int k = i < step->n_nodes && strcmp(step->nodes[i].name, g->nodes[i].name) == 0 ?
+				i : -1;
+			for (int j = 0; k < 0 && j < step->n_nodes; j++)
+				if (strcmp(step->nodes[j].name, g->nodes[i].name) == 0)
+					k = j;
+			if (k >= 0)
+				t[k] = fmin(t[k], ml_session_node_time(s, i));
+		}
+	}
+	for (int i = 0; i < step->n_nodes; i++)
+		if (!isfinite(t[i]))
+			t[i] = 0;
+out:
+	ml_session_free(s);
+	ml_graph_free(g);
+	return rc;
+}
+
+int
+ml_pipeline_auto_measured(const struct ml_graph *step, int n, const char *const *devices,
+			  int64_t rows, int *stage_of, double *time_s, struct ml_err *e)
+{
+	if (n < 1 || n > 4096 || rows < 1)
+		return ml_fail(e, ML_EINVAL, "%d stages at %lld samples", n, (long long)rows);
+	size_t nn = (size_t)step->n_nodes;
+	double *c = ml_calloc((size_t)n * nn + 1, sizeof(double));
+	if (c == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	int rc = 0;
+	/* each device once: a stage whose device was measured takes its row */
+	for (int s = 0; s < n && rc == 0; s++) {
+		const char *d = devices != NULL && devices[s] != NULL ? devices[s] : "cpu";
+		int same = -1;
+		for (int k = 0; k < s && same < 0; k++)
+			if (strcmp(devices != NULL && devices[k] != NULL ? devices[k] : "cpu", d) == 0)
+				same = k;
+		if (same >= 0)
+			memcpy(c + (size_t)s * nn, c + (size_t)same * nn, sizeof(double) * nn);
+		else
+			rc = measure(step, d, rows, c + (size_t)s * nn, e);
+	}
+	/* a fixed cost per node as well: what a session spends around each */
+	for (size_t k = 0; rc == 0 && k < (size_t)n * nn; k++)
+		c[k] += 1e-6;
+	if (rc == 0)
+		rc = auto_cut(step, n, c, stage_of, e);
+	if (rc == 0 && time_s != NULL)
+		memcpy(time_s, c, sizeof(double) * (size_t)n * nn);
+	ml_free(c);
 	return rc;
 }
 
