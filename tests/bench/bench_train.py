@@ -65,8 +65,10 @@
 #    (examples/lenet.mlt, --epochs-cnn epochs), all of Fashion-MNIST, SGD lr
 #    0.05 momentum 0.9 batch 64; round r trains seed r with both, so the
 #    accuracy is the mean over the rounds' seeds and samples/s the median.
-#  pipeline: --pipeline auto in 2 stages (cpu + cl:0 where an OpenCL device
-#    exists, and cpu + cpu) against one device (cpu), on the MLP and LeNet
+#  pipeline: 2 stages (cpu + cl:0 where an OpenCL device exists, cut by
+#    --pipeline measured; cpu + cpu, by auto) against one device (cpu;
+#    --threads threads, while each stage runs on its own thread with
+#    --threads threads for its kernels), on the MLP and LeNet
 #    (examples/fashion-mlp.mlt, examples/lenet.mlt) for one epoch of the
 #    first --pipe-samples training samples, batch 64 in 4 micro-batches
 #    (GPipe and 1F1B), --no-shuffle, SGD lr 0.05 momentum 0.9: samples/s
@@ -486,9 +488,9 @@ def pipeline(a, mltrain, xtr, ytr, xte, yte):
         np.save(os.path.join(d, name + ".npy"), arr)
     configs = [("1 device (cpu)", [])]
     if has_cl(a.bin):
-        configs += [("cpu + cl:0, gpipe", ["--pipeline", "auto", "--device", "cpu,cl:0",
+        configs += [("cpu + cl:0, gpipe", ["--pipeline", "measured", "--device", "cpu,cl:0",
                                            "--schedule", "gpipe"]),
-                    ("cpu + cl:0, 1f1b", ["--pipeline", "auto", "--device", "cpu,cl:0",
+                    ("cpu + cl:0, 1f1b", ["--pipeline", "measured", "--device", "cpu,cl:0",
                                           "--schedule", "1f1b"])]
     configs += [("cpu + cpu, gpipe", ["--pipeline", "auto", "--device", "cpu,cpu",
                                       "--schedule", "gpipe"]),
