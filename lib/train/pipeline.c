@@ -11,9 +11,13 @@
  * part on its stage's device. Per batch, one thread per stage runs its
  * parts in the schedule's order; a part waits (one mutex, one condition
  * variable) until the parts it reads have done its micro-batch. The
- * crossing tensors go through a host-side table, one row per micro-batch;
- * the weight gradients (B to U) are summed there instead, and scaled to
- * the mean by their producer after the last micro-batch.
+ * crossing tensors go through a host-side table, one row per micro-batch
+ * in flight (all M for GPipe, S for 1F1B, a row reused once its readers
+ * are done); the weight gradients (B to U) are summed there instead, and
+ * scaled to the mean by their producer after the last micro-batch. After
+ * the updates, each stage's sessions copy what their device changed back
+ * to the step's data (ml_session_sync) and upload it again before their
+ * next use (ml_session_reload).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -96,7 +100,8 @@ struct ml_pipeline {
 	int *xid, n_x;
 	bool *to_fb;		/* per crossing tensor: read by a forward or backward part */
 	bool *to_u;		/* per crossing tensor: read by an update part (summed) */
-	struct ml_tval *vals;	/* (M + 1) rows of n_x: per micro-batch, then the batch's */
+	struct ml_tval *vals;	/* (R + 1) rows of n_x: micro-batch m's in row m % R, then
+				 * the batch's (the global part's) */
 	struct ml_tval *gsum;	/* n_x: the sums of the gradients the updates read */
 	int loss_t, hits_t, label_t, lr_t;
 	double *loss_m, *hits_m;	/* per micro-batch */
