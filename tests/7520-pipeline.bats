@@ -132,6 +132,30 @@ setup() {
 	echo "$output"
 }
 
+@test "BatchNormalization: one micro-batch trains as one device; more see their own statistics" {
+	cat >bn.mlt <<MLT
+<ir_version: 8, opset_import: ["" : 17], seed: 0>
+bn (float[N,1,8,8] x) => (float[N,4] y)
+{
+    conv(filters=4, kernel=3, pad=1)
+    norm(batch)
+    act(relu)
+    flatten
+    dense(units=4)
+}
+MLT
+	run -0 mltrain bn.mlt --data d $TRAIN --epochs 1 --log one.log -o one.mlg
+	run -0 mltrain bn.mlt --data d $TRAIN --epochs 1 --log p1.log -o p1.mlg \
+		--pipeline auto --device cpu,cpu --micro-batches 1
+	run -0 losses_close one.log p1.log
+	# 4 micro-batches: the batch statistics (and the running ones) are each micro-batch's
+	run -0 mltrain bn.mlt --data d $TRAIN --epochs 1 --log p4.log -o p4.mlg \
+		--pipeline auto --device cpu,cpu --micro-batches 4
+	run -1 losses_close one.log p4.log
+	run -0 losses_close one.log p4.log 0.05
+	run -0 mlrun p4.mlg --random --dim N=2
+}
+
 @test "GPipe and 1F1B give the same model, bit for bit; 3 stages too" {
 	run -0 mltrain mlp.mlt --data d $TRAIN -o g.mlg --pipeline auto --device cpu,cpu \
 		--schedule gpipe
