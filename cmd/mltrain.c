@@ -351,7 +351,16 @@ check_precision(const struct run *r)
 	if (r->o.prec == ML_PREC_F16)
 		die(EXIT_UNSUP, "--precision fp16: the CPU has no fp16 arithmetic (bf16 is its "
 		    "half precision)");
-	if (r->o.prec != ML_PREC_F32 && strcmp(r->device, "cpu") != 0)
+	/* a --pipeline list of CPU stages is the CPU */
+	bool cpu = true;
+	for (const char *d = r->device; cpu; d++) {
+		size_t n = strcspn(d, ",");
+		cpu = n == 3 && strncmp(d, "cpu", 3) == 0;
+		if (d[n] == '\0')
+			break;
+		d += n;
+	}
+	if (r->o.prec != ML_PREC_F32 && !cpu)
 		die(EXIT_UNSUP, "--precision %s: --device %s trains in fp32 only (use --device cpu)",
 		    p != NULL ? p : "?", r->device);
 }
