@@ -175,7 +175,7 @@ asan: deps
 # ThreadSanitizer over the threaded C tests: the pool (test_nnfast at 1 to 3
 # threads), the loader's prefetch thread (test_data), training steps
 # (test_train), the training loop (test_trainer), the MPI layer without
-# MPI (test_dist), sessions (test_lib),
+# MPI (test_dist), sessions (test_lib), pipeline stages (test_pipeline),
 # and mltrain then mlrun on 2 threads (tests/tools/tsan-train.sh). Any
 # report fails it (halt_on_error, status 66). GCC, as the normal build,
 # with its function entry/exit hooks off: it instruments the ifunc resolvers
@@ -184,7 +184,7 @@ asan: deps
 # instrumented either) runs on one thread. No suppressions: none are needed
 # today; a race in lib/ is fixed, and only third-party code may ever get one.
 # About a minute on 2 cores, build included (35 s of it running the tests).
-TSAN_TESTS = test_lib test_nnfast test_data test_train test_trainer test_dist
+TSAN_TESTS = test_lib test_nnfast test_data test_train test_trainer test_dist test_pipeline
 TSAN_FLAGS = -O1 -g -fsanitize=thread --param=tsan-instrument-func-entry-exit=0
 tsan:
 	$(MAKE) B=build-tsan OPENCL=0 CFLAGS="$(TSAN_FLAGS)" $(TSAN_TESTS:%=build-tsan/bin/%) \

@@ -780,6 +780,16 @@ make_input(struct ml_tval *v, const struct ml_graph *g, const struct ml_tensor *
 	}
 }
 
+void
+cli_random_input(struct ml_tval *v, const struct ml_graph *g, const char *name,
+		 const struct cli_inputs *in)
+{
+	int t = ml_graph_find(g, name);
+	if (t < 0)
+		die(EXIT_INVALID, "the model has no input '%s'", name);
+	make_input(v, g, g->tensors[t], "random", in);
+}
+
 /*
  * cli_shape_hint: when an array differs from the input it binds in sizes
  * alone, say that --shape runs the model at the array's shape.
@@ -907,4 +917,57 @@ cli_shapes_free(struct cli_shapes *s)
 	free(s->a);
 	s->a = NULL;
 	s->n = 0;
+}
+
+void
+cli_pipeline_plan(const struct ml_graph *step, const char *stages, const char *devices,
+		  struct ml_pipeline_opts *po, struct cli_pipeline *cp)
+{
+	struct ml_err err = { 0 };
+	memset(cp, 0, sizeof *cp);
+	if ((cp->dev_buf = strdup(devices)) == NULL ||
+	    (cp->stage_of = malloc(sizeof(int) * ((size_t)step->n_nodes + 1))) == NULL)
+		die(EXIT_FAIL, "out of memory");
+	int nd = 0, ns;
+	for (char *save = NULL, *d = strtok_r(cp->dev_buf, ",", &save); d != NULL;
+	     d = strtok_r(NULL, ",", &save)) {
+		if (nd == 64)
+			die(EXIT_USAGE, "--device: more than 64 stages");
+		if (strcmp(d, "cpu") != 0 && strcmp(d, "cl") != 0 && strncmp(d, "cl:", 3) != 0)
+			die(EXIT_USAGE, "--device: unknown device '%s' for a stage (cpu, cl, cl:N)", d);
+		cp->devs[nd++] = d;
+	}
+	if (nd == 0)
+		die(EXIT_USAGE, "--device: no device");
+	cp->measured = strcmp(stages, "measured") == 0;
+	if (strcmp(stages, "auto") == 0 || cp->measured) {
+		ns = nd;
+		if (ml_pipeline_auto(step, ns, cp->stage_of, &err) < 0)
+			die(ml_exit_status(err.code), "--pipeline %s: %s", stages, err.msg);
+	} else {
+		const char *fdev[64];
+		if (ml_pipeline_plan_read(step, stages, 64, cp->stage_of, &ns, fdev, &cp->plan_buf,
+					  &err) < 0)
+			die_err(&err);
+		if (nd > 1 && nd != ns)
+			die(EXIT_USAGE, "--device names %d devices for the %d stages of %s", nd, ns,
+			    stages);
+		const char *one = cp->devs[0];
+		for (int s = 0; s < ns; s++)
+			cp->devs[s] = nd > 1 ? cp->devs[s] : fdev[s] != NULL ? fdev[s] : one;
+	}
+	ml_pipeline_opts_init(po);
+	po->n_stages = ns;
+	po->devices = cp->devs;
+	/* measured: the library cuts, from the times measured at po->measure_rows */
+	po->stage_of = cp->measured ? NULL : cp->stage_of;
+}
+
+void
+cli_pipeline_free(struct cli_pipeline *cp)
+{
+	free(cp->stage_of);
+	free(cp->plan_buf);
+	free(cp->dev_buf);
+	memset(cp, 0, sizeof *cp);
 }

@@ -160,6 +160,13 @@ void cli_add_dim(struct cli_inputs *in, char *arg, const char *synopsis);
  */
 void cli_bind_inputs(struct ml_session *s, const struct ml_graph *g, const char *path,
 		     const struct cli_inputs *in);
+/*
+ * cli_random_input: a random array for input name of g, as --random makes
+ * it (its "random:NAME" range; symbolic dims from --dim, else 1); the
+ * numbers go on from the last call's. Dies with status 3 without the input.
+ */
+void cli_random_input(struct ml_tval *v, const struct ml_graph *g, const char *name,
+		      const struct cli_inputs *in);
 /* cli_inputs_free: release what cli_add_input and cli_add_dim took. */
 void cli_inputs_free(struct cli_inputs *in);
 
@@ -191,5 +198,26 @@ void cli_shape_hint(struct ml_err *err, const struct ml_graph *g, const char *na
 		    const struct ml_tval *v);
 /* cli_shapes_free: release what cli_add_shape took. */
 void cli_shapes_free(struct cli_shapes *s);
+
+/*
+ * Pipeline stages, shared by mltrain and mlprof: --pipeline STAGES (auto,
+ * or a stage file) over --device DEVICES (a comma-separated list, one a
+ * stage; with a file, a single device for the stages its "stage N DEVICE"
+ * lines leave out; "measured" as auto, from node times). cli_pipeline_plan
+ * fills po's stages, devices and stage_of (owned by cp; NULL for measured,
+ * which ml_pipeline_new cuts from the times measured at po->measure_rows,
+ * the caller's to set with the micro-batches and schedule) for step. Dies with status 2 for a bad device list, 3 for a plan that
+ * does not fit the model, 1 for a file that cannot be read.
+ */
+struct cli_pipeline {
+	int *stage_of;
+	const char *devs[64];
+	char *plan_buf, *dev_buf;
+	bool measured;		/* --pipeline measured */
+};
+void cli_pipeline_plan(const struct ml_graph *step, const char *stages, const char *devices,
+		       struct ml_pipeline_opts *po, struct cli_pipeline *cp);
+/* cli_pipeline_free: release what cli_pipeline_plan took. */
+void cli_pipeline_free(struct cli_pipeline *cp);
 
 #endif

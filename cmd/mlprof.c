@@ -17,6 +17,7 @@ static const char synopsis[] =
 	"              [--sort KEY] [--top N]\n"
 	"              [--group BY] [--json | --csv] [--memory] [--trace FILE] [--svg FILE]\n"
 	"              [--calibrate] [-o FILE] [--max-alloc SIZE] [--timeout SECS]\n"
+	"              [--pipeline auto|measured|FILE [--micro-batches M] [--schedule S]]\n"
 	"              [--[no-]progress] [MODEL | -]\n"
 	"       mlprof diff [-fq] [--threshold PCT] [--top N] [--json] A.json B.json\n"
 	"       mlprof --devices [--json]";
@@ -58,7 +59,14 @@ static const char help_text[] =
 	"      --progress          draw a progress bar of the runs on stderr even when it is\n"
 	"                          no terminal\n"
 	"      --no-progress       draw no progress bar (the default unless on a terminal)\n"
-	"      --device DEV        cpu (default), cl, cl:N, auto, or all: each device in turn\n"
+	"      --device DEV        cpu (default), cl, cl:N, auto, or all: each device in turn;\n"
+	"                          with --pipeline, one device a stage (cpu,cl:0)\n"
+	"      --pipeline STAGES   profile a training step (mltrain --dump-step) run as\n"
+	"                          mltrain --pipeline runs it: STAGES is auto, measured\n"
+	"                          or a stage file; one row (and one --trace lane) a stage,\n"
+	"                          and the bubble fraction; the batch is --dim's (default 1)\n"
+	"      --micro-batches M   with --pipeline: micro-batches a batch (default 4)\n"
+	"      --schedule S        with --pipeline: gpipe (default) or 1f1b\n"
 	"      --devices           list the devices as mlrun --devices does (--json: as\n"
 	"                          JSON) and exit; status 3 without an OpenCL device\n"
 	"  -q, --quiet             print nothing but errors\n"
@@ -269,6 +277,8 @@ struct opts {
 	int64_t repeat, warmup;
 	double timeout;
 	const char *device, *outpath, *trace, *svg, *path;
+	const char *pipeline;	/* --pipeline: auto or a stage file */
+	int micro, psched;
 	bool version, calibrate, list_devices;
 	bool report_stderr;	/* the trace or the picture goes to stdout: the report to stderr */
 	char costpath[4096];	/* --calibrate: where the cost model goes */
@@ -281,7 +291,8 @@ parse_args(struct opts *o, int argc, char **argv)
 {
 	enum { OPT_RANDOM = 256, OPT_SEED, OPT_REPEAT, OPT_WARMUP, OPT_JSON, OPT_THREADS,
 	       OPT_DEVICE, OPT_DIM, OPT_CSV, OPT_SORT, OPT_TOP, OPT_GROUP, OPT_MEMORY, OPT_TRACE,
-	       OPT_SVG, OPT_CALIBRATE, OPT_DEVICES, OPT_MAX_ALLOC, OPT_TIMEOUT, OPT_SHAPE };
+	       OPT_SVG, OPT_CALIBRATE, OPT_DEVICES, OPT_MAX_ALLOC, OPT_TIMEOUT, OPT_SHAPE,
+	       OPT_PIPE, OPT_MICRO, OPT_PSCHED };
 	static const struct option longopts[] = {
 		{ "calibrate", no_argument, NULL, OPT_CALIBRATE },
 		{ "csv", no_argument, NULL, OPT_CSV },
@@ -297,6 +308,9 @@ parse_args(struct opts *o, int argc, char **argv)
 		{ "no-progress", no_argument, NULL, CLI_OPT_NO_PROGRESS },
 		{ "output", required_argument, NULL, 'o' },
 		{ "progress", no_argument, NULL, CLI_OPT_PROGRESS },
+		{ "micro-batches", required_argument, NULL, OPT_MICRO },
+		{ "pipeline", required_argument, NULL, OPT_PIPE },
+		{ "schedule", required_argument, NULL, OPT_PSCHED },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "random", no_argument, NULL, OPT_RANDOM },
 		{ "repeat", required_argument, NULL, OPT_REPEAT },
@@ -347,6 +361,16 @@ parse_args(struct opts *o, int argc, char **argv)
 			break;
 		case OPT_DEVICES:
 			o->list_devices = true;
+			break;
+		case OPT_PIPE:
+			o->pipeline = optarg;
+			break;
+		case OPT_MICRO:
+			o->micro = (int)parse_int("--micro-batches", optarg, 1, 4096, synopsis);
+			break;
+		case OPT_PSCHED:
+			if ((o->psched = ml_pipe_schedule_from_name(optarg)) < 0)
+				die(EXIT_USAGE, "unknown schedule '%s' (gpipe, 1f1b)", optarg);
 			break;
 		case OPT_SHAPE:
 			cli_add_shape(&o->shapes, optarg, synopsis);
@@ -443,6 +467,23 @@ check_args(struct opts *o, int argc, char **argv)
 		usage_error(synopsis, "only one of --trace and --svg can write to '-'");
 	if (to_stdout > 0 && o->outpath == NULL)
 		o->report_stderr = true;	/* the trace or the picture is the output */
+	if (o->pipeline == NULL && (o->micro > 0 || o->psched >= 0))
+		die(EXIT_USAGE, "--micro-batches and --schedule need --pipeline");
+	if (o->pipeline == NULL && strchr(o->device, ',') != NULL)
+		die(EXIT_USAGE, "--device %s: a list of devices needs --pipeline", o->device);
+	if (o->pipeline != NULL) {
+		if (o->micro == 0)
+			o->micro = 4;
+		if (o->psched < 0)
+			o->psched = ML_PIPE_GPIPE;
+		if (o->calibrate || o->svg != NULL || o->fmt == OUT_CSV || o->po.memory)
+			die(EXIT_USAGE, "--pipeline cannot combine with --calibrate, --svg, --csv or "
+			    "--memory");
+		if ((strcmp(o->pipeline, "auto") == 0 || strcmp(o->pipeline, "measured") == 0) &&
+		    strchr(o->device, ',') == NULL)
+			die(EXIT_USAGE, "--pipeline %s: give one device a stage (--device cpu,cl:0)",
+			    o->pipeline);
+	}
 	if (!o->calibrate)
 		return;
 	o->cost_default = o->outpath == NULL;
@@ -528,6 +569,157 @@ profile(struct ml_prof **pp, struct ml_graph *g, const char *dev, const struct o
 	ml_session_free(s);
 }
 
+/*
+ * pipe_report: --pipeline's report: a row a stage (its device, forward
+ * nodes, busy time a batch and its share of the wall time) and the bubble
+ * fraction, as a table or JSON.
+ */
+struct pipe_job {
+	const struct ml_pipeline *p;
+	const struct opts *o;
+	double wall, *busy;	/* over the timed runs */
+	int64_t runs, rows;
+};
+
+static int
+pipe_report(void *ctx, FILE *fp, struct ml_err *e)
+{
+	const struct pipe_job *j = ctx;
+	int ns = ml_pipeline_stages(j->p);
+	double sum = 0;
+	for (int s = 0; s < ns; s++)
+		sum += j->busy[s];
+	double bubble = j->wall > 0 ? 1 - sum / (ns * j->wall) : 0;
+	if (bubble < 0)
+		bubble = 0;
+	double per = 1e3 / (double)j->runs;
+	if (j->o->fmt == OUT_JSON) {
+		fprintf(fp, "{\"model\": ");
+		ml_json_str(fp, j->o->path);
+		fprintf(fp, ", \"pipeline\": {\"stages\": %d, \"micro_batches\": %d, \"batch\": "
+			"%lld, \"schedule\": \"%s\", \"runs\": %lld, \"wall_ms\": %.4f, "
+			"\"bubble_fraction\": %.4f, \"lanes\": [", ns, j->o->micro, (long long)j->rows,
+			ml_pipe_schedule_name(j->o->psched), (long long)j->runs, j->wall * per, bubble);
+		for (int s = 0; s < ns; s++) {
+			struct ml_pipeline_stage_info in;
+			ml_pipeline_stage(j->p, s, &in);
+			fprintf(fp, "%s{\"stage\": %d, \"device\": \"%s\", \"forward_nodes\": %d, "
+				"\"nodes\": %d, \"first\": ", s ? ", " : "", s, in.device, in.n_forward,
+				in.n_nodes);
+			ml_json_str(fp, in.first);
+			fprintf(fp, ", \"last\": ");
+			ml_json_str(fp, in.last);
+			fprintf(fp, ", \"predicted_share\": %.4f, \"predicted_ms\": %.4f, "
+				"\"busy_ms\": %.4f}", in.work, 1e3 * in.predicted_s, j->busy[s] * per);
+		}
+		fprintf(fp, "]}}\n");
+	} else {
+		fprintf(fp, "%s: %d stages, batch %lld in %d micro-batches, %s, %lld runs\n",
+			j->o->path, ns, (long long)j->rows, j->o->micro,
+			ml_pipe_schedule_name(j->o->psched), (long long)j->runs);
+		fprintf(fp, "%-6s %-8s %5s %-30s %9s %8s %8s %10s\n", "lane", "device", "fwd",
+			"first .. last", "predicted", "pred ms", "busy ms", "busy share");
+		for (int s = 0; s < ns; s++) {
+			struct ml_pipeline_stage_info in;
+			char nodes[64];
+			ml_pipeline_stage(j->p, s, &in);
+			snprintf(nodes, sizeof nodes, "%.14s .. %.14s", in.first, in.last);
+			char pred[32] = "-";
+			if (in.predicted_s > 0)	/* measured: a micro-batch's node times */
+				snprintf(pred, sizeof pred, "%.3f", 1e3 * in.predicted_s);
+			fprintf(fp, "%-6d %-8s %5d %-30s %8.0f%% %8s %8.3f %9.1f%%\n", s, in.device,
+				in.n_forward, nodes, 100 * in.work, pred, j->busy[s] * per,
+				j->wall > 0 ? 100 * j->busy[s] / j->wall : 0.0);
+		}
+		fprintf(fp, "wall %.3f ms a batch; bubble fraction %.3f (the stages' idle share: "
+			"1 - busy / (stages x wall))\n", j->wall * per, bubble);
+	}
+	return ferror(fp) ? ml_fail(e, ML_EIO, "write error") : 0;
+}
+
+static int
+pipe_trace(void *ctx, FILE *fp, struct ml_err *e)
+{
+	const struct pipe_job *j = ctx;
+	return ml_pipeline_trace(j->p, fp, e);
+}
+
+/*
+ * profile_pipeline: --pipeline: the step graph g run as mltrain's pipeline
+ * (random data at --dim's batch, the step's lr), warm-up and timed runs;
+ * the report, and the last run's trace with a lane a stage.
+ */
+static void
+profile_pipeline(struct opts *o, struct ml_graph *g)
+{
+	struct ml_err err = { 0 };
+	struct ml_pipeline_opts po;
+	struct cli_pipeline cp;
+	struct ml_pipeline *p = NULL;
+	if (ml_graph_find(g, "label") < 0 || ml_graph_find(g, "lr") < 0 || g->n_inputs < 1)
+		die(EXIT_INVALID, "%s: --pipeline profiles a training step (mltrain --dump-step): "
+		    "no 'label' or 'lr' input", o->path);
+	cli_pipeline_plan(g, o->pipeline, o->device, &po, &cp);
+	const char *xname = g->tensors[g->inputs[0]]->name;
+	struct ml_tval x = { 0 }, y = { 0 }, lr = { 0 };
+	cli_random_input(&x, g, xname, &o->in);
+	cli_random_input(&y, g, "label", &o->in);
+	cli_random_input(&lr, g, "lr", &o->in);
+	if (x.rank < 1 || x.dims[0] % o->micro != 0)
+		die(EXIT_USAGE, "--micro-batches %d does not divide the batch of %lld (--dim)",
+		    o->micro, (long long)(x.rank >= 1 ? x.dims[0] : 0));
+	po.micro = o->micro;
+	po.schedule = o->psched;
+	if (cp.measured)
+		po.measure_rows = x.dims[0] / o->micro;
+	if (ml_pipeline_new(&p, g, &po, &err) < 0)
+		die_err(&err);
+	double rate = ml_get_f64(lr.data, lr.dtype, 0), loss;
+	int ns = ml_pipeline_stages(p);
+	double *busy0 = calloc((size_t)ns, sizeof(double)), *busy = calloc((size_t)ns,
+									  sizeof(double));
+	if (busy0 == NULL || busy == NULL)
+		die(EXIT_FAIL, "out of memory");
+	for (int64_t i = 0; i < o->warmup; i++)
+		if (ml_pipeline_run(p, xname, &x, &y, rate, &loss, NULL, &err) < 0)
+			die_err(&err);
+	struct ml_pipeline_stats st0, st1;
+	ml_pipeline_stats(p, &st0);
+	for (int s = 0; s < ns; s++) {
+		struct ml_pipeline_stage_info in;
+		ml_pipeline_stage(p, s, &in);
+		busy0[s] = in.busy_s;
+	}
+	for (int64_t i = 0; i < o->repeat; i++) {
+		if (ml_pipeline_run(p, xname, &x, &y, rate, &loss, NULL, &err) < 0)
+			die_err(&err);
+		if (o->verbose)
+			fprintf(stderr, "%s: run %lld: loss %.6f\n", progname, (long long)i, loss);
+	}
+	ml_pipeline_stats(p, &st1);
+	for (int s = 0; s < ns; s++) {
+		struct ml_pipeline_stage_info in;
+		ml_pipeline_stage(p, s, &in);
+		busy[s] = in.busy_s - busy0[s];
+	}
+	struct pipe_job j = { .p = p, .o = o, .wall = st1.wall_s - st0.wall_s, .busy = busy,
+			      .runs = o->repeat, .rows = x.dims[0] };
+	cli_commit();
+	if (o->trace != NULL)
+		write_out(o->trace, pipe_trace, &j);
+	if (o->outpath != NULL)
+		write_out(o->outpath, pipe_report, &j);
+	else if (!o->quiet)
+		write_out(o->report_stderr ? "/dev/stderr" : "-", pipe_report, &j);
+	free(busy0);
+	free(busy);
+	ml_tval_clear(&x);
+	ml_tval_clear(&y);
+	ml_tval_clear(&lr);
+	ml_pipeline_free(p);
+	cli_pipeline_free(&cp);
+}
+
 /* write_reports: the trace, the picture, the cost model and the report, each where asked. */
 static void
 write_reports(struct opts *o, struct ml_prof **ps, int nd)
@@ -558,7 +750,8 @@ int
 main(int argc, char **argv)
 {
 	struct opts o = { .po = { .sort = ML_PROF_SORT_TIME, .group = ML_PROF_BY_NODE },
-			  .fmt = OUT_TABLE, .repeat = 10, .warmup = 1, .device = "cpu" };
+			  .fmt = OUT_TABLE, .repeat = 10, .warmup = 1, .device = "cpu",
+			  .psched = -1 };
 
 	cli_init(argc, argv);
 	if (argc > 1 && strcmp(argv[1], "diff") == 0)
@@ -577,6 +770,16 @@ main(int argc, char **argv)
 	struct ml_err err = { 0 };
 	struct ml_graph *g = NULL;
 	char devs[MAX_DEVICES][64];
+	if (o.pipeline != NULL) {
+		if (ml_model_load(&g, o.path, ML_FMT_AUTO, &err) < 0)
+			die_err(&err);
+		cli_apply_shapes(g, o.path, &o.shapes, o.verbose && !o.quiet);
+		profile_pipeline(&o, g);
+		cli_inputs_free(&o.in);
+		cli_shapes_free(&o.shapes);
+		ml_graph_free(g);
+		return finish_stdout();
+	}
 	int nd = pick_devices(&o, devs);
 	if (ml_model_load(&g, o.path, ML_FMT_AUTO, &err) < 0)
 		die_err(&err);

@@ -26,6 +26,9 @@ static const char synopsis[] =
 	"               [--checkpoint FILE] [--resume CKPT.mlg] [--device DEV] [--threads N]\n"
 	"               [--log FILE] [--json] [--bucket-mb MiB] [--allreduce-dtype T] [--mpi]\n"
 	"               [--qat] [--keep-denormals]\n"
+	"               [--pipeline auto|measured|FILE] [--micro-batches M]\n"
+	"               [--schedule gpipe|1f1b]\n"
+	"               [--pipeline-trace FILE]\n"
 	"               [--augment A] [--normalize M/S] [--workers N] [--shape NAME=DIMS]...\n"
 	"               [--[no-]progress]\n"
 	"               [MODEL]";
@@ -83,7 +86,22 @@ static const char help_text[] =
 	"                          (default: the output's name, .mlg replaced by .ckpt.mlg)\n"
 	"      --resume CKPT       continue the run that wrote checkpoint CKPT\n"
 	"      --dump-step FILE    write the training-step graph to FILE and exit\n"
-	"      --device DEV        cpu (default), cl, cl:N or auto\n"
+	"      --device DEV        cpu (default), cl, cl:N or auto; with --pipeline, one\n"
+	"                          device a stage: cpu,cl:0 (the CPU may take several)\n"
+	"      --pipeline STAGES   pipeline parallelism: the model cut into stages, each on\n"
+	"                          its device and thread, the batch in micro-batches;\n"
+	"                          STAGES is auto (as many stages as --device names,\n"
+	"                          of even FLOPs), measured (of even node times measured\n"
+	"                          on each stage's device at the start: faster on unequal\n"
+	"                          devices, but the cut may differ between runs) or a\n"
+	"                          file of lines NODE STAGE, FIRST..LAST STAGE and\n"
+	"                          stage N DEVICE (man mltrain)\n"
+	"      --micro-batches M   with --pipeline: micro-batches a batch is split into\n"
+	"                          (default 4; must divide --batch); one update a batch\n"
+	"      --schedule S        with --pipeline: gpipe (default: every forward, then\n"
+	"                          every backward) or 1f1b (one forward, one backward)\n"
+	"      --pipeline-trace FILE  with --pipeline: the last batch as a Chrome trace,\n"
+	"                          one lane a stage\n"
 	"      --threads N         threads for kernels and BLAS (default: all cores)\n"
 	"      --bucket-mb MiB     under mpirun: all-reduce gradients in MiB buckets (default 25)\n"
 	"      --allreduce-dtype T under mpirun: send the gradients as f32 (default), bf16 or\n"
@@ -205,6 +223,12 @@ struct run {
 	struct ml_augment aug, norm;	/* training batches' augmentation; evaluation's normalisation */
 	int workers;
 	const char *device;
+	const char *eval_device;	/* the evaluation's: the device, or the first stage's */
+	const char *pipeline;	/* --pipeline: "auto" or a stage file; NULL none */
+	const char *ptrace;	/* --pipeline-trace */
+	int micro, psched;
+	struct ml_pipeline_opts po;	/* make_pipeline */
+	struct cli_pipeline cp;
 	FILE *log;
 	/* the last epoch's figures, for --json */
 	double train_secs;	/* time in training steps and batches, this process */
@@ -343,11 +367,20 @@ static void
 check_precision(struct run *r)
 {
 	const char *p = ml_precision_name(r->o.prec);
-	bool cl = strncmp(r->device, "cl", 2) == 0;
+	/* one OpenCL device; a --pipeline list of CPU stages is the CPU */
+	bool cl = strncmp(r->device, "cl", 2) == 0 && strchr(r->device, ',') == NULL;
+	bool cpu = true;
+	for (const char *d = r->device; cpu; d++) {
+		size_t n = strcspn(d, ",");
+		cpu = n == 3 && strncmp(d, "cpu", 3) == 0;
+		if (d[n] == '\0')
+			break;
+		d += n;
+	}
 	if (r->o.prec == ML_PREC_F16 && !cl)
 		die(EXIT_UNSUP, "--precision fp16: --device %s has no fp16 products (use --device cl; "
 		    "bf16 is the CPU's half precision)", r->device);
-	if (r->o.prec != ML_PREC_F32 && !cl && strcmp(r->device, "cpu") != 0)
+	if (r->o.prec != ML_PREC_F32 && !cl && !cpu)
 		die(EXIT_UNSUP, "--precision %s: --device %s may train in fp32 only (use --device cpu "
 		    "or cl)", p != NULL ? p : "?", r->device);
 	/* loss scaling: fp16's dynamic default, which gradient accumulation cannot have */
@@ -457,7 +490,7 @@ make_eval(struct run *r)
 	ml_train_eval_opts_init(&eo);
 	eo.loss = ml_loss_from_name(r->o.loss);
 	eo.accuracy = r->classes > 0;
-	eo.device = r->device;
+	eo.device = r->eval_device;
 	eo.augment = &r->norm;
 	if (ml_train_eval_new(&r->ev, r->model, &eo, &err) < 0)
 		die_run(&err, r->model_path);
@@ -720,13 +753,17 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 	       O_LRSTEP, O_GAMMA, O_LRMIN, O_WARM, O_BATCH, O_EPOCHS, O_SEED, O_NOSHUF, O_VAL,
 	       O_EVERY, O_CKPT, O_RESUME, O_DUMP, O_DEVICE, O_THREADS, O_LOG, O_JSON, O_MAXALLOC,
 	       O_BUCKET, O_WIRE, O_MPI, O_QAT, O_KEEPDN, O_AUG, O_NORM, O_WORKERS, O_SHAPE, O_ACCUM,
-	       O_PREC, O_LSCALE, O_LSWIN };
+	       O_PREC, O_LSCALE, O_LSWIN, O_PIPE, O_MICRO, O_SCHEDULE, O_PTRACE };
 	struct ml_err err = { 0 };
 	static const struct option longopts[] = {
 		{ "accumulate", required_argument, NULL, O_ACCUM },
 		{ "precision", required_argument, NULL, O_PREC },
 		{ "loss-scale", required_argument, NULL, O_LSCALE },
 		{ "loss-scale-window", required_argument, NULL, O_LSWIN },
+		{ "pipeline", required_argument, NULL, O_PIPE },
+		{ "pipeline-trace", required_argument, NULL, O_PTRACE },
+		{ "micro-batches", required_argument, NULL, O_MICRO },
+		{ "schedule", required_argument, NULL, O_SCHEDULE },
 		{ "allreduce-dtype", required_argument, NULL, O_WIRE },
 		{ "augment", required_argument, NULL, O_AUG },
 		{ "batch", required_argument, NULL, O_BATCH },
@@ -842,6 +879,13 @@ parse_args(struct run *r, struct args *a, int argc, char **argv)
 		case O_SHAPE: cli_add_shape(&a->shapes, optarg, synopsis); break;
 		case O_DUMP: a->dump = optarg; break;
 		case O_DEVICE: r->device = optarg; break;
+		case O_PIPE: r->pipeline = optarg; break;
+		case O_PTRACE: r->ptrace = optarg; break;
+		case O_MICRO: r->micro = (int)parse_int("--micro-batches", optarg, 1, 4096, synopsis); break;
+		case O_SCHEDULE:
+			if ((r->psched = ml_pipe_schedule_from_name(optarg)) < 0)
+				die(EXIT_USAGE, "unknown schedule '%s' (gpipe, 1f1b)", optarg);
+			break;
 		case O_THREADS: a->threads = (int)parse_int("--threads", optarg, 1, 256, synopsis); break;
 		case O_LOG: a->logpath = optarg; break;
 		case O_JSON: a->json = 1; break;
@@ -893,6 +937,55 @@ ckpt_name(const char *out)
 	return p;
 }
 
+/*
+ * check_pipeline: --pipeline's options and what they cannot combine with:
+ * accumulation (the pipeline splits a batch itself), clipping (a norm over
+ * every stage's gradients), MPI. The micro-batches must divide the batch.
+ */
+static void
+check_pipeline(struct run *r, const struct args *a)
+{
+	const struct opts *o = &r->o;
+	bool list = strchr(r->device, ',') != NULL;
+	if (r->pipeline == NULL) {
+		if (list)
+			die(EXIT_USAGE, "--device %s: a list of devices needs --pipeline", r->device);
+		if (r->micro > 0 || r->psched >= 0 || r->ptrace != NULL)
+			die(EXIT_USAGE, "--micro-batches, --schedule and --pipeline-trace need "
+			    "--pipeline");
+		r->eval_device = r->device;
+		return;
+	}
+	if (r->micro == 0)
+		r->micro = 4;
+	if (r->psched < 0)
+		r->psched = ML_PIPE_GPIPE;
+	if (o->accum > 1)
+		die(EXIT_USAGE, "--pipeline cannot combine with --accumulate: it splits each "
+		    "batch itself (--micro-batches)");
+	if (o->clip > 0)
+		die(EXIT_USAGE, "--pipeline cannot combine with --clip-norm");
+	if (a->dmode == ML_DIST_REQUIRE)
+		die(EXIT_USAGE, "--pipeline cannot combine with --mpi");
+	if (strcmp(r->device, "auto") == 0 || strstr(r->device, "auto") != NULL)
+		die(EXIT_USAGE, "--pipeline: name each stage's device (cpu, cl, cl:N), not auto");
+	/* a resumed run's batch is its checkpoint's: make_pipeline checks that one */
+	if ((a->resume == NULL || given[S_BATCH]) && o->batch % r->micro != 0)
+		die(EXIT_USAGE, "--micro-batches %d does not divide --batch %lld", r->micro,
+		    (long long)o->batch);
+	if ((strcmp(r->pipeline, "auto") == 0 || strcmp(r->pipeline, "measured") == 0) && !list)
+		die(EXIT_USAGE, "--pipeline %s: give one device a stage (--device cpu,cl:0)",
+		    r->pipeline);
+	/* the evaluation runs on the first stage's device */
+	size_t n = strcspn(r->device, ",");
+	char *d = malloc(n + 1);
+	if (d == NULL)
+		die(EXIT_FAIL, "out of memory");
+	memcpy(d, r->device, n);
+	d[n] = '\0';
+	r->eval_device = d;
+}
+
 /* check_args: the operand and the combinations of options parse_args cannot see. */
 static void
 check_args(struct run *r, struct args *a, int argc, char **argv)
@@ -921,6 +1014,7 @@ check_args(struct run *r, struct args *a, int argc, char **argv)
 		usage_error(synopsis, "--checkpoint and -o name the same file; the output has no "
 			    "optimizer state");
 	a->from = a->resume != NULL ? a->resume : r->model_path;
+	check_pipeline(r, a);
 }
 
 /*
@@ -962,7 +1056,7 @@ check_outputs(struct run *r, const struct args *a)
 	struct ml_err err = { 0 };
 	if (ml_dist_rank() != 0)
 		return;
-	const char *outs[] = { a->dump, r->out, r->ckpt };
+	const char *outs[] = { a->dump, r->out, r->ckpt, r->ptrace };
 	for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++)
 		if (outs[i] != NULL && ml_write_check(outs[i], &err) < 0)
 			die_err(&err);
@@ -1067,7 +1161,8 @@ build_step(struct run *r, const struct args *a)
 				r->o.ls_window > 0 ? "dynamic" : "fixed");
 	}
 	/* under MPI the updates keep their nodes, since the gradients must be all-reduced first */
-	if (strcmp(r->device, "cpu") == 0 && ml_train_fuse(r->step, ml_dist_size() <= 1, &err) < 0)
+	if (r->pipeline == NULL && strcmp(r->device, "cpu") == 0 &&
+	    ml_train_fuse(r->step, ml_dist_size() <= 1, &err) < 0)
 		die_run(&err, a->from);
 }
 
@@ -1117,6 +1212,88 @@ catch_signals(void)
 }
 
 /*
+ * make_pipeline: --pipeline: each stage's device (--device's list, else
+ * the stage file's "stage N DEVICE" lines, else --device for all) and each
+ * forward node's stage (auto, or the file).
+ */
+static void
+make_pipeline(struct run *r)
+{
+	if (r->pipeline == NULL)
+		return;
+	if (ml_dist_size() > 1)
+		die(EXIT_USAGE, "--pipeline cannot combine with MPI (%d ranks)", ml_dist_size());
+	if (r->o.batch % r->micro != 0)
+		die(EXIT_USAGE, "--micro-batches %d does not divide the batch of %lld", r->micro,
+		    (long long)r->o.batch);
+	cli_pipeline_plan(r->step, r->pipeline, r->device, &r->po, &r->cp);
+	r->po.micro = r->micro;
+	r->po.schedule = r->psched;
+	if (r->cp.measured)
+		r->po.measure_rows = r->o.batch / r->micro;
+}
+
+/* print_stages: -v: each stage of the pipeline, its nodes and its predicted share. */
+static void
+print_stages(const struct run *r)
+{
+	const struct ml_pipeline *p = ml_trainer_pipeline(r->tr);
+	if (p == NULL || !r->verbose)
+		return;
+	fprintf(stderr, "%s: pipeline of %d stages, %d micro-batches of %lld, %s schedule\n",
+		progname, ml_pipeline_stages(p), r->micro, (long long)(r->o.batch / r->micro),
+		ml_pipe_schedule_name(r->psched));
+	for (int s = 0; s < ml_pipeline_stages(p); s++) {
+		struct ml_pipeline_stage_info in;
+		ml_pipeline_stage(p, s, &in);
+		char pred[48] = "";
+		if (in.predicted_s > 0)
+			snprintf(pred, sizeof pred, " (%.3f ms a micro-batch)", 1e3 * in.predicted_s);
+		fprintf(stderr, "%s: stage %d on %s: %d forward nodes (%s .. %s), %d nodes in all, "
+			"%.0f%% of the predicted work%s, sends %lld bytes a sample\n", progname, s,
+			in.device, in.n_forward, in.first, in.last, in.n_nodes, 100 * in.work, pred,
+			(long long)in.send_bytes);
+	}
+}
+
+/* pipeline_report: -v: each stage's busy time and the bubble fraction; --pipeline-trace. */
+static void
+pipeline_report(const struct run *r)
+{
+	struct ml_err err = { 0 };
+	const struct ml_pipeline *p = ml_trainer_pipeline(r->tr);
+	if (p == NULL)
+		return;
+	struct ml_pipeline_stats st;
+	ml_pipeline_stats(p, &st);
+	if (r->verbose) {
+		for (int s = 0; s < ml_pipeline_stages(p); s++) {
+			struct ml_pipeline_stage_info in;
+			ml_pipeline_stage(p, s, &in);
+			fprintf(stderr, "%s: stage %d on %s: busy %.3f s of %.3f s\n", progname, s,
+				in.device, in.busy_s, st.wall_s);
+		}
+		fprintf(stderr, "%s: pipeline: bubble fraction %.3f over %lld batches\n", progname,
+			st.bubble, (long long)st.batches);
+	}
+	if (r->ptrace == NULL || ml_dist_rank() != 0)
+		return;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&buf, &len);
+	if (fp == NULL)
+		die(EXIT_FAIL, "out of memory");
+	int rc = ml_pipeline_trace(p, fp, &err);
+	if (fclose(fp) != 0 && rc == 0)
+		rc = ml_fail(&err, ML_ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = ml_write_atomic(r->ptrace, buf, len, &err);
+	free(buf);
+	if (rc < 0)
+		die_err(&err);
+}
+
+/*
  * make_trainer: the training loop (lib/ml_train.h) of the step over the
  * loader from where the run stands, with the evaluation, the checkpoint
  * file and this tool's hooks: the signals, the bar, the epoch's report and
@@ -1140,6 +1317,7 @@ make_trainer(struct run *r)
 	to.eval_data = r->eval;
 	to.eval_x = &r->xs;
 	to.eval_y = &r->ys;
+	to.pipeline = r->pipeline != NULL ? &r->po : NULL;
 	to.hooks = (struct ml_trainer_hooks){ .ctx = r, .poll = poll_signals,
 		.on_epoch_begin = progress, .on_step = progress, .on_checkpoint = on_checkpoint,
 		.on_epoch = report_epoch, .on_loss_scale = on_loss_scale };
@@ -1233,6 +1411,13 @@ print_json(const struct run *r, const char *from, uint64_t s0, double secs)
 	json_num(stdout, "samples_per_s", r->last_sps);
 	json_num(stdout, "train_samples_per_s",
 		 r->train_secs > 0 ? (double)r->train_samples / r->train_secs : NAN);
+	if (ml_trainer_pipeline(r->tr) != NULL) {
+		struct ml_pipeline_stats ps;
+		ml_pipeline_stats(ml_trainer_pipeline(r->tr), &ps);
+		printf(", \"pipeline\": {\"stages\": %d, \"micro_batches\": %d, \"schedule\": "
+		       "\"%s\", \"bubble_fraction\": %.4f}", ml_pipeline_stages(ml_trainer_pipeline(r->tr)),
+		       r->micro, ml_pipe_schedule_name(r->psched), ps.bubble);
+	}
 	if (ml_dist_size() > 1) {	/* the gradients' all-reduces of the last epoch */
 		struct ml_dist_stats st;
 		ml_dist_stats(&st);
@@ -1254,6 +1439,7 @@ free_run(struct run *r)
 	ml_dataset_free(r->eval);
 	ml_graph_free(r->step);
 	ml_graph_free(r->model);
+	cli_pipeline_free(&r->cp);
 }
 
 int
@@ -1269,6 +1455,7 @@ main(int argc, char **argv)
 			     .shuffle = 1, .accum = 1, .ls = -1 };
 	ml_dist_opts_init(&a.dopt);
 	r.device = "cpu";
+	r.psched = -1;
 
 	cli_init(argc, argv);
 	parse_args(&r, &a, argc, argv);
@@ -1316,7 +1503,9 @@ main(int argc, char **argv)
 	make_schedule(&r);
 	if (a.resume != NULL)
 		check_resume(&r, a.resume);
+	make_pipeline(&r);
 	make_trainer(&r);
+	print_stages(&r);
 	catch_signals();
 	uint64_t s0 = ml_trainer_state(r.tr)->step;
 	if (r.verbose)
@@ -1328,6 +1517,7 @@ main(int argc, char **argv)
 	double secs = ml_now() - t0;
 	if (ml_dist_size() > 1)
 		check_ranks_agree(&r);
+	pipeline_report(&r);
 	save_final(&r);
 	if (r.verbose && ml_cache_note_get() != NULL)
 		fprintf(stderr, "%s: %s\n", progname, ml_cache_note_get());

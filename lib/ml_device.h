@@ -99,6 +99,13 @@ void ml_session_device_stats(const struct ml_session *s, struct ml_session_devst
  * before a checkpoint.
  */
 int ml_session_sync(struct ml_session *s, struct ml_err *e);
+/*
+ * ml_session_reload: the host data of s's PARAM and CONST tensors changed
+ * (another session, or the caller, wrote them): the device copies are
+ * uploaded again before their next use. Device copies that are newer than
+ * the host's (not yet synced) are kept. A no-op without a device.
+ */
+void ml_session_reload(struct ml_session *s);
 
 /*
  * Transfers of the last run with opts.profile: tensor index, bytes,

@@ -650,6 +650,9 @@ struct ml_trainer_opts {
 	const struct ml_dataset *eval_data;
 	const struct ml_batch_spec *eval_x, *eval_y;
 	struct ml_trainer_hooks hooks;	/* default: none */
+	/* the step runs as this pipeline (ml_pipeline_new; read by ml_trainer_new
+	 * alone) instead of one session on device; default NULL */
+	const struct ml_pipeline_opts *pipeline;
 };
 
 /*
@@ -766,7 +769,171 @@ int64_t ml_trainer_batches(const struct ml_trainer *t);
 uint64_t ml_trainer_last_checkpoint(const struct ml_trainer *t);
 int ml_trainer_stop_code(const struct ml_trainer *t);
 
+/* ml_trainer_pipeline: the trainer's pipeline (opts.pipeline), NULL without one. */
+const struct ml_pipeline *ml_trainer_pipeline(const struct ml_trainer *t);
+
 /* ml_trainer_free: release t and its session (not what it borrows); NULL is a no-op. */
 void ml_trainer_free(struct ml_trainer *t);
+
+/*
+ * Pipeline parallelism (lib/train/pipeline.c). A step graph (of
+ * ml_train_step_graph, not fused, without accumulation, clipping or
+ * Dropout) is cut into stages: each forward node goes to a stage (a plan:
+ * automatic, or a file), each backward node to its forward node's stage,
+ * each update to its parameter's. Every stage is three subgraphs, its
+ * forward part, its backward part and its updates, each run by an ordinary
+ * session on the stage's device, from a thread of its own per stage. A
+ * batch is split into micro-batches that flow through the stages in a
+ * GPipe schedule (every forward, then every backward) or 1F1B (after a
+ * warm-up of S - s - 1 forwards, stage s alternates one forward and one
+ * backward, so it keeps fewer micro-batches in flight); the tensors that
+ * cross stages (activations forward, their gradients backward) are copied
+ * between the sessions through the host. Each stage sums its weights'
+ * gradients over the micro-batches and updates its parameters once per
+ * batch, with their mean: the result is the single-device step of the
+ * whole batch up to rounding (BatchNormalization aside, whose statistics
+ * are the micro-batch's). The parameters are the step graph's own data,
+ * shared by the sessions, so checkpoints, export and evaluation read the
+ * step graph as without a pipeline (after ml_pipeline_sync).
+ *
+ *	struct ml_pipeline_opts po;
+ *	ml_pipeline_opts_init(&po);
+ *	po.n_stages = 2; po.devices = (const char *[]){ "cpu", "cl:0" };
+ *	po.micro = 4; po.schedule = ML_PIPE_1F1B;
+ *	ml_pipeline_new(&p, step, &po, &err);		(po.stage_of NULL: auto)
+ *	for each batch: ml_pipeline_run(p, "x", &x, &y, lr, &loss, &hits, &err);
+ *	ml_pipeline_sync(p, &err); ml_train_export(model, step, &err);
+ */
+enum ml_pipe_schedule {
+	ML_PIPE_GPIPE = 0,
+	ML_PIPE_1F1B = 1,
+};
+
+/* ml_pipe_schedule_name: "gpipe", "1f1b" (NULL unknown); _from_name: -1 unknown. */
+const char *ml_pipe_schedule_name(int sched);
+int ml_pipe_schedule_from_name(const char *s);
+
+struct ml_pipeline_opts {
+	int n_stages;		/* stages (2 or more; 1 runs the step in one stage) */
+	const char *const *devices;	/* per stage: "cpu", "cl", "cl:N"; NULL: all "cpu".
+				 * A device other than the CPU takes one stage at most */
+	const int *stage_of;	/* per node of the step graph: the stage of each forward
+				 * node ("forward/..."), others ignored; NULL: automatic
+				 * (ml_pipeline_auto) */
+	int micro;		/* micro-batches a batch is split into (default 1) */
+	int schedule;		/* enum ml_pipe_schedule (default ML_PIPE_GPIPE) */
+	int64_t measure_rows;	/* > 0 with stage_of NULL: the automatic cut from node
+				 * times measured on each stage's device at micro-batches of
+				 * this many samples (ml_pipeline_auto_measured); 0 (default):
+				 * from FLOPs (ml_pipeline_auto) */
+};
+
+void ml_pipeline_opts_init(struct ml_pipeline_opts *o);
+
+/*
+ * ml_pipeline_auto: stage_of[i] for each node i of step: the forward nodes
+ * in order, cut into n contiguous stages whose predicted work (the FLOPs of
+ * each forward node and its backward, plus a fixed cost per node) is as
+ * even as can be, ties broken by the fewest bytes crossing the cuts; -1 for
+ * the other nodes. ML_EINVAL for fewer forward nodes than stages; ML_ENOMEM.
+ */
+int ml_pipeline_auto(const struct ml_graph *step, int n, int *stage_of, struct ml_err *e);
+
+/*
+ * ml_pipeline_auto_measured: as ml_pipeline_auto, but the work of a node
+ * on stage s is its time measured on devices[s]: the step graph (a copy:
+ * step is not changed) run by a profiling session on each device named, at
+ * micro-batches of rows samples of random data (labels 0, lr 0), and each
+ * stage costing its nodes' times on its own device, so a slower device
+ * gets less. time_s (may be NULL; n x step->n_nodes) gets the seconds
+ * node i takes on stage s's device at [s * n_nodes + i]. The sessions' errors (the caller may
+ * fall back to ml_pipeline_auto); ML_EINVAL as ml_pipeline_auto.
+ */
+int ml_pipeline_auto_measured(const struct ml_graph *step, int n, const char *const *devices,
+			      int64_t rows, int *stage_of, double *time_s, struct ml_err *e);
+
+/*
+ * ml_pipeline_plan_read: a stage file (man mltrain, --pipeline): lines
+ * "NODE STAGE" or "FIRST..LAST STAGE", a node given by its name (with or
+ * without forward/) or its index among the forward nodes, the range in
+ * forward order; and lines "stage N DEVICE". '#' starts a comment. Fills
+ * stage_of (per node of step, -1 for nodes not forward), *n_stages (the
+ * stages named: the largest stage + 1) and devs[k] for the stages of a
+ * "stage" line (borrowed from a buffer that *buf owns, free with free(3);
+ * NULL where none; devs has room for max_stages). Every forward node must
+ * have a stage and every stage below *n_stages a node. ML_EINVAL (the
+ * message names the file's line) for an unknown node, a stage out of
+ * [0, max_stages), a forward node without a stage or a stage without a
+ * node; ML_EIO when the file cannot be read.
+ */
+int ml_pipeline_plan_read(const struct ml_graph *step, const char *path, int max_stages,
+			  int *stage_of, int *n_stages, const char **devs, char **buf,
+			  struct ml_err *e);
+
+/*
+ * ml_pipeline_new: the pipeline of step (borrowed; it must outlive the
+ * pipeline, and its parameter data with it) under opts: the parts and
+ * their sessions (made at the first run). ML_EINVAL for bad options, a
+ * stage plan in which a forward node reads a later stage's tensor, a stage
+ * without a forward node, more stages than forward nodes; ML_ENOTSUP for a
+ * step that it cannot split (clipping, accumulation, Dropout, control
+ * flow, a fused step), or an OpenCL device named twice. *out is NULL on
+ * failure.
+ */
+struct ml_pipeline;
+int ml_pipeline_new(struct ml_pipeline **out, struct ml_graph *step,
+		    const struct ml_pipeline_opts *opts, struct ml_err *e);
+
+/*
+ * ml_pipeline_run: one optimizer step on the batch (x for the step input
+ * xname, y for "label", both with the batch first) at rate lr: the batch
+ * in micro-batches through the stages, then the updates. *loss gets the
+ * batch's mean loss, *hits (may be NULL) the sum of "train.correct" (0
+ * without it). A batch that the micro-batches do not divide (the last of
+ * an epoch) is split into the most micro-batches, up to opts.micro, that
+ * divide it. The sessions' errors (the first stage's that failed).
+ */
+int ml_pipeline_run(struct ml_pipeline *p, const char *xname, const struct ml_tval *x,
+		    const struct ml_tval *y, double lr, double *loss, double *hits,
+		    struct ml_err *e);
+
+/* ml_pipeline_sync: the stages' device copies of parameters and statistics back into step. */
+int ml_pipeline_sync(struct ml_pipeline *p, struct ml_err *e);
+
+/* What a stage is, and what it did (ml_pipeline_stage). */
+struct ml_pipeline_stage_info {
+	const char *device;
+	int n_forward;		/* its forward nodes */
+	const char *first, *last;	/* the names of the first and the last */
+	int n_nodes;		/* its nodes, forward, backward and updates */
+	double work;		/* its share of the predicted work (0 to 1) */
+	double predicted_s;	/* its measured nodes' seconds a micro-batch (forward,
+				 * backward, updates), with opts.measure_rows; else 0 */
+	int64_t send_bytes;	/* bytes a sample its forward sends to later stages */
+	double busy_s;		/* seconds its sessions ran, over every batch so far */
+};
+
+/* The pipeline's measured figures over every batch so far. */
+struct ml_pipeline_stats {
+	int64_t batches;
+	double wall_s;		/* the batches' wall time, updates included */
+	double busy_s;		/* the stages' busy time, summed */
+	double bubble;		/* 1 - busy / (stages x wall): the stages' idle share */
+};
+
+int ml_pipeline_stages(const struct ml_pipeline *p);
+void ml_pipeline_stage(const struct ml_pipeline *p, int s, struct ml_pipeline_stage_info *info);
+void ml_pipeline_stats(const struct ml_pipeline *p, struct ml_pipeline_stats *st);
+
+/*
+ * ml_pipeline_trace: the last batch as a Chrome trace (chrome://tracing,
+ * Perfetto): one lane (thread) per stage named after it and its device,
+ * an event per part run ("F3": forward of micro-batch 3, "B3", "update").
+ * ML_EIO on a write error.
+ */
+int ml_pipeline_trace(const struct ml_pipeline *p, FILE *fp, struct ml_err *e);
+
+/* ml_pipeline_free: release p, its sessions and graphs (not step); NULL is a no-op. */
+void ml_pipeline_free(struct ml_pipeline *p);
 
 #endif

@@ -630,6 +630,17 @@ ml_session_sync(struct ml_session *s, struct ml_err *e)
 	return 0;
 }
 
+void
+ml_session_reload(struct ml_session *s)
+{
+	struct ml_hx *hx = s->hx;
+	if (hx == NULL || hx->dev == NULL)
+		return;
+	for (int t = 0; t < s->g->n_tensors; t++)
+		if (ml_is_stored(s->g, t) && !hx->dirty[t])
+			hx->loc[t] = ON_HOST;
+}
+
 int
 ml_session_transfers(const struct ml_session *s, const struct ml_transfer **out)
 {

@@ -51,4 +51,20 @@ int ml_train_hits(struct ml_graph *g, int loss, int out, int label, int mask, co
  */
 int ml_train_mark_precision(struct ml_graph *g, int prec, struct ml_err *e);
 
+/*
+ * pipeline_plan.c, for pipeline.c: ml_pipe_is_forward, whether node n is
+ * a forward node of a step graph (forward/...); ml_pipe_owner, the
+ * forward or loss node whose gradient rule made backward node bi (its
+ * name is backward/BASE/OP_K), -1 when none.
+ */
+bool ml_pipe_is_forward(const struct ml_node *n);
+/*
+ * ml_pipe_sample_flops: the FLOPs of node ni for one sample (unknown dims
+ * taken as 1); ML_PIPE_NODE_COST, what a node costs besides, in FLOPs
+ * (about 1 us of launch and bookkeeping at 2 GFLOP/s, over a batch of 64).
+ */
+int64_t ml_pipe_sample_flops(const struct ml_graph *g, int ni);
+#define ML_PIPE_NODE_COST 30.0
+int ml_pipe_owner(const struct ml_graph *g, int bi);
+
 #endif

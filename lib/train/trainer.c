@@ -14,7 +14,8 @@
 struct ml_trainer {
 	struct ml_graph *model, *step;	/* borrowed */
 	struct ml_loader *ld;		/* borrowed */
-	struct ml_session *sess;
+	struct ml_session *sess;	/* NULL with a pipeline */
+	struct ml_pipeline *pipe;	/* opts.pipeline's, else NULL */
 	struct ml_trainer_opts o;
 	struct ml_train_state st;	/* where the run stands */
 	const char *xname;		/* the step input of the batches' x */
@@ -101,9 +102,12 @@ new_session(struct ml_trainer *t, struct ml_err *e)
 {
 	struct ml_session_opts so = { .device = t->o.device != NULL ? t->o.device : "cpu",
 				      .verbose = t->o.verbose };
+	if (t->pipe != NULL)
+		return 0;	/* the pipeline makes its sessions, per micro-batch size */
 	if (t->sess != NULL)
-		ML_TRY(ml_session_sync(t->sess, e));
+		ML_TRY(ml_trainer_sync(t, e));
 	ml_session_free(t->sess);
+	ml_pipeline_free(t->pipe);
 	t->sess = NULL;
 	return ml_session_new(&t->sess, t->step, &so, e);
 }
@@ -181,6 +185,20 @@ ml_trainer_new(struct ml_trainer **out, struct ml_graph *model, struct ml_graph 
 		if ((rc = ml_tval_alloc(&t->ls, ML_F32, 0, NULL, e)) < 0)
 			goto fail;
 	}
+	if (t->o.pipeline != NULL && t->fin >= 0) {
+		rc = ml_fail(e, ML_ENOTSUP, "trainer: loss scaling with a pipeline");
+		goto fail;
+	}
+	if (t->o.pipeline != NULL) {
+		if (t->accum > 1 || ml_dist_size() > 1) {
+			rc = ml_fail(e, ML_ENOTSUP, "trainer: a pipeline splits each batch itself: it "
+				     "takes neither accumulation nor MPI");
+			goto fail;
+		}
+		if ((rc = ml_pipeline_new(&t->pipe, step, t->o.pipeline, e)) < 0)
+			goto fail;
+		t->o.pipeline = NULL;	/* the caller's, which need not outlive the call */
+	}
 	if ((rc = ml_tval_alloc(&t->lr, ML_F32, 0, NULL, e)) < 0 || (rc = new_session(t, e)) < 0)
 		goto fail;
 	*out = t;
@@ -228,13 +246,19 @@ ml_trainer_stop_code(const struct ml_trainer *t)
 int
 ml_trainer_sync(struct ml_trainer *t, struct ml_err *e)
 {
-	return ml_session_sync(t->sess, e);
+	return t->pipe != NULL ? ml_pipeline_sync(t->pipe, e) : ml_session_sync(t->sess, e);
+}
+
+const struct ml_pipeline *
+ml_trainer_pipeline(const struct ml_trainer *t)
+{
+	return t->pipe;
 }
 
 int
 ml_trainer_export(struct ml_trainer *t, struct ml_err *e)
 {
-	ML_TRY(ml_session_sync(t->sess, e));
+	ML_TRY(ml_trainer_sync(t, e));
 	ML_TRY(ml_train_export(t->model, t->step, e));
 	return ml_train_state_set(t->model, &t->st, e);
 }
@@ -327,18 +351,27 @@ batch(struct ml_trainer *t, const struct ml_tval *x, const struct ml_tval *y, st
 		xv = *x;
 		yv = *y;
 	}
-	ML_TRY(ml_session_set_input(t->sess, t->xname, &xv, e));
-	ML_TRY(ml_session_set_input(t->sess, "label", &yv, e));
-	ML_TRY(ml_session_set_input(t->sess, "lr", &t->lr, e));
-	if (t->fin >= 0) {
-		*(float *)t->ls.data = (float)st->opts.loss_scale;
-		ML_TRY(ml_session_set_input(t->sess, "loss_scale", &t->ls, e));
-	}
-	ML_TRY(ml_session_run(t->sess, e));
-	const struct ml_tval *lv = ml_session_output(t->sess, 0);
-	double loss = ml_get_f64(lv->data, lv->dtype, 0);
+	double loss = 0;
 	int64_t b = x->dims[0], nok = 0;
-	if (t->o.hits && t->step->n_outputs > 2) {
+	if (t->pipe != NULL) {
+		double h = 0;
+		ML_TRY(ml_pipeline_run(t->pipe, t->xname, &xv, &yv, *(float *)t->lr.data, &loss, &h,
+				       e));
+		if (t->o.hits)
+			nok = llround(h);
+	} else {
+		ML_TRY(ml_session_set_input(t->sess, t->xname, &xv, e));
+		ML_TRY(ml_session_set_input(t->sess, "label", &yv, e));
+		ML_TRY(ml_session_set_input(t->sess, "lr", &t->lr, e));
+		if (t->fin >= 0) {
+			*(float *)t->ls.data = (float)st->opts.loss_scale;
+			ML_TRY(ml_session_set_input(t->sess, "loss_scale", &t->ls, e));
+		}
+		ML_TRY(ml_session_run(t->sess, e));
+		const struct ml_tval *lv = ml_session_output(t->sess, 0);
+		loss = ml_get_f64(lv->data, lv->dtype, 0);
+	}
+	if (t->pipe == NULL && t->o.hits && t->step->n_outputs > 2) {
 		const struct ml_tval *h = ml_session_output(t->sess, 2);
 		nok = llround(ml_get_f64(h->data, h->dtype, 0));
 	}
@@ -433,7 +466,7 @@ ml_trainer_epoch(struct ml_trainer *t, struct ml_err *e)
 	ep.lr = ml_lr_at(&st->sched, st->step ? st->step - 1 : 0);
 	ep.skipped = t->skipped;
 	if (t->o.eval != NULL) {
-		ML_TRY(ml_session_sync(t->sess, e));
+		ML_TRY(ml_trainer_sync(t, e));
 		ML_TRY(ml_train_eval_run(t->o.eval, t->step, t->o.eval_data, t->o.eval_x, t->o.eval_y,
 					 &ep.eval_loss, &ep.eval_acc, e));
 	}

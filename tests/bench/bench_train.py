@@ -71,8 +71,18 @@
 #    batch 64); round r trains seed r with both: samples/s (median),
 #    accuracy (mean; target within 0.5 points) and the steps skipped for
 #    an overflow (--log). Skipped without an OpenCL device.
-#        [--rounds N] [--aug-images N]
-#        [--only mlp,lenet,accumulate,augment,precision,fp16]
+#  pipeline: 2 stages (cpu + cl:0 where an OpenCL device exists, cut by
+#    --pipeline measured; cpu + cpu, by auto) against one device (cpu;
+#    --threads threads, while each stage runs on its own thread with
+#    --threads threads for its kernels), on the MLP and LeNet
+#    (examples/fashion-mlp.mlt, examples/lenet.mlt) for one epoch of the
+#    first --pipe-samples training samples, batch 64 in 4 micro-batches
+#    (GPipe and 1F1B), --no-shuffle, SGD lr 0.05 momentum 0.9: samples/s
+#    (median of the interleaved rounds), the epoch's loss of each (the same
+#    up to rounding: the relative difference is printed) and the measured
+#    bubble fraction (the stages' idle share of the batches' time).
+#        [--rounds N] [--aug-images N] [--pipe-samples N]
+#        [--only mlp,lenet,accumulate,augment,precision,fp16,pipeline]
 import argparse
 import gzip
 import json
@@ -92,7 +102,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from bench import cpu_name, loadavg  # noqa: E402 (the benches' shared conventions)
 
-PARTS = ["mlp", "lenet", "accumulate", "augment", "precision", "fp16"]
+PARTS = ["mlp", "lenet", "accumulate", "augment", "precision", "fp16", "pipeline"]
 
 
 def read_idx(path):
@@ -237,6 +247,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="accumulate, augment: rounds")
     ap.add_argument("--aug-images", type=int, default=600,
                     help="augment: training images per class (10 classes)")
+    ap.add_argument("--pipe-samples", type=int, default=12800,
+                    help="pipeline: training samples (a multiple of 64)")
     ap.add_argument("--only", help="parts, comma-separated: " + ",".join(PARTS))
     a = ap.parse_args()
     parts = a.only.split(",") if a.only else PARTS
@@ -267,6 +279,8 @@ def main():
         fails += precision(a, mltrain)
     if "fp16" in parts:
         fails += fp16(a, mltrain)
+    if "pipeline" in parts:
+        fails += pipeline(a, mltrain, xtr, ytr, xte, yte)
     print("load average after: %.2f (one run on a shared machine: the figures are indicative)"
           % loadavg())
     return 1 if fails else 0
@@ -519,6 +533,67 @@ def fp16(a, mltrain):
           "scale: %s" % (sps["fp16"] / sps["fp32"], dacc, "" if ok else ": MISSED",
                          " ".join(str(x) for x in skipped), " ".join("%g" % x for x in scale)))
     return 0
+
+
+def pipeline(a, mltrain, xtr, ytr, xte, yte):
+    """--pipeline in 2 stages against one device; the number of failures."""
+    n = a.pipe_samples - a.pipe_samples % 64
+    d = os.path.join(a.work, "fmnist-%d" % n)
+    os.makedirs(d, exist_ok=True)
+    for name, arr in (("x_train", xtr[:n, None]), ("y_train", ytr[:n].astype(np.int64)),
+                      ("x_test", xte[:2000, None]), ("y_test", yte[:2000].astype(np.int64))):
+        np.save(os.path.join(d, name + ".npy"), arr)
+    configs = [("1 device (cpu)", [])]
+    if has_cl(a.bin):
+        configs += [("cpu + cl:0, gpipe", ["--pipeline", "measured", "--device", "cpu,cl:0",
+                                           "--schedule", "gpipe"]),
+                    ("cpu + cl:0, 1f1b", ["--pipeline", "measured", "--device", "cpu,cl:0",
+                                          "--schedule", "1f1b"])]
+    configs += [("cpu + cpu, gpipe", ["--pipeline", "auto", "--device", "cpu,cpu",
+                                      "--schedule", "gpipe"]),
+                ("cpu + cpu, 1f1b", ["--pipeline", "auto", "--device", "cpu,cpu",
+                                     "--schedule", "1f1b"])]
+    print("pipeline: 1 epoch of %d Fashion-MNIST samples, batch 64 in 4 micro-batches, SGD lr "
+          "0.05 momentum 0.9, --threads %d, %d interleaved rounds (samples/s: median); load "
+          "average %.2f" % (n, a.threads, a.rounds, loadavg()))
+    fails = 0
+    for name, model in (("mlp", "fashion-mlp.mlt"), ("lenet", "lenet.mlt")):
+        runs = {c: [] for c, _ in configs}
+        try:
+            for rnd in range(a.rounds):
+                for i, (c, extra) in enumerate(configs):
+                    out = os.path.join(a.work, "pipe-%s-%d.mlg" % (name, i))
+                    cmd = [mltrain, os.path.join(ROOT, "examples", model), "--data", d,
+                           "--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+                           "--batch", "64", "--epochs", "1", "--seed", "0", "--no-shuffle",
+                           "--threads", str(a.threads), "-q", "--json", "-o", out] + extra
+                    if extra:
+                        cmd += ["--micro-batches", "4"]
+                    runs[c].append(ml_run(cmd)[0])
+        except (RuntimeError, ValueError, KeyError) as e:
+            print("pipeline: %s: %s" % (name, e))
+            fails += 1
+            continue
+        print("%-6s %-20s %10s %10s %10s %9s %7s" % ("model", "run", "samples/s", "vs 1 dev",
+                                                    "loss", "rel diff", "bubble"))
+        base = runs[configs[0][0]]
+        b_sps = statistics.median(r["train_samples_per_s"] for r in base)
+        b_loss = base[0]["loss"]
+        for c, _ in configs:
+            sps = statistics.median(r["train_samples_per_s"] for r in runs[c])
+            loss = runs[c][0]["loss"]
+            bub = [r["pipeline"]["bubble_fraction"] for r in runs[c] if "pipeline" in r]
+            rel = abs(loss - b_loss) / max(abs(b_loss), 1e-30)
+            print("%-6s %-20s %10.0f %9.2fx %10.6f %9.1e %7s" %
+                  (name, c, sps, sps / b_sps, loss, rel,
+                   "%.3f" % statistics.median(bub) if bub else "-"))
+            # the same batches and updates: the loss differs by rounding alone
+            if rel > 1e-3:
+                print("pipeline: %s: %s: the loss differs from one device's by %.1e: MISSED"
+                      % (name, c, rel))
+                fails += 1
+    print("pipeline: load average after: %.2f" % loadavg())
+    return fails
 
 
 def write_pngs(d, x, y, per_class):
