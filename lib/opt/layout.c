@@ -489,7 +489,7 @@ rewrite_node(struct lay *l, int ni)
 		return to_conv(l, ni, in, nin, out);
 	if (l->role[ni] == R_GAP) {
 		const char *name = n->name;
-		ML_TRY(mlopt_rewrite(o, ni, "ReduceMean", "", 1, in, 1, &out, -1, &ni, 1));
+		ML_TRY(mlopt_rewrite(o, ni, "ReduceMean", "", 1, in, 1, &out, -1, NULL, 0));
 		o->g->nodes[ni].name = (char *)name;
 		ML_TRY(ml_node_set_ints(o->g, ni, "axes", 2, (int64_t[]){ 1, 2 }));
 		ML_TRY(ml_node_set_int(o->g, ni, "keepdims", 1));

@@ -537,6 +537,12 @@ test_se(void)
 	   count_op(g1, "Transpose") == 2,
 	   "layout: a squeeze-excitation block runs in NHWC, the pool as a ReduceMean");
 	ok(same_out(g0, g1, 4, (int64_t[]){ 1, 32, 7, 7 }), "layout: the SE block's output is the original's");
+	/* a standard op carries only ONNX's attributes: it exports as it is */
+	bool plain = true;
+	for (int i = 0; i < g1->n_nodes; i++)
+		if (strcmp(g1->nodes[i].op_type, "ReduceMean") == 0)
+			plain = ml_attr_find(&g1->nodes[i], "fused_from") == NULL;
+	ok(plain, "layout: the ReduceMean has no fused_from (ONNX's checker refuses it)");
 	ml_graph_free(g0);
 	ml_graph_free(g1);
 	/* from opset 18 ReduceMean's axes are an input: the pool stays, at the region's edge */
