@@ -5,6 +5,7 @@
  * normalisations in nn_norm.c. f32 and f64 go to BLAS, integer types run
  * plain loops (wrapping as numpy does), f16 and bf16 run as f32.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "cpu/elem.h"
@@ -14,6 +15,33 @@ static _Thread_local struct {
 	void *raw, *p;		/* the allocation, and p: raw aligned up to 64 bytes */
 	size_t n;
 } scratch[ML_SCRATCH_SLOTS];
+
+/*
+ * A thread's buffers go with the thread: a thread that ends (a pipeline
+ * stage's, a caller's own) would otherwise leave them behind, out of
+ * anyone's reach. The key's value is only a flag that makes the
+ * destructor run; the buffers themselves are the thread's _Thread_local.
+ */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static bool scratch_keyed;
+
+static void
+scratch_drop(void *flag)
+{
+	(void)flag;
+	for (int i = 0; i < ML_SCRATCH_SLOTS; i++) {
+		ml_free(scratch[i].raw);
+		scratch[i].raw = scratch[i].p = NULL;
+		scratch[i].n = 0;
+	}
+}
+
+static void
+scratch_key_init(void)
+{
+	scratch_keyed = pthread_key_create(&scratch_key, scratch_drop) == 0;
+}
 
 /*
  * The loan (ml_cpu_scratch_lend): free arena memory of the node now
@@ -106,6 +134,9 @@ ml_cpu_scratch(int slot, size_t n)
 	scratch[slot].p = scratch[slot].raw == NULL ? NULL :
 		(void *)(((uintptr_t)scratch[slot].raw + 63) & ~(uintptr_t)63);
 	scratch[slot].n = scratch[slot].raw != NULL ? want : 0;
+	pthread_once(&scratch_once, scratch_key_init);
+	if (scratch_keyed && scratch[slot].raw != NULL && pthread_getspecific(scratch_key) == NULL)
+		pthread_setspecific(scratch_key, &scratch_keyed);
 	return scratch[slot].p;
 }
 

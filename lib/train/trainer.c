@@ -107,7 +107,6 @@ new_session(struct ml_trainer *t, struct ml_err *e)
 	if (t->sess != NULL)
 		ML_TRY(ml_trainer_sync(t, e));
 	ml_session_free(t->sess);
-	ml_pipeline_free(t->pipe);
 	t->sess = NULL;
 	return ml_session_new(&t->sess, t->step, &so, e);
 }
@@ -214,6 +213,7 @@ ml_trainer_free(struct ml_trainer *t)
 	if (t == NULL)
 		return;
 	ml_session_free(t->sess);
+	ml_pipeline_free(t->pipe);
 	ml_tval_clear(&t->lr);
 	ml_tval_clear(&t->ls);
 	ml_free(t);
