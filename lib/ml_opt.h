@@ -131,7 +131,9 @@ void ml_shape_arg_clear(struct ml_shape_arg *a);
  * its inputs), a rank other than the input's, an input given twice.
  * ML_ENOTSUP, with g unchanged: a node the new sizes do not fit (a shape
  * constant that cannot be traced, an Expand or Tile to an old size, an
- * output rank that depends on the size), named in the message. Other
+ * output rank that depends on the size), named in the message, with the
+ * input that keeps an old size where one does (a constant made at the
+ * export's batch, an Expand to a shape made of constants). Other
  * failures (ML_ENOMEM) may leave g half changed; it can still be freed.
  * Subgraphs (If, Loop bodies) are left as they are. Not thread-safe for
  * one g.

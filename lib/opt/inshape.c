@@ -14,7 +14,9 @@
  * At a Reshape with a constant target, the output dim that holds the
  * factor at that stride takes -1 (0 when it copies the input's dim at the
  * same place), so the result holds for any size, a symbolic one included.
- * Where this cannot be traced, the node is named and nothing changes.
+ * Where this cannot be traced, the node is named and nothing changes; so
+ * is the input of a failing node that keeps an old size its other inputs
+ * lost (a torch.zeros(batch, ...) folded into a constant at export).
  */
 #include "opt/opt.h"
 
@@ -462,6 +464,59 @@ node_desc(const struct ml_node *n, char *buf, size_t len)
 }
 
 /*
+ * stuck_input: why node n failed, when one of its inputs is the cause: an
+ * input that carries no changed dim, but whose dim matched another input's
+ * changed one before (a torch.zeros(batch, ...) folded into a constant at
+ * export, an Expand to a shape computed from constants). Its description
+ * goes to buf; NULL when there is no such input.
+ */
+static const char *
+stuck_input(const struct ctx *c, const struct ml_node *n, char *buf, size_t len)
+{
+	const struct ml_graph *g = c->g;
+	for (int i = 0; i < n->n_in; i++) {
+		int t = n->in[i];
+		bool moved = false;
+		if (t < 0 || c->old[t].rank <= 0 || c->probe[t].rank != c->old[t].rank)
+			continue;
+		for (int k = 0; k < c->nf; k++)
+			moved |= LOC(c, t, k).dim != NONE;
+		if (moved)
+			continue;
+		for (int j = 0; j < n->n_in; j++) {
+			int u = n->in[j];
+			if (u < 0 || u == t)
+				continue;
+			for (int k = 0; k < c->nf; k++) {
+				int du = LOC(c, u, k).dim;
+				int dt = du - (c->old[u].rank - c->old[t].rank);
+				if (du < 0 || dt < 0 || dt >= c->old[t].rank ||
+				    c->old[t].dims[dt] != c->old[u].dims[du] ||
+				    c->probe[t].dims[dt] == c->probe[u].dims[du])
+					continue;
+				const struct ml_tensor *tt = g->tensors[t];
+				int p = tt->producer;
+				char nb[300], sb[160];
+				if (p < 0 || g->nodes[p].op == ML_OP_CONSTANT) {
+					snprintf(nb, sizeof nb, "a constant");
+				} else {
+					char pd[280];
+					snprintf(nb, sizeof nb, "from %s",
+						 node_desc(&g->nodes[p], pd, sizeof pd));
+				}
+				snprintf(buf, len, "its input '%s' (%s) keeps %s: dim %d holds the "
+					 "export's size %lld (export with dynamic_axes, or keep size "
+					 "%lld)", tt->name, nb,
+					 shape_str(c->old[t].rank, c->old[t].dims, sb, sizeof sb),
+					 dt, (long long)c->old[t].dims[dt], (long long)c->old[t].dims[dt]);
+				return buf;
+			}
+		}
+	}
+	return NULL;
+}
+
+/*
  * probe_all: infer the graph with the probe sizes node by node, rewriting
  * Reshape targets on the way.
  */
@@ -497,6 +552,10 @@ probe_all(struct ctx *c)
 				m += 3;
 			else
 				m = e2.msg;
+			char why[600];
+			if (stuck_input(c, n, why, sizeof why) != NULL)
+				return ml_fail(c->e, ML_ENOTSUP, "%s does not fit the new sizes: %s",
+					       node_desc(n, nb, sizeof nb), why);
 			return ml_fail(c->e, ML_ENOTSUP,
 				       "%s does not fit the new sizes: it holds an old size "
 				       "(tried with each changed dim 7, 11, 13... times as large: %s)",
