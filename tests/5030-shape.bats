@@ -1,9 +1,11 @@
 #!/usr/bin/env bats
 # 5030-shape.bats: --shape NAME=DIMS on every tool that reads a model: a
 # batch-1 export run at another batch (ResNet-18, the transformer encoder
-# whose Reshape targets spell out the batch), a symbolic batch run at two
-# sizes, mltrain re-batching a fixed-batch PyTorch export, and bad input.
-# The reference of a batch run is each sample's batch-1 run.
+# whose Reshape targets spell out the batch, a ViT whose class token is
+# expanded to it), a symbolic batch run at two sizes, mltrain re-batching
+# a fixed-batch PyTorch export, and bad input. The reference of a batch
+# run is each sample's batch-1 run and, where PyTorch can rebuild the
+# model, PyTorch's own run of the batch.
 bats_require_minimum_version 1.5.0
 load helpers
 
@@ -102,7 +104,7 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), "sq
 PYEOF
 }
 
-@test "ResNet-18 exported at batch 1 runs at batch 4 with --shape, samples as at batch 1 and in PyTorch" {
+@test "ResNet-18 exported at batch 1 runs at batch 4 with --shape, as at batch 1 and in PyTorch" {
 	need_model resnet18
 	local d=$ML_MODELS/resnet18
 	stack "$d/input.npy" 4 x
@@ -159,6 +161,35 @@ PYEOF
 	per_sample out3/output.npy 3 y
 	# a new sequence length too, given as sizes
 	run -0 mlrun "$d/model.onnx" --shape input=2x20x64 --random -q
+}
+
+@test "a torchvision ViT exported at batch 1 runs at batch 3: its class token and attention" {
+	"$PY" - <<'PYEOF'
+import inspect, warnings
+import numpy as np
+import torch
+import torchvision
+torch.manual_seed(0)
+m = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                         hidden_dim=16, mlp_dim=32, num_classes=10).eval()
+torch.nn.init.normal_(m.heads.head.weight)	# torchvision starts it at zeros
+kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.onnx.export(m, torch.zeros(1, 3, 32, 32), "vit1.onnx", input_names=["x"],
+                      output_names=["y"], opset_version=14, do_constant_folding=True, **kw)
+x = np.random.RandomState(3).standard_normal((3, 3, 32, 32)).astype(np.float32)
+np.save("x.npy", x)
+with torch.no_grad():
+    y = m(torch.from_numpy(x)).numpy()
+assert np.abs(y).max() > 1, "a trivial output"
+np.save("pt.npy", y)
+PYEOF
+	run -0 --separate-stderr mlrun vit1.onnx --shape x=3x3x32x32 -i x=x.npy -o out -v
+	[[ $stderr == *"--shape rewrote 11 Reshape targets"* ]]
+	npcmp out/y.npy pt.npy --rtol 1e-4 --atol 1e-4
+	# without --shape the batch-1 model refuses a batch of 3
+	run -3 mlrun vit1.onnx -i x=x.npy -q
 }
 
 @test "every tool that reads a model takes --shape" {
