@@ -317,6 +317,37 @@ PYEOF
 	[ "${lines[0]}" = "y f32[4,4]" ]
 }
 
+@test "mltrain re-batches a class token's Expand to --batch itself, N being refused there" {
+	"$PY" - <<'PYEOF'
+import inspect, warnings
+import torch
+torch.manual_seed(0)
+class M(torch.nn.Module):
+    """Patches and a class token, as a ViT has them, on 8x8 grey images."""
+    def __init__(self):
+        super().__init__()
+        self.patch = torch.nn.Conv2d(1, 8, 4, stride=4)
+        self.cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+        self.head = torch.nn.Linear(8, 4)
+    def forward(self, x):
+        p = self.patch(x).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls.expand(x.shape[0], -1, -1), p], 1)
+        return self.head(torch.relu(h).mean(1))
+kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.onnx.export(M(), torch.zeros(4, 1, 8, 8), "cls4.onnx", input_names=["x"],
+                      output_names=["y"], opset_version=14, do_constant_folding=True, **kw)
+PYEOF
+	mkidx d 64 8 8 4
+	run -0 --separate-stderr mltrain cls4.onnx --data d --batch 16 --epochs 1 --val-split 0.3 \
+		-o o.mlg -v
+	[[ $stderr == *"input 'x' had a fixed batch of 4; re-batched to 16 (--batch 16)"* ]]
+	[[ $stderr == *"val loss"* ]]
+	run -0 mlrun o.mlg --random
+	[ "${lines[0]}" = "y f32[16,4]" ]
+}
+
 @test "--shape refuses an unknown input (listing them), a wrong rank and two shapes with status 3" {
 	mkre
 	run -3 --separate-stderr mlrun re.onnx --shape nope=2x4 --random
