@@ -704,8 +704,11 @@ struct args {
 /*
  * rebatch: a model exported with a fixed batch (a PyTorch export at batch 4)
  * gets a symbolic one, N, so that it trains at --batch and evaluates at
- * its own batch; the trained model then runs at any batch. An input that
- * --shape set is left as it is.
+ * its own batch; the trained model then runs at any batch. A model that
+ * cannot take N (a class token's Expand, which takes sizes only) gets
+ * --batch itself, and one that cannot take that either (a constant made
+ * at the export's batch) but whose batch is --batch trains as it is. An
+ * input that --shape set is left as it is.
  */
 static void
 rebatch(struct run *r, const struct args *a)
@@ -717,15 +720,35 @@ rebatch(struct run *r, const struct args *a)
 			return;
 	int64_t old = 0;
 	int nr = 0, rc = ml_train_rebatch(r->model, "N", &old, &nr, &err);
+	const struct ml_tensor *t = g->tensors[g->inputs[0]];
+	char to[32] = "N";
+	if (rc < 0 && err.code == ML_ENOTSUP && old != r->o.batch) {
+		struct ml_err e2 = { 0 };
+		struct ml_shape_arg s = { .name = t->name, .rank = t->rank };
+		memcpy(s.dims, t->dims, sizeof s.dims);
+		memcpy(s.sym, t->sym, sizeof s.sym);
+		s.dims[0] = r->o.batch;
+		s.sym[0] = NULL;
+		if (ml_graph_set_input_shapes(r->model, &s, 1, &nr, &e2) == 0) {
+			rc = 1;
+			snprintf(to, sizeof to, "%lld", (long long)r->o.batch);
+		}
+	}
+	if (rc < 0 && old == r->o.batch) {
+		if (r->verbose)
+			fprintf(stderr, "%s: %s: input '%s' keeps its fixed batch of %lld "
+				"(a symbolic one: %s)\n", progname, a->from, t->name,
+				(long long)old, err.msg);
+		return;
+	}
 	if (rc < 0)
 		die(ml_exit_status(err.code),
 		    "%s: the model's input '%s' has a fixed batch of %lld that cannot be changed "
-		    "(%s); give --shape", a->from, g->tensors[g->inputs[0]]->name, (long long)old,
-		    err.msg);
+		    "(%s); give --shape", a->from, t->name, (long long)old, err.msg);
 	if (rc > 0 && r->verbose)
-		fprintf(stderr, "%s: %s: input '%s' had a fixed batch of %lld; re-batched to N "
+		fprintf(stderr, "%s: %s: input '%s' had a fixed batch of %lld; re-batched to %s "
 			"(--batch %lld), %d Reshape target%s rewritten\n", progname, a->from,
-			ml_graph_t(r->model, r->model->inputs[0])->name, (long long)old,
+			ml_graph_t(r->model, r->model->inputs[0])->name, (long long)old, to,
 			(long long)r->o.batch, nr, nr == 1 ? "" : "s");
 }
 

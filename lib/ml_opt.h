@@ -124,14 +124,19 @@ void ml_shape_arg_clear(struct ml_shape_arg *a);
  * batch-1 export's [1, 512], [12, 4, 16] for seq x batch*heads x dim) get
  * a target that holds for the new sizes, -1 (or 0, a copy of the input's
  * dim) at the dim that carries the change, so that symbolic sizes work as
- * well; *rewritten (may be NULL) counts them. A symbolic input dim names
+ * well; *rewritten (may be NULL) counts them. An Expand whose target,
+ * made of constants, holds an old size that a consumer needs to grow,
+ * broadcast from a 1 (a ViT's class token), gets the new size when it is
+ * a number. A symbolic input dim names
  * the activation dims that are exactly it.
  *
  * ML_EINVAL, with g unchanged: an input the model lacks (the message lists
  * its inputs), a rank other than the input's, an input given twice.
  * ML_ENOTSUP, with g unchanged: a node the new sizes do not fit (a shape
- * constant that cannot be traced, an Expand or Tile to an old size, an
- * output rank that depends on the size), named in the message. Other
+ * constant that cannot be traced, an Expand to a symbolic size, a Tile, an
+ * output rank that depends on the size), named in the message, with the
+ * input that keeps an old size where one does (a constant made at the
+ * export's batch, an Expand to a shape made of constants). Other
  * failures (ML_ENOMEM) may leave g half changed; it can still be freed.
  * Subgraphs (If, Loop bodies) are left as they are. Not thread-safe for
  * one g.

@@ -1,9 +1,11 @@
 #!/usr/bin/env bats
 # 5030-shape.bats: --shape NAME=DIMS on every tool that reads a model: a
 # batch-1 export run at another batch (ResNet-18, the transformer encoder
-# whose Reshape targets spell out the batch), a symbolic batch run at two
-# sizes, mltrain re-batching a fixed-batch PyTorch export, and bad input.
-# The reference of a batch run is each sample's batch-1 run.
+# whose Reshape targets spell out the batch, a ViT whose class token is
+# expanded to it), a symbolic batch run at two sizes, mltrain re-batching
+# a fixed-batch PyTorch export, and bad input. The reference of a batch
+# run is each sample's batch-1 run and, where PyTorch can rebuild the
+# model, PyTorch's own run of the batch.
 bats_require_minimum_version 1.5.0
 load helpers
 
@@ -55,6 +57,30 @@ for i in range(k):
 PYEOF
 }
 
+# torch_ref NAME IN.npy OUT.npy: PyTorch's output on IN for the model that
+# tests/models/export.py exported as NAME (rebuilt from its seed; it must
+# give the export's own output.npy on the export's input.npy first).
+torch_ref() {
+	"$PY" - "$ML_ROOT/tests/models" "$ML_MODELS" "$@" <<'PYEOF'
+import os, sys
+import numpy as np
+import torch
+sys.path.insert(0, sys.argv[1])
+import export
+name, x, out = sys.argv[3], np.load(sys.argv[4]), sys.argv[5]
+ctor, _ = export.MODELS[name]
+torch.manual_seed(export.SEED)
+model, shape = ctor()
+export.calibrate(model, shape)
+model.eval()
+d = os.path.join(sys.argv[2], name)
+with torch.no_grad():
+    y0 = model(torch.from_numpy(np.load(os.path.join(d, "input.npy")))).numpy()
+    np.testing.assert_allclose(y0, np.load(os.path.join(d, "output.npy")), rtol=1e-5, atol=1e-6)
+    np.save(out, model(torch.from_numpy(x)).numpy())
+PYEOF
+}
+
 # mkre: re.onnx, x f32[1,4] -> MatMul -> Reshape to a constant [1,2,3] -> Relu.
 mkre() {
 	"$PY" - <<'PYEOF'
@@ -78,7 +104,7 @@ onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), "sq
 PYEOF
 }
 
-@test "ResNet-18 exported at batch 1 runs at batch 4 with --shape, each sample as at batch 1" {
+@test "ResNet-18 exported at batch 1 runs at batch 4 with --shape, as at batch 1 and in PyTorch" {
 	need_model resnet18
 	local d=$ML_MODELS/resnet18
 	stack "$d/input.npy" 4 x
@@ -91,6 +117,10 @@ PYEOF
 	done
 	per_sample out/output.npy 4 y
 	npcmp y.0.npy "$d/output.npy" --rtol 1e-3 --atol 1e-4
+	# and the batch of 4 as PyTorch computes it, sample by sample
+	torch_ref resnet18 x.npy pt.npy
+	"$PY" -c 'import numpy as np; assert np.load("pt.npy").shape == (4, 1000)'
+	npcmp out/output.npy pt.npy --rtol 1e-3 --atol 1e-4
 	# without --shape, the batch-1 model refuses the batch
 	run -3 --separate-stderr mlrun "$d/model.onnx" -i input=x.npy -q --threads 2
 	[ "${#stderr_lines[@]}" -eq 1 ]
@@ -131,6 +161,35 @@ PYEOF
 	per_sample out3/output.npy 3 y
 	# a new sequence length too, given as sizes
 	run -0 mlrun "$d/model.onnx" --shape input=2x20x64 --random -q
+}
+
+@test "a torchvision ViT exported at batch 1 runs at batch 3: its class token and attention" {
+	"$PY" - <<'PYEOF'
+import inspect, warnings
+import numpy as np
+import torch
+import torchvision
+torch.manual_seed(0)
+m = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                         hidden_dim=16, mlp_dim=32, num_classes=10).eval()
+torch.nn.init.normal_(m.heads.head.weight)	# torchvision starts it at zeros
+kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.onnx.export(m, torch.zeros(1, 3, 32, 32), "vit1.onnx", input_names=["x"],
+                      output_names=["y"], opset_version=14, do_constant_folding=True, **kw)
+x = np.random.RandomState(3).standard_normal((3, 3, 32, 32)).astype(np.float32)
+np.save("x.npy", x)
+with torch.no_grad():
+    y = m(torch.from_numpy(x)).numpy()
+assert np.abs(y).max() > 1, "a trivial output"
+np.save("pt.npy", y)
+PYEOF
+	run -0 --separate-stderr mlrun vit1.onnx --shape x=3x3x32x32 -i x=x.npy -o out -v
+	[[ $stderr == *"--shape rewrote 11 Reshape targets"* ]]
+	npcmp out/y.npy pt.npy --rtol 1e-4 --atol 1e-4
+	# without --shape the batch-1 model refuses a batch of 3
+	run -3 mlrun vit1.onnx -i x=x.npy -q
 }
 
 @test "every tool that reads a model takes --shape" {
@@ -185,6 +244,110 @@ PYEOF
 	[[ $stderr == *"has a fixed batch of 8, not 16"* ]]
 }
 
+# mkidx DIR N H W CLASSES: N random grey HxW images and labels, MNIST's idx files in DIR.
+mkidx() {
+	"$PY" - "$@" <<'PYEOF'
+import os, struct, sys
+import numpy as np
+d, n, h, w, k = sys.argv[1], *map(int, sys.argv[2:])
+os.makedirs(d)
+r = np.random.RandomState(1)
+def idx(a):
+    a = np.asarray(a, dtype=np.uint8)
+    return bytes([0, 0, 8, a.ndim]) + b"".join(struct.pack(">I", x) for x in a.shape) + a.tobytes()
+open(d + "/train-images-idx3-ubyte", "wb").write(idx((r.rand(n, h, w) * 200).astype(np.uint8)))
+open(d + "/train-labels-idx1-ubyte", "wb").write(idx(r.randint(0, k, n)))
+PYEOF
+}
+
+@test "mltrain trains the test suite's LeNet exported at batch 4 with --batch 64" {
+	"$PY" - "$ML_ROOT/tests/models" <<'PYEOF'
+import inspect, sys, warnings
+import torch
+sys.path.insert(0, sys.argv[1])
+import export
+torch.manual_seed(0)
+kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.onnx.export(export.LeNet(), torch.zeros(4, 1, 28, 28), "lenet4.onnx",
+                      input_names=["input"], output_names=["output"], opset_version=14, **kw)
+PYEOF
+	mkidx d 256 28 28 10
+	run -0 --separate-stderr mlconvert lenet4.onnx --info
+	[[ $output == *"input "*"f32[4,1,28,28]"* ]]
+	run -0 --separate-stderr mltrain lenet4.onnx --data d --batch 64 --epochs 1 --threads 2 \
+		-o o.mlg -v
+	[[ $stderr == *"input 'input' had a fixed batch of 4; re-batched to N (--batch 64)"* ]]
+	run -0 mlrun o.mlg --random --dim N=64
+	[ "${lines[0]}" = "output f32[64,10]" ]
+}
+
+@test "mltrain names --shape where a fixed batch cannot change, trains at that batch as it is" {
+	"$PY" - <<'PYEOF'
+import inspect, warnings
+import torch
+torch.manual_seed(0)
+class M(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(8 * 8, 4)
+    def forward(self, x):
+        # the zeros are folded into a [4, 1, 8, 8] constant by the export
+        x = torch.cat([x, torch.zeros(x.size(0), 1, 8, 8)], 1)[:, :1]
+        return self.l(x.reshape(x.size(0), -1))
+kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.onnx.export(M(), torch.zeros(4, 1, 8, 8), "zeros4.onnx", input_names=["x"],
+                      output_names=["y"], opset_version=14, do_constant_folding=True, **kw)
+PYEOF
+	mkidx d 64 8 8 4
+	run -4 --separate-stderr mltrain zeros4.onnx --data d --batch 16 -o o.mlg
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ $stderr == "mltrain: zeros4.onnx: the model's input 'x' has a fixed batch of 4 that"* ]]
+	local why="node '/Concat' (Concat) does not fit the new sizes: its input '/Constant_output_0'"
+	why+=" (a constant) keeps [4,1,8,8]: dim 0 holds the export's size 4"
+	[[ $stderr == *"$why (export with dynamic_axes, or keep that size)); give --shape" ]]
+	[ ! -e o.mlg ]
+	# at its own batch it trains as it is, saying so under -v
+	run -0 --separate-stderr mltrain zeros4.onnx --data d --batch 4 --epochs 1 -o o.mlg -v
+	[[ $stderr == *"mltrain: zeros4.onnx: input 'x' keeps its fixed batch of 4 (a symbolic"* ]]
+	run -0 mlrun o.mlg --random
+	[ "${lines[0]}" = "y f32[4,4]" ]
+}
+
+@test "mltrain re-batches a class token's Expand to --batch itself, N being refused there" {
+	"$PY" - <<'PYEOF'
+import inspect, warnings
+import torch
+torch.manual_seed(0)
+class M(torch.nn.Module):
+    """Patches and a class token, as a ViT has them, on 8x8 grey images."""
+    def __init__(self):
+        super().__init__()
+        self.patch = torch.nn.Conv2d(1, 8, 4, stride=4)
+        self.cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+        self.head = torch.nn.Linear(8, 4)
+    def forward(self, x):
+        p = self.patch(x).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls.expand(x.shape[0], -1, -1), p], 1)
+        return self.head(torch.relu(h).mean(1))
+kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.onnx.export(M(), torch.zeros(4, 1, 8, 8), "cls4.onnx", input_names=["x"],
+                      output_names=["y"], opset_version=14, do_constant_folding=True, **kw)
+PYEOF
+	mkidx d 64 8 8 4
+	run -0 --separate-stderr mltrain cls4.onnx --data d --batch 16 --epochs 1 --val-split 0.3 \
+		-o o.mlg -v
+	[[ $stderr == *"input 'x' had a fixed batch of 4; re-batched to 16 (--batch 16)"* ]]
+	[[ $stderr == *"val loss"* ]]
+	run -0 mlrun o.mlg --random
+	[ "${lines[0]}" = "y f32[16,4]" ]
+}
+
 @test "--shape refuses an unknown input (listing them), a wrong rank and two shapes with status 3" {
 	mkre
 	run -3 --separate-stderr mlrun re.onnx --shape nope=2x4 --random
@@ -217,4 +380,45 @@ PYEOF
 	[ "${#stderr_lines[@]}" -eq 1 ]
 	[[ $stderr == *"node '/enc/layers.0/self_attn/Reshape_4' (Reshape): its shape [12,1,64]"* ]]
 	[[ $stderr == *"would need two symbolic dims; give sizes instead of names" ]]
+}
+
+@test "--shape gives the Expand of a class token the new batch, or names it for a symbolic one" {
+	"$PY" - <<'PYEOF'
+import inspect, warnings
+import numpy as np
+import torch
+torch.manual_seed(0)
+class M(torch.nn.Module):
+    """A class token expanded to the batch, as a ViT does."""
+    def __init__(self):
+        super().__init__()
+        self.cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+        self.lin = torch.nn.Linear(8, 8)
+    def forward(self, x):
+        return torch.cat([self.cls.expand(x.shape[0], -1, -1), self.lin(x)], 1)
+m = M().eval()
+kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    torch.onnx.export(m, torch.zeros(2, 5, 8), "cls2.onnx", input_names=["x"],
+                      output_names=["y"], opset_version=14, do_constant_folding=True, **kw)
+x = np.random.RandomState(3).standard_normal((4, 5, 8)).astype(np.float32)
+np.save("x.npy", x)
+with torch.no_grad():
+    np.save("pt.npy", m(torch.from_numpy(x)).numpy())
+PYEOF
+	run -0 mlrun cls2.onnx --random
+	[ "${lines[0]}" = "y f32[2,6,8]" ]
+	# the batch went into the Expand's shape, made of constants: it takes the new one
+	run -0 --separate-stderr mlrun cls2.onnx --shape x=4x5x8 -i x=x.npy -o out -v
+	[[ $stderr == *"--shape rewrote 0 Reshape targets"* ]]
+	npcmp out/y.npy pt.npy --rtol 1e-5 --atol 1e-6
+	run -0 mlconvert cls2.onnx --shape x=4x9x8 --info
+	[[ $output == *"y "*"f32[4,10,8]"* ]]
+	# a symbolic batch cannot be an Expand's target: named, status 4
+	run -4 --separate-stderr mlrun cls2.onnx --shape x=Nx5x8 --random
+	[ "${#stderr_lines[@]}" -eq 1 ]
+	[[ $stderr == "mlrun: cls2.onnx: --shape: node '/Concat' (Concat) does not fit"* ]]
+	[[ $stderr == *"its input '/Expand_output_0' (from node '/Expand' (Expand)) keeps"* ]]
+	[[ $stderr == *"[2,1,8]: dim 0 holds the export's size 2 (an Expand takes a size there"* ]]
 }

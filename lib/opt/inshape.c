@@ -14,7 +14,14 @@
  * At a Reshape with a constant target, the output dim that holds the
  * factor at that stride takes -1 (0 when it copies the input's dim at the
  * same place), so the result holds for any size, a symbolic one included.
- * Where this cannot be traced, the node is named and nothing changes.
+ * An Expand to a target made of constants (a ViT's class token expanded
+ * to the export's batch) is found where its output, which kept the old
+ * size, meets one that grew: its target then takes the new size there
+ * (a number only: an Expand has no -1) and the probe starts again.
+ *
+ * Where this cannot be traced, the node is named and nothing changes; so
+ * is the input of a failing node that keeps an old size its other inputs
+ * lost (a torch.zeros(batch, ...) folded into a constant at export).
  */
 #include "opt/opt.h"
 
@@ -50,7 +57,14 @@ struct ctx {
 	struct loc *loc;	/* cap * nf */
 	int rewritten;
 	struct pending *pend;	/* the new Reshape targets, one per node at most */
+	int expanded;		/* of rewritten, Expand targets */
+	int nforce;
+	struct force {		/* an Expand whose target dim takes factor k */
+		int node, dim, k;
+	} force[MAX_FACTORS];
 };
+
+#define RETRY 1000		/* probe_all: a new force, infer again */
 
 /* A Reshape target to write once the whole graph fits: node, target. */
 struct pending {
@@ -462,6 +476,127 @@ node_desc(const struct ml_node *n, char *buf, size_t len)
 }
 
 /*
+ * stuck_input: why node n failed, when one of its inputs is the cause: an
+ * input that carries no changed dim, but whose dim matched another input's
+ * changed one before (a torch.zeros(batch, ...) folded into a constant at
+ * export, an Expand to a shape computed from constants). Its description
+ * goes to buf; NULL when there is no such input.
+ */
+static const char *
+stuck_input(const struct ctx *c, const struct ml_node *n, char *buf, size_t len,
+	    struct force *why)
+{
+	const struct ml_graph *g = c->g;
+	for (int i = 0; i < n->n_in; i++) {
+		int t = n->in[i];
+		bool moved = false;
+		if (t < 0 || c->old[t].rank <= 0 || c->probe[t].rank != c->old[t].rank)
+			continue;
+		for (int k = 0; k < c->nf; k++)
+			moved |= LOC(c, t, k).dim != NONE;
+		if (moved)
+			continue;
+		for (int j = 0; j < n->n_in; j++) {
+			int u = n->in[j];
+			if (u < 0 || u == t)
+				continue;
+			for (int k = 0; k < c->nf; k++) {
+				int du = LOC(c, u, k).dim;
+				int dt = du - (c->old[u].rank - c->old[t].rank);
+				if (du < 0 || dt < 0 || dt >= c->old[t].rank ||
+				    c->old[t].dims[dt] != c->old[u].dims[du] ||
+				    c->probe[t].dims[dt] == c->probe[u].dims[du])
+					continue;
+				const struct ml_tensor *tt = g->tensors[t];
+				int p = tt->producer;
+				*why = (struct force){ p, dt, k };
+				char nb[300], sb[160];
+				if (p < 0 || g->nodes[p].op == ML_OP_CONSTANT) {
+					snprintf(nb, sizeof nb, "a constant");
+				} else {
+					char pd[280];
+					snprintf(nb, sizeof nb, "from %s",
+						 node_desc(&g->nodes[p], pd, sizeof pd));
+				}
+				bool ex = p >= 0 && g->nodes[p].op == ML_OP_EXPAND && c->f[k].new < 0;
+				snprintf(buf, len, "its input '%s' (%s) keeps %s: dim %d holds the "
+					 "export's size %lld (%s)", tt->name, nb,
+					 shape_str(c->old[t].rank, c->old[t].dims, sb, sizeof sb),
+					 dt, (long long)c->old[t].dims[dt],
+					 ex ? "an Expand takes a size there, not a name; or export "
+					      "with dynamic_axes" : "export with dynamic_axes, or keep "
+					      "that size");
+				return buf;
+			}
+		}
+	}
+	return NULL;
+}
+
+/*
+ * expandable: whether the Expand that made tensor t (stuck at dim d for
+ * factor k) can take the new size there: a target made of constants
+ * whose dim d holds the old size, broadcast from a 1 in its input, and a
+ * new size that is a number (an Expand has no -1 to say "any").
+ */
+static bool
+expandable(const struct ctx *c, const struct force *w)
+{
+	const struct ml_graph *g = c->g;
+	if (w->node < 0 || g->nodes[w->node].op != ML_OP_EXPAND || c->f[w->k].new < 0 ||
+	    c->nforce == MAX_FACTORS)
+		return false;
+	const struct ml_node *n = &g->nodes[w->node];
+	if (n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0 || !fixed_value(c, n->in[1]))
+		return false;
+	const struct ml_tval *x = &c->old[n->in[0]], *y = &c->old[n->out[0]];
+	const struct ml_tval *s = &c->old[n->in[1]];
+	int dx = w->dim - (y->rank - x->rank);
+	if (ml_tval_numel(s) != y->rank || (dx >= 0 && x->dims[dx] != 1) ||
+	    ml_get_i64(s->data, s->dtype, w->dim) != c->f[w->k].old)
+		return false;
+	for (int i = 0; i < c->nforce; i++)
+		if (c->force[i].node == w->node && c->force[i].dim == w->dim)
+			return false;
+	return true;
+}
+
+/*
+ * fix_expand: node ni is an Expand that a force names: record its new
+ * target (c->pend) and return 1 with its probe value in pv, else 0.
+ */
+static int
+fix_expand(struct ctx *c, int ni, struct ml_tval *pv)
+{
+	const struct ml_node *n = &c->g->nodes[ni];
+	const struct ml_tval *s = &c->old[n->in[1]];
+	int64_t len = ml_tval_numel(s), tgt[ML_MAX_RANK], probe[ML_MAX_RANK];
+	bool any = false;
+	if (len > ML_MAX_RANK)
+		return 0;
+	for (int j = 0; j < len; j++)
+		tgt[j] = probe[j] = ml_get_i64(s->data, s->dtype, j);
+	for (int i = 0; i < c->nforce; i++) {
+		const struct force *w = &c->force[i];
+		if (w->node != ni)
+			continue;
+		tgt[w->dim] = c->f[w->k].new;
+		probe[w->dim] *= primes[w->k];
+		any = true;
+	}
+	if (!any)
+		return 0;
+	ML_TRY(ml_tval_alloc(pv, ML_I64, 1, &len, c->e));
+	memcpy(pv->data, probe, sizeof(int64_t) * (size_t)len);
+	struct pending *p = &c->pend[c->rewritten++];
+	c->expanded++;
+	p->node = ni;
+	p->rank = (int)len;
+	memcpy(p->tgt, tgt, sizeof(int64_t) * (size_t)len);
+	return 1;
+}
+
+/*
  * probe_all: infer the graph with the probe sizes node by node, rewriting
  * Reshape targets on the way.
  */
@@ -476,6 +611,8 @@ probe_all(struct ctx *c)
 		if (n->op == ML_OP_RESHAPE && n->n_in >= 2 && n->in[0] >= 0 && n->in[1] >= 0 &&
 		    fixed_value(c, n->in[1]))
 			ML_TRY(r = fix_reshape(c, i, &pv));
+		else if (n->op == ML_OP_EXPAND && c->nforce > 0)
+			ML_TRY(r = fix_expand(c, i, &pv));
 		/* the node reads its new target, for this one inference only */
 		if (r > 0) {
 			st = n->in[1];
@@ -497,6 +634,16 @@ probe_all(struct ctx *c)
 				m += 3;
 			else
 				m = e2.msg;
+			char why[600];
+			struct force w = { -1, 0, 0 };
+			bool stuck = stuck_input(c, n, why, sizeof why, &w) != NULL;
+			if (stuck && expandable(c, &w)) {
+				c->force[c->nforce++] = w;
+				return RETRY;
+			}
+			if (stuck)
+				return ml_fail(c->e, ML_ENOTSUP, "%s does not fit the new sizes: %s",
+					       node_desc(n, nb, sizeof nb), why);
 			return ml_fail(c->e, ML_ENOTSUP,
 				       "%s does not fit the new sizes: it holds an old size "
 				       "(tried with each changed dim 7, 11, 13... times as large: %s)",
@@ -515,6 +662,10 @@ probe_all(struct ctx *c)
 			}
 		}
 		track(c, i);
+		/* a forced Expand's dim is the factor, from no input that has it */
+		for (int k = 0; k < c->nforce; k++)
+			if (c->force[k].node == i)
+				LOC(c, n->out[0], c->force[k].k) = (struct loc){ c->force[k].dim, 1 };
 	}
 	return 0;
 }
@@ -602,11 +753,8 @@ ml_graph_set_input_shapes(struct ml_graph *g, const struct ml_shape_arg *a, int 
 		rc = ml_fail(e, ML_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (int t = 0; t < c.cap; t++) {
+	for (int t = 0; t < c.cap; t++)
 		c.old[t].rank = c.probe[t].rank = -1;
-		for (int k = 0; k < c.nf; k++)
-			LOC(&c, t, k) = (struct loc){ NONE, 1 };
-	}
 	for (int t = 0; t < g->n_tensors; t++) {
 		ml_graph_tval(g, t, &c.old[t]);
 		if (g->tensors[t]->kind != ML_TK_CONST && g->tensors[t]->kind != ML_TK_PARAM)
@@ -615,7 +763,22 @@ ml_graph_set_input_shapes(struct ml_graph *g, const struct ml_shape_arg *a, int 
 	}
 	if ((rc = ml_infer_values(g, c.old, e)) < 0)
 		goto out;
+again:
 	/* the probe: each changed dim times its factor's prime */
+	for (int t = 0; t < c.cap; t++) {
+		if (c.probe[t].owned && c.probe[t].data != c.old[t].data)
+			ml_tval_clear(&c.probe[t]);
+		/* as the graph has it: the values of constants alone */
+		c.probe[t].rank = -1;
+		if (t < g->n_tensors) {
+			ml_graph_tval(g, t, &c.probe[t]);
+			if (g->tensors[t]->kind != ML_TK_CONST && g->tensors[t]->kind != ML_TK_PARAM)
+				c.probe[t].data = NULL;
+		}
+		for (int k = 0; k < c.nf; k++)
+			LOC(&c, t, k) = (struct loc){ NONE, 1 };
+	}
+	c.rewritten = c.expanded = 0;
 	for (int i = 0; i < n; i++) {
 		int t = g->inputs[find_input(g, a[i].name)];
 		c.probe[t].rank = a[i].rank;
@@ -634,7 +797,10 @@ ml_graph_set_input_shapes(struct ml_graph *g, const struct ml_shape_arg *a, int 
 			}
 		}
 	}
-	if ((rc = probe_all(&c)) < 0)
+	/* an Expand found to hold the old size gets the new one, from the start */
+	if ((rc = probe_all(&c)) == RETRY)
+		goto again;
+	if (rc < 0)
 		goto out;
 	int nt0 = g->n_tensors;
 	/* the symbolic names the outputs of the probe can take back */
@@ -736,7 +902,7 @@ ml_graph_set_input_shapes(struct ml_graph *g, const struct ml_shape_arg *a, int 
 	}
 	ml_free(tnames);
 	if (rewritten != NULL)
-		*rewritten = c.rewritten;
+		*rewritten = c.rewritten - c.expanded;
 out:
 	if (c.old != NULL)
 		for (int t = 0; t < c.cap; t++) {

@@ -142,6 +142,26 @@ static const char smodel[] =
 	"int64[3] s = {1, 2, 3}\n"
 	"int64[1] ax = {0}\n";
 
+/* a constant made at batch 2 (a folded torch.zeros(batch, 3)) joined to x */
+static const char cmodel[] =
+	"<ir_version: 8, opset_import: [\"\" : 14]>\n"
+	"c (float[2,3] x) => (float[2,6] y)\n"
+	"{\n"
+	"    [cat] y = Concat <axis = 1> (x, z)\n"
+	"}\n"
+	"float[2,3] z = {0, 0, 0, 0, 0, 0}\n";
+
+/* a class token expanded to the export's batch, 2, by a constant target */
+static const char emodel[] =
+	"<ir_version: 8, opset_import: [\"\" : 14]>\n"
+	"e (float[2,3] x) => (float[2,6] y)\n"
+	"{\n"
+	"    [ex] c = Expand (tok, s)\n"
+	"    [cat] y = Concat <axis = 1> (c, x)\n"
+	"}\n"
+	"float[1,3] tok = {1, 2, 3}\n"
+	"int64[2] s = {2, 3}\n";
+
 static void
 shapes(void)
 {
@@ -226,6 +246,54 @@ shapes(void)
 		   g->n_tensors == nt && ri >= 0 && g->nodes[ri].in[1] == ml_graph_find(g, "s") &&
 		   ml_graph_t(g, g->inputs[0])->dims[0] == 1,
 	   "a Squeeze of the old batch is refused by name and the graph is left as it was");
+	ml_shape_arg_clear(&a);
+	ml_graph_free(g);
+
+	/* the constant that holds the old batch is named, not only the Concat */
+	g = NULL;
+	if (ml_text_decode(&g, cmodel, strlen(cmodel), "c.mlt", &e) < 0 ||
+	    ml_graph_toposort(g, &e) < 0 || ml_graph_infer(g, &e) < 0 ||
+	    ml_shape_arg_parse(&a, "x=5x3", &e) < 0)
+		printf("# %s\n", e.msg);
+	rc = g != NULL ? ml_graph_set_input_shapes(g, &a, 1, NULL, &e) : -1;
+	ok(rc == ML_ENOTSUP && strcmp(e.msg, "node 'cat' (Concat) does not fit the new sizes: its "
+				     "input 'z' (a constant) keeps [2,3]: dim 0 holds the "
+				     "export's size 2 (export with dynamic_axes, or keep that size)") == 0 &&
+		   ml_graph_t(g, g->inputs[0])->dims[0] == 2,
+	   "a constant made at the old batch is named as the cause");
+	if (rc != ML_ENOTSUP || strstr(e.msg, "its input 'z'") == NULL)
+		printf("# %s\n", e.msg);
+	ml_shape_arg_clear(&a);
+	ml_graph_free(g);
+
+	/* the Expand's constant target takes a new batch, not a symbolic one */
+	g = NULL;
+	nr = -1;
+	if (ml_text_decode(&g, emodel, strlen(emodel), "e.mlt", &e) < 0 ||
+	    ml_graph_toposort(g, &e) < 0 || ml_graph_infer(g, &e) < 0 ||
+	    ml_shape_arg_parse(&a, "x=5x3", &e) < 0 ||
+	    ml_graph_set_input_shapes(g, &a, 1, &nr, &e) < 0)
+		printf("# %s\n", e.msg);
+	y = g != NULL ? ml_graph_t(g, g->outputs[0]) : NULL;
+	const struct ml_node *ex = NULL;
+	for (int i = 0; g != NULL && i < g->n_nodes; i++)
+		if (strcmp(g->nodes[i].name, "ex") == 0)
+			ex = &g->nodes[i];
+	tv = ex != NULL ? ml_graph_t(g, ex->in[1])->data : NULL;
+	ok(nr == 0 && y != NULL && y->rank == 2 && y->dims[0] == 5 && y->dims[1] == 6 &&
+		   tv != NULL && tv[0] == 5 && tv[1] == 3,
+	   "an Expand of a token to the old batch takes the new one, [5, 3]");
+	ml_shape_arg_clear(&a);
+	ml_graph_free(g);
+	g = NULL;
+	if (ml_text_decode(&g, emodel, strlen(emodel), "e.mlt", &e) < 0 ||
+	    ml_graph_toposort(g, &e) < 0 || ml_graph_infer(g, &e) < 0 ||
+	    ml_shape_arg_parse(&a, "x=Nx3", &e) < 0)
+		printf("# %s\n", e.msg);
+	rc = g != NULL ? ml_graph_set_input_shapes(g, &a, 1, NULL, &e) : -1;
+	ok(rc == ML_ENOTSUP && strstr(e.msg, "its input 'c' (from node 'ex' (Expand)) keeps [2,3]") &&
+		   strstr(e.msg, "an Expand takes a size there, not a name"),
+	   "a symbolic batch is refused, naming the Expand");
 	ml_shape_arg_clear(&a);
 	ml_graph_free(g);
 }
