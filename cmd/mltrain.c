@@ -1102,8 +1102,14 @@ take_state(struct run *r, const char *resume)
 	if (ml_train_state_get(st, r->model, &err) < 0) {
 		if (err.code == ML_ENOMEM)
 			die_err(&err);
-		if (err.code == ML_EINVAL)
+		if (err.code == ML_EINVAL) {
+			/* since -o writes an inference model, resuming it is the likely slip */
+			const char *ck = ckpt_name(resume);
+			if (access(ck, R_OK) == 0)
+				die(EXIT_INVALID, "%s: not a checkpoint of mltrain (no training state); "
+				    "the run's checkpoint is probably %s", resume, ck);
 			die(EXIT_INVALID, "%s: not a checkpoint of mltrain (no training state)", resume);
+		}
 		die(EXIT_INVALID, "%s: %s", resume, err.msg);
 	}
 	/* rank 0's state on every rank, so that every rank takes the same batches */

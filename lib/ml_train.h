@@ -387,11 +387,12 @@ int ml_lr_schedule_check(const struct ml_lr_schedule *s, struct ml_err *e);
 double ml_lr_at(const struct ml_lr_schedule *s, uint64_t step);
 
 /*
- * The training state of a checkpoint, read back. model->train->config is
- * free text; mltrain keeps one flat JSON object there: its options
- * ("loss", "lr", "batch", ...) and its place in the epoch
- * ("steps_per_epoch", "epoch_step", "epoch_loss_sum", ...). A resuming
- * caller parses it once and looks its keys up:
+ * The JSON form of a run's state, which checkpoints kept before the
+ * TrainRun message (ml_train_state_get reads both; a caller that resumes
+ * needs nothing here). model->train->config is free text; mltrain before
+ * TrainRun kept one flat JSON object there: its options ("loss", "lr",
+ * "batch", ...) and its place in the epoch ("steps_per_epoch",
+ * "epoch_step", "epoch_loss_sum", ...). Parsed once, its keys looked up:
  *
  *	struct ml_train_config c;
  *	if (ml_train_config_parse(&c, model->train->config, &err) < 0) ...

@@ -216,9 +216,13 @@ PYEOF
 
 @test "bad checkpoints are refused with one line and status 3" {
 	mltrain tiny.mlt --data d $TRAIN -q -o out.mlg
-	# an inference model has no training state
+	# an inference model has no training state; its run's checkpoint is named
+	# when it is there
 	run -3 --separate-stderr mltrain --resume out.mlg --data d -o r.mlg
-	[ "$stderr" = "mltrain: out.mlg: not a checkpoint of mltrain (no training state)" ]
+	[ "$stderr" = "mltrain: out.mlg: not a checkpoint of mltrain (no training state); the run's checkpoint is probably out.ckpt.mlg" ]
+	cp out.mlg lone.mlg
+	run -3 --separate-stderr mltrain --resume lone.mlg --data d -o r.mlg
+	[ "$stderr" = "mltrain: lone.mlg: not a checkpoint of mltrain (no training state)" ]
 	# not a model at all, and a truncated checkpoint
 	printf 'not a model\n' >junk.mlg
 	run -3 --separate-stderr mltrain --resume junk.mlg --data d -o r.mlg

@@ -1,9 +1,10 @@
 /*
- * state.c: the training state a checkpoint keeps in model->train->config,
- * read back: a flat JSON object (mltrain writes its options and its place
- * in the epoch there) parsed by a small RFC 8259 parser, so a key is found
- * as a key, never as text inside another value. See lib/ml_train.h for
- * the contracts.
+ * state.c: the training state that checkpoints written before the TrainRun
+ * message kept in model->train->config, read back for ckpt.c: a flat JSON
+ * object (mltrain wrote its options and its place in the epoch there)
+ * parsed by a small RFC 8259 parser, so a key is found as a key, never as
+ * text inside another value. Kept so that old checkpoints resume. See
+ * lib/ml_train.h for the contracts.
  */
 #include <errno.h>
 #include <math.h>
