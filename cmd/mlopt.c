@@ -13,9 +13,9 @@
 
 static const char synopsis[] =
 	"mlopt [-fqv] [-O LEVEL] [--passes LIST] [--disable LIST] [--report [--json]] [-o OUTPUT]\n"
-	"             [--verify [--rtol R] [--atol A] [-i NAME=FILE.npy]... [--seed S]\n"
-	"             [--timeout SECS] [--[no-]progress]] [--max-alloc SIZE] [--shape NAME=DIMS]...\n"
-	"             [INPUT | -]\n"
+	"             [--verify [--rtol R] [--atol A] [-i NAME=FILE.npy]... [--dim NAME=N]...\n"
+	"             [--seed S] [--timeout SECS] [--[no-]progress]] [--max-alloc SIZE]\n"
+	"             [--shape NAME=DIMS]... [INPUT | -]\n"
 	"       mlopt --list-passes [--json]";
 
 static const char help_text[] =

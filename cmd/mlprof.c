@@ -680,9 +680,15 @@ profile_pipeline(struct opts *o, struct ml_graph *g)
 									  sizeof(double));
 	if (busy0 == NULL || busy == NULL)
 		die(EXIT_FAIL, "out of memory");
-	for (int64_t i = 0; i < o->warmup; i++)
+	/* the bar counts the warm-up steps and the timed ones, as profile's runs */
+	const char *what = "profiling the pipeline";
+	int64_t total = o->warmup + o->repeat;
+	cli_progress_update(what, 0, total, NULL);
+	for (int64_t i = 0; i < o->warmup; i++) {
 		if (ml_pipeline_run(p, xname, &x, &y, rate, &loss, NULL, &err) < 0)
 			die_err(&err);
+		cli_progress_update(what, i + 1, total, NULL);
+	}
 	struct ml_pipeline_stats st0, st1;
 	ml_pipeline_stats(p, &st0);
 	for (int s = 0; s < ns; s++) {
@@ -691,11 +697,18 @@ profile_pipeline(struct opts *o, struct ml_graph *g)
 		busy0[s] = in.busy_s;
 	}
 	for (int64_t i = 0; i < o->repeat; i++) {
+		double t0 = ml_now();
 		if (ml_pipeline_run(p, xname, &x, &y, rate, &loss, NULL, &err) < 0)
 			die_err(&err);
-		if (o->verbose)
-			fprintf(stderr, "%s: run %lld: loss %.6f\n", progname, (long long)i, loss);
+		double wall = ml_now() - t0;
+		if (o->verbose) {
+			cli_progress_clear();
+			fprintf(stderr, "%s: run %lld: %.3f ms, loss %.6f\n", progname, (long long)i,
+				wall * 1e3, loss);
+		}
+		cli_progress_update(what, o->warmup + i + 1, total, NULL);
 	}
+	cli_progress_end(true);
 	ml_pipeline_stats(p, &st1);
 	for (int s = 0; s < ns; s++) {
 		struct ml_pipeline_stage_info in;

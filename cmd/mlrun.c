@@ -54,8 +54,8 @@ static const char help_text[] =
 	"      --warmup K          untimed runs before the timed ones (default 1 with\n"
 	"                          --repeat or --duration); K ending in s or ms (2s, 500ms)\n"
 	"                          warms up for that long instead (at least one run)\n"
-	"      --progress          with --repeat, draw a progress bar of the runs on stderr\n"
-	"                          even when it is no terminal\n"
+	"      --progress          with --repeat or --duration, draw a progress bar of the\n"
+	"                          runs on stderr even when it is no terminal\n"
 	"      --no-progress       draw no progress bar (the default unless on a terminal)\n"
 	"      --json              print a JSON report on stdout (with each run's latency)\n"
 	"      --json-values       with --json, each output's values too (a flat array in\n"
@@ -500,14 +500,23 @@ run_timed(struct ml_session *s, const struct opts *o, struct lat *l)
 		}
 		double ms = run_one(s);
 		l->runs[l->nrun++] = ms;
-		if (bar)
-			cli_progress_update("running", ++done, total, NULL);
+		double now = ml_now();
+		bool last = o->duration > 0 ? now >= end : l->nrun >= (o->repeat > 0 ? o->repeat : 1);
+		if (bar) {
+			/* counted by time, the runs have no total: the time left stands for the ETA */
+			char left[32] = "";
+			if (o->duration > 0 && !last) {
+				long long sl = (long long)ceil(end - now);
+				snprintf(left, sizeof left, "%lld:%02lld left", sl / 60, sl % 60);
+			}
+			cli_progress_update("running", ++done, total, left[0] ? left : NULL);
+		}
 		if (o->verbose && (o->repeat > 0 || o->duration > 0)) {
 			cli_progress_clear();
 			fprintf(stderr, "%s: run %lld: %.3f ms\n", progname,
 				(long long)l->nrun - 1, ms);
 		}
-		if (o->duration > 0 ? ml_now() >= end : l->nrun >= (o->repeat > 0 ? o->repeat : 1))
+		if (last)
 			break;
 	}
 	cli_progress_end(true);

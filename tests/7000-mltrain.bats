@@ -69,7 +69,7 @@ setup() {
 	no_temp_files
 }
 
-@test "a progress bar appears only when stderr is a terminal" {
+@test "a progress bar appears when stderr is a terminal or with --progress, never under -q" {
 	on_tty mltrain tiny.mlt --data d --batch 4 --threads 1 -o out.mlg
 	# the bar (steps done of the epoch's, rate, ETA, running loss and
 	# accuracy) as it starts and as it ends; between them it is redrawn at
@@ -81,6 +81,16 @@ setup() {
 	run -0 --separate-stderr mltrain tiny.mlt --data d --batch 4 --threads 1 -o out.mlg
 	[ "${#stderr_lines[@]}" -eq 1 ]
 	[[ $stderr != *$'\r'* ]]
+	# --progress draws it without a terminal, on stderr alone (--json keeps stdout JSON)
+	run -0 --separate-stderr mltrain tiny.mlt --data d --batch 4 --threads 1 --progress \
+		--json -o out.mlg
+	"$PY" -c 'import json, sys; json.loads(sys.argv[1])' "$output"
+	tr '\r' '\n' <<<"$stderr" | sed 's/\x1b\[K//g' | grep -Eqx \
+		"epoch 1/1 \[#+\] 100/100 +[0-9.]+/s elapsed 0:[0-9]{2}  loss [0-9.]+ acc [0-9.]+%"
+	[[ $stderr == *$'\r\033[Kepoch 1/1: loss'* ]]
+	run -0 --separate-stderr mltrain tiny.mlt --data d --batch 4 --threads 1 --progress -q \
+		-o out.mlg
+	[ -z "$stderr" ]
 	on_tty mltrain tiny.mlt --data d --batch 4 --threads 1 -q -o out.mlg
 	[[ $(cat tty.out) != *"/100"* ]]
 	on_tty mltrain tiny.mlt --data d --batch 4 --threads 1 --no-progress -o out.mlg

@@ -344,6 +344,17 @@ MLT
 	[[ ${lines[2]} =~ %\ +-\ +[0-9.]+ ]]
 	run -0 mlprof step.mlg --pipeline measured --device cpu,cpu --dim N=16 --repeat 3
 	[[ ${lines[2]} =~ %\ +[0-9]+\.[0-9]+\ +[0-9.]+ ]]
+	# -v: each timed step's time and loss; --progress: the bar of the steps, on stderr only
+	run -0 --separate-stderr mlprof step.mlg --pipeline auto --device cpu,cpu --dim N=16 \
+		--repeat 3 --warmup 2 -v --progress
+	[[ ${lines[0]} == "step.mlg: 2 stages, batch 16 in 4 micro-batches, gpipe, 3 runs" ]]
+	[[ $output != *$'\r'* ]]
+	v=$(tr '\r' '\n' <<<"$stderr" | sed 's/\x1b\[K//g' | grep -E '^mlprof: run [0-9]: [0-9.]+ ms, loss [0-9.]+$' | wc -l)
+	[ "$v" -eq 3 ]
+	tr '\r' '\n' <<<"$stderr" | sed 's/\x1b\[K//g' | \
+		grep -Eqx 'profiling the pipeline \[#+\] 5/5 +[0-9.]+/s elapsed 0:[0-9]{2}'
+	run -0 --separate-stderr mlprof step.mlg --pipeline auto --device cpu,cpu --dim N=16 --repeat 3
+	[ -z "$stderr" ]
 	run -0 mlprof step.mlg --pipeline auto --device cpu,cpu --dim N=16 --repeat 3 --json \
 		--schedule 1f1b --micro-batches 2 --trace t.json
 	"$PY" -c '

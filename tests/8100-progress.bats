@@ -113,6 +113,20 @@ frames() {
 	[ -z "$stderr" ]
 }
 
+@test "mlrun --duration --progress counts runs by time and shows the time left" {
+	run -0 --separate-stderr mlrun --random --duration 1.5 --warmup 0 --progress conv.onnx
+	[[ $output == *"latency ms: min "* ]]
+	[[ $output != *$'\r'* ]]
+	frames <(printf '%s' "$stderr") >f
+	# no total, so no bar; while it runs the time left, at the end the time it took
+	grep -Eqx 'running [0-9]+ +[0-9.]+/s elapsed 0:0[01]  0:0[12] left' f
+	tail -1 f | grep -Eqx 'running [0-9]+ +[0-9.]+/s elapsed 0:0[12]'
+	run -1 grep -q '\[' f
+	# without --progress and no terminal, nothing
+	run -0 --separate-stderr mlrun --random --duration 0.2 conv.onnx
+	[ -z "$stderr" ]
+}
+
 @test "the bar fits COLUMNS: narrower lines lose the bar, never wrap" {
 	for c in 100 50 30 12; do
 		COLUMNS=$c mlprof --random --repeat 3 --progress conv.onnx 2>err >/dev/null
