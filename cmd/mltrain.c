@@ -123,7 +123,7 @@ static const char help_text[] =
 	"      --no-progress       draw no progress bar (the default unless on a terminal)\n"
 	"      --max-alloc SIZE    allocate at most SIZE bytes (K, M, G suffixes)\n"
 	"  -q, --quiet             print nothing but errors\n"
-	"  -v, --verbose           print more (the step graph, checkpoints)\n"
+	"  -v, --verbose           print more (the step graph, checkpoints, what it wrote)\n"
 	"  -h, --help              print this help and exit\n"
 	"  -V, --version           print the version and exit\n";
 
@@ -1419,6 +1419,9 @@ save_final(struct run *r)
 	if (ml_model_save(r->model, r->ckpt, ML_FMT_MLG, &err) < 0 ||
 	    ml_train_strip(r->model, &err) < 0 || ml_model_save(r->model, r->out, ML_FMT_MLG, &err) < 0)
 		die_err(&err);
+	if (r->verbose)
+		fprintf(stderr, "%s: wrote %s as mlg: %d nodes; the training state in %s\n", progname,
+			r->out, r->model->n_nodes, r->ckpt);
 }
 
 /* print_json: --json: the run's report on stdout (s0: the step it started at). */

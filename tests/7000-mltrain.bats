@@ -574,6 +574,10 @@ PYEOF
 	[[ "$output" == *"mltrain: bf16 products emulated: f32 kernels on rounded operands (ML_BF16=f32)"* ]]
 	run -0 mltrain tiny.mlt --data d $TRAIN -v -o v.mlg
 	[[ "$output" != *"bf16 products"* ]]
+	# -v ends with what it wrote, as mlopt and mlquant do
+	[[ "$output" == *"mltrain: wrote v.mlg as mlg: "*" nodes; the training state in v.ckpt.mlg"* ]]
+	run -0 mltrain tiny.mlt --data d $TRAIN -o q.mlg
+	[[ "$output" != *"wrote"* ]]
 	# given: a resume may change it (the weights and optimizer state are f32 either way)
 	run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 --epochs 1 -q -o s.mlg
 	run -0 mltrain --resume s.ckpt.mlg --data d --epochs 2 --precision fp32 --threads 1 -q -o s.mlg
