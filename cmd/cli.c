@@ -380,11 +380,15 @@ static struct {
 	bool dirty;		/* reported since the last draw */
 } bar = { .on = -1 };
 
+static void build_cb(void *user, const char *what, int64_t done, int64_t total);
+
 void
 cli_progress_setup(int mode, bool quiet)
 {
+	static const struct ml_progress builds = { .fn = build_cb };
 	bar.mode = quiet ? CLI_PROGRESS_OFF : mode;
 	bar.on = -1;
+	ml_progress_set_builds(cli_progress_on() ? &builds : NULL);
 }
 
 bool
@@ -603,6 +607,16 @@ cli_progress(void)
 {
 	static const struct ml_progress cb = { .fn = progress_cb };
 	return cli_progress_on() ? &cb : NULL;
+}
+
+/* build_cb: an OpenCL program build, shown while the compiler runs, gone when it is through. */
+static void
+build_cb(void *user, const char *what, int64_t done, int64_t total)
+{
+	(void)user;
+	cli_progress_update(what, done, total, NULL);
+	if (done >= total)
+		cli_progress_end(false);
 }
 
 int

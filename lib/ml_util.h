@@ -66,5 +66,14 @@ struct ml_progress {
 /* ml_progress_report: call p->fn with the report; p or p->fn NULL: nothing. */
 void ml_progress_report(const struct ml_progress *p, const char *what, int64_t done,
 			int64_t total);
+/*
+ * ml_progress_set_builds: where OpenCL program builds (seconds each on first
+ * use, then cached) report, as a phase of total 1 per program: done 0 as the
+ * compiler starts, 1 when it is through. Set it once, before the sessions
+ * run: reports go out only on the thread that set it. NULL: none.
+ * ml_progress_builds: the hook, or NULL on any other thread.
+ */
+void ml_progress_set_builds(const struct ml_progress *p);
+const struct ml_progress *ml_progress_builds(void);
 
 #endif

@@ -146,3 +146,25 @@ frames() {
 	run -1 --separate-stderr mlprof --random --repeat 1000000 --progress --timeout 0.5 conv.onnx
 	[[ $stderr == *$'\r\033[Kmlprof: timed out after 0.5 s' ]]
 }
+
+@test "an OpenCL program build shows while the compiler runs and is gone after; a cached one shows nothing" {
+	[ -n "$(mlrun --devices 2>/dev/null | grep -w cl:0)" ] || skip "no OpenCL device"
+	export ML_CL_CACHE=$PWD/clcache
+	"$PY" "$TOOLS_DIR/npyutil.py" make x.npy float32 1,3,8,8 --seed 2
+	mlrun --progress --device cl conv.onnx -i x=x.npy 2>err >o1
+	frames err >f
+	grep -Eq '^building OpenCL program [a-z_]+\.cl \(once\) \[\.+\] 0/1' f
+	grep -Eq '^building OpenCL program [a-z_]+\.cl \(once\) \[#+\] 1/1' f
+	# each build's line erased when it is through: nothing of it is left on the screen
+	printf '\r\033[K' | cmp - <(tail -c 4 err)
+	[ "$(wc -l <err)" -eq 0 ]
+	# from the cache: no build, no bar
+	mlrun --progress --device cl conv.onnx -i x=x.npy 2>err2 >o2
+	[ ! -s err2 ]
+	cmp o1 o2
+	# without --progress (no terminal): nothing, even when it builds
+	rm -rf clcache
+	mlrun --device cl conv.onnx -i x=x.npy 2>err3 >o3
+	[ ! -s err3 ]
+	cmp o1 o3
+}

@@ -301,7 +301,13 @@ build(struct mlcl_dev *d, const char *file, const char *gen, size_t glen, const 
 		return ml_fail(e, ML_ECL, "cannot make program kernels/%s.cl: %s", file,
 			       mlcl_status_str(st));
 	}
+	/* the compiler takes seconds where nothing is cached yet: say so */
+	const struct ml_progress *pg = ml_progress_builds();
+	char what[96];
+	snprintf(what, sizeof what, "building OpenCL program %s.cl (once)", file);
+	ml_progress_report(pg, what, 0, 1);
 	st = clBuildProgram(p, 1, &d->id, opts, NULL, NULL);
+	ml_progress_report(pg, what, 1, 1);
 	if (st != CL_SUCCESS) {
 		char log[400] = "";
 		clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
