@@ -26,6 +26,10 @@
  * two multiply-adds per lane: twice the work per instruction, half the
  * bytes per weight.
  *
+ * On CPUs with AMX the same packed operands feed tdpbf16ps (amx_block):
+ * a 32 x 32 block of C in four tiles over all of k, about 20 times the
+ * vdpbf16ps kernel's rate on large products.
+ *
  * Elsewhere (no AVX512_BF16, ML_BF16=f32 in the environment, or shapes
  * the GEMM does not take: depthwise convolutions, batched B, transposed A)
  * the weight is converted to f32 once per session, into the node's cache,
@@ -46,7 +50,9 @@
 #define HAVE_BF16 1
 #include <immintrin.h>
 #include "cpu/tile512.h"
+#include "cpu/amx.h"
 #define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 #endif
 
 #define KCP 128			/* k block in pairs: a panel's block of 128 x 32 pairs is 16 KB */
@@ -69,6 +75,9 @@ ml_bf16_path_ok(enum ml_bf16_path p)
 		__builtin_cpu_init();
 		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+	case ML_BF16_AMX:
+		/* the packing and the small products stay on vdpbf16ps */
+		return ml_bf16_path_ok(ML_BF16_DP) && ml_amx_ok();
 #endif
 	default:
 		return false;
@@ -78,8 +87,8 @@ ml_bf16_path_ok(enum ml_bf16_path p)
 const char *
 ml_bf16_path_name(enum ml_bf16_path p)
 {
-	static const char *const names[] = { "auto", "f32", "avx512bf16" };
-	return (unsigned)p < 3 ? names[p] : "?";
+	static const char *const names[] = { "auto", "f32", "avx512bf16", "amx" };
+	return (unsigned)p < 4 ? names[p] : "?";
 }
 
 static enum ml_bf16_path
@@ -89,6 +98,10 @@ best_path(void)
 	/* ML_BF16=f32 forces the fallback (tests, comparisons) */
 	if (env != NULL && strcmp(env, "f32") == 0)
 		return ML_BF16_F32;
+	/* ML_BF16=dp: vdpbf16ps on an AMX machine (the tests, comparisons) */
+	bool dp = env != NULL && strcmp(env, "dp") == 0;
+	if (!dp && ml_bf16_path_ok(ML_BF16_AMX))
+		return ML_BF16_AMX;
 	return ml_bf16_path_ok(ML_BF16_DP) ? ML_BF16_DP : ML_BF16_F32;
 }
 
@@ -125,7 +138,7 @@ ml_bf16_set_path(enum ml_bf16_path p)
 int
 ml_bf16_train_path(void)
 {
-	if (ml_bf16_path() == ML_BF16_DP)
+	if (ml_bf16_path() >= ML_BF16_DP)
 		return 2;
 	int v = atomic_load_explicit(&emulate, memory_order_relaxed);
 	if (v < 0) {
@@ -214,7 +227,7 @@ void
 ml_bf16_pack_pair(uint16_t *dst, int64_t pstride, const float *r0, const float *r1, int64_t n)
 {
 #ifdef HAVE_BF16
-	if (ml_bf16_path() == ML_BF16_DP) {
+	if (ml_bf16_path() >= ML_BF16_DP) {
 		pack_pair_dp(dst, pstride, r0, r1, n);
 		return;
 	}
@@ -247,7 +260,7 @@ void
 ml_bf16_from_f32(uint16_t *dst, const float *src, int64_t n)
 {
 #ifdef HAVE_BF16
-	if (ml_bf16_path() == ML_BF16_DP) {
+	if (ml_bf16_path() >= ML_BF16_DP) {
 		rows_dp(dst, src, n);
 		return;
 	}
@@ -318,6 +331,8 @@ BKERN(4)
 struct bg_job {
 	int64_t m, n, k, kp, lda, ldc;
 	int64_t nblk, ngroups, npan, npchunks;
+	int64_t rb;		/* rows per block: 12 (vdpbf16ps) or AMX_RB */
+	bool amx;
 	const uint16_t *a, *bp;
 	const float *bias;
 	float *c;
@@ -361,6 +376,158 @@ bg_block(const struct bg_job *j, int64_t i0, int64_t i1, int64_t p0, int64_t p1)
 	}
 }
 
+/*
+ * The AMX GEMM: C tiles 0-3 hold a block of 32 rows x one 32-column panel
+ * (tile 0 rows 0-15 x columns 0-15, 1 rows 0-15 x 16-31, 2 and 3 rows
+ * 16-31), tiles 4 and 5 the two 16-row A tiles of 32 k, tiles 6 and 7 the
+ * panel's two halves of 16 pair rows: a pair row is 32 columns x 2 bf16 =
+ * 128 bytes, so each half is a B tile of 64-byte rows 128 bytes apart,
+ * read from the packing as it is. The sums stay in the tiles over all of k.
+ * A's k tail (k % 32) is copied into a zero-padded tile so that no row is
+ * read past k (an odd k's pair would pair garbage with B's zero, and
+ * garbage can be a NaN), B's tail likewise so that no panel is read past
+ * its end; blocks of fewer rows load a configuration with fewer rows.
+ */
+#define AMX_RB 32		/* rows per block */
+
+AMX_TARGET static void
+amx_config(int r0, int r1)
+{
+	struct ml_amx_cfg cfg;
+
+	memset(&cfg, 0, sizeof cfg);
+	ml_amx_tile(&cfg, 0, r0, 64);
+	ml_amx_tile(&cfg, 1, r0, 64);
+	ml_amx_tile(&cfg, 4, r0, 64);
+	if (r1 > 0) {
+		ml_amx_tile(&cfg, 2, r1, 64);
+		ml_amx_tile(&cfg, 3, r1, 64);
+		ml_amx_tile(&cfg, 5, r1, 64);
+	}
+	ml_amx_tile(&cfg, 6, 16, 64);
+	ml_amx_tile(&cfg, 7, 16, 64);
+	_tile_loadconfig(&cfg);
+}
+
+/* amx_store: the block's sums (mr rows, w columns) plus the rows' bias into c */
+AMX_TARGET static void
+amx_store(float *c, int64_t ldc, int mr, int w, const float *bias, float *ct)
+{
+	if (mr == AMX_RB && w == ML_BF_NR) {
+		_tile_stored(0, c, ldc * 4);
+		_tile_stored(1, c + 16, ldc * 4);
+		_tile_stored(2, c + 16 * ldc, ldc * 4);
+		_tile_stored(3, c + 16 * ldc + 16, ldc * 4);
+		if (bias != NULL)
+			for (int r = 0; r < mr; r++) {
+				__m512 b = _mm512_set1_ps(bias[r]);
+				float *cr = c + r * ldc;
+				_mm512_storeu_ps(cr, _mm512_add_ps(_mm512_loadu_ps(cr), b));
+				_mm512_storeu_ps(cr + 16, _mm512_add_ps(_mm512_loadu_ps(cr + 16), b));
+			}
+		return;
+	}
+	_tile_stored(0, ct, 128);
+	_tile_stored(1, ct + 16, 128);
+	if (mr > 16) {
+		_tile_stored(2, ct + 16 * 32, 128);
+		_tile_stored(3, ct + 16 * 32 + 16, 128);
+	}
+	__mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+	__mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
+	for (int r = 0; r < mr; r++) {
+		__m512 b = _mm512_set1_ps(bias != NULL ? bias[r] : 0.0f);
+		float *cr = c + r * ldc;
+		_mm512_mask_storeu_ps(cr, m0, _mm512_add_ps(_mm512_load_ps(ct + r * 32), b));
+		_mm512_mask_storeu_ps(cr + 16, m1, _mm512_add_ps(_mm512_load_ps(ct + r * 32 + 16), b));
+	}
+}
+
+/* amx_block: rows [i0, i1) of C by panels [p0, p1) on this thread's tiles */
+AMX_TARGET static void
+amx_block(const struct bg_job *j, int64_t i0, int64_t i1, int64_t p0, int64_t p1)
+{
+	_Alignas(64) uint16_t at[AMX_RB * 32];
+	_Alignas(64) uint16_t bt[16 * 2 * ML_BF_NR];
+	_Alignas(64) float ct[AMX_RB * 32];
+	int64_t kb = j->k / 32, kt = j->k - 32 * kb, tq = j->kp - 16 * kb;
+	int64_t sa = j->lda * 2;
+	int cfg = -1;
+
+	for (int64_t i = i0; i < i1; i += AMX_RB) {
+		int mr = (int)ML_MIN(AMX_RB, i1 - i);
+		int r1 = mr > 16 ? mr - 16 : 0;
+		if (mr != cfg) {
+			amx_config(mr - r1, r1);
+			cfg = mr;
+		}
+		const uint16_t *a = j->a + i * j->lda;
+		if (kt > 0) {
+			memset(at, 0, sizeof at);
+			for (int r = 0; r < mr; r++)
+				memcpy(at + r * 32, a + r * j->lda + 32 * kb, (size_t)kt * 2);
+		}
+		for (int64_t jp = p0; jp < p1; jp++) {
+			const uint16_t *bpk = j->bp + jp * j->kp * 2 * ML_BF_NR;
+			int64_t n0 = jp * ML_BF_NR;
+			_tile_zero(0);
+			_tile_zero(1);
+			if (r1 > 0) {
+				_tile_zero(2);
+				_tile_zero(3);
+				for (int64_t q = 0; q < kb; q++) {
+					const uint16_t *bq = bpk + q * 16 * 2 * ML_BF_NR;
+					_tile_loadd(6, bq, 128);
+					_tile_loadd(7, bq + 32, 128);
+					_tile_loadd(4, a + q * 32, sa);
+					_tile_loadd(5, a + 16 * j->lda + q * 32, sa);
+					_tile_dpbf16ps(0, 4, 6);
+					_tile_dpbf16ps(1, 4, 7);
+					_tile_dpbf16ps(2, 5, 6);
+					_tile_dpbf16ps(3, 5, 7);
+				}
+			} else {
+				for (int64_t q = 0; q < kb; q++) {
+					const uint16_t *bq = bpk + q * 16 * 2 * ML_BF_NR;
+					_tile_loadd(6, bq, 128);
+					_tile_loadd(7, bq + 32, 128);
+					_tile_loadd(4, a + q * 32, sa);
+					_tile_dpbf16ps(0, 4, 6);
+					_tile_dpbf16ps(1, 4, 7);
+				}
+			}
+			if (kt > 0) {
+				memset(bt, 0, sizeof bt);
+				memcpy(bt, bpk + kb * 16 * 2 * ML_BF_NR, (size_t)tq * 2 * ML_BF_NR * 2);
+				_tile_loadd(6, bt, 128);
+				_tile_loadd(7, bt + 32, 128);
+				_tile_loadd(4, at, 64);
+				_tile_dpbf16ps(0, 4, 6);
+				_tile_dpbf16ps(1, 4, 7);
+				if (r1 > 0) {
+					_tile_loadd(5, at + 16 * 32, 64);
+					_tile_dpbf16ps(2, 5, 6);
+					_tile_dpbf16ps(3, 5, 7);
+				}
+			}
+			amx_store(j->c + i * j->ldc + n0, j->ldc, mr,
+				  (int)ML_MIN(ML_BF_NR, j->n - n0), j->bias != NULL ? j->bias + i : NULL, ct);
+		}
+	}
+	_tile_release();
+}
+
+/*
+ * use_amx: the AMX path for m rows. A tdpbf16ps costs the same for 1 row
+ * as for 16, so below 16 rows vdpbf16ps, which computes only the rows
+ * there are, does as well or better.
+ */
+static bool
+use_amx(int64_t m)
+{
+	return m >= 16 && ml_bf16_path() == ML_BF16_AMX;
+}
+
 static void
 bg_items(void *ctx, int64_t b, int64_t e)
 {
@@ -368,10 +535,13 @@ bg_items(void *ctx, int64_t b, int64_t e)
 
 	for (int64_t it = b; it < e; it++) {
 		int64_t g = it / j->npchunks, pc = it % j->npchunks;
-		int64_t i0 = g * j->nblk / j->ngroups * 12;
-		int64_t i1 = ML_MIN(j->m, (g + 1) * j->nblk / j->ngroups * 12);
+		int64_t i0 = g * j->nblk / j->ngroups * j->rb;
+		int64_t i1 = ML_MIN(j->m, (g + 1) * j->nblk / j->ngroups * j->rb);
 		int64_t p0 = pc * j->npan / j->npchunks, p1 = (pc + 1) * j->npan / j->npchunks;
-		bg_block(j, i0, i1, p0, p1);
+		if (j->amx)
+			amx_block(j, i0, i1, p0, p1);
+		else
+			bg_block(j, i0, i1, p0, p1);
 	}
 }
 #endif
@@ -381,10 +551,13 @@ ml_bf16_gemm_here(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t ld
 		  const uint16_t *bp, const float *bias, float *c, int64_t ldc)
 {
 #ifdef HAVE_BF16
-	if (m > 0 && n > 0 && k > 0 && ml_bf16_path() == ML_BF16_DP) {
+	if (m > 0 && n > 0 && k > 0 && ml_bf16_path() >= ML_BF16_DP) {
 		struct bg_job j = { .m = m, .n = n, .k = k, .kp = (k + 1) / 2, .lda = lda,
 				    .ldc = ldc, .a = a, .bp = bp, .bias = bias, .c = c };
-		bg_block(&j, 0, m, 0, (n + ML_BF_NR - 1) / ML_BF_NR);
+		if (use_amx(m))
+			amx_block(&j, 0, m, 0, (n + ML_BF_NR - 1) / ML_BF_NR);
+		else
+			bg_block(&j, 0, m, 0, (n + ML_BF_NR - 1) / ML_BF_NR);
 		return;
 	}
 #endif
@@ -404,11 +577,13 @@ ml_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, co
 		return;
 	}
 #ifdef HAVE_BF16
-	if (ml_bf16_path() == ML_BF16_DP) {
+	if (ml_bf16_path() >= ML_BF16_DP) {
 		struct bg_job j = { .m = m, .n = n, .k = k, .kp = (k + 1) / 2, .lda = lda,
 				    .ldc = ldc, .a = a, .bp = bp, .bias = bias, .c = c };
-		j.nblk = (m + 11) / 12;
-		j.ngroups = (j.nblk + MB / 12 - 1) / (MB / 12);
+		j.amx = use_amx(m);
+		j.rb = j.amx ? AMX_RB : 12;
+		j.nblk = (m + j.rb - 1) / j.rb;
+		j.ngroups = (j.nblk + MB / j.rb - 1) / (MB / j.rb);
 		j.npan = (n + ML_BF_NR - 1) / ML_BF_NR;
 		int64_t nt = ml_get_threads();
 		j.npchunks = ML_MAX(1, ML_MIN(j.npan, (2 * nt + j.ngroups - 1) / j.ngroups));
@@ -498,7 +673,7 @@ ml_bf16_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
 	if (m <= 0 || n <= 0)
 		return true;
 #ifdef HAVE_BF16
-	if (ml_bf16_path() == ML_BF16_DP && k > 0) {
+	if (ml_bf16_path() >= ML_BF16_DP && k > 0) {
 		/* scratch slots 4 to 6: callers (the Gemm kernel, the conv gradients) use 0 to 3 */
 		int64_t kp = (k + 1) / 2, pstride = kp * 2 * ML_BF_NR;
 		size_t abytes = sizeof(uint16_t) * (size_t)(m * k) * (ta ? 2 : 1) + 64;
@@ -933,7 +1108,7 @@ ml_cpu_bf16_run(struct ml_opctx *c)
 	if (c->n_in < 2 || c->in[0] == NULL || c->in[1] == NULL || c->in[0]->dtype != ML_F32 ||
 	    c->in[1]->dtype != ML_BF16 || c->n_out < 1 || c->out[0]->dtype != ML_F32)
 		return 1;
-	if (ml_bf16_path() == ML_BF16_DP) {
+	if (ml_bf16_path() >= ML_BF16_DP) {
 		int rc = 1;
 		switch (c->node->op) {
 		case ML_OP_CONV:

@@ -107,9 +107,14 @@ void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a,
  * lib/cpu/bf16.c: the products with a bf16 weight (mlquant --dtype bf16).
  * ml_cpu_bf16_run: c's Conv, MatMul, Gemm or fused form with an f32 input
  * 0, a bf16 input 1 and an f32 output, computed; 1 (nothing done) for any
- * other node. Paths: ML_BF16_DP, vdpbf16ps (AVX512_BF16); ML_BF16_F32, the
- * weight converted to f32 once and the f32 kernel. ml_bf16_path: the one in
- * use (ML_BF16=f32 in the environment forces ML_BF16_F32); ml_bf16_set_path
+ * other node. Paths: ML_BF16_AMX, AMX tiles (tdpbf16ps) for products of 16
+ * rows or more and vdpbf16ps for the rest and for the packing;
+ * ML_BF16_DP, vdpbf16ps (AVX512_BF16); ML_BF16_F32, the weight converted
+ * to f32 once and the f32 kernel. ml_bf16_path: the one in use (ML_BF16=f32
+ * in the environment forces ML_BF16_F32, ML_BF16=dp or ML_AMX=0 keeps an
+ * AMX machine on ML_BF16_DP); the paths from ML_BF16_DP up share the
+ * packing, so code that asks for vdpbf16ps's layout tests >= ML_BF16_DP.
+ * ml_bf16_set_path
  * forces one for later calls (tests), false when this CPU lacks it.
  *
  * ml_bf16_gemm: C[m, n] = A[m, k] B + bias[row] (NULL: 0), A bf16 rows lda
@@ -122,7 +127,7 @@ void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a,
  * packing that starts at dst, panels pstride elements apart;
  * ml_bf16_from_f32 rounds n floats to bf16 (to nearest even).
  */
-enum ml_bf16_path { ML_BF16_AUTO = 0, ML_BF16_F32 = 1, ML_BF16_DP = 2 };
+enum ml_bf16_path { ML_BF16_AUTO = 0, ML_BF16_F32 = 1, ML_BF16_DP = 2, ML_BF16_AMX = 3 };
 #define ML_BF_NR 32
 int ml_cpu_bf16_run(struct ml_opctx *c);
 bool ml_bf16_path_ok(enum ml_bf16_path p);

@@ -879,7 +879,7 @@ ml_conv_bf16_cpair_ok(const struct ml_conv3 *v)
 {
 #ifdef HAVE_BF_IM2COL
 	/* a pointwise convolution reads each input once: converting as it packs is cheaper */
-	return ml_bf16_path() == ML_BF16_DP && v->ksz > 1 && v->group == 1 && v->in[0] == 1 &&
+	return ml_bf16_path() >= ML_BF16_DP && v->ksz > 1 && v->group == 1 && v->in[0] == 1 &&
 	       v->k[0] == 1 &&
 	       v->out[0] == 1 && v->p[0] == 0 && (v->s[2] == 1 || v->s[2] == 2);
 #else
@@ -934,7 +934,7 @@ ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	/* 2-D windows at column stride 1 or 2 pack straight to bf16 (bf_pair_dp) */
 	bool fast = cpair;
 #ifdef HAVE_BF_IM2COL
-	fast = ml_bf16_path() == ML_BF16_DP && v->in[0] == 1 && v->k[0] == 1 &&
+	fast = ml_bf16_path() >= ML_BF16_DP && v->in[0] == 1 && v->k[0] == 1 &&
 	       v->out[0] == 1 && v->p[0] == 0 && (v->s[2] == 1 || v->s[2] == 2);
 #endif
 	ML_ASSERT(!cpair || (fast && v->group == 1));
@@ -1062,7 +1062,7 @@ ml_conv_bf16_rows_ok(const struct ml_conv3 *v)
 	 * (measured slower this way on MobileNet-V2's 7x7 and 14x14 layers).
 	 */
 #ifdef HAVE_BF_IM2COL
-	return ml_bf16_path() == ML_BF16_DP && v->group == 1 && v->in[0] == 1 && v->k[0] == 1 &&
+	return ml_bf16_path() >= ML_BF16_DP && v->group == 1 && v->in[0] == 1 && v->k[0] == 1 &&
 	       v->out[0] == 1 && v->p[0] == 0 && v->outsz <= 256 && v->cout % ML_BF_NR == 0 &&
 	       v->cout >= 4 * ML_BF_NR && v->ksz > 1;
 #else

@@ -395,9 +395,13 @@ main(void)
 	static const int64_t shapes[][3] = {
 		{ 1, 1, 1 }, { 3, 5, 7 }, { 12, 32, 2 }, { 13, 33, 3 }, { 64, 64, 147 },
 		{ 65, 100, 9 }, { 7, 1000, 512 }, { 100, 40, 577 }, { 25, 70, 1 },
+		/* AMX's edges: blocks of 32 rows, tiles of 16, k in steps of 32 */
+		{ 32, 64, 64 }, { 16, 32, 32 }, { 17, 31, 33 }, { 31, 96, 31 }, { 48, 33, 96 },
+		{ 96, 64, 1152 }, { 33, 65, 63 },
 	};
 	int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
-	static const enum ml_bf16_path paths[] = { ML_BF16_DP, ML_BF16_F32 };
+	static const enum ml_bf16_path paths[] = { ML_BF16_AMX, ML_BF16_DP, ML_BF16_F32 };
+	int npaths = (int)(sizeof paths / sizeof paths[0]);
 	char what[200], name[160];
 
 	/* the forced fallback, in a child forked before any pool thread exists */
@@ -412,9 +416,22 @@ main(void)
 	}
 	int st = 0;
 	bool waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	/* ML_BF16=dp and ML_AMX=0 keep an AMX machine on vdpbf16ps */
+	bool dp_ok = ml_bf16_path_ok(ML_BF16_DP);
+	int st2[2] = { 1, 1 };
+	for (int e = 0; e < 2; e++) {
+		pid_t p2 = fork();
+		if (p2 == 0) {
+			setenv(e == 0 ? "ML_BF16" : "ML_AMX", e == 0 ? "dp" : "0", 1);
+			_exit(ml_bf16_path() == (dp_ok ? ML_BF16_DP : ML_BF16_F32) ? 0 : 1);
+		}
+		int w = 0;
+		if (p2 > 0 && waitpid(p2, &w, 0) == p2 && WIFEXITED(w))
+			st2[e] = WEXITSTATUS(w);
+	}
 
-	printf("1..%d\n", 2 * (nshapes * 3 + 2 + NOPCASES) + 1);
-	for (int pi = 0; pi < 2; pi++) {
+	printf("1..%d\n", npaths * (nshapes * 3 + 2 + NOPCASES) + 3);
+	for (int pi = 0; pi < npaths; pi++) {
 		enum ml_bf16_path p = paths[pi];
 		bool have = ml_bf16_set_path(p);
 		for (int s = 0; s < nshapes; s++)
@@ -463,11 +480,13 @@ main(void)
 				       ml_bf16_path_name(p));
 			else
 				/* depthwise runs on f32 activations on both paths (bf16.c) */
-				ok(op_case(&opcases[i], p == ML_BF16_DP &&
+				ok(op_case(&opcases[i], p >= ML_BF16_DP &&
 					   opcases[i].group != opcases[i].c), what);
 		}
 	}
 	ok(waited && WEXITSTATUS(st) == 0,
 	   "ML_BF16=f32 forces the fallback, whose op results match the reference");
+	ok(st2[0] == 0, "ML_BF16=dp chooses vdpbf16ps over AMX");
+	ok(st2[1] == 0, "ML_AMX=0 keeps the bf16 products off AMX");
 	return nfail > 0;
 }
