@@ -565,7 +565,11 @@ PYEOF
 	grep -q 'precision: 1' ck.mlt
 	# -v says how this CPU runs them; ML_BF16=f32 emulates them
 	run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 -v -o v.mlg
-	if grep -q avx512_bf16 /proc/cpuinfo; then
+	if grep -q amx_bf16 /proc/cpuinfo && [[ "$output" == *"on AMX tiles"* ]]; then
+		[[ "$output" == *"mltrain: bf16 products on AMX tiles (tdpbf16ps; under 16 rows vdpbf16ps)"* ]]
+		ML_AMX=0 run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 -v -o v.mlg
+		[[ "$output" == *"mltrain: bf16 products on vdpbf16ps (AVX512_BF16)"* ]]
+	elif grep -q avx512_bf16 /proc/cpuinfo; then
 		[[ "$output" == *"mltrain: bf16 products on vdpbf16ps (AVX512_BF16)"* ]]
 	else
 		[[ "$output" == *"mltrain: bf16 products run as f32: this CPU has no AVX512_BF16"* ]]

@@ -68,7 +68,9 @@ ml_precision_note(int prec)
 		return NULL;
 	switch (ml_bf16_train_path()) {
 	case 2:
-		return "bf16 products on vdpbf16ps (AVX512_BF16)";
+		return ml_bf16_path() == ML_BF16_AMX ?
+			       "bf16 products on AMX tiles (tdpbf16ps; under 16 rows vdpbf16ps)" :
+			       "bf16 products on vdpbf16ps (AVX512_BF16)";
 	case 1:
 		return "bf16 products emulated: f32 kernels on rounded operands (ML_BF16=f32)";
 	default:
