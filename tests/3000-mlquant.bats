@@ -84,7 +84,7 @@ print(int(10*np.log10((a**2).sum()/max(((a-b)**2).sum(),1e-30))))" "$1" "$2"
 	mlrun full.mlt -i x=cal.npy -o q8
 	mlrun r7.mlt -i x=cal.npy -o q7
 	[ "$(sqnr f/y.npy q8/y.npy)" -gt "$(sqnr f/y.npy q7/y.npy)" ]
-	for p in c avx2 vnni avxvnni; do
+	for p in c avx2 vnni avxvnni amx; do
 		ML_Q8_PATH=$p mlrun r7.mlt -i x=cal.npy -o "r7$p"
 		cmp q7/y.npy "r7$p/y.npy"
 		ML_Q8_PATH=$p mlrun full.mlt -i x=cal.npy -o "r8$p"

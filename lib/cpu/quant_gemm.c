@@ -2,8 +2,10 @@
  * quant_gemm.c: the packed u8 x s8 GEMM of the int8 engine, with the
  * requantisation fused into its epilogue (see quant_q8.h for the layouts).
  *
- * Four micro-kernels compute a block of rows by one 16-column panel over
- * the whole K, in int32: AVX-512 VNNI (vpdpbusd, 8 rows x 16 columns in
+ * Five micro-kernels compute a block of rows by one or two 16-column
+ * panels over the whole K, in int32: AMX (tdpbusd on 16 x 64-byte tiles,
+ * 32 rows x 2 panels in four accumulator tiles, see amx_units; about 3x
+ * VNNI on large GEMMs), AVX-512 VNNI (vpdpbusd, 8 rows x 16 columns in
  * eight zmm, the epilogue applied in registers), AVX-VNNI (vpdpbusd on
  * ymm, 8 rows x 16 columns in sixteen ymm, for CPUs with AVX-VNNI but not
  * AVX-512), AVX2 (both operands widened to int16, vpmaddwd into int32, 2
@@ -16,9 +18,9 @@
  * AVX-512 VNNI machine that lacks AVX-VNNI (AMD EPYC Zen 4).
  *
  * Work items are (a block of MB rows) x (a group of NBP panels) and split
- * over the thread pool; inside one, each panel (kp x 16 bytes, at most
- * 72 KB for a 3x3x512 convolution) stays in cache while the row block passes
- * over it.
+ * over the thread pool, on every path; inside one, each panel (kp x 16
+ * bytes, at most 72 KB for a 3x3x512 convolution) stays in cache while the
+ * row block passes over it.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -26,12 +28,21 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "cpu/amx.h"
+#include "cpu/nn.h"
 #include "cpu/quant_q8.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_X86 1
 #include <cpuid.h>
 #include <immintrin.h>
+/*
+ * The AMX kernel is gcc's only: clang (the fuzz build) would need its own
+ * spelling of the tile intrinsics, and there the path simply does not exist.
+ */
+#if !defined(__clang__)
+#define HAVE_AMX 1
+#endif
 #endif
 
 #define MB 64			/* rows per work item (a multiple of every kernel's rows) */
@@ -238,21 +249,65 @@ epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, voi
 	_mm_storeu_si128((__m128i *)y, b8);
 }
 
+#define T512 "avx512f,avx512bw,avx512vl,avx512vnni"
+
+/*
+ * struct epi512: one panel's epilogue in zmm, for the fused kernels (VNNI
+ * and AMX): the panel's bias and scales loaded once, the columns past nc
+ * masked off (their bias and scale read as zero, nothing stored).
+ */
+struct epi512 {
+	__m512i bias, zy, lo, hi;
+	__m512 mult;
+	__mmask16 m;
+	bool f32out;
+};
+
+__attribute__((target(T512), always_inline)) static inline void
+epi512_init(struct epi512 *e, const struct ml_q8_epi *ep, int64_t c0, int nc)
+{
+	e->m = nc >= ML_Q8_NR ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1);
+	e->bias = _mm512_maskz_loadu_epi32(e->m, ep->bias + c0);
+	e->mult = _mm512_maskz_loadu_ps(e->m, ep->mult + c0);
+	e->zy = _mm512_set1_epi32(ep->yzero);
+	e->lo = _mm512_set1_epi32(ep->lo);
+	e->hi = _mm512_set1_epi32(ep->hi);
+	e->f32out = ep->f32out;
+}
+
+/*
+ * epi512_row: one row's 16 int32 sums through the epilogue into y. The
+ * clamp to +-4e6 before the conversion is epi_c's, so that out-of-range
+ * values saturate alike; cvtps rounds half to even as epi_c does.
+ */
+__attribute__((target(T512), always_inline)) static inline void
+epi512_row(const struct epi512 *e, __m512i acc, char *y)
+{
+	__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, e->bias)), e->mult);
+	if (e->f32out) {
+		_mm512_mask_storeu_ps(y, e->m, v);
+		return;
+	}
+	v = _mm512_max_ps(_mm512_min_ps(v, _mm512_set1_ps(4e6f)), _mm512_set1_ps(-4e6f));
+	__m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), e->zy);
+	q = _mm512_min_epi32(_mm512_max_epi32(q, e->lo), e->hi);
+	_mm_mask_storeu_epi8(y, e->m, _mm512_cvtepi32_epi8(q));
+}
+
 /*
  * kern_vnni_epi: the AVX-512 VNNI kernel, 8 rows x 16 columns in eight
  * zmm (vpdpbusd), with the epilogue applied to the accumulators in
- * registers (no tile, no call per row) and the panel's bias and scales
- * loaded once: rows r < mr of y (stride ys bytes) get columns c0 .. c0 +
- * nc - 1, a narrow panel's columns masked. The clamp to +-4e6 before the
- * conversion is epi_c's, so that out-of-range values saturate alike.
+ * registers (no tile, no call per row): rows r < mr of y (stride ys bytes)
+ * get columns c0 .. c0 + nc - 1, a narrow panel's columns masked.
  */
 #define KERN_VNNI_EPI(NAME, R)								\
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni"))) static void		\
+__attribute__((target(T512))) static void						\
 NAME(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,		\
      const struct ml_q8_epi *ep, int64_t c0, int nc, char *y, int64_t ys)		\
 {											\
 	const uint8_t *ar[R];								\
 	__m512i acc[R];									\
+	struct epi512 e;								\
 											\
 	for (int r = 0; r < R; r++) {							\
 		ar[r] = a + (r < mr ? r * lda : 0);					\
@@ -263,23 +318,9 @@ NAME(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,		\
 		for (int r = 0; r < R; r++)						\
 			acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(ld32(ar[r] + q * 4)), bq); \
 	}										\
-	__mmask16 m = nc >= ML_Q8_NR ? (__mmask16)0xffff : (__mmask16)((1u << nc) - 1); \
-	__m512i bias = _mm512_maskz_loadu_epi32(m, ep->bias + c0);			\
-	__m512 mult = _mm512_maskz_loadu_ps(m, ep->mult + c0);				\
-	const __m512 vmax = _mm512_set1_ps(4e6f), vmin = _mm512_set1_ps(-4e6f);		\
-	const __m512i zy = _mm512_set1_epi32(ep->yzero), lo = _mm512_set1_epi32(ep->lo), \
-		      hi = _mm512_set1_epi32(ep->hi);					\
-	for (int r = 0; r < mr; r++) {							\
-		__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc[r], bias)), mult); \
-		if (ep->f32out) {							\
-			_mm512_mask_storeu_ps(y + r * ys, m, v);			\
-			continue;							\
-		}									\
-		v = _mm512_max_ps(_mm512_min_ps(v, vmax), vmin);			\
-		__m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zy);		\
-		q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);			\
-		_mm_mask_storeu_epi8(y + r * ys, m, _mm512_cvtepi32_epi8(q));		\
-	}										\
+	epi512_init(&e, ep, c0, nc);							\
+	for (int r = 0; r < mr; r++)							\
+		epi512_row(&e, acc[r], y + r * ys);					\
 }
 KERN_VNNI_EPI(kern_vnni_epi, 8)
 /* the same on 4 rows: the last rows of a short matrix (an encoder's 12 tokens: 8 + 4) */
@@ -361,6 +402,11 @@ ml_q8_path_ok(enum ml_q8_path p)
 	case ML_Q8_AVXVNNI:
 		return has_avxvnni() || (has_vnni512() && __builtin_cpu_supports("avx512vl"));
 #endif
+#ifdef HAVE_AMX
+	case ML_Q8_AMX:
+		/* the rows short of a tile and its epilogue are AVX-512's */
+		return has_vnni512() && ml_amx_ok();
+#endif
 	default:
 		return false;
 	}
@@ -369,8 +415,8 @@ ml_q8_path_ok(enum ml_q8_path p)
 const char *
 ml_q8_path_name(enum ml_q8_path p)
 {
-	static const char *const names[] = { "auto", "c", "avx2", "avx512vnni", "avxvnni" };
-	return (unsigned)p < 5 ? names[p] : "?";
+	static const char *const names[] = { "auto", "c", "avx2", "avx512vnni", "avxvnni", "amx" };
+	return (unsigned)p < 6 ? names[p] : "?";
 }
 
 static enum ml_q8_path
@@ -381,10 +427,13 @@ best_path(void)
 		enum ml_q8_path p = strcmp(env, "c") == 0 ? ML_Q8_C :
 				    strcmp(env, "avx2") == 0 ? ML_Q8_AVX2 :
 				    strcmp(env, "vnni") == 0 ? ML_Q8_VNNI :
-				    strcmp(env, "avxvnni") == 0 ? ML_Q8_AVXVNNI : ML_Q8_AUTO;
+				    strcmp(env, "avxvnni") == 0 ? ML_Q8_AVXVNNI :
+				    strcmp(env, "amx") == 0 ? ML_Q8_AMX : ML_Q8_AUTO;
 		if (p != ML_Q8_AUTO && ml_q8_path_ok(p))
 			return p;
 	}
+	if (ml_q8_path_ok(ML_Q8_AMX))
+		return ML_Q8_AMX;
 	if (ml_q8_path_ok(ML_Q8_VNNI))
 		return ML_Q8_VNNI;
 	if (ml_q8_path_ok(ML_Q8_AVXVNNI))
@@ -424,7 +473,166 @@ struct q8job {
 	q8_epi_fn epi;
 	int mr;
 	bool fused;		/* kern_vnni_epi instead of kern and epi */
+	bool amx;		/* amx_units instead of all of the above */
 };
+
+#ifdef HAVE_AMX
+#define TAMX "amx-tile,amx-int8," T512
+
+/*
+ * amx_pack_a: rows [0, nr) of a (stride lda, kp = 4 kq bytes each) into
+ * ap as AMX A tiles: for each K step s of 64 bytes, 32 rows of 64 bytes,
+ * the last step's bytes past kp zero, and rows nr .. nt - 1 zero (their
+ * sums are never stored, but their bytes are then defined). Tile loads of
+ * 16 rows at stride lda were slower than contiguous ones here (16 strided
+ * streams per tile, from L2 once K is long), and the copy also pads the K
+ * tail and the rows short of a tile, so that no tile reads past a row's kp
+ * bytes or past A's last row.
+ */
+__attribute__((target(TAMX))) static void
+amx_pack_a(uint8_t *ap, const uint8_t *a, int64_t lda, int nr, int nt, int64_t kq)
+{
+	const int64_t kb = kq / 16, tq = kq % 16, ks = kb + (tq > 0);
+	const __mmask64 tm = tq == 0 ? 0 : (__mmask64)(~0ull >> (64 - 4 * tq));
+
+	for (int i = nr; i < nt; i++)
+		for (int64_t s = 0; s < ks; s++)
+			_mm512_store_si512((void *)(ap + i * 64 + s * 2048), _mm512_setzero_si512());
+	for (int i = 0; i < nr; i++) {
+		const uint8_t *ar = a + i * lda;
+		uint8_t *d = ap + i * 64;
+		for (int64_t s = 0; s < kb; s++)
+			_mm512_store_si512((void *)(d + s * 2048), _mm512_loadu_si512((const void *)(ar + s * 64)));
+		if (tq > 0)
+			_mm512_store_si512((void *)(d + kb * 2048),
+					   _mm512_maskz_loadu_epi8(tm, (const void *)(ar + kb * 64)));
+	}
+}
+
+/*
+ * amx_units: q8_units on AMX. The eight tiles, all 16 rows x 64 bytes:
+ * 0-3 the int32 sums of 32 rows x 2 panels (0: rows 0-15 x panel 0, 1:
+ * rows 0-15 x panel 1, 2 and 3 rows 16-31), 4-5 the two 16-row slices of
+ * A, 6-7 the two panels' B. One tdpbusd is 16 x 16 x 64 multiply-adds; a
+ * packed panel's 16 K groups (1 KB, contiguous) are B's tile as they are;
+ * A's 32 rows are copied per work item into tile order (amx_pack_a), the
+ * copy serving each of the item's panels. The sums stay in the tiles over
+ * the whole K, then go through a 4 KB buffer to the AVX-512 epilogue.
+ *
+ * Edges: the K tail (kq % 16 groups) is zero-padded in A's copy, and its B
+ * copied into a buffer, because a full tile there would read past the
+ * last panel's end (what lies past the tail in B meets zero A columns, and
+ * adds nothing). The last rows of A short of a tile are zero-padded in
+ * the copy, except the last 1 to 4 rows, which run kern_vnni_epi4 (a tile
+ * for them would be at least 3/4 waste, slower than vpdpbusd; a batch-1
+ * MatMul is all such rows); an odd last panel
+ * runs with tiles 1 and 3 idle; a narrow last panel is zero-padded by
+ * ml_q8_pack, its columns past nc masked in the epilogue.
+ *
+ * The configuration is loaded once per call (it zeroes the tiles) and the
+ * tiles released at the end, so that a pool thread that goes idle does not
+ * carry 8 KB of tile state through its context switches.
+ */
+__attribute__((target(TAMX))) static void
+amx_units(const struct q8job *j, int64_t b, int64_t e)
+{
+	struct ml_amx_cfg cfg;
+	_Alignas(64) int32_t cs[32 * 32];
+	_Alignas(64) int8_t bt[2][16 * 64];
+	const int64_t kq = j->kq, kb = kq / 16, tq = kq % 16, lda = j->lda;
+	const int64_t ks = kb + (tq > 0);		/* K steps, the tail's included */
+	const int64_t pst = ML_Q8_NR * ML_Q8_KG * kq;	/* bytes per panel */
+	const size_t ysz = j->ep->f32out ? sizeof(float) : 1;
+	const int64_t np = (j->m + ML_Q8_NR - 1) / ML_Q8_NR;
+	/* slot 1: the caller's im2col matrix (this thread's, when it is the caller) is in slot 0 */
+	uint8_t *ap = ml_cpu_scratch(1, (size_t)ks * 2048);
+
+	memset(&cfg, 0, sizeof cfg);
+	for (int t = 0; t < 8; t++)
+		ml_amx_tile(&cfg, t, 16, 64);
+	memset(bt, 0, sizeof bt);
+	/*
+	 * gcc's ldtilecfg and tileloadd asm name no memory operand (beyond 8
+	 * bytes of the config): this barrier keeps the stores above, and
+	 * those into ap and bt below, ahead of the tile instructions
+	 */
+	__asm__ volatile("" : : "r"(&cfg), "r"(bt) : "memory");
+	_tile_loadconfig(&cfg);
+	for (int64_t u = b; u < e; u++) {
+		int64_t r0 = u / j->nnb * MB, r1 = ML_MIN(r0 + MB, j->p);
+		int64_t p0 = u % j->nnb * NBP, p1 = ML_MIN(p0 + NBP, np);
+		int64_t r = r0;
+		while (ap != NULL && r1 - r > 4) {
+			const int nr = (int)ML_MIN(32, r1 - r);
+			const bool two = nr > 16;	/* rows 16-31 too */
+			amx_pack_a(ap, j->a + r * lda, lda, nr, two ? 32 : 16, kq);
+			__asm__ volatile("" : : "r"(ap) : "memory");
+			for (int64_t pn = p0; pn < p1; pn += 2) {
+				const bool pair = p1 - pn >= 2;	/* panel pn + 1 too */
+				const int8_t *b0 = j->bp + pn * pst, *b1 = b0 + pst;
+				_tile_zero(0);
+				_tile_zero(1);
+				_tile_zero(2);
+				_tile_zero(3);
+				for (int64_t s = 0; s < ks; s++) {
+					if (s == kb) {	/* the tail */
+						memcpy(bt[0], b0 + kb * 1024, (size_t)tq * 64);
+						if (pair)
+							memcpy(bt[1], b1 + kb * 1024, (size_t)tq * 64);
+						__asm__ volatile("" : : "r"(bt) : "memory");
+						b0 = bt[0] - kb * 1024;
+						b1 = bt[1] - kb * 1024;
+					}
+					_tile_loadd(4, ap + s * 2048, 64);
+					_tile_loadd(6, b0 + s * 1024, 64);
+					_tile_dpbusd(0, 4, 6);
+					if (pair) {
+						_tile_loadd(7, b1 + s * 1024, 64);
+						_tile_dpbusd(1, 4, 7);
+					}
+					if (two) {
+						_tile_loadd(5, ap + s * 2048 + 1024, 64);
+						_tile_dpbusd(2, 5, 6);
+						if (pair)
+							_tile_dpbusd(3, 5, 7);
+					}
+				}
+				_tile_stored(0, cs, 128);
+				if (pair)
+					_tile_stored(1, cs + 16, 128);
+				if (two) {
+					_tile_stored(2, cs + 16 * 32, 128);
+					if (pair)
+						_tile_stored(3, cs + 16 * 32 + 16, 128);
+				}
+				for (int h = 0; h < (pair ? 2 : 1); h++) {
+					int64_t c0 = (pn + h) * ML_Q8_NR;
+					struct epi512 ep;
+					epi512_init(&ep, j->ep, c0, (int)ML_MIN(ML_Q8_NR, j->m - c0));
+					char *y = (char *)j->y + (r * j->ldy + c0) * (int64_t)ysz;
+					for (int i = 0; i < nr; i++)
+						epi512_row(&ep, _mm512_load_si512(cs + i * 32 + h * 16),
+							   y + i * j->ldy * (int64_t)ysz);
+				}
+			}
+			r += nr;
+		}
+		/* the last 1 to 4 rows, or all when the scratch buffer could not be had */
+		for (int64_t pn = p0; r < r1 && pn < p1; pn++) {
+			int64_t c0 = pn * ML_Q8_NR;
+			int nc = (int)ML_MIN(ML_Q8_NR, j->m - c0);
+			for (int64_t rr = r; rr < r1; rr += 8) {
+				int mr = (int)ML_MIN(8, r1 - rr);
+				(mr <= 4 ? kern_vnni_epi4 : kern_vnni_epi)(mr, kq, j->a + rr * lda, lda,
+					j->bp + pn * pst, j->ep, c0, nc,
+					(char *)j->y + (rr * j->ldy + c0) * (int64_t)ysz, j->ldy * (int64_t)ysz);
+			}
+		}
+	}
+	_tile_release();
+}
+#undef TAMX
+#endif
 
 static void
 q8_units(void *ctx, int64_t b, int64_t e)
@@ -434,6 +642,12 @@ q8_units(void *ctx, int64_t b, int64_t e)
 	size_t ysz = j->ep->f32out ? sizeof(float) : 1;
 	int64_t np = (j->m + ML_Q8_NR - 1) / ML_Q8_NR;
 
+#ifdef HAVE_AMX
+	if (j->amx) {
+		amx_units(j, b, e);
+		return;
+	}
+#endif
 	for (int64_t u = b; u < e; u++) {
 		int64_t r0 = u / j->nnb * MB, r1 = ML_MIN(r0 + MB, j->p);
 		int64_t p0 = u % j->nnb * NBP, p1 = ML_MIN(p0 + NBP, np);
@@ -494,6 +708,9 @@ ml_q8_gemm(int64_t p, int64_t m, int64_t kp, const uint8_t *a, int64_t lda, cons
 		return;
 #ifdef HAVE_X86
 	switch (ml_q8_path()) {
+	case ML_Q8_AMX:
+		j.amx = true;
+		break;
 	case ML_Q8_VNNI:
 		j.fused = true;
 		j.mr = 8;

@@ -9,7 +9,7 @@
  * zero point, in the channels-last order of the packed weights
  * ((ky, kx, c) fastest last). Depthwise convolutions have an AVX2
  * kernel (dw_rows_avx2, on the AVX2 paths; dw_rows_avx512 with vpdpwssd on
- * the AVX-512 VNNI path), bit-identical to the
+ * the AVX-512 VNNI and AMX paths), bit-identical to the
  * portable loop; so is Q8Quantize of a matrix on the AVX2 and VNNI paths
  * (quant_flat_avx2); those loops, Add and the pools are loops the compiler
  * vectorises, cloned for AVX2 at run time.
@@ -500,7 +500,7 @@ dw_rows_avx2(void *ctx, int64_t b, int64_t e)
 }
 
 /*
- * dw_rows_avx512: dw_rows_avx2 on the VNNI path: per 16 channels and tap
+ * dw_rows_avx512: dw_rows_avx2 on the VNNI and AMX paths: per 16 channels and tap
  * pair, the two taps' uint8 inputs widened into the low and high int16 of
  * 32-bit lanes against the same packed weight pairs, vpdpwssd adding both
  * products into int32 (exact), and the epilogue on 16 lanes (cvtps rounds
@@ -588,7 +588,9 @@ run_dw(struct ml_opctx *c, const struct ml_q8_geom *g, const uint8_t *x, const i
 		if (wpk == NULL)
 			return nomem(c);
 		dw_pack(wpk, w, g->c, T);
-		rows = ml_q8_path() == ML_Q8_VNNI ? dw_rows_avx512 : dw_rows_avx2;
+		/* AMX has no depthwise form: its path has AVX-512 for this */
+		rows = ml_q8_path() == ML_Q8_VNNI || ml_q8_path() == ML_Q8_AMX ? dw_rows_avx512 :
+										dw_rows_avx2;
 	}
 #endif
 	uint8_t *zrow = ml_malloc((size_t)g->c + 16);

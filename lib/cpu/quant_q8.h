@@ -4,9 +4,10 @@
  *
  * Activations between Q8 ops are uint8, channels last (NHWC, or [N, C] for a
  * matrix), with a per-tensor scale and zero point. Weights are int8, symmetric
- * per output channel, in [-127, 127]; every path (VNNI's vpdpbusd, AVX2's
- * vpmaddwd on operands widened to int16, portable C) sums the products
- * exactly in int32, so every path computes the same integers. A Q8Conv
+ * per output channel, in [-127, 127]; every path (AMX's tdpbusd, VNNI's
+ * vpdpbusd, AVX2's vpmaddwd on operands widened to int16, portable C) sums
+ * the products exactly in int32, so every path computes the same integers.
+ * A Q8Conv
  * of weight_bits 7 (mlquant --reduce-range) promises weights in [-64, 63],
  * for which AVX2's faster vpmaddubsw (two u8 x s8 products into a
  * saturating int16) cannot saturate (2 * 255 * 64 < 32768).
@@ -62,17 +63,23 @@ struct ml_q8_epi {
 };
 
 /* Dispatch paths of ml_q8_gemm; ml_q8_path_ok says whether this CPU runs one. */
-enum ml_q8_path { ML_Q8_AUTO = 0, ML_Q8_C = 1, ML_Q8_AVX2 = 2, ML_Q8_VNNI = 3, ML_Q8_AVXVNNI = 4 };
+enum ml_q8_path {
+	ML_Q8_AUTO = 0, ML_Q8_C = 1, ML_Q8_AVX2 = 2, ML_Q8_VNNI = 3, ML_Q8_AVXVNNI = 4,
+	ML_Q8_AMX = 5		/* AMX tiles; needs AVX-512 VNNI too (ml_amx_ok, cpu/amx.h) */
+};
 bool ml_q8_path_ok(enum ml_q8_path p);
 /*
  * ml_q8_path_name: "c", "avx2", "avx512vnni", "avxvnni" (the ymm VNNI
- * kernel: VEX-encoded on CPUs with AVX-VNNI, else EVEX on AVX-512 VNNI).
+ * kernel: VEX-encoded on CPUs with AVX-VNNI, else EVEX on AVX-512 VNNI),
+ * "amx" (tdpbusd on tiles; the rows short of a tile on AVX-512 VNNI).
+ * Every path >= ML_Q8_AVX2 has AVX2, and ML_Q8_AMX has AVX-512 VNNI.
  */
 const char *ml_q8_path_name(enum ml_q8_path p);
 /*
  * ml_q8_set_path: force a path for later calls (tests); AUTO picks the best
  * the CPU has. Returns false (and changes nothing) when the CPU lacks it.
- * ML_Q8_PATH=c|avx2|vnni|avxvnni in the environment does the same at first use.
+ * ML_Q8_PATH=c|avx2|vnni|avxvnni|amx in the environment does the same at
+ * first use (ignored when the CPU lacks it; ML_AMX=0 makes it lack amx).
  */
 bool ml_q8_set_path(enum ml_q8_path p);
 enum ml_q8_path ml_q8_path(void);

@@ -5,10 +5,13 @@
  * has (a path is skipped where the CPU lacks it), and on saturation edge
  * cases (all-255 activations against pairs of equal extreme weights, 127
  * and -128, whose products would saturate an int16 pair sum such as
- * vpmaddubsw's); and the
- * depthwise Q8Conv on every path (the AVX2 kernel on the AVX2 and VNNI
+ * vpmaddubsw's); the shapes include the AMX kernel's edges (rows short of
+ * its 16- and 32-row blocks, an odd last panel, K tails of 1 to 15 groups
+ * of 4, k = 4 and 4608); ML_AMX=0 turns the AMX path off (checked in a
+ * child process, as the probe runs once); and the
+ * depthwise Q8Conv on every path (the AVX2 kernel on the AVX2, VNNI and AMX
  * paths, the portable loop on the C path) against a direct reference;
- * and Q8Quantize of a matrix (quant_flat_avx2 on the AVX2 and VNNI paths,
+ * and Q8Quantize of a matrix (quant_flat_avx2 on the AVX2 and later paths,
  * the portable loop on the C path) against nearbyintf, over halves (round
  * to even), values past the clamp, infinities and NaN.
  */
@@ -16,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ml.h"
 #include "cpu/quant_q8.h"
@@ -302,20 +307,52 @@ quant_case(enum ml_q8_path p, int64_t rows, int64_t cols, float sc, int32_t zp)
 	return good;
 }
 
+/*
+ * noamx_child: whether, with ML_AMX=0 set before the first AMX probe, the
+ * AMX path is refused, the automatic choice avoids it and ML_Q8_PATH=amx
+ * falls back. Runs in a child, since the probe's answer is kept for the
+ * process, and before the parent's first probe, whose answer fork would copy.
+ */
+static bool
+noamx_child(void)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return false;
+	if (pid == 0) {
+		setenv("ML_AMX", "0", 1);
+		setenv("ML_Q8_PATH", "amx", 1);
+		bool good = !ml_q8_path_ok(ML_Q8_AMX) && !ml_q8_set_path(ML_Q8_AMX) &&
+			    ml_q8_path() != ML_Q8_AMX && ml_q8_path_ok(ml_q8_path());
+		_exit(good ? 0 : 1);
+	}
+	int st;
+	return waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 int
 main(void)
 {
-	static const enum ml_q8_path paths[] = { ML_Q8_C, ML_Q8_AVX2, ML_Q8_VNNI, ML_Q8_AVXVNNI };
+	static const enum ml_q8_path paths[] = { ML_Q8_C, ML_Q8_AVX2, ML_Q8_VNNI, ML_Q8_AVXVNNI,
+						 ML_Q8_AMX };
 	static const int64_t shapes[][3] = {
 		{ 1, 1, 1 }, { 1, 16, 4 }, { 3, 5, 7 }, { 4, 16, 64 }, { 17, 33, 27 },
 		{ 64, 64, 147 }, { 65, 100, 9 }, { 130, 17, 300 }, { 7, 1000, 512 }, { 200, 64, 576 },
+		/*
+		 * AMX's edges: rows 32 + 1 and 32 + 16 + 2 and 16 + 15, 3 and 5
+		 * panels (the last narrow), K of one group, of 72 whole tiles,
+		 * of 15 tiles and 10 groups, of 1 tile and 1 group; one row alone
+		 */
+		{ 33, 48, 4 }, { 50, 70, 4608 }, { 96, 130, 1000 }, { 31, 17, 68 }, { 1, 20, 4608 },
 	};
 	int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+	int npaths = (int)(sizeof paths / sizeof paths[0]);
 	char what[160];
+	bool noamx = noamx_child();
 
-	/* 7: the depthwise cases; 4: the quantize cases */
-	printf("1..%d\n", 4 * (nshapes * 4 + 6) + 4 * 7 + 4 * 4 + 2);
-	for (int pi = 0; pi < 4; pi++) {
+	/* 7: the depthwise cases; 4: the quantize cases; 3: the checks at the end */
+	printf("1..%d\n", npaths * (nshapes * 4 + 6) + npaths * 7 + npaths * 4 + 3);
+	for (int pi = 0; pi < npaths; pi++) {
 		enum ml_q8_path p = paths[pi];
 		bool have = ml_q8_set_path(p);
 		for (int s = 0; s < nshapes; s++)
@@ -346,7 +383,7 @@ main(void)
 			ok(one_case(9, 20, k, t < 3 ? 1 : 3, t % 3 == 2), what);
 		}
 	}
-	/* depthwise: the AVX2 kernel (AVX2 and VNNI paths) against the reference, as the C loop */
+	/* depthwise: the AVX2 kernel (AVX2 and later paths) against the reference, as the C loop */
 	static const int64_t dws[][9] = {
 		/* n, h, w, c, k, stride, pad, dilation, xzero */
 		{ 1, 9, 9, 16, 3, 1, 1, 1, 0 }, { 2, 10, 7, 21, 3, 2, 1, 1, 113 },
@@ -354,8 +391,8 @@ main(void)
 		{ 1, 6, 6, 96, 1, 1, 0, 1, 5 }, { 1, 7, 7, 48, 2, 2, 0, 1, 250 },
 		{ 1, 5, 5, 15, 3, 1, 1, 1, 9 },
 	};
-	for (int pi = ML_Q8_C; pi <= ML_Q8_AVXVNNI; pi++) {
-		enum ml_q8_path p = (enum ml_q8_path)pi;
+	for (int pi = 0; pi < npaths; pi++) {
+		enum ml_q8_path p = paths[pi];
 		for (size_t d = 0; d < sizeof dws / sizeof dws[0]; d++) {
 			const int64_t *v = dws[d];
 			snprintf(what, sizeof what, "%s depthwise x[%lld,%lld,%lld,%lld] k %lld s %lld p %lld "
@@ -377,8 +414,8 @@ main(void)
 		/* rows, cols, zero point */
 		{ 12, 64, 128 }, { 1, 1, 0 }, { 3, 37, 255 }, { 129, 33, 17 },
 	};
-	for (int pi = ML_Q8_C; pi <= ML_Q8_AVXVNNI; pi++) {
-		enum ml_q8_path p = (enum ml_q8_path)pi;
+	for (int pi = 0; pi < npaths; pi++) {
+		enum ml_q8_path p = paths[pi];
 		for (size_t d = 0; d < sizeof qs / sizeof qs[0]; d++) {
 			snprintf(what, sizeof what, "%s quantize [%lld, %lld] zero point %lld",
 				 ml_q8_path_name(p), (long long)qs[d][0], (long long)qs[d][1],
@@ -397,5 +434,6 @@ main(void)
 	ok(ml_q8_path_ok(ML_Q8_C) && ml_q8_path() != ML_Q8_AUTO, "a path is chosen at run time");
 	snprintf(what, sizeof what, "auto path is %s", ml_q8_path_name(ml_q8_path()));
 	ok(ml_q8_path_ok(ml_q8_path()), what);
+	ok(noamx, "ML_AMX=0 turns the amx path off, and ML_Q8_PATH=amx falls back");
 	return 0;
 }
