@@ -292,6 +292,21 @@ dw_flat_k##K(const struct ml_conv3 *v, const float *x, const float *w, float b, 
 			memcpy(xp + r * Wp + lo, x + ih * W + lo - v->p[2],	\
 			       sizeof(float) * (size_t)(hi - lo));		\
 	}									\
+	if (S == 1) {								\
+		/* one loop over the whole plane: long enough to vectorise */	\
+		for (int64_t o = 0; o < OH * Wp; o++) {				\
+			float s = b;						\
+			_Pragma("GCC unroll 8")					\
+			for (int kh = 0; kh < K; kh++)				\
+				_Pragma("GCC unroll 8")				\
+				for (int kw = 0; kw < K; kw++)			\
+					s += w[kh * K + kw] * xp[o + kh * Wp + kw]; \
+			acc[o] = s;						\
+		}								\
+		for (int64_t oh = 0; oh < OH; oh++)				\
+			memcpy(y + oh * OW, acc + oh * Wp, sizeof(float) * (size_t)OW); \
+		return;								\
+	}									\
 	for (int64_t oh = 0; oh < OH; oh++) {					\
 		const float *xr = xp + oh * S * Wp;				\
 		for (int64_t o = 0; o < Wp; o++) {				\

@@ -385,8 +385,10 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--ort-python")
-    ap.add_argument("--ort-path", help="prepended to PYTHONPATH for ORT (its quantization "
-                    "tools need onnx >= 1.14 and ml_dtypes)")
+    ap.add_argument("--ort-path", default=os.environ.get("ML_BENCH_ORT_PATH"),
+                    help="prepended to PYTHONPATH for ORT (its quantization tools need "
+                    "onnx >= 1.14 and ml_dtypes; default: $ML_BENCH_ORT_PATH, which "
+                    "run.sh sets)")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", choices=("zoo", "fashion", "qdq", "bf16"),

@@ -19,6 +19,18 @@ if [ -x "$VENV/bin/python" ]; then
 		echo "bench: pip could not install onnxruntime (see $B/bench-pip.log); ORT is left out"
 	fi
 fi
+# ORT's quantize_static (bench_quant.py's ORT int8 column) needs onnx >= 1.14
+# and ml_dtypes, newer than Debian's: pip puts them in $B/ort-path (without
+# its numpy, which would shadow Debian's), prepended to ORT's PYTHONPATH.
+ORT_PATH=$B/ort-path
+if [ -n "$ORT" ] && [ ! -d "$ORT_PATH/ml_dtypes" ]; then
+	if "$VENV/bin/pip" install -q --target "$ORT_PATH" onnx ml_dtypes >>"$B/bench-pip.log" 2>&1; then
+		rm -rf "$ORT_PATH"/numpy "$ORT_PATH"/numpy-* "$ORT_PATH"/numpy.libs
+	else
+		echo "bench: pip could not install onnx and ml_dtypes for ORT's quantization (see $B/bench-pip.log)"
+	fi
+fi
+[ -d "$ORT_PATH/ml_dtypes" ] && export ML_BENCH_ORT_PATH="$ORT_PATH"
 # bench.py (inference), then each part's own bench_*.py with the same
 # arguments (OpenCL, training, passes, quantisation): one run, one machine,
 # the peers measured in that same run. BENCH=NAME runs only bench_NAME.py.
