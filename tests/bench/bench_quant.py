@@ -139,7 +139,7 @@ def cpu_name():
                     name = line.split(":", 1)[1].strip()
                 if line.startswith("flags"):
                     fl = line.split(":", 1)[1].split()
-                    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16")
+                    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
                            if f in fl]
                     break
     except OSError:

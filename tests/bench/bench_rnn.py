@@ -101,7 +101,7 @@ def cpu_name():
                  if ln.startswith("model name")), "unknown CPU")
     flags = next((ln.split(":", 1)[1].split() for ln in txt.splitlines()
                   if ln.startswith("flags")), [])
-    isa = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16")
+    isa = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
            if f in flags]
     return name, " ".join(isa)
 
