@@ -283,6 +283,35 @@ PYEOF
 	done
 }
 
+@test "mlquant --dtype fp16: the products read their fp16 weights directly, no Cast; biases stay f32" {
+	mkcnn
+	mlconvert cnn.onnx -o f.mlg
+	mlopt -O2 cnn.onnx -o o2.mlg
+	run -0 mlquant --dtype fp16 cnn.onnx -o h.mlg
+	run -0 mlquant --dtype fp16 o2.mlg -o h2.mlg
+	mlrun f.mlg -i x=cal.npy -o f
+	for m in h h2; do
+		mlconvert $m.mlg -o $m.mlt
+		run -1 grep ' = Cast ' $m.mlt
+		# the weights of the four convolutions (the depthwise one's too) and the Gemm
+		[ "$(grep -c '^float16\[' $m.mlt)" -eq 5 ]
+		run -1 grep '^float16\[[0-9]*\] ' $m.mlt
+		mlrun $m.mlg -i x=cal.npy -o $m
+		npcmp f/y.npy $m/y.npy --rtol 0 --atol 2e-3
+	done
+	# ONNX has a Cast to float in front of each product, in every opset; reading it back drops them
+	run -0 mlconvert h2.mlg -o h2.onnx
+	run -0 "$PY" "$TOOLS_DIR/onnxrt.py" check h2.onnx
+	mlconvert h2.onnx -o back.mlt
+	run -1 grep ' = Cast ' back.mlt
+	[ "$(grep -c '^float16\[' back.mlt)" -eq 5 ]
+	# OpenCL runs such products on the CPU, with the same results
+	if mlrun --devices --json 2>/dev/null | grep -q '"cl:0"'; then
+		run -0 mlrun h2.mlg -i x=cal.npy --device cl -o hc
+		npcmp h2/y.npy hc/y.npy --rtol 1e-5 --atol 1e-5
+	fi
+}
+
 @test "mlquant --dtype bf16: the products read their bf16 weights directly, no Cast, and match fp32" {
 	mkcnn
 	mlconvert cnn.onnx -o f.mlg

@@ -806,6 +806,11 @@ to_f32_items(void *ctx, int64_t b, int64_t e)
 	void **p = ctx;
 	const uint16_t *s = p[0];
 	float *d = p[1];
+	if (p[2] != NULL) {
+		for (int64_t i = b; i < e; i++)
+			d[i] = ml_f16_to_f32(s[i]);
+		return;
+	}
 	for (int64_t i = b; i < e; i++)
 		d[i] = ml_bf16_to_f32(s[i]);
 }
@@ -824,9 +829,10 @@ as_f32(struct ml_opctx *c)
 	float *wf = wcache(c, WC_F32, sizeof(float) * (size_t)ML_MAX(n, 1), &fill, &tmp);
 
 	if (wf == NULL)
-		return ml_opfail(c, ML_ENOMEM, "out of memory converting a bf16 weight");
+		return ml_opfail(c, ML_ENOMEM, "out of memory converting a %s weight",
+				 ml_dtype_name(w->dtype));
 	if (fill) {
-		void *p[2] = { w->data, wf };
+		void *p[3] = { w->data, wf, w->dtype == ML_F16 ? wf : NULL };
 		ml_parallel_for(n, 1 << 16, to_f32_items, p);
 	}
 	struct ml_tval wt = *w, *ins[8];
@@ -1117,8 +1123,12 @@ ml_cpu_bf16_run(struct ml_opctx *c)
 			return conv_emulate(c);
 	}
 	if (c->n_in < 2 || c->in[0] == NULL || c->in[1] == NULL || c->in[0]->dtype != ML_F32 ||
-	    c->in[1]->dtype != ML_BF16 || c->n_out < 1 || c->out[0]->dtype != ML_F32)
+	    (c->in[1]->dtype != ML_BF16 && c->in[1]->dtype != ML_F16) || c->n_out < 1 ||
+	    c->out[0]->dtype != ML_F32)
 		return 1;
+	/* an fp16 weight (mlquant --dtype fp16): storage only, the f32 kernel on it */
+	if (c->in[1]->dtype == ML_F16)
+		return as_f32(c);
 	if (ml_bf16_path() >= ML_BF16_DP) {
 		int rc = 1;
 		switch (c->node->op) {

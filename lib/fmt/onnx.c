@@ -579,8 +579,8 @@ dec_attr(struct dec *d, struct ml_graph *g, int ni, Onnx__AttributeProto *ap, in
 
 /*
  * bf16_cast_of: for the name of a Cast's output that the export of a bf16
- * weight writes (enc_bf16_cast: the weight's name and "::f32"), the
- * weight's tensor when g holds it as a bf16 constant; else -1.
+ * (or fp16) weight writes (enc_bf16_cast: the weight's name and "::f32"),
+ * the weight's tensor when g holds it as a bf16 or fp16 constant; else -1.
  */
 static int
 bf16_cast_of(struct ml_graph *g, const char *name)
@@ -595,7 +595,7 @@ bf16_cast_of(struct ml_graph *g, const char *name)
 	memcpy(buf, name, len - (sizeof sfx - 1));
 	buf[len - (sizeof sfx - 1)] = '\0';
 	int t = ml_graph_find(g, buf);
-	return t >= 0 && g->tensors[t]->dtype == ML_BF16 &&
+	return t >= 0 && (g->tensors[t]->dtype == ML_BF16 || g->tensors[t]->dtype == ML_F16) &&
 	       (g->tensors[t]->kind == ML_TK_CONST || g->tensors[t]->kind == ML_TK_PARAM) ? t : -1;
 }
 
@@ -1061,11 +1061,12 @@ enc_node(struct enc *x, const struct ml_graph *g, const struct ml_node *n, int d
 }
 
 /*
- * bf16 weights. mlquant --dtype bf16 gives Conv, MatMul, Gemm and the fused
- * products a bf16 weight against an f32 input, which ONNX's ops (one type
- * T for both) do not take: the export casts the weight to float in front
- * of them, one Cast per weight, named after it (BF16_CAST_OUT), and the
- * import drops those Casts again, so the graph reads back as it was.
+ * bf16 weights. mlquant --dtype bf16 (and fp16) gives Conv, MatMul, Gemm
+ * and the fused products a bf16 (fp16) weight against an f32 input, which
+ * ONNX's ops (one type T for both) do not take: the export casts the weight
+ * to float in front of them, one Cast per weight, named after it
+ * (BF16_CAST_OUT), and the import drops those Casts again, so the graph
+ * reads back as it was.
  */
 #define BF16_CAST_OUT "::f32"
 
@@ -1087,7 +1088,7 @@ bf16_weight(const struct ml_graph *g, const struct ml_node *n)
 	if (n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0 || !bf16_product_op(n->op_type))
 		return -1;
 	const struct ml_tensor *w = g->tensors[n->in[1]];
-	return w->dtype == ML_BF16 && g->tensors[n->in[0]]->dtype == ML_F32 &&
+	return (w->dtype == ML_BF16 || w->dtype == ML_F16) && g->tensors[n->in[0]]->dtype == ML_F32 &&
 	       (w->kind == ML_TK_CONST || w->kind == ML_TK_PARAM) ? n->in[1] : -1;
 }
 
@@ -1143,10 +1144,14 @@ enc_graph(struct enc *x, const struct ml_graph *g, int depth)
 	int nconst = 0, nvi = 0, ncast = 0;
 	for (int i = 0; i < g->n_tensors; i++)
 		nconst += is_const(g, i);
-	for (int i = 0; i < g->n_nodes; i++)
-		ncast += bf16_weight(g, &g->nodes[i]) >= 0;
-	/* Cast takes bfloat16 from opset 13 on */
-	if (ncast > 0 && x->fn.opset < 13) {
+	int nbf = 0;
+	for (int i = 0; i < g->n_nodes; i++) {
+		int w = bf16_weight(g, &g->nodes[i]);
+		ncast += w >= 0;
+		nbf += w >= 0 && g->tensors[w]->dtype == ML_BF16;
+	}
+	/* Cast takes bfloat16 from opset 13 on (float16 from the start) */
+	if (nbf > 0 && x->fn.opset < 13) {
 		x->rc = ml_fail(x->e, ML_ENOTSUP, "bf16 weights need opset 13 or later, not %lld",
 				(long long)x->fn.opset);
 		return NULL;

@@ -73,11 +73,11 @@ check_f32(struct ml_opctx *c)
 {
 	for (int i = 0; i < c->n_in; i++) {
 		const struct ml_tval *t = c->in[i];
-		/* the weight may be bf16, as in the base ops (mlquant --dtype bf16) */
+		/* the weight may be bf16 or fp16, as in the base ops (mlquant --dtype) */
 		if (t != NULL && t->dtype != ML_UNDEF && t->dtype != ML_F32 &&
-		    (i != 1 || t->dtype != ML_BF16 || (c->node->op != ML_OP_FUSED_CONV &&
-						      c->node->op != ML_OP_FUSED_GEMM &&
-						      c->node->op != ML_OP_FUSED_MATMUL)))
+		    (i != 1 || (t->dtype != ML_BF16 && t->dtype != ML_F16) ||
+		     (c->node->op != ML_OP_FUSED_CONV && c->node->op != ML_OP_FUSED_GEMM &&
+		      c->node->op != ML_OP_FUSED_MATMUL)))
 			return ml_opfail(c, ML_ENOTSUP, "input %d is %s; fused ops take f32", i,
 					 ml_dtype_name(t->dtype));
 	}

@@ -48,16 +48,17 @@ check_same_dtype(struct ml_opctx *c, int i, int j)
 
 /*
  * check_weight_dtype: input 1 (the weight of a Conv, MatMul or Gemm) has
- * input 0's dtype, or is bf16 against an f32 input 0: the bf16-weight
- * product that mlquant --dtype bf16 makes, computed with f32 sums into an
- * f32 output (lib/cpu/bf16.c).
+ * input 0's dtype, or is bf16 or fp16 against an f32 input 0: the
+ * products that mlquant --dtype bf16 and fp16 make, computed with f32 sums
+ * into an f32 output (lib/cpu/bf16.c; fp16 weights are converted once).
  */
 static int
 check_weight_dtype(struct ml_opctx *c)
 {
 	const struct ml_tval *a = ML_IN(c, 0), *b = ML_IN(c, 1);
 
-	if (a != NULL && b != NULL && a->dtype == ML_F32 && b->dtype == ML_BF16)
+	/* a 16-bit float weight against f32 data: mlquant --dtype bf16 or fp16 */
+	if (a != NULL && b != NULL && a->dtype == ML_F32 && (b->dtype == ML_BF16 || b->dtype == ML_F16))
 		return 0;
 	return check_same_dtype(c, 0, 1);
 }

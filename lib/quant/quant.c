@@ -955,12 +955,12 @@ product_op(enum ml_op op)
 }
 
 /*
- * bf16_weights: every f32 constant that only the products read, and only
- * as their weight (input 1) against an f32 input 0, becomes bf16 in place:
- * no Cast, the kernel reads it as it is.
+ * half_weights: every f32 constant that only the products read, and only
+ * as their weight (input 1) against an f32 input 0, becomes bf16 (or fp16:
+ * bf false) in place: no Cast, the kernel reads it as it is.
  */
 static int
-bf16_weights(struct rw *r)
+half_weights(struct rw *r, bool bf)
 {
 	struct ml_graph *q = r->q;
 	int nt = q->n_tensors;
@@ -990,7 +990,7 @@ bf16_weights(struct rw *r)
 			 * nothing: a random-init MobileNet-V2's SQNR is 23.5 dB
 			 * with bf16 depthwise weights and their products still f32.
 			 */
-			if (j == 1 && ml_attr_int(n, "group", 1) != 1)
+			if (bf && j == 1 && ml_attr_int(n, "group", 1) != 1)
 				bad[t] = true;
 		}
 	}
@@ -1007,10 +1007,11 @@ bf16_weights(struct rw *r)
 		}
 		const float *f = x->data;
 		for (int64_t i = 0; i < n; i++)
-			h[i] = ml_f32_to_bf16(f[i]);
+			h[i] = bf ? ml_f32_to_bf16(f[i]) : ml_f32_to_f16(f[i]);
 		int64_t dims[ML_MAX_RANK];
 		memcpy(dims, x->dims, sizeof dims);
-		rc = ml_graph_set_data(q, t, x->kind, ML_BF16, x->rank, dims, h, (size_t)n * 2, r->e);
+		rc = ml_graph_set_data(q, t, x->kind, bf ? ML_BF16 : ML_F16, x->rank, dims, h,
+				       (size_t)n * 2, r->e);
 		ml_free(h);
 	}
 out:
@@ -1020,25 +1021,28 @@ out:
 }
 
 /*
- * half_form: fp16 stores every float constant in 16 bits behind a Cast.
- * bf16 makes the products' weights bf16 with no Cast (bf16_weights), for
- * kernels that compute in bf16, and leaves the other constants (biases,
- * norms, small tensors) f32, as the compute around the products is.
+ * half_form: both make the products' weights 16-bit with no Cast
+ * (half_weights): bf16 for kernels that compute in bf16, fp16 for storage
+ * (the CPU converts such a weight to f32 once per session, so an fp16
+ * model runs as fast as its f32 one). bf16 leaves the other constants
+ * (biases, norms, small tensors) f32, as the compute around the products
+ * is; fp16 stores the other large ones (an RNN's weights, embeddings) in 16
+ * bits behind a Cast, but not vectors (biases, norm scales: small, and
+ * read where the compute is f32).
  */
 static int
 half_form(struct rw *r, bool bf)
 {
 	struct ml_graph *q = r->q;
-	int nt = q->n_tensors;
 
-	if (bf) {
-		ML_TRY(bf16_weights(r));
+	ML_TRY(half_weights(r, bf));
+	if (bf)
 		return sweep(r);
-	}
+	int nt = q->n_tensors;
 	for (int t = 0; t < nt; t++) {
 		struct ml_tensor *x = ml_graph_t(q, t);
 		if ((x->kind != ML_TK_CONST && x->kind != ML_TK_PARAM) || x->dtype != ML_F32 ||
-		    x->nbytes < 256)
+		    x->nbytes < 256 || x->rank <= 1)
 			continue;
 		int64_t n = (int64_t)x->nbytes / 4;
 		uint16_t *h = ml_malloc((size_t)n * 2);

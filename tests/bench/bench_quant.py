@@ -8,7 +8,9 @@
 # >= 0.98 (ResNet-18, MobileNet-V2, the encoder), every model no slower in
 # int8, size ratio <= 0.3, accuracy loss <= 0.3 points.
 # The bf16 table (--only bf16): mlquant --dtype bf16 of the -O2 model against
-# it, and the fallback (ML_BF16=f32); target ratio <= 0.6 where the CPU has
+# it, the fallback (ML_BF16=f32) and mlquant --dtype fp16 of the same model (never
+# slower than fp32: its products read fp16 weights converted once); target
+# ratio <= 0.6 where the CPU has
 # AVX512_BF16, top-1 agreement >= 0.98.
 # The zoo table: int8 against fp32 on ResNet-18, MobileNet-V2 and the encoder,
 # ours and ORT's int8 (quantize_static) in the same interleaved rounds, with
@@ -249,11 +251,13 @@ def has_bf16():
 def bf16(a, res):
     """bf16 against fp32: mlopt -O2, then mlquant --dtype bf16 of that model, against the
     -O2 model; rounds interleaved (fp32, bf16, bf16 with ML_BF16=f32: the fallback that
-    converts the weights to f32 once), the median of the round medians; top-1 agreement
-    with fp32 on 50 random inputs."""
+    converts the weights to f32 once; and mlquant --dtype fp16 of the same model, whose
+    products convert their fp16 weights once), the median of the round medians; top-1
+    agreement with fp32 on 50 random inputs."""
     print("CPU: %s; load average before: %s" % (cpu_name(), loadavg()))
-    print("%-14s %8s %8s %6s %9s %6s %6s %8s %7s" % (
-        "model", "fp32 ms", "bf16 ms", "ratio", "fallback", "ratio", "top1", "SQNR dB", "size"))
+    print("%-14s %8s %8s %6s %9s %6s %6s %8s %7s %8s %6s" % (
+        "model", "fp32 ms", "bf16 ms", "ratio", "fallback", "ratio", "top1", "SQNR dB", "size",
+        "fp16 ms", "ratio"))
     for name in ["resnet18", "mobilenet_v2"]:
         d = os.path.join(a.models, name)
         onnx_path = os.path.join(d, "model.onnx")
@@ -266,28 +270,35 @@ def bf16(a, res):
         bf = os.path.join(w, "bf16.mlg")
         run([os.path.join(a.bin, "mlopt"), "-O2", onnx_path, "-o", f32])
         run([os.path.join(a.bin, "mlquant"), "--dtype", "bf16", f32, "-o", bf])
+        h16 = os.path.join(w, "fp16.mlg")
+        run([os.path.join(a.bin, "mlquant"), "--dtype", "fp16", f32, "-o", h16])
         x = np.load(os.path.join(d, "input.npy")).astype(np.float32)
         xs = np.random.RandomState(2).standard_normal((50,) + x.shape[1:]).astype(np.float32)
         iname = input_name(onnx_path)
         inp = (iname, os.path.join(d, "input.npy"))
-        t32, tb, tf = [], [], []
+        t32, tb, tf, th = [], [], [], []
         for _ in range(a.rounds):
             t32.append(latency(a.bin, f32, inp, a.repeat))
             tb.append(latency(a.bin, bf, inp, a.repeat))
             tf.append(latency(a.bin, bf, inp, a.repeat, {"ML_BF16": "f32"}))
+            th.append(latency(a.bin, h16, inp, a.repeat))
         y32 = our_outputs(a, f32, iname, xs, w, "f")
         yb = our_outputs(a, bf, iname, xs, w, "b")
         r = {"fp32_ms": statistics.median(t32), "bf16_ms": statistics.median(tb),
              "fallback_ms": statistics.median(tf), "sqnr_db": sqnr(y32, yb),
              "top1_agree": float((top1(y32) == top1(yb)).mean()),
              "bf16_size_ratio": os.path.getsize(bf) / os.path.getsize(f32),
-             "rounds_fp32_ms": t32, "rounds_bf16_ms": tb, "rounds_fallback_ms": tf}
+             "fp16_ms": statistics.median(th),
+             "rounds_fp32_ms": t32, "rounds_bf16_ms": tb, "rounds_fallback_ms": tf,
+             "rounds_fp16_ms": th}
+        r["fp16_ratio"] = r["fp16_ms"] / r["fp32_ms"]
         r["bf16_ratio"] = r["bf16_ms"] / r["fp32_ms"]
         r["fallback_ratio"] = r["fallback_ms"] / r["fp32_ms"]
         res["bf16_" + name] = r
-        print("%-14s %8.3f %8.3f %6.3f %9.3f %6.3f %6.3f %8.1f %7.3f" % (
+        print("%-14s %8.3f %8.3f %6.3f %9.3f %6.3f %6.3f %8.1f %7.3f %8.3f %6.3f" % (
             name, r["fp32_ms"], r["bf16_ms"], r["bf16_ratio"], r["fallback_ms"],
-            r["fallback_ratio"], r["top1_agree"], r["sqnr_db"], r["bf16_size_ratio"]))
+            r["fallback_ratio"], r["top1_agree"], r["sqnr_db"], r["bf16_size_ratio"],
+            r["fp16_ms"], r["fp16_ratio"]))
     print("load average after: %s" % loadavg())
 
 
@@ -420,6 +431,11 @@ def main():
         t = r["top1_agree"] >= 0.98
         ok &= t
         print("  %-18s bf16 top-1 agreement %.3f >= 0.98: %s" % (k, r["top1_agree"],
+                                                              "yes" if t else "NO"))
+        # fp16 is storage: never slower than fp32 (5% for the noise)
+        t = r["fp16_ratio"] <= 1.05
+        ok &= t
+        print("  %-18s fp16 latency ratio %.3f <= 1.05: %s" % (k, r["fp16_ratio"],
                                                               "yes" if t else "NO"))
     for k in ("resnet18", "mobilenet_v2", "transformer"):
         if k in res:
