@@ -461,8 +461,8 @@ main(int argc, char **argv)
 		print_report(strcmp(o.output, "-") == 0 ? stderr : stdout, &rep, o.json);
 	if (!o.quiet)
 		print_budget(&rep);
-	/* bf16 keeps the fused nodes, whose kernels compute with the bf16 weights */
-	if (!o.quiet && !rep.kept_f32 && o.q.form != ML_QFORM_BF16)
+	/* bf16 and fp16 keep the fused nodes, whose kernels take the 16-bit weights */
+	if (!o.quiet && !rep.kept_f32 && o.q.form != ML_QFORM_BF16 && o.q.form != ML_QFORM_F16)
 		warn_fused(q);
 	if (talk)
 		print_summary(&rep);

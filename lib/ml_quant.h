@@ -21,10 +21,12 @@
  * QuantizeLinear/DequantizeLinear pairs in front of the inputs of those
  * ops and int8 weights behind DequantizeLinear, as ONNX Runtime expects.
  * The dynamic form quantises weights only (int8 + DequantizeLinear).
- * ML_QFORM_F16 stores every float constant in 16 bits behind a Cast.
  * ML_QFORM_BF16 makes the weights of the products (Conv, MatMul, Gemm
  * and the fused forms, which it does not split) bf16 with no Cast: their
- * CPU kernels compute with them (lib/cpu/bf16.c).
+ * CPU kernels compute with them (lib/cpu/bf16.c). ML_QFORM_F16 makes them
+ * fp16 the same way (the kernels convert them to f32 once per session) and
+ * stores the other float constants of rank 2 and up in 16 bits behind a
+ * Cast.
  */
 #ifndef ML_QUANT_H
 #define ML_QUANT_H

@@ -35,7 +35,7 @@ ort_py() {
 	return 1
 }
 
-# check_export NAME FORM: make NAME's FORM (O2, O3, int8, fp16, bf16), export it,
+# check_export NAME FORM: make NAME's FORM (O2, O3, int8, fp16, fp16-O2, bf16), export it,
 # check it, read it back, and run it in ONNX Runtime when there is one.
 check_export() {
 	local d=$ML_MODELS/$1 tol="--rtol 1e-4 --atol 1e-5"
@@ -45,6 +45,8 @@ check_export() {
 	int8) run -0 mlquant -q -c "$d/input.npy" "$d/model.onnx" -o m.mlg
 		tol="--rtol 0 --atol 2e-2" ;;
 	fp16) run -0 mlquant -q --dtype fp16 "$d/model.onnx" -o m.mlg ;;
+	fp16-O2) run -0 mlopt -O2 "$d/model.onnx" -o o2.mlg
+		run -0 mlquant -q --dtype fp16 o2.mlg -o m.mlg ;;
 	bf16) run -0 mlopt -O2 "$d/model.onnx" -o o2.mlg
 		run -0 mlquant -q --dtype bf16 o2.mlg -o m.mlg
 		tol="--rtol 0 --atol 5e-2" ;;
@@ -80,8 +82,8 @@ check_export() {
 	for f in O2 O3 int8 fp16 bf16; do check_export convnext_tiny $f; done
 }
 
-@test "efficientnet_b0 (ConvNHWC) exports to ONNX at -O2, -O3, int8 and fp16" {
-	for f in O2 O3 int8 fp16; do check_export efficientnet_b0 $f; done
+@test "efficientnet_b0 (ConvNHWC) exports to ONNX at -O2, -O3, int8, fp16 and -O2 then fp16" {
+	for f in O2 O3 int8 fp16 fp16-O2; do check_export efficientnet_b0 $f; done
 }
 
 @test "squeezenet1_1 (opset 11) exports to ONNX at -O2, -O3, int8 and fp16" {

@@ -400,6 +400,11 @@ ml_cpu_conv_nhwc(struct ml_opctx *c)
 	struct ml_conv3 v;
 	bool known;
 
+	/* an fp16 weight (mlquant --dtype fp16): converted once, bf16.c */
+	int rc = ml_cpu_bf16_run(c);
+	if (rc <= 0)
+		return rc;
+
 	for (int i = 0; i < c->n_in; i++)
 		if (c->in[i] != NULL && c->in[i]->dtype != ML_F32)
 			return ml_opfail(c, ML_ENOTSUP, "ConvNHWC takes f32");

@@ -599,6 +599,8 @@ bf16_cast_of(struct ml_graph *g, const char *name)
 	       (g->tensors[t]->kind == ML_TK_CONST || g->tensors[t]->kind == ML_TK_PARAM) ? t : -1;
 }
 
+static bool bf16_product_op(const char *op_type);
+
 /* bf16_cast_node: np is such a Cast, which the import drops */
 static bool
 bf16_cast_node(struct ml_graph *g, const Onnx__NodeProto *np)
@@ -636,10 +638,7 @@ dec_node(struct dec *d, struct ml_graph *g, Onnx__NodeProto *np, int depth)
 		}
 	/* a product's weight that the export cast from bf16: the bf16 weight itself */
 	const char *const *ins = (const char *const *)np->input;
-	int w = np->n_input >= 2 && np->input[1] != NULL &&
-		(strcmp(type, "Conv") == 0 || strcmp(type, "MatMul") == 0 ||
-		 strcmp(type, "Gemm") == 0 || strcmp(type, "FusedConv") == 0 ||
-		 strcmp(type, "FusedMatMul") == 0 || strcmp(type, "FusedGemm") == 0) ?
+	int w = np->n_input >= 2 && np->input[1] != NULL && bf16_product_op(type) ?
 		bf16_cast_of(g, np->input[1]) : -1;
 	const char **insv = NULL;
 	if (w >= 0) {
@@ -1074,7 +1073,7 @@ static bool
 bf16_product_op(const char *op_type)
 {
 	static const char *const ops[] = { "Conv", "MatMul", "Gemm", "FusedConv", "FusedMatMul",
-					   "FusedGemm" };
+					   "FusedGemm", "ConvNHWC" };
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
 		if (strcmp(op_type, ops[i]) == 0)
 			return true;

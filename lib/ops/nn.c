@@ -557,8 +557,10 @@ infer_conv_nhwc(struct ml_opctx *c)
 	struct ml_tval *y = c->out[0];
 	bool known;
 
+	/* the weight may be fp16 (mlquant --dtype fp16) */
 	for (int i = 0; i < c->n_in; i++)
-		if (c->in[i] != NULL && c->in[i]->dtype != ML_UNDEF && c->in[i]->dtype != ML_F32)
+		if (c->in[i] != NULL && c->in[i]->dtype != ML_UNDEF && c->in[i]->dtype != ML_F32 &&
+		    (i != 1 || c->in[i]->dtype != ML_F16))
 			return ml_opfail(c, ML_ENOTSUP, "input %d is %s; ConvNHWC takes f32", i,
 					 ml_dtype_name(c->in[i]->dtype));
 	if (ml_fused_act(c->node) < 0)

@@ -951,7 +951,8 @@ static bool
 product_op(enum ml_op op)
 {
 	return op == ML_OP_CONV || op == ML_OP_MATMUL || op == ML_OP_GEMM ||
-	       op == ML_OP_FUSED_CONV || op == ML_OP_FUSED_MATMUL || op == ML_OP_FUSED_GEMM;
+	       op == ML_OP_FUSED_CONV || op == ML_OP_FUSED_MATMUL || op == ML_OP_FUSED_GEMM ||
+	       op == ML_OP_CONV_NHWC;
 }
 
 /*
@@ -991,6 +992,9 @@ half_weights(struct rw *r, bool bf)
 			 * with bf16 depthwise weights and their products still f32.
 			 */
 			if (bf && j == 1 && ml_attr_int(n, "group", 1) != 1)
+				bad[t] = true;
+			/* mlopt's channels-last convolution: an fp16 weight, converted once */
+			if (bf && n->op == ML_OP_CONV_NHWC)
 				bad[t] = true;
 		}
 	}
@@ -1509,9 +1513,11 @@ ml_quantize(struct ml_graph **out, const struct ml_graph *g, const struct ml_cal
 		rep = &tmp;
 	/*
 	 * A graph mlopt fused: FusedConv/FusedGemm split back (unfuse.c), but
-	 * for bf16, whose kernels take the fused ops with their bf16 weights.
+	 * for bf16 and fp16, whose kernels take the fused ops with their 16-bit
+	 * weights.
 	 */
-	if (o->form != ML_QFORM_BF16 && (rc = mlq_unfuse(g, &gu, e)) < 0)
+	if (o->form != ML_QFORM_BF16 && o->form != ML_QFORM_F16 &&
+	    (rc = mlq_unfuse(g, &gu, e)) < 0)
 		return rc;
 	if (gu != NULL)
 		g = gu;
