@@ -308,10 +308,20 @@ PYEOF
 	mlconvert h2.onnx -o back.mlt
 	run -1 grep ' = Cast ' back.mlt
 	[ "$(grep -c '^float16\[' back.mlt)" -eq 5 ]
-	# OpenCL runs such products on the CPU, with the same results
+	# OpenCL runs such products too, their weights widened on the device,
+	# with the CPU's results
 	if mlrun --devices --json 2>/dev/null | grep -q '"cl:0"'; then
 		run -0 mlrun h2.mlg -i x=cal.npy --device cl -o hc
 		npcmp h2/y.npy hc/y.npy --rtol 1e-5 --atol 1e-5
+		# a static batch, which --device cl places whole: every product on the device
+		STATIC=1 mkcnn
+		mlquant -q --dtype fp16 cnn.onnx -o s16.mlg
+		run -0 mlrun s16.mlg --device cl --plan
+		[ "$(grep -cE ' (Conv|Gemm) ' <<<"$output")" -eq 5 ]
+		[ "$(grep -E ' (Conv|Gemm) ' <<<"$output" | grep -vc ' cl:0 ')" -eq 0 ]
+		mlrun s16.mlg -i x=x1.npy -o sc
+		mlrun s16.mlg --device cl -i x=x1.npy -o sg
+		npcmp sc/y.npy sg/y.npy --rtol 1e-5 --atol 1e-5
 	fi
 }
 

@@ -964,6 +964,26 @@ cl_describe(void *ctx)
 	return d->name;
 }
 
+/*
+ * half_weight: n is a product whose weight (input 1) is fp16 against f32
+ * data (mlquant --dtype fp16, which leaves no Cast in front of it): cl_run
+ * widens the weight to f32 on the device for each call, as the Cast node
+ * of the older form did, and the product runs on f32.
+ */
+static bool
+product(enum ml_op op)
+{
+	return op == ML_OP_CONV || op == ML_OP_FUSED_CONV || op == ML_OP_GEMM ||
+	       op == ML_OP_FUSED_GEMM || op == ML_OP_MATMUL || op == ML_OP_FUSED_MATMUL;
+}
+
+static bool
+half_weight(const struct ml_graph *g, const struct ml_node *n)
+{
+	return product(n->op) && n->n_in >= 2 && n->in[0] >= 0 && n->in[1] >= 0 &&
+	       g->tensors[n->in[0]]->dtype == ML_F32 && g->tensors[n->in[1]]->dtype == ML_F16;
+}
+
 /* float_ok: the element types of the float kernels: f32, and f16 storage on any device */
 static bool
 float_ok(enum ml_dtype t)
@@ -997,10 +1017,10 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 	 * Gather's indices i64.
 	 */
 	int fdt = 0;
-	bool one_type = n->op != ML_OP_CAST;
+	bool one_type = n->op != ML_OP_CAST, hw = half_weight(g, n);
 	for (int j = 0; j < n->n_in; j++) {
 		int t = n->in[j];
-		if (t < 0 || ml_host_input(ml_op_host_inputs(n->op), j))
+		if (t < 0 || ml_host_input(ml_op_host_inputs(n->op), j) || (hw && j == 1))
 			continue;
 		enum ml_dtype dt = g->tensors[t]->dtype;
 		if (n->op == ML_OP_GATHER && j == 1) {
@@ -1128,6 +1148,42 @@ cl_xfer_times(void *ctx, double *start, double *end)
 	return mlcl_xfer_times(ctx, start, end);
 }
 
+/* run_wide: o on c with its fp16 weight (half_weight) widened into an f32 buffer first */
+static int
+run_wide(struct mlcl_dev *d, const struct clop *o, struct ml_opctx *c, void **bin, void **bout)
+{
+	struct ml_tval w = *c->in[1], *ins[8];
+	void *bins[8];
+	struct mlcl_buf *wb = NULL;
+	cl_ulong nel = (cl_ulong)ml_tval_numel(&w);
+	cl_kernel k;
+
+	if (c->n_in > 8 || bin[1] == NULL)
+		return ml_opfail(c, ML_ENOTSUP, "an fp16 weight without a buffer");
+	w.dtype = ML_F32;
+	w.data = NULL;		/* the device's copy only */
+	ML_TRY(mlcl_buf_get(d, (size_t)nel * sizeof(float), &wb, c->err));
+	int rc = kern(d, "elem", "ml_cast_f16_f32", &w, &k, c->err);
+	if (rc == 0) {
+		cl_int st = ARG(k, 0, MEM(bin[1])) | ARG(k, 1, wb->mem) | ARG(k, 2, nel);
+		rc = st != CL_SUCCESS ? mlcl_argfail(c, st) : mlcl_launch1(d, k, nel, c->err);
+	}
+	if (rc == 0) {
+		for (int i = 0; i < c->n_in; i++) {
+			ins[i] = c->in[i];
+			bins[i] = bin[i];
+		}
+		ins[1] = &w;
+		bins[1] = wb;
+		struct ml_opctx c2 = *c;
+		c2.in = ins;
+		/* the in-order queue runs the product before anything reuses wb */
+		rc = o->run(d, &c2, bins, bout);
+	}
+	mlcl_buf_put(d, wb);
+	return rc;
+}
+
 static int
 cl_run(void *ctx, struct ml_opctx *c, void **bin, void **bout)
 {
@@ -1137,7 +1193,9 @@ cl_run(void *ctx, struct ml_opctx *c, void **bin, void **bout)
 	for (int j = 0; j < c->n_out; j++)
 		if (c->out[j] != NULL && !o->view && c->node->out[j] >= 0 && bout[j] == NULL)
 			return ml_opfail(c, ML_ENOTSUP, "an output without a buffer");
-	int rc = o->run(ctx, c, bin, bout);
+	bool wide = c->n_in >= 2 && c->in[0] != NULL && c->in[1] != NULL &&
+		    c->in[0]->dtype == ML_F32 && c->in[1]->dtype == ML_F16 && product(c->node->op);
+	int rc = wide ? run_wide(ctx, o, c, bin, bout) : o->run(ctx, c, bin, bout);
 	if (rc < 0 && c->err != NULL && c->err->code == 0)
 		c->err->code = rc;
 	return rc;
