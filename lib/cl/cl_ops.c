@@ -1163,8 +1163,8 @@ run_wide(struct mlcl_dev *d, const struct clop *o, struct ml_opctx *c, void **bi
 	w.dtype = ML_F32;
 	w.data = NULL;		/* the device's copy only */
 	ML_TRY(mlcl_buf_get(d, (size_t)nel * sizeof(float), &wb, c->err));
-	int rc = kern(d, "elem", "ml_cast_f16_f32", &w, &k, c->err);
-	if (rc == 0) {
+	int rc = nel > 0 ? kern(d, "elem", "ml_cast_f16_f32", &w, &k, c->err) : 0;
+	if (rc == 0 && nel > 0) {
 		cl_int st = ARG(k, 0, MEM(bin[1])) | ARG(k, 1, wb->mem) | ARG(k, 2, nel);
 		rc = st != CL_SUCCESS ? mlcl_argfail(c, st) : mlcl_launch1(d, k, nel, c->err);
 	}
