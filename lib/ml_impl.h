@@ -76,6 +76,10 @@ struct ml_opctx {
  *   for input 0's shape: ml_node_alias), and the CPU kernel copies nothing
  *   when the two share memory, so the executor may give output 0 input
  *   0's memory when input 0 dies there.
+ * ML_OPF_HALF_WEIGHT: a product whose weight (input 1) may be bf16 or fp16
+ *   against an f32 input 0 (mlquant --dtype bf16 and fp16 make them): the
+ *   CPU kernels take it (lib/cpu/bf16.c), OpenCL widens an fp16 one, the
+ *   ONNX export casts it to float in front of the product.
  */
 enum {
 	ML_OPF_INPLACE = 1u << 0,
@@ -83,6 +87,7 @@ enum {
 	ML_OPF_RANDOM = 1u << 2,
 	ML_OPF_SHAPE_ONLY = 1u << 3,
 	ML_OPF_ALIAS = 1u << 4,
+	ML_OPF_HALF_WEIGHT = 1u << 5,
 };
 
 /*

@@ -965,23 +965,15 @@ cl_describe(void *ctx)
 }
 
 /*
- * half_weight: n is a product whose weight (input 1) is fp16 against f32
- * data (mlquant --dtype fp16, which leaves no Cast in front of it): cl_run
- * widens the weight to f32 on the device for each call, as the Cast node
- * of the older form did, and the product runs on f32.
+ * half_weight: op is a product (ML_OPF_HALF_WEIGHT) with an fp16 weight w
+ * against f32 data x (mlquant --dtype fp16, which leaves no Cast in front
+ * of it): cl_run widens the weight to f32 on the device for each call, as
+ * the Cast node of the older form did, and the product runs on f32.
  */
 static bool
-product(enum ml_op op)
+half_weight(enum ml_op op, enum ml_dtype x, enum ml_dtype w)
 {
-	return op == ML_OP_CONV || op == ML_OP_FUSED_CONV || op == ML_OP_GEMM ||
-	       op == ML_OP_FUSED_GEMM || op == ML_OP_MATMUL || op == ML_OP_FUSED_MATMUL;
-}
-
-static bool
-half_weight(const struct ml_graph *g, const struct ml_node *n)
-{
-	return product(n->op) && n->n_in >= 2 && n->in[0] >= 0 && n->in[1] >= 0 &&
-	       g->tensors[n->in[0]]->dtype == ML_F32 && g->tensors[n->in[1]]->dtype == ML_F16;
+	return (ml_op_flags(op) & ML_OPF_HALF_WEIGHT) && x == ML_F32 && w == ML_F16;
 }
 
 /* float_ok: the element types of the float kernels: f32, and f16 storage on any device */
@@ -1017,7 +1009,9 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 	 * Gather's indices i64.
 	 */
 	int fdt = 0;
-	bool one_type = n->op != ML_OP_CAST, hw = half_weight(g, n);
+	bool one_type = n->op != ML_OP_CAST;
+	bool hw = n->n_in >= 2 && n->in[0] >= 0 && n->in[1] >= 0 &&
+		  half_weight(n->op, g->tensors[n->in[0]]->dtype, g->tensors[n->in[1]]->dtype);
 	for (int j = 0; j < n->n_in; j++) {
 		int t = n->in[j];
 		if (t < 0 || ml_host_input(ml_op_host_inputs(n->op), j) || (hw && j == 1))
@@ -1194,7 +1188,7 @@ cl_run(void *ctx, struct ml_opctx *c, void **bin, void **bout)
 		if (c->out[j] != NULL && !o->view && c->node->out[j] >= 0 && bout[j] == NULL)
 			return ml_opfail(c, ML_ENOTSUP, "an output without a buffer");
 	bool wide = c->n_in >= 2 && c->in[0] != NULL && c->in[1] != NULL &&
-		    c->in[0]->dtype == ML_F32 && c->in[1]->dtype == ML_F16 && product(c->node->op);
+		    half_weight(c->node->op, c->in[0]->dtype, c->in[1]->dtype);
 	int rc = wide ? run_wide(ctx, o, c, bin, bout) : o->run(ctx, c, bin, bout);
 	if (rc < 0 && c->err != NULL && c->err->code == 0)
 		c->err->code = rc;

@@ -13,8 +13,8 @@
  * environment says no (the tests force the fallbacks with it).
  *
  * A thread that uses the tiles loads a configuration first
- * (ml_amx_config: the rows and bytes per row of each tile; tiles left at 0
- * are unused) and releases them when done (_tile_release), so that a
+ * (struct ml_amx_cfg, filled by ml_amx_tile: the rows and bytes per row of
+ * each tile; tiles left at 0 are unused) and releases them when done (_tile_release), so that a
  * context switch does not save 8 KB it no longer needs.
  */
 #ifndef ML_CPU_AMX_H

@@ -800,19 +800,18 @@ wcache(struct ml_opctx *c, int kind, size_t bytes, bool *fill, void **tmp)
 	return *tmp != NULL ? (char *)*tmp + 64 : NULL;
 }
 
+struct to_f32 {
+	const uint16_t *s;
+	float *d;
+	bool f16;		/* fp16, else bf16 */
+};
+
 static void
 to_f32_items(void *ctx, int64_t b, int64_t e)
 {
-	void **p = ctx;
-	const uint16_t *s = p[0];
-	float *d = p[1];
-	if (p[2] != NULL) {
-		for (int64_t i = b; i < e; i++)
-			d[i] = ml_f16_to_f32(s[i]);
-		return;
-	}
+	const struct to_f32 *j = ctx;
 	for (int64_t i = b; i < e; i++)
-		d[i] = ml_bf16_to_f32(s[i]);
+		j->d[i] = j->f16 ? ml_f16_to_f32(j->s[i]) : ml_bf16_to_f32(j->s[i]);
 }
 
 /*
@@ -832,8 +831,8 @@ as_f32(struct ml_opctx *c)
 		return ml_opfail(c, ML_ENOMEM, "out of memory converting a %s weight",
 				 ml_dtype_name(w->dtype));
 	if (fill) {
-		void *p[3] = { w->data, wf, w->dtype == ML_F16 ? wf : NULL };
-		ml_parallel_for(n, 1 << 16, to_f32_items, p);
+		struct to_f32 j = { w->data, wf, w->dtype == ML_F16 };
+		ml_parallel_for(n, 1 << 16, to_f32_items, &j);
 	}
 	struct ml_tval wt = *w, *ins[8];
 	wt.dtype = ML_F32;

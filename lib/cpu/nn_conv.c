@@ -292,24 +292,15 @@ dw_flat_k##K(const struct ml_conv3 *v, const float *x, const float *w, float b, 
 			memcpy(xp + r * Wp + lo, x + ih * W + lo - v->p[2],	\
 			       sizeof(float) * (size_t)(hi - lo));		\
 	}									\
-	if (S == 1) {								\
-		/* one loop over the whole plane: long enough to vectorise */	\
-		for (int64_t o = 0; o < OH * Wp; o++) {				\
-			float s = b;						\
-			_Pragma("GCC unroll 8")					\
-			for (int kh = 0; kh < K; kh++)				\
-				_Pragma("GCC unroll 8")				\
-				for (int kw = 0; kw < K; kw++)			\
-					s += w[kh * K + kw] * xp[o + kh * Wp + kw]; \
-			acc[o] = s;						\
-		}								\
-		for (int64_t oh = 0; oh < OH; oh++)				\
-			memcpy(y + oh * OW, acc + oh * Wp, sizeof(float) * (size_t)OW); \
-		return;								\
-	}									\
-	for (int64_t oh = 0; oh < OH; oh++) {					\
-		const float *xr = xp + oh * S * Wp;				\
-		for (int64_t o = 0; o < Wp; o++) {				\
+	/*								\
+	 * stride 1: one pass over the whole plane, OH rows of Wp (long	\
+	 * enough to vectorise where a 7x7 plane's rows are 9 wide), each	\
+	 * row's first OW kept; stride 2: row by row, every other value kept	\
+	 */								\
+	int64_t rows = S == 1 ? 1 : OH, len = S == 1 ? OH * Wp : Wp;		\
+	for (int64_t r = 0; r < rows; r++) {					\
+		const float *xr = xp + r * S * Wp;				\
+		for (int64_t o = 0; o < len; o++) {				\
 			float s = b;						\
 			_Pragma("GCC unroll 8")					\
 			for (int kh = 0; kh < K; kh++)				\
@@ -318,12 +309,13 @@ dw_flat_k##K(const struct ml_conv3 *v, const float *x, const float *w, float b, 
 					s += w[kh * K + kw] * xr[o + kh * Wp + kw]; \
 			acc[o] = s;						\
 		}								\
-		float *yr = y + oh * OW;					\
 		if (S == 1)							\
-			memcpy(yr, acc, sizeof(float) * (size_t)OW);		\
+			for (int64_t oh = 0; oh < OH; oh++)			\
+				memcpy(y + oh * OW, acc + oh * Wp,		\
+				       sizeof(float) * (size_t)OW);		\
 		else								\
 			for (int64_t ow = 0; ow < OW; ow++)			\
-				yr[ow] = acc[2 * ow];				\
+				y[r * OW + ow] = acc[2 * ow];			\
 	}									\
 }
 DWK_FLAT(3)

@@ -599,8 +599,6 @@ bf16_cast_of(struct ml_graph *g, const char *name)
 	       (g->tensors[t]->kind == ML_TK_CONST || g->tensors[t]->kind == ML_TK_PARAM) ? t : -1;
 }
 
-static bool bf16_product_op(const char *op_type);
-
 /* bf16_cast_node: np is such a Cast, which the import drops */
 static bool
 bf16_cast_node(struct ml_graph *g, const Onnx__NodeProto *np)
@@ -638,7 +636,8 @@ dec_node(struct dec *d, struct ml_graph *g, Onnx__NodeProto *np, int depth)
 		}
 	/* a product's weight that the export cast from bf16: the bf16 weight itself */
 	const char *const *ins = (const char *const *)np->input;
-	int w = np->n_input >= 2 && np->input[1] != NULL && bf16_product_op(type) ?
+	int w = np->n_input >= 2 && np->input[1] != NULL &&
+		(ml_op_flags(ml_op_lookup(type, nz(np->domain))) & ML_OPF_HALF_WEIGHT) ?
 		bf16_cast_of(g, np->input[1]) : -1;
 	const char **insv = NULL;
 	if (w >= 0) {
@@ -1069,22 +1068,11 @@ enc_node(struct enc *x, const struct ml_graph *g, const struct ml_node *n, int d
  */
 #define BF16_CAST_OUT "::f32"
 
-static bool
-bf16_product_op(const char *op_type)
-{
-	static const char *const ops[] = { "Conv", "MatMul", "Gemm", "FusedConv", "FusedMatMul",
-					   "FusedGemm", "ConvNHWC" };
-	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-		if (strcmp(op_type, ops[i]) == 0)
-			return true;
-	return false;
-}
-
 /* bf16_weight: the bf16 constant n takes as its weight against an f32 input 0, or -1 */
 static int
 bf16_weight(const struct ml_graph *g, const struct ml_node *n)
 {
-	if (n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0 || !bf16_product_op(n->op_type))
+	if (n->n_in < 2 || n->in[0] < 0 || n->in[1] < 0 || !(ml_op_flags(n->op) & ML_OPF_HALF_WEIGHT))
 		return -1;
 	const struct ml_tensor *w = g->tensors[n->in[1]];
 	return (w->dtype == ML_BF16 || w->dtype == ML_F16) && g->tensors[n->in[0]]->dtype == ML_F32 &&

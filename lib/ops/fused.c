@@ -73,11 +73,10 @@ check_f32(struct ml_opctx *c)
 {
 	for (int i = 0; i < c->n_in; i++) {
 		const struct ml_tval *t = c->in[i];
-		/* the weight may be bf16 or fp16, as in the base ops (mlquant --dtype) */
+		/* the products' weight may be bf16 or fp16 (ML_OPF_HALF_WEIGHT) */
 		if (t != NULL && t->dtype != ML_UNDEF && t->dtype != ML_F32 &&
 		    (i != 1 || (t->dtype != ML_BF16 && t->dtype != ML_F16) ||
-		     (c->node->op != ML_OP_FUSED_CONV && c->node->op != ML_OP_FUSED_GEMM &&
-		      c->node->op != ML_OP_FUSED_MATMUL)))
+		     !(ml_op_flags(c->node->op) & ML_OPF_HALF_WEIGHT)))
 			return ml_opfail(c, ML_ENOTSUP, "input %d is %s; fused ops take f32", i,
 					 ml_dtype_name(t->dtype));
 	}
@@ -343,10 +342,10 @@ flops_felem(const struct ml_opctx *c)
 }
 
 const struct ml_opdef ml_opdefs_fused[] = {
-	{ ML_OP_FUSED_CONV, 2, 4, 1, 1, infer_fconv, flops_fused },
-	{ ML_OP_FUSED_GEMM, 2, 3, 1, 1, infer_fgemm, flops_fused, .weights = 6 },
-	{ ML_OP_FUSED_MATMUL, 2, 4, 1, 1, infer_fmatmul, flops_fused, .weights = 7,
-	  .qclass = ML_QC_GEMM },
+	{ ML_OP_FUSED_CONV, 2, 4, 1, 1, infer_fconv, flops_fused, ML_OPF_HALF_WEIGHT },
+	{ ML_OP_FUSED_GEMM, 2, 3, 1, 1, infer_fgemm, flops_fused, ML_OPF_HALF_WEIGHT, .weights = 6 },
+	{ ML_OP_FUSED_MATMUL, 2, 4, 1, 1, infer_fmatmul, flops_fused, ML_OPF_HALF_WEIGHT,
+	  .weights = 7, .qclass = ML_QC_GEMM },
 	{ ML_OP_ML_LAYER_NORM, 2, 3, 1, 3, infer_flayernorm, flops_fused },
 	{ ML_OP_FUSED_ELEMWISE, 1, -1, 1, 1, infer_felem, flops_felem },
 	{ ML_OP_FUSED_ATTENTION, 3, 3, 1, 1, infer_fattention, flops_fattention },

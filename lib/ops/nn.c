@@ -920,10 +920,12 @@ infer_dropout(struct ml_opctx *c)
 }
 
 const struct ml_opdef ml_opdefs_nn[] = {
-	{ ML_OP_MATMUL, 2, 2, 1, 1, infer_matmul, flops_matmul, .weights = 3,
+	{ ML_OP_MATMUL, 2, 2, 1, 1, infer_matmul, flops_matmul, ML_OPF_HALF_WEIGHT, .weights = 3,
 	  .qclass = ML_QC_GEMM },
-	{ ML_OP_GEMM, 2, 3, 1, 1, infer_gemm, flops_gemm, .weights = 6, .qclass = ML_QC_GEMM },
-	{ ML_OP_CONV, 2, 3, 1, 1, infer_conv, flops_conv, .weights = 6, .qclass = ML_QC_CONV },
+	{ ML_OP_GEMM, 2, 3, 1, 1, infer_gemm, flops_gemm, ML_OPF_HALF_WEIGHT, .weights = 6,
+	  .qclass = ML_QC_GEMM },
+	{ ML_OP_CONV, 2, 3, 1, 1, infer_conv, flops_conv, ML_OPF_HALF_WEIGHT, .weights = 6,
+	  .qclass = ML_QC_CONV },
 	{ ML_OP_CONV_TRANSPOSE, 2, 3, 1, 1, infer_conv, flops_conv, .weights = 6 },
 	{ ML_OP_MAX_POOL, 1, 1, 1, 2, infer_pool, flops_pool, .qclass = ML_QC_MAXPOOL },
 	{ ML_OP_AVERAGE_POOL, 1, 1, 1, 1, infer_pool, flops_pool },
@@ -940,6 +942,6 @@ const struct ml_opdef ml_opdefs_nn[] = {
 	{ ML_OP_LP_NORM, 1, 1, 1, 1, infer_lpnorm, flops_x2 },
 	{ ML_OP_MVN, 1, 1, 1, 1, infer_mvn, flops_x8 },
 	{ ML_OP_DROPOUT, 1, 3, 1, 2, infer_dropout, NULL, .host_in = ML_HOST_REST },
-	{ ML_OP_CONV_NHWC, 2, 4, 1, 1, infer_conv_nhwc, flops_conv_nhwc },
+	{ ML_OP_CONV_NHWC, 2, 4, 1, 1, infer_conv_nhwc, flops_conv_nhwc, ML_OPF_HALF_WEIGHT },
 	{ .op = ML_OP_NONE },
 };

@@ -946,15 +946,6 @@ out:
 
 /* ---- fp16 / bf16 ---- */
 
-/* product_op: the ops whose CPU kernels take a bf16 weight (input 1) directly (lib/cpu/bf16.c) */
-static bool
-product_op(enum ml_op op)
-{
-	return op == ML_OP_CONV || op == ML_OP_MATMUL || op == ML_OP_GEMM ||
-	       op == ML_OP_FUSED_CONV || op == ML_OP_FUSED_MATMUL || op == ML_OP_FUSED_GEMM ||
-	       op == ML_OP_CONV_NHWC;
-}
-
 /*
  * half_weights: every f32 constant that only the products read, and only
  * as their weight (input 1) against an f32 input 0, becomes bf16 (or fp16:
@@ -981,7 +972,7 @@ half_weights(struct rw *r, bool bf)
 			if (t < 0)
 				continue;
 			uses[t]++;
-			if (j != 1 || !product_op(n->op) || n->in[0] < 0 ||
+			if (j != 1 || !(ml_op_flags(n->op) & ML_OPF_HALF_WEIGHT) || n->in[0] < 0 ||
 			    ml_graph_t(q, n->in[0])->dtype != ML_F32)
 				bad[t] = true;
 			/*
@@ -993,7 +984,10 @@ half_weights(struct rw *r, bool bf)
 			 */
 			if (bf && j == 1 && ml_attr_int(n, "group", 1) != 1)
 				bad[t] = true;
-			/* mlopt's channels-last convolution: an fp16 weight, converted once */
+			/*
+			 * mlopt's channels-last convolution has no bf16 kernel:
+			 * its weight stays f32 for bf16 (fp16's is converted once)
+			 */
 			if (bf && n->op == ML_OP_CONV_NHWC)
 				bad[t] = true;
 		}
