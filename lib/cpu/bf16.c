@@ -753,52 +753,6 @@ ml_node_bf16(const struct ml_node *n)
 
 /* ---- the ops ---- */
 
-/*
- * The node's cache (ml_opctx.cache) holds one block: this header, then the
- * weight in the form the kernel wants, 64 bytes in. src and kind tell
- * whether it is still the one asked for.
- */
-struct wc {
-	const void *src;
-	int kind;		/* WC_F32, WC_PANELS, WC_CPAIR or WC_ROWS */
-	size_t bytes;
-};
-enum { WC_F32 = 1, WC_PANELS = 2, WC_CPAIR = 3, WC_ROWS = 4 };
-
-/*
- * wcache: room for the derived weight (kind, bytes) of c's input 1: the
- * node's cached block when the weight is a constant of the graph and the
- * session keeps a cache (*fill: false when it already holds it), else a
- * new block that the caller frees (*tmp). NULL when out of memory.
- */
-static void *
-wcache(struct ml_opctx *c, int kind, size_t bytes, bool *fill, void **tmp)
-{
-	const void *src = c->in[1]->data;
-	int t = c->node->n_in > 1 ? c->node->in[1] : -1;
-	bool constant = c->g != NULL && t >= 0 && t < c->g->n_tensors &&
-			(c->g->tensors[t]->kind == ML_TK_CONST ||
-			 c->g->tensors[t]->kind == ML_TK_PARAM);
-
-	*tmp = NULL;
-	*fill = true;
-	if (c->cache != NULL && constant) {
-		struct wc *h = *c->cache;
-		if (h != NULL && h->src == src && h->kind == kind && h->bytes == bytes) {
-			*fill = false;
-			return (char *)h + 64;
-		}
-		ml_free(h);
-		*c->cache = NULL;
-		if ((h = ml_malloc(bytes + 64)) == NULL)
-			return NULL;
-		*h = (struct wc){ src, kind, bytes };
-		*c->cache = h;
-		return (char *)h + 64;
-	}
-	*tmp = ml_malloc(bytes + 64);
-	return *tmp != NULL ? (char *)*tmp + 64 : NULL;
-}
 
 struct to_f32 {
 	const uint16_t *s;
@@ -825,7 +779,7 @@ as_f32(struct ml_opctx *c)
 	int64_t n = ml_tval_numel(w);
 	bool fill;
 	void *tmp;
-	float *wf = wcache(c, WC_F32, sizeof(float) * (size_t)ML_MAX(n, 1), &fill, &tmp);
+	float *wf = ml_cpu_wcache(c, ML_WC_F32, sizeof(float) * (size_t)ML_MAX(n, 1), &fill, &tmp);
 
 	if (wf == NULL)
 		return ml_opfail(c, ML_ENOMEM, "out of memory converting a %s weight",
@@ -842,6 +796,8 @@ as_f32(struct ml_opctx *c)
 		ins[i] = c->in[i];
 	ins[1] = &wt;
 	struct ml_opctx c2 = *c;
+	/* the kernel may keep a derived weight of its own: wf lives in this node's cache */
+	c2.cache = NULL;
 	c2.in = ins;
 	c2.n_in = ML_MIN(c->n_in, 8);
 	int rc = ml_cpu_kernel_get(c->node->op)(&c2);
@@ -895,7 +851,7 @@ conv_dp(struct ml_opctx *c)
 	if (ml_conv_bf16_rows_ok(&v)) {
 		/* transposed, [k2, cout] as B's panels */
 		size_t bytes = sizeof(uint16_t) * (size_t)ml_bf16_packed_len(k2, v.cout);
-		uint16_t *bp = wcache(c, WC_ROWS, bytes, &fill, &tmp);
+		uint16_t *bp = ml_cpu_wcache(c, ML_WC_ROWS, bytes, &fill, &tmp);
 		uint16_t *wt = fill ? ml_malloc(sizeof(uint16_t) * (size_t)(v.cout * k2)) : NULL;
 		if (bp == NULL || (fill && wt == NULL)) {
 			ml_free(tmp);
@@ -914,7 +870,8 @@ conv_dp(struct ml_opctx *c)
 	if (!ml_conv_bf16_cpair_ok(&v))
 		return ml_conv_bf16(c, &v, c->in[0]->data, c->in[1]->data, false,
 				    b != NULL ? b->data : NULL, ep, c->out[0]->data);
-	uint16_t *wp = wcache(c, WC_CPAIR, sizeof(uint16_t) * (size_t)(v.cout * k2), &fill, &tmp);
+	uint16_t *wp = ml_cpu_wcache(c, ML_WC_CPAIR, sizeof(uint16_t) * (size_t)(v.cout * k2), &fill,
+				     &tmp);
 	if (wp == NULL)
 		return ml_opfail(c, ML_ENOMEM, "out of memory packing a bf16 weight");
 	if (fill)
@@ -1009,7 +966,7 @@ mm_dp(struct ml_opctx *c)
 	size_t bbytes = sizeof(uint16_t) * (size_t)ml_bf16_packed_len(k, n);
 	bool fill;
 	void *tmp;
-	uint16_t *bp = wcache(c, WC_PANELS, bbytes, &fill, &tmp);
+	uint16_t *bp = ml_cpu_wcache(c, ML_WC_PANELS, bbytes, &fill, &tmp);
 	if (bp == NULL)
 		return ml_opfail(c, ML_ENOMEM, "out of memory packing a bf16 weight");
 	if (fill) {

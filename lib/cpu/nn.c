@@ -140,6 +140,58 @@ ml_cpu_scratch(int slot, size_t n)
 	return scratch[slot].p;
 }
 
+/*
+ * The node's cache (ml_opctx.cache) holds one block: this header, then the
+ * weight in the form the kernel wants, 64 bytes in. src and kind tell
+ * whether it is still the one asked for.
+ */
+struct wc {
+	const void *src;
+	int kind;		/* ML_WC_* */
+	size_t bytes;
+};
+
+/* wkind: the kind of c's weight tensor, or -1 when c has no graph or no weight */
+static int
+wkind(const struct ml_opctx *c)
+{
+	int t = c->node != NULL && c->node->n_in > 1 ? c->node->in[1] : -1;
+
+	return c->g != NULL && t >= 0 && t < c->g->n_tensors ? (int)c->g->tensors[t]->kind : -1;
+}
+
+bool
+ml_cpu_wconst(const struct ml_opctx *c)
+{
+	return c != NULL && c->cache != NULL && wkind(c) == ML_TK_CONST;
+}
+
+void *
+ml_cpu_wcache(struct ml_opctx *c, int kind, size_t bytes, bool *fill, void **tmp)
+{
+	const void *src = c->in[1]->data;
+	int k = wkind(c);
+
+	*tmp = NULL;
+	*fill = true;
+	if (c->cache != NULL && (k == ML_TK_CONST || k == ML_TK_PARAM)) {
+		struct wc *h = *c->cache;
+		if (h != NULL && h->src == src && h->kind == kind && h->bytes == bytes) {
+			*fill = false;
+			return (char *)h + 64;
+		}
+		ml_free(h);
+		*c->cache = NULL;
+		if ((h = ml_malloc(bytes + 64)) == NULL)
+			return NULL;
+		*h = (struct wc){ src, kind, bytes };
+		*c->cache = h;
+		return (char *)h + 64;
+	}
+	*tmp = ml_malloc(bytes + 64);
+	return *tmp != NULL ? (char *)*tmp + 64 : NULL;
+}
+
 static int
 unsupported(struct ml_opctx *c, enum ml_dtype t)
 {

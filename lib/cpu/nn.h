@@ -43,6 +43,20 @@ size_t ml_cpu_scratch_room(int slot);
 bool ml_cpu_scratch_fits(int nreq, const int *slot, const size_t *n);
 
 /*
+ * ml_cpu_wcache: room for a form of c's weight (input 1) that a kernel
+ * derives (kind ML_WC_*, bytes): the node's cached block when the weight
+ * is a constant or parameter of the graph and the session keeps a cache
+ * (*fill: false when it holds that form of that weight already), else a
+ * new block that the caller frees (*tmp). NULL when out of memory. A node
+ * caches one form: asking for another replaces it.
+ * ml_cpu_wconst: whether c's weight is a constant (never a parameter,
+ * which training updates in place) and c's node has a cache.
+ */
+enum { ML_WC_F32 = 1, ML_WC_PANELS, ML_WC_CPAIR, ML_WC_ROWS, ML_WC_WINO };
+void *ml_cpu_wcache(struct ml_opctx *c, int kind, size_t bytes, bool *fill, void **tmp);
+bool ml_cpu_wconst(const struct ml_opctx *c);
+
+/*
  * struct ml_conv3: a convolution or pool geometry (struct ml_conv_geom) seen
  * as 3-D: 1-D and 2-D windows get leading spatial dims of size 1, so one
  * loop nest serves them all. Index 0 is depth, 1 height, 2 width. cg and mg
@@ -91,13 +105,25 @@ int ml_cpu_conv_nhwc(struct ml_opctx *c);
  * [(j / ML_PG_NR) * ML_PG_NR * k + p * ML_PG_NR + j % ML_PG_NR] (the last
  * panel's columns past n may hold anything). ml_pgemm: C[m, n] = A[m, k]
  * (row stride lda) times B, plus bias[row] (NULL: 0), or plus C when
- * accumulate; it splits over ml_parallel_for itself.
+ * accumulate; it splits over ml_parallel_for itself. ml_pgemm_serial: the
+ * same on the calling thread only (for callers inside ml_parallel_for).
  */
 #define ML_PG_NR 32
 bool ml_pgemm_ok(void);
 int64_t ml_pgemm_packed_len(int64_t k, int64_t n);
 void ml_pgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
 	      const float *bias, float *c, int64_t ldc, bool accumulate);
+void ml_pgemm_serial(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+		     const float *bp, const float *bias, float *c, int64_t ldc, bool accumulate);
+/*
+ * ml_pgemm_rows: C[m, n] = A[m, k] times B where B's row p is the n floats
+ * at b + boff[p], read in place (so B can be rows of padded input planes:
+ * an implicit im2col), each read up to a whole panel past n (the caller
+ * leaves slack); only where ml_pgemm_rows_ok() (AVX-512).
+ */
+bool ml_pgemm_rows_ok(void);
+void ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+		   const int32_t *boff, float *c, int64_t ldc);
 /* ml_pgemm_batch: nb such products, A, packed B and C of product i at a + i * sa, etc. */
 void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 		    int64_t sa, const float *bp, int64_t sb, const float *bias, float *c,
@@ -260,18 +286,15 @@ bool ml_direct_ok(const struct ml_conv3 *v);
 int ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
 		   const float *bias, const struct ml_conv_epi *e, float *y);
 /*
- * lib/cpu/nn_flat.c: ml_flat_ok tells whether the direct f32 3x3
- * convolution of small planes applies to v (2-D, one group, stride 1,
- * padding 1, at least 8 input channels, output channels a multiple of 8,
- * a padded plane of at most 1024 floats, a filter of at most 1 MB);
- * ml_flat_conv computes Y (bias included; the caller applies an epilogue)
- * with it. It uses scratch slot 0. ML_CONV_FLAT=c forces its portable
- * kernel, ML_CONV_FLAT=0 turns it off; without AVX-512 it is off unless
- * forced.
+ * lib/cpu/nn_flat.c: ml_flat_ok tells whether the implicit-GEMM f32
+ * convolution applies to v (2-D, one group, stride 1 or 2, windows up to
+ * 11 wide, no dilation; AVX-512, or forced); ml_flat_conv computes Y (bias
+ * included, then e) with it. It uses scratch slots 0 to 2. ML_CONV_FLAT=c
+ * forces its portable loop, ML_CONV_FLAT=0 turns it off.
  */
 bool ml_flat_ok(const struct ml_conv3 *v);
 int ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
-		 const float *bias, float *y);
+		 const float *bias, const struct ml_conv_epi *e, float *y);
 /* Kernels of lib/cpu/nn_pool.c. */
 int ml_cpu_max_pool(struct ml_opctx *c);
 int ml_cpu_avg_pool(struct ml_opctx *c);

@@ -9,9 +9,12 @@
  *   register-blocked kernels for square 3, 5 and 7 wide windows;
  * - at most 4 input channels (the first layer): direct, nn_direct.c;
  * - 3x3 stride 1 on wide layers: Winograd F(4x4, 3x3) (nn_wino.c);
- * - everything else, on CPUs with AVX-512: im2col straight into the
- *   packed panels of the library's own SGEMM (nn_gemm.c), which adds the
- *   bias as it stores; a 1x1 stride-1 convolution's im2col is a copy;
+ * - other 2-D windows wider than 1 of one group, stride 1 or 2, on CPUs
+ *   with AVX-512: an implicit GEMM that reads the padded input planes in
+ *   place (nn_flat.c), no im2col;
+ * - everything else, on CPUs with AVX-512 or AVX2: im2col straight into
+ *   the packed panels of the library's own SGEMM (nn_gemm.c), which adds
+ *   the bias as it stores; a 1x1 stride-1 convolution's im2col is a copy;
  * - otherwise: im2col into a per-thread scratch buffer (in column tiles,
  *   so the buffer stays bounded) and BLAS, except that 1x1 stride-1 needs
  *   no im2col at all.
@@ -1137,7 +1140,7 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 	if (ml_wino_ok(v))
 		return ml_wino_conv(c, v, x, w, bias, NULL, y);
 	if (ml_flat_ok(v))
-		return ml_flat_conv(c, v, x, w, bias, y);
+		return ml_flat_conv(c, v, x, w, bias, NULL, y);
 	/* a few output columns would fill little of ml_pgemm's 32-wide panels: BLAS's GEMV wins */
 	if (ml_pgemm_ok() && v->outsz >= 16)
 		return conv_pgemm(c, v, x, w, bias, NULL, y);
@@ -1269,12 +1272,8 @@ ml_cpu_fconv_conv(struct ml_opctx *c)
 		return ml_direct_conv(c, &v, x->data, w->data, bias, &e, y->data);
 	if (ml_wino_ok(&v))
 		return ml_wino_conv(c, &v, x->data, w->data, bias, &e, y->data);
-	if (ml_flat_ok(&v)) {
-		ML_TRY(ml_flat_conv(c, &v, x->data, w->data, bias, y->data));
-		if (e.z != NULL || e.act != ML_ACT_NONE)
-			epi_tile(&e, y->data, e.z, v.n * v.cout, v.outsz, v.outsz);
-		return 0;
-	}
+	if (ml_flat_ok(&v))
+		return ml_flat_conv(c, &v, x->data, w->data, bias, &e, y->data);
 	if (ml_pgemm_ok() && v.outsz >= 16)
 		return conv_pgemm(c, &v, x->data, w->data, bias, &e, y->data);
 	return 1;

@@ -1,34 +1,31 @@
 /*
- * nn_flat.c: f32 3x3 convolution, stride 1, padding 1, on small planes
- * with filters up to 1 MB (DenseNet's 128 -> 32 on 16x16 to 2x2 at a
- * 64x64 input, SqueezeNet's 13x13 expands), computed directly, without
- * im2col. There im2col + SGEMM spent as long writing and reading the
- * column matrix (K = 9 * cin rows of the whole plane, a megabyte at 128
- * channels of 16x16) as in the product, and the plane fills few of the
- * GEMM's 32-wide panels; Winograd's transforms do not pay under 32 tiles.
+ * nn_flat.c: the f32 2-D convolution of one group (any window, stride 1
+ * or 2, any padding, no dilation) as an implicit GEMM: the input is copied
+ * once into zero-padded planes and the product reads its rows there, in
+ * place, instead of from an im2col matrix (K = 9 cin rows of the whole
+ * plane for a 3x3 window: writing and reading it cost as much as the
+ * product on ResNet's 14x14 and 7x7 layers).
  *
- * Each input plane is copied, zero-padded, into rows Wp = W + 1 wide (a
- * row's right padding is the next row's left; channels CS floats apart,
- * with slack after the plane so that every read below is in bounds). The
- * output at (r, c) is then the sum, over the channels and the nine taps
- * (kh, kw), of the weight by the padded plane at the flat offset
- * r * Wp + c + kh * Wp + kw: one loop over flat offsets f = r * Wp + c
- * serves every row whatever the width, computing one junk column per row
- * (c = W) that is dropped at the store. A work item is a block of 8
- * output channels by 32 flat offsets (16 by 16 on planes up to 8 wide,
- * which round less of the plane up): 16 zmm accumulators, per tap the
- * plane's vectors loaded and the block's weights broadcast from the
- * filter as it is ([cout, cin, 3, 3]). A packed filter (each block's
- * weights in one stream) measured about 12% faster on DenseNet's layers,
- * but packing per call cost more than that on the 4x4 and 2x2 planes, and
- * a packed copy kept per node would add a third of DenseNet's weights; the
- * bias goes in at the store.
+ * The padded plane of a channel is laid out so that every output position
+ * has one flat offset f = oh * Wq + ow, and the input under tap (kh, kw)
+ * is at f plus a constant: with stride 1 the plane is the padded input,
+ * rows Wq = OW + KW - 1 wide, less the padding columns that a row's right
+ * edge and the next row's left can share; with stride 2 it is cut into four phase
+ * planes (even and odd rows by even and odd columns: Q_ab[i][j] =
+ * X[2i + a][2j + b]), so that tap (kh, kw) reads phase (kh % 2, kw % 2)
+ * at (kh / 2) Wq + kw / 2, again a contiguous run of f. The product is
+ * then Y (flat) = W [cout, cin KH KW] times B, where B's row (ci, kh, kw)
+ * is that run: ml_pgemm_rows (nn_gemm.c's 12 x 32 micro-kernel, B's rows
+ * by offset) reads it where it lies. The Wq - OW junk columns of each row
+ * are computed and dropped when the flat result is copied to Y, with the
+ * bias and a FusedConv's residual and activation. The images of a batch
+ * follow each other in the planes (image stride PS per phase), so their
+ * positions are columns of one GEMM and the filter is read once for
+ * several images.
  *
- * The AVX-512 kernel is picked at run time (__builtin_cpu_supports); the
- * portable kernel is the same loop nest in plain C (built as target
- * clones). Without AVX-512 the path is off by default (im2col + the AVX2
- * SGEMM, as before); ML_CONV_FLAT=c forces the portable kernel, and
- * ML_CONV_FLAT=0 turns the path off.
+ * It needs AVX-512 (ml_pgemm_rows_ok); elsewhere the convolutions go
+ * through im2col and the AVX2 SGEMM. ML_CONV_FLAT=c forces a portable
+ * loop over the same planes (tests), ML_CONV_FLAT=0 turns the path off.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -36,11 +33,7 @@
 #include <stdatomic.h>
 
 #include "cpu/nn.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define HAVE_AVX512 1
-#include <immintrin.h>
-#endif
+#include "ops/fused.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define ML_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -48,17 +41,12 @@
 #define ML_CLONES
 #endif
 
-#define FLAT_ACC 256		/* accumulators of a block: 8 x 32 or 16 x 16 */
-#define FLAT_MAX_PLANE 1024	/* the largest padded plane, (H + 2) * (W + 2) floats */
-/*
- * The largest filter, in floats (1 MB). Each block of output channels reads
- * its weights once per block of offsets, from L2 where the filter fits;
- * ResNet's 256- and 512-channel layers (2.4 and 9.4 MB) ran no faster or
- * slower than im2col + SGEMM, which reads the filter once.
- */
-#define FLAT_MAX_FILTER ((int64_t)1 << 18)
+/* The flat result of one GEMM (cout x images' columns) is kept near this many floats. */
+#define FLAT_OUT_MAX ((int64_t)1 << 21)
+/* The largest window side. */
+#define FLAT_MAX_K 11
 
-/* flat_level: 0 off, 1 the portable kernel, 2 AVX-512; computed once. */
+/* flat_level: 0 off, 1 the portable loop, 2 ml_pgemm_rows; computed once. */
 static int
 flat_level(void)
 {
@@ -68,12 +56,7 @@ flat_level(void)
 
 	if (v < 0) {
 		const char *e = getenv("ML_CONV_FLAT");
-		v = 0;
-#ifdef HAVE_AVX512
-		__builtin_cpu_init();
-		if (__builtin_cpu_supports("avx512f"))
-			v = 2;
-#endif
+		v = ml_pgemm_rows_ok() ? 2 : 0;
 		if (e != NULL && strcmp(e, "c") == 0)
 			v = 1;
 		if (e != NULL && strcmp(e, "0") == 0)
@@ -83,211 +66,192 @@ flat_level(void)
 	return v;
 }
 
+/* The layout of the planes for v (see the top of the file). */
+struct flat_geom {
+	int64_t s, Wq, Hq;	/* stride; a phase plane's row length and rows */
+	int64_t PS;		/* floats per image in a phase plane */
+	int64_t tail;		/* the most a B row reads past a phase plane's last image */
+};
+
+static void
+flat_geom(const struct ml_conv3 *v, struct flat_geom *f)
+{
+	f->s = v->s[1];
+	/*
+	 * Rows Wq apart, where the last few columns of a row (j >= Wq) that
+	 * taps read wrap into the next row's first ones: so that they read
+	 * zeros, those must be right padding in every phase, and land in the
+	 * next row's left padding (3x3, pad 1: rows W + 1 wide, not W + 2).
+	 */
+	int64_t full = v->out[2] + (v->k[2] - 1) / f->s, hi_max = 0, lo_min = full;
+	for (int64_t b = 0; b < f->s; b++) {
+		int64_t lo, hi;
+		ml_valid_range(b - v->p[2], f->s, v->in[2], full, &lo, &hi);
+		hi_max = ML_MAX(hi_max, hi);
+		lo_min = ML_MIN(lo_min, lo);
+	}
+	f->Wq = ML_MAX(hi_max, full - lo_min);
+	f->Hq = v->out[1] + (v->k[1] - 1) / f->s;
+	f->PS = f->Hq * f->Wq;
+	/* the last GEMM panel reads up to ML_PG_NR - 1 past the columns, plus the largest tap */
+	f->tail = ML_PG_NR + (v->k[1] - 1) / f->s * f->Wq + (v->k[2] - 1) / f->s + 16;
+}
+
 bool
 ml_flat_ok(const struct ml_conv3 *v)
 {
-	return flat_level() > 0 && v->group == 1 && v->cin >= 8 && v->cout % 8 == 0 &&
-	       v->in[0] == 1 && v->k[0] == 1 && v->out[0] == 1 && v->p[0] == 0 &&
-	       v->k[1] == 3 && v->k[2] == 3 && v->s[1] == 1 && v->s[2] == 1 && v->d[1] == 1 &&
-	       v->d[2] == 1 && v->p[1] == 1 && v->p[2] == 1 && v->out[1] == v->in[1] &&
-	       v->out[2] == v->in[2] && v->in[1] >= 1 && v->in[2] >= 1 &&
-	       (v->in[1] + 2) * (v->in[2] + 2) <= FLAT_MAX_PLANE &&
-	       v->cout * v->cin * 9 <= FLAT_MAX_FILTER;
+	if (flat_level() == 0 || v->group != 1 || v->in[0] != 1 || v->k[0] != 1 ||
+	    v->out[0] != 1 || v->p[0] != 0 || v->d[1] != 1 || v->d[2] != 1 ||
+	    v->s[1] != v->s[2] || v->s[1] < 1 || v->s[1] > 2 || v->k[1] > FLAT_MAX_K ||
+	    v->k[2] > FLAT_MAX_K || v->out[1] < 1 || v->out[2] < 1)
+		return false;
+	struct flat_geom f;
+	flat_geom(v, &f);
+	/* B's offsets are int32: a whole image's channels must fit */
+	/* (a 1x1 window is a copy, or a strided one, and a GEMM: nn_conv.c's paths) */
+	return v->ksz > 1 && v->cin * f.s * f.s * (f.PS + f.tail) < INT32_MAX;
 }
 
-struct fjob {
+struct flat {
 	const struct ml_conv3 *v;
-	const float *x;		/* the image's input planes */
-	float *xp;		/* the padded planes, CS floats apart */
-	const float *w, *bias;	/* w: the filter [cout, cin, 3, 3] */
-	float *y;		/* the image's output planes */
-	int64_t Wp, CS, nfb, nob;
-	int64_t foc, fnb;	/* a block: 8 x 32 or 16 x 16 */
-	/* the weight of block ob, channel o, tap t, input ci: w[ob * bs + o * os + t * ts + ci * cs] */
-	int64_t bs, os, ts, cs;
-	int level;
+	struct flat_geom g;
+	const float *x, *w, *bias;	/* x, y: the first image of the chunk */
+	const struct ml_conv_epi *e;
+	const float *z;			/* e's residual for the chunk's first image, or NULL */
+	float *y, *xp, *cf;
+	const int32_t *off;
+	int64_t nimg;			/* images in the chunk */
+	int64_t CS, PP;			/* floats per channel, per phase plane */
+	int64_t N, ldc;			/* GEMM columns, and cf's row length */
 };
 
-/* pad_planes: channels [b, e) of the image into xp, zero-padded (the slack too) */
-static void
+/* pad_planes: the phase planes of channels [b, e) of the chunk's images, zeros where padding */
+ML_CLONES static void
 pad_planes(void *ctx, int64_t b, int64_t e)
 {
-	const struct fjob *j = ctx;
-	int64_t H = j->v->in[1], W = j->v->in[2], Wp = j->Wp;
+	const struct flat *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t H = v->in[1], W = v->in[2], s = j->g.s, Wq = j->g.Wq;
 
-	for (int64_t ci = b; ci < e; ci++) {
-		float *d = j->xp + ci * j->CS;
-		const float *s = j->x + ci * H * W;
-		memset(d, 0, sizeof(float) * (size_t)j->CS);
-		for (int64_t r = 0; r < H; r++)
-			memcpy(d + (r + 1) * Wp + 1, s + r * W, sizeof(float) * (size_t)W);
-		(void)W;
-	}
+	for (int64_t ci = b; ci < e; ci++)
+		for (int64_t ph = 0; ph < s * s; ph++) {
+			int64_t a = ph / s, bb = ph % s;
+			float *q = j->xp + ci * j->CS + ph * j->PP;
+			/* a phase no tap reads (a 1x1 window's odd ones) */
+			if (a >= v->k[1] || bb >= v->k[2])
+				continue;
+			memset(q, 0, sizeof(float) * (size_t)j->PP);
+			/* the columns j of a row with 0 <= s j + bb - p < W */
+			int64_t lo, hi;
+			ml_valid_range(bb - v->p[2], s, W, Wq, &lo, &hi);
+			for (int64_t n = 0; n < j->nimg; n++) {
+				const float *xc = j->x + (n * v->cin + ci) * v->insz;
+				for (int64_t i = 0; i < j->g.Hq; i++) {
+					int64_t ih = s * i + a - v->p[1];
+					if (ih < 0 || ih >= H)
+						continue;
+					float *d = q + n * j->g.PS + i * Wq;
+					const float *r = xc + ih * W + bb - v->p[2];
+					if (s == 1)
+						memcpy(d + lo, r + lo, sizeof(float) * (size_t)(hi - lo));
+					else
+						for (int64_t c = lo; c < hi; c++)
+							d[c] = r[2 * c];
+				}
+			}
+		}
 }
 
 /*
- * store_block: acc (foc channels by fnb flat offsets from f0, row o at
- * acc + o * fnb) to the output positions it holds, bias added.
+ * copy_out: planes [b, e) (image b / cout, channel b % cout) of the flat
+ * result to Y, junk columns dropped, bias added, then the epilogue.
  */
 static void
-store_block(const struct fjob *j, int64_t ob, int64_t f0, const float *acc)
+copy_out(void *ctx, int64_t b, int64_t e)
 {
-	int64_t H = j->v->out[1], W = j->v->out[2], osz = j->v->outsz;
-	int64_t r0 = f0 / j->Wp, c0 = f0 % j->Wp;
-
-	for (int o = 0; o < j->foc; o++) {
-		int64_t oc = ob * j->foc + o;
-		float b = j->bias != NULL ? j->bias[oc] : 0.0f;
-		float *yo = j->y + oc * osz;
-		const float *ao = acc + o * j->fnb;
-		int64_t r = r0, c = c0;
-		for (int f = 0; f < j->fnb && r < H; f++) {
-			if (c < W)
-				yo[r * W + c] = ao[f] + b;
-			if (++c == j->Wp) {
-				c = 0;
-				r++;
-			}
-		}
-	}
-}
-
-/* The portable kernel: block (ob, fb) of the image. */
-ML_CLONES static void
-flat_block_c(const struct fjob *j, int64_t ob, int64_t fb)
-{
-	float acc[FLAT_ACC] = { 0 };
-	int64_t Wp = j->Wp, cin = j->v->cin, foc = j->foc, fnb = j->fnb, f0 = fb * fnb;
-	const float *wb = j->w + ob * j->bs;
-
-	for (int64_t ci = 0; ci < cin; ci++) {
-		const float *xc = j->xp + ci * j->CS + f0;
-		const float *wc = wb + ci * j->cs;
-		for (int t = 0; t < 9; t++) {
-			const float *xs = xc + (t / 3) * Wp + t % 3;
-			for (int64_t o = 0; o < foc; o++) {
-				float w = wc[o * j->os + t * j->ts];
-				for (int64_t f = 0; f < fnb; f++)
-					acc[o * fnb + f] += w * xs[f];
-			}
-		}
-	}
-	store_block(j, ob, f0, acc);
-}
-
-#ifdef HAVE_AVX512
-/*
- * FLAT8(NAME, OS_, TS_, CS_): 8 channels by 32 offsets, 16 accumulators, per
- * tap 2 loads and 8 broadcasts; the weight of channel o, tap t, input
- * channel ci at o * OS_ + t * TS_ + ci * CS_ from the block's first.
- */
-#define FLAT8(NAME, OS_, TS_, CS_)							\
-__attribute__((target("avx512f"))) static void					\
-NAME(const struct fjob *j, int64_t ob, int64_t fb)				\
-{										\
-	__m512 a[8][2];								\
-	int64_t Wp = j->Wp, cin = j->v->cin, f0 = fb * 32;			\
-	const float *wb = j->w + ob * j->bs;					\
-	for (int o = 0; o < 8; o++)						\
-		a[o][0] = a[o][1] = _mm512_setzero_ps();			\
-	for (int64_t ci = 0; ci < cin; ci++) {					\
-		const float *xc = j->xp + ci * j->CS + f0;			\
-		const float *wc = wb + ci * (CS_);				\
-		for (int t = 0; t < 9; t++) {					\
-			const float *xs = xc + (t / 3) * Wp + t % 3;		\
-			__m512 x0 = _mm512_loadu_ps(xs), x1 = _mm512_loadu_ps(xs + 16); \
-			for (int o = 0; o < 8; o++) {				\
-				__m512 w = _mm512_set1_ps(wc[o * (OS_) + t * (TS_)]); \
-				a[o][0] = _mm512_fmadd_ps(w, x0, a[o][0]);	\
-				a[o][1] = _mm512_fmadd_ps(w, x1, a[o][1]);	\
-			}							\
-		}								\
-	}									\
-	float acc[8 * 32];							\
-	for (int o = 0; o < 8; o++) {						\
-		_mm512_storeu_ps(acc + o * 32, a[o][0]);			\
-		_mm512_storeu_ps(acc + o * 32 + 16, a[o][1]);			\
-	}									\
-	store_block(j, ob, f0, acc);						\
-}
-
-/* FLAT16(NAME, OS_, TS_, CS_): 16 channels by 16 offsets, for narrow planes: per tap 1 load, 16 broadcasts */
-#define FLAT16(NAME, OS_, TS_, CS_)						\
-__attribute__((target("avx512f"))) static void					\
-NAME(const struct fjob *j, int64_t ob, int64_t fb)				\
-{										\
-	__m512 a[16];								\
-	int64_t Wp = j->Wp, cin = j->v->cin, f0 = fb * 16;			\
-	const float *wb = j->w + ob * j->bs;					\
-	for (int o = 0; o < 16; o++)						\
-		a[o] = _mm512_setzero_ps();					\
-	for (int64_t ci = 0; ci < cin; ci++) {					\
-		const float *xc = j->xp + ci * j->CS + f0;			\
-		const float *wc = wb + ci * (CS_);				\
-		for (int t = 0; t < 9; t++) {					\
-			__m512 x0 = _mm512_loadu_ps(xc + (t / 3) * Wp + t % 3);	\
-			for (int o = 0; o < 16; o++)				\
-				a[o] = _mm512_fmadd_ps(_mm512_set1_ps(wc[o * (OS_) + t * (TS_)]), \
-						       x0, a[o]);		\
-		}								\
-	}									\
-	float acc[16 * 16];							\
-	for (int o = 0; o < 16; o++)						\
-		_mm512_storeu_ps(acc + o * 16, a[o]);				\
-	store_block(j, ob, f0, acc);						\
-}
-
-/* the filter as given: [cout, cin, 3, 3] */
-FLAT8(flat_8x32, j->os, 1, 9)
-FLAT16(flat_16x16, j->os, 1, 9)
-#endif
-
-static void
-flat_items(void *ctx, int64_t b, int64_t e)
-{
-	const struct fjob *j = ctx;
+	const struct flat *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t OH = v->out[1], OW = v->out[2];
 
 	for (int64_t it = b; it < e; it++) {
-		int64_t ob = it / j->nfb, fb = it % j->nfb;
-#ifdef HAVE_AVX512
-		if (j->level == 2) {
-			if (j->foc == 16)
-				flat_16x16(j, ob, fb);
-			else
-				flat_8x32(j, ob, fb);
-			continue;
+		int64_t n = it / v->cout, m = it % v->cout;
+		float bv = j->bias != NULL ? j->bias[m] : 0.0f;
+		const float *src = j->cf + m * j->ldc + n * j->g.PS;
+		int64_t at = (n * v->cout + m) * v->outsz;
+		float *d = j->y + at;
+		for (int64_t r = 0; r < OH; r++)
+			for (int64_t c = 0; c < OW; c++)
+				d[r * OW + c] = src[r * j->g.Wq + c] + bv;
+		if (j->e != NULL)
+			ml_fused_tile_epi(d, 1, v->outsz, v->outsz, NULL,
+					  j->z != NULL ? j->z + at : NULL, j->e->act, j->e->lo, j->e->hi);
+	}
+}
+
+/*
+ * The portable loop (ML_CONV_FLAT=c): output channels [b, e) over all
+ * columns, one scaled B row at a time.
+ */
+ML_CLONES static void
+rows_c(void *ctx, int64_t b, int64_t e)
+{
+	const struct flat *j = ctx;
+	int64_t K = j->v->cin * j->v->ksz;
+
+	for (int64_t m = b; m < e; m++) {
+		float *c = j->cf + m * j->ldc;
+		const float *wm = j->w + m * K;
+		memset(c, 0, sizeof(float) * (size_t)j->N);
+		for (int64_t k = 0; k < K; k++) {
+			const float *r = j->xp + j->off[k];
+			float a = wm[k];
+			for (int64_t f = 0; f < j->N; f++)
+				c[f] += a * r[f];
 		}
-#endif
-		flat_block_c(j, ob, fb);
 	}
 }
 
 int
 ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
-	     const float *bias, float *y)
+	     const float *bias, const struct ml_conv_epi *e, float *y)
 {
-	/*
-	 * Rows W + 1 wide: a row's right padding is the next row's left. The
-	 * narrow planes (W <= 8: 72 offsets or fewer) take 16-wide blocks,
-	 * which round less of the plane up than 32-wide ones.
-	 */
-	int64_t H = v->in[1], W = v->in[2], Wp = W + 1;
-	int64_t foc = W <= 8 && v->cout % 16 == 0 ? 16 : 8, fnb = FLAT_ACC / foc;
-	int64_t nfb = (H * Wp + fnb - 1) / fnb;
-	/* the last block reads up to 2 * Wp + 2 past its end */
-	int64_t CS = (nfb * fnb + 2 * Wp + 2 + 15) / 16 * 16;
-	float *xp = ml_cpu_scratch(0, sizeof(float) * (size_t)(v->cin * CS));
-	if (xp == NULL)
-		return ml_opfail(c, ML_ENOMEM, "cannot allocate %lld bytes for the padded input",
-				 (long long)(v->cin * CS * 4));
-	struct fjob j = { v, x, xp, w, bias, y, Wp, CS, nfb, v->cout / foc, foc, fnb,
-			  foc * v->cin * 9, v->cin * 9, 1, 9, flat_level() };
-	int64_t work = v->cin * 9 * FLAT_ACC;
-	for (int64_t n = 0; n < v->n; n++) {
-		j.x = x + n * v->cin * v->insz;
-		j.y = y + n * v->cout * v->outsz;
-		ml_parallel_for(v->cin, ML_MAX(1, 16384 / CS), pad_planes, &j);
-		ml_parallel_for(j.nob * nfb, ML_MAX(1, (1 << 16) / work), flat_items, &j);
+	struct flat j = { .v = v, .w = w, .bias = bias, .e = e };
+	int64_t KH = v->k[1], KW = v->k[2], K = v->cin * KH * KW;
+
+	flat_geom(v, &j.g);
+	int64_t s = j.g.s;
+	/* images per GEMM: as many as keep the flat result near FLAT_OUT_MAX floats */
+	int64_t per = ML_MAX(1, ML_MIN(v->n, FLAT_OUT_MAX / ML_MAX(v->cout * j.g.PS, 1)));
+	j.PP = (per * j.g.PS + j.g.tail + 15) / 16 * 16;
+	j.CS = s * s * j.PP;
+	int64_t ldc_max = (per * j.g.PS + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
+	j.xp = ml_cpu_scratch(0, sizeof(float) * (size_t)(v->cin * j.CS));
+	int32_t *off = ml_cpu_scratch(1, sizeof(int32_t) * (size_t)ML_MAX(K, 1));
+	j.cf = ml_cpu_scratch(2, sizeof(float) * (size_t)(v->cout * ldc_max));
+	if (j.xp == NULL || off == NULL || j.cf == NULL)
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's padded planes");
+	for (int64_t ci = 0; ci < v->cin; ci++)
+		for (int64_t kh = 0; kh < KH; kh++)
+			for (int64_t kw = 0; kw < KW; kw++)
+				off[(ci * KH + kh) * KW + kw] =
+					(int32_t)(ci * j.CS + ((kh % s) * s + kw % s) * j.PP +
+						  kh / s * j.g.Wq + kw / s);
+	j.off = off;
+	for (int64_t n0 = 0; n0 < v->n; n0 += per) {
+		j.nimg = ML_MIN(per, v->n - n0);
+		j.x = x + n0 * v->cin * v->insz;
+		j.y = y + n0 * v->cout * v->outsz;
+		j.z = e != NULL && e->z != NULL ? e->z + n0 * v->cout * v->outsz : NULL;
+		/* the last image's rows past OH are not outputs */
+		j.N = (j.nimg - 1) * j.g.PS + v->out[1] * j.g.Wq;
+		j.ldc = (j.N + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
+		ml_parallel_for(v->cin, ML_MAX(1, 16384 / j.CS), pad_planes, &j);
+		if (flat_level() == 2)
+			ml_pgemm_rows(v->cout, j.N, K, w, K, j.xp, off, j.cf, j.ldc);
+		else
+			ml_parallel_for(v->cout, 1, rows_c, &j);
+		ml_parallel_for(j.nimg * v->cout, ML_MAX(1, 16384 / ML_MAX(v->outsz, 1)), copy_out,
+				&j);
 	}
 	return 0;
 }

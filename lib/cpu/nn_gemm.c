@@ -136,6 +136,40 @@ KERN(8)
 KERN(4)
 
 /*
+ * KERNR(R): KERN with B given by rows: row k of the 32 columns at b +
+ * off[k] (unaligned), so that B can be rows of padded input planes read in
+ * place (ml_pgemm_rows) instead of packed panels.
+ */
+#define KERNR(R)								\
+__attribute__((target("avx512f")))						\
+static void									\
+kernr##R(int64_t kc, const float *a, int64_t lda, const float *b, const int32_t *off, float *c, \
+	 int64_t ldc, int mr, __mmask16 m0, __mmask16 m1, int mode)		\
+{										\
+	const float *ar[R];							\
+	__m512 c0[R], c1[R];							\
+	for (int i = 0; i < R; i++) {						\
+		ar[i] = a + (i < mr ? i : 0) * lda;				\
+		c0[i] = _mm512_setzero_ps();					\
+		c1[i] = _mm512_setzero_ps();					\
+	}									\
+	for (int64_t k = 0; k < kc; k++) {					\
+		__m512 b0 = _mm512_loadu_ps(b + off[k]);			\
+		__m512 b1 = _mm512_loadu_ps(b + off[k] + 16);			\
+		_Pragma("GCC unroll 12")					\
+		for (int i = 0; i < R; i++) {					\
+			__m512 av = _mm512_set1_ps(ar[i][k]);			\
+			c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);			\
+			c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);			\
+		}								\
+	}									\
+	TILE512_STORE(c0, c1, mr, c, ldc, m0, m1, (const float *)NULL, mode)	\
+}
+KERNR(12)
+KERNR(8)
+KERNR(4)
+
+/*
  * KERN2(R): the AVX2 kernel: C[R rows (mr valid), w <= 32 columns] as
  * KERN, one 16-column half of the panel at a time (R x 2 ymm accumulators).
  */
@@ -200,6 +234,7 @@ struct pg_job {
 	int64_t per;			/* items per product of the batch */
 	int64_t sa, sb, sc;		/* batch strides of A, B (packed) and C */
 	int level;			/* pgemm_level() */
+	const int32_t *boff;		/* ml_pgemm_rows: B's row k at bp + boff[k], else NULL */
 };
 
 /*
@@ -221,7 +256,17 @@ pg_block(const struct pg_job *j, const float *A, const float *panel, float *Cb, 
 		const float *a = A + i * j->lda + kc;
 		float *c = Cb + i * j->ldc + n0;
 		const float *bias = j->bias != NULL ? j->bias + i : NULL;
-		if (j->level == 1) {
+		if (j->boff != NULL) {
+			/* B by rows: panel is bp + n0, its rows at boff (AVX-512 only) */
+			int mr = (int)ML_MIN(rem, 12);
+			if (rem > 8)
+				kernr12(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, mode);
+			else if (rem > 4)
+				kernr8(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, mode);
+			else
+				kernr4(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, mode);
+			i += mr;
+		} else if (j->level == 1) {
 			int mr = (int)ML_MIN(rem, rem > 3 ? 6 : 3);
 			if (mr > 3)
 				k2_6(kk, a, j->lda, bpk, c, j->ldc, mr, (int)w, bias, mode);
@@ -265,11 +310,41 @@ pg_items(void *ctx, int64_t b, int64_t e)
 		int64_t p0 = pc * j->npan / j->npchunks, p1 = (pc + 1) * j->npan / j->npchunks;
 		for (int64_t kc = 0; kc < j->k; kc += KC) {
 			int64_t kk = ML_MIN(KC, j->k - kc);
-			for (int64_t jp = p0; jp < p1; jp++)
-				pg_block(j, A, j->bp + bi * j->sb + jp * ML_PG_NR * j->k, Cb, jp, i0,
-					 i1, kc, kk);
+			for (int64_t jp = p0; jp < p1; jp++) {
+				const float *panel = j->boff != NULL ? j->bp + jp * ML_PG_NR :
+						     j->bp + bi * j->sb + jp * ML_PG_NR * j->k;
+				pg_block(j, A, panel, Cb, jp, i0, i1, kc, kk);
+			}
 		}
 	}
+}
+#endif
+
+#ifdef HAVE_PGEMM
+/*
+ * pg_setup: j for nb products over nt threads: groups of about MB rows,
+ * whole 12-row blocks each, spread evenly, and the fewest runs of panels
+ * that still give each thread two items per product.
+ */
+static void
+pg_setup(struct pg_job *j, int64_t nt)
+{
+	j->level = pgemm_level();
+	j->nblk = (j->m + 11) / 12;
+	j->ngroups = (j->nblk + MB / 12 - 1) / (MB / 12);
+	j->npan = (j->n + ML_PG_NR - 1) / ML_PG_NR;
+	j->npchunks = ML_MAX(1, ML_MIN(j->npan, (2 * nt + j->ngroups - 1) / j->ngroups));
+	j->per = j->ngroups * j->npchunks;
+}
+
+/* pg_empty: C for k == 0: the bias, or C as it is */
+static void
+pg_empty(const struct pg_job *j, int64_t nb)
+{
+	for (int64_t bi = 0; bi < nb && !j->accumulate; bi++)
+		for (int64_t i = 0; i < j->m; i++)
+			for (int64_t jj = 0; jj < j->n; jj++)
+				j->c[bi * j->sc + i * j->ldc + jj] = j->bias != NULL ? j->bias[i] : 0.0f;
 }
 #endif
 
@@ -281,24 +356,14 @@ ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int6
 #ifdef HAVE_PGEMM
 	if (m <= 0 || n <= 0 || nb <= 0)
 		return;
-	if (k <= 0) {
-		for (int64_t bi = 0; bi < nb && !accumulate; bi++)
-			for (int64_t i = 0; i < m; i++)
-				for (int64_t jj = 0; jj < n; jj++)
-					c[bi * sc + i * ldc + jj] = bias != NULL ? bias[i] : 0.0f;
-		return;
-	}
 	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bp = bp,
 			    .bias = bias, .c = c, .accumulate = accumulate, .sa = sa, .sb = sb,
-			    .sc = sc, .level = pgemm_level() };
-	/* groups of about MB rows, whole 12-row blocks each, spread evenly */
-	j.nblk = (m + 11) / 12;
-	j.ngroups = (j.nblk + MB / 12 - 1) / (MB / 12);
-	j.npan = (n + ML_PG_NR - 1) / ML_PG_NR;
-	/* the fewest runs of panels that still give each thread two items per product */
-	int64_t nt = ml_get_threads();
-	j.npchunks = ML_MAX(1, ML_MIN(j.npan, (2 * nt + j.ngroups - 1) / j.ngroups));
-	j.per = j.ngroups * j.npchunks;
+			    .sc = sc };
+	if (k <= 0) {
+		pg_empty(&j, nb);
+		return;
+	}
+	pg_setup(&j, ml_get_threads());
 	/* an item's multiply-adds against what a thread costs */
 	int64_t work = ML_MAX(1, m / j.ngroups * ML_PG_NR * j.npan / j.npchunks * k);
 	int64_t grain = ML_MAX(1, (int64_t)(1 << 20) / work);
@@ -307,6 +372,61 @@ ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int6
 	(void)nb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)sa, (void)bp, (void)sb;
 	(void)bias, (void)c, (void)ldc, (void)sc, (void)accumulate;
 	ML_ASSERT(!"ml_pgemm without AVX-512 or AVX2 support");
+#endif
+}
+
+void
+ml_pgemm_serial(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
+		const float *bias, float *c, int64_t ldc, bool accumulate)
+{
+#ifdef HAVE_PGEMM
+	if (m <= 0 || n <= 0)
+		return;
+	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bp = bp,
+			    .bias = bias, .c = c, .accumulate = accumulate };
+	if (k <= 0) {
+		pg_empty(&j, 1);
+		return;
+	}
+	pg_setup(&j, 1);
+	pg_items(&j, 0, j.per);
+#else
+	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)bp, (void)bias, (void)c, (void)ldc;
+	(void)accumulate;
+	ML_ASSERT(!"ml_pgemm without AVX-512 or AVX2 support");
+#endif
+}
+
+bool
+ml_pgemm_rows_ok(void)
+{
+#ifdef HAVE_PGEMM
+	return pgemm_level() == 2;
+#else
+	return false;
+#endif
+}
+
+void
+ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+	      const int32_t *boff, float *c, int64_t ldc)
+{
+#ifdef HAVE_PGEMM
+	ML_ASSERT(pgemm_level() == 2);
+	if (m <= 0 || n <= 0)
+		return;
+	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bp = b,
+			    .c = c, .boff = boff };
+	if (k <= 0) {
+		pg_empty(&j, 1);
+		return;
+	}
+	pg_setup(&j, ml_get_threads());
+	int64_t work = ML_MAX(1, m / j.ngroups * ML_PG_NR * j.npan / j.npchunks * k);
+	ml_parallel_for(j.per, ML_MAX(1, (int64_t)(1 << 20) / work), pg_items, &j);
+#else
+	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)c, (void)ldc;
+	ML_ASSERT(!"ml_pgemm_rows without AVX-512");
 #endif
 }
 

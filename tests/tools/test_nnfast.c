@@ -6,8 +6,9 @@
  * accumulate, batches, 1 and 2 threads; the AVX-512 kernel and, in a
  * child process with ML_PGEMM=avx2, the AVX2 one), the 2-D f32 MaxPool
  * (strides 1 to 3, pads, dilation, ceil_mode) and 3x3 Conv (Winograd over
- * several tile-row groups and filter blocks, and im2col; also through
- * BLAS in a child with ML_PGEMM=0; batches folded into the GEMMs, and
+ * several tile groups and runs of filters, its transforms AVX-512 and
+ * portable (ML_WINOGRAD=avx2), and im2col; also through BLAS in a child
+ * with ML_PGEMM=0; batches folded into the GEMMs, and
  * image by image with ML_CONV_FOLD=0; the direct kernel for few input
  * channels, AVX-512 and portable; the flat kernel for 3x3 on small planes,
  * AVX-512, portable (ML_CONV_FLAT=c) and off; MaxPool's AVX-512 kernel and, with
@@ -330,8 +331,7 @@ out:
  * A graph with one KxK Conv (stride s, pads p, bias), run on random
  * x [N, C, H, W] and weights; compared with a double-precision direct
  * convolution. The shapes below reach Winograd F(4x4, 3x3), over several
- * groups of tile rows (across images too) and several blocks of filters,
- * and im2col with the batch folded into the GEMM's columns, tiles that
+ * groups of tiles (across images too) and runs of filters, and im2col with the batch folded into the GEMM's columns, tiles that
  * span images included.
  */
 /* conv_case's Concat of conv_room copies of y after the Conv: arena room while the Conv runs */
@@ -445,6 +445,21 @@ out:
 	return good;
 }
 
+/*
+ * wino_cases: Winograd where a tile group's filters split into runs (few
+ * groups for the threads: 32 tiles over two images, 70 filters), and with
+ * the weights a graph input (transformed per run, never cached).
+ */
+static bool
+wino_cases(void)
+{
+	bool good = conv_nks(2, 48, 70, 14, 14, 3, 1, 1) && conv_nks(1, 40, 30, 17, 9, 3, 1, 1);
+	conv_w_in = true;
+	good = good && conv_nks(2, 48, 70, 14, 14, 3, 1, 1) && conv_nks(1, 24, 16, 30, 30, 3, 1, 1);
+	conv_w_in = false;
+	return good;
+}
+
 /* conv_case: a 3x3 stride-1 Conv of one image. */
 static bool
 conv_case(int64_t C, int64_t M, int64_t H, int64_t W, int64_t p)
@@ -484,10 +499,10 @@ conv_direct_cases(void)
 }
 
 /*
- * 3x3 stride-1 pad-1 on small planes (nn_flat.c): DenseNet's 128 -> 32 on
- * 16x16 (8 x 32 blocks) and on 8x8, 4x4, 2x2 (16 x 16 blocks), a 1x1
- * plane, output channels not a multiple of 16 on a narrow plane, a batch,
- * non-square planes, the largest plane (30x30), and one with 8 channels.
+ * 3x3 stride-1 pad-1 on small planes (nn_flat.c's implicit GEMM): DenseNet's
+ * 128 -> 32 on 16x16, 8x8, 4x4, 2x2, a 1x1 plane, output channels not a
+ * multiple of 16 on a narrow plane, a batch, non-square planes, 30x30, one
+ * with 8 channels, and ResNet's 512 -> 512 on 7x7 (the filter past the L2).
  * Each with constant weights and with weights as an input.
  */
 static bool
@@ -500,7 +515,7 @@ conv_flat_cases(void)
 		       conv_nks(1, 64, 32, 4, 4, 3, 1, 1) && conv_nks(1, 40, 16, 2, 2, 3, 1, 1) &&
 		       conv_nks(1, 20, 16, 1, 1, 3, 1, 1) && conv_nks(2, 24, 24, 4, 7, 3, 1, 1) &&
 		       conv_nks(1, 16, 48, 13, 5, 3, 1, 1) && conv_nks(1, 9, 8, 30, 30, 3, 1, 1) &&
-		       conv_nks(3, 8, 40, 7, 7, 3, 1, 1);
+		       conv_nks(3, 8, 40, 7, 7, 3, 1, 1) && conv_nks(1, 512, 512, 7, 7, 3, 1, 1);
 	}
 	conv_w_in = false;
 	return good;
@@ -509,13 +524,14 @@ conv_flat_cases(void)
 static void
 test_conv(void)
 {
-	ok(conv_flat_cases(), "Conv 3x3 on small planes (direct flat kernel where AVX-512)");
+	ok(conv_flat_cases(), "Conv 3x3 on small planes (implicit GEMM where AVX-512)");
 	ok(conv_batch_cases(), "Conv batches: Winograd and im2col over several images");
 	ok(conv_direct_cases(), "Conv with few input channels (direct kernel)");
 	ok(conv_case(16, 20, 24, 24, 1), "Conv 3x3 16->20 on 24x24 (Winograd, one group)");
-	ok(conv_case(16, 24, 10, 130, 1), "Conv 3x3 16->24 on 10x130 (Winograd, 3 tile-row groups)");
-	ok(conv_case(256, 40, 23, 25, 1), "Conv 3x3 256->40 on 23x25 (Winograd, 2 filter blocks)");
-	ok(conv_case(130, 50, 30, 29, 0), "Conv 3x3 130->50 on 30x29, no pads (Winograd, blocks)");
+	ok(conv_case(16, 24, 10, 130, 1), "Conv 3x3 16->24 on 10x130 (Winograd, tile groups across tile rows)");
+	ok(conv_case(256, 40, 23, 25, 1), "Conv 3x3 256->40 on 23x25 (Winograd, 256 channels)");
+	ok(conv_case(130, 50, 30, 29, 0), "Conv 3x3 130->50 on 30x29, no pads (Winograd, partial tiles)");
+	ok(wino_cases(), "Conv 3x3 by Winograd: filters split across threads, weights not constant");
 	ok(conv_case(8, 5, 9, 7, 1), "Conv 3x3 8->5 on 9x7 (im2col)");
 }
 
@@ -524,9 +540,8 @@ test_conv(void)
  * 64-byte aligned and apart per slot, a slot's block is reused while it is
  * large enough, what does not fit comes from the heap, and a new loan
  * starts over. Then Winograd in a session whose plan leaves only some
- * arena room at the Conv: with room for smaller tile groups and filter
- * blocks, and with too little (the heap). Run in a child, whose heap
- * blocks start empty.
+ * arena room at the Conv, and too little (its buffers then come from the
+ * heap). Run in a child, whose heap blocks start empty.
  */
 static bool
 loan_case(void)
@@ -552,7 +567,7 @@ loan_case(void)
 	good &= d != NULL && (d + 100 <= base || d >= end);
 	if (!good)
 		return false;
-	/* y is 40 x 23 x 25 floats, 92 KB: room for 20 copies fits smaller Winograd buffers */
+	/* y is 40 x 23 x 25 floats, 92 KB: room for 20 copies, then for 2 */
 	conv_room = 20;
 	good = conv_case(256, 40, 23, 25, 1) && conv_case(64, 64, 56, 56, 1);
 	conv_room = 2;
@@ -607,7 +622,7 @@ main(void)
 		printf("ok %d - packed SGEMM, AVX2 kernel # SKIP no AVX2 and FMA\n", ++ntest);
 	else
 		ok(waited && WEXITSTATUS(st) == 0, "packed SGEMM and Conv batches, AVX2 kernel (ML_PGEMM=avx2)");
-	/* the BLAS paths (Winograd's GEMMs and im2col's), in a child with ML_PGEMM=0 */
+	/* the BLAS path (im2col's; Winograd needs the packed SGEMM), in a child with ML_PGEMM=0 */
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {
@@ -616,7 +631,17 @@ main(void)
 		      conv_case(8, 5, 9, 7, 1) && conv_batch_cases() ? 0 : 1);
 	}
 	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
-	ok(waited && WEXITSTATUS(st) == 0, "Conv through BLAS (ML_PGEMM=0), Winograd and im2col");
+	ok(waited && WEXITSTATUS(st) == 0, "Conv through BLAS (ML_PGEMM=0): im2col, no Winograd");
+	/* Winograd's portable transforms (ML_WINOGRAD=avx2) */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ML_WINOGRAD", "avx2", 1);
+		_exit(conv_case(16, 24, 10, 130, 1) && conv_case(256, 40, 23, 25, 1) &&
+		      conv_case(130, 50, 30, 29, 0) && wino_cases() && conv_batch_cases() ? 0 : 1);
+	}
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0, "Conv by Winograd, portable transforms (ML_WINOGRAD=avx2)");
 	/* one image at a time (ML_CONV_FOLD=0), and im2col for every 3x3 (ML_WINOGRAD=0) */
 	fflush(stdout);
 	pid = fork();
@@ -643,12 +668,12 @@ main(void)
 		pid = fork();
 		if (pid == 0) {
 			setenv("ML_CONV_FLAT", k == 0 ? "c" : "0", 1);
-			_exit(conv_flat_cases() ? 0 : 1);
+			_exit(conv_flat_cases() && conv_batch_cases() ? 0 : 1);
 		}
 		waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 		ok(waited && WEXITSTATUS(st) == 0,
-		   k == 0 ? "Conv 3x3 on small planes, portable flat kernel (ML_CONV_FLAT=c)" :
-			    "Conv 3x3 on small planes through im2col (ML_CONV_FLAT=0)");
+		   k == 0 ? "Conv, implicit GEMM's portable loop (ML_CONV_FLAT=c): 3x3, 5x5, stride 2, batches" :
+			    "Conv through im2col (ML_CONV_FLAT=0): 3x3, 5x5, stride 2, batches");
 	}
 	/* the portable direct kernel (ML_CONV_DIRECT=c), and im2col instead (ML_CONV_DIRECT=0) */
 	for (int k = 0; k < 2; k++) {
