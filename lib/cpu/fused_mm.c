@@ -345,6 +345,64 @@ fpw_items(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+/*
+ * Small planes in few images (DenseNet's 8x8 and 4x4 at batch 1), where
+ * the items would be groups of rows of one column tile, each packing that
+ * tile again: X packed once for all (rows split over the pool), then one
+ * packed SGEMM per image over all threads, then the epilogue.
+ */
+struct fpw_pk {
+	const struct fpw *f;
+	float *bp;
+	int64_t plen;
+};
+
+static void
+fpw_pack_rows(void *ctx, int64_t b, int64_t e)
+{
+	const struct fpw_pk *p = ctx;
+	const struct fpw *f = p->f;
+	int64_t npan = (f->hw + ML_PG_NR - 1) / ML_PG_NR;
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t bi = it / f->cin, r = it % f->cin;
+		const float *src = f->x + it * f->hw;
+		float *dst = p->bp + bi * p->plen + r * ML_PG_NR;
+		for (int64_t jp = 0; jp < npan; jp++) {
+			int64_t w = ML_MIN((int64_t)ML_PG_NR, f->hw - jp * ML_PG_NR);
+			float *d = dst + jp * ML_PG_NR * f->cin;
+			memcpy(d, src + jp * ML_PG_NR, sizeof(float) * (size_t)w);
+			memset(d + w, 0, sizeof(float) * (size_t)(ML_PG_NR - w));
+		}
+	}
+}
+
+static void
+fpw_epi(void *ctx, int64_t b, int64_t e)
+{
+	const struct fpw *f = ctx;
+
+	ml_fused_tile_epi(f->y + b * f->hw, e - b, f->hw, f->hw, NULL,
+			  f->z != NULL ? f->z + b * f->hw : NULL, f->act, f->lo, f->hi);
+}
+
+static int
+fpw_whole(struct ml_opctx *c, const struct fpw *f, int64_t nb)
+{
+	struct fpw_pk p = { f, NULL, ml_pgemm_packed_len(f->cin, f->hw) };
+
+	p.bp = ml_cpu_scratch(0, sizeof(float) * (size_t)(nb * p.plen));
+	if (p.bp == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory packing X");
+	ml_parallel_for(nb * f->cin, ML_MAX(1, 8192 / ML_MAX(f->hw, 1)), fpw_pack_rows, &p);
+	ml_pgemm_batch(nb, f->cout, f->hw, f->cin, f->w, f->cin, 0, p.bp, p.plen, f->bias, f->y,
+		       f->hw, f->cout * f->hw, false);
+	if (f->act != ML_ACT_NONE || f->z != NULL)
+		ml_parallel_for(nb * f->cout, ML_MAX(1, 16384 / ML_MAX(f->hw, 1)), fpw_epi,
+				(void *)f);
+	return 0;
+}
+
 /* all_eq: the INTS attribute name of n is absent or every value is v. */
 static bool
 all_eq(const struct ml_node *n, const char *name, int64_t v)
@@ -403,6 +461,8 @@ ml_cpu_fconv_fast(struct ml_opctx *c)
 	f.ntn = (hw + f.tn - 1) / f.tn;
 	/* groups of rows (at least 12, a multiple of 4) when the tiles are too few, as many per thread */
 	int64_t cols = nb * f.ntn;
+	if (f.ntn == 1 && cols < 2 * nt)
+		return fpw_whole(c, &f, nb);
 	f.nrg = (2 * nt + cols - 1) / cols;
 	f.nrg = ML_MAX(1, ML_MIN((f.nrg + nt - 1) / nt * nt, cout / 12));
 	f.rg = ((cout + f.nrg - 1) / f.nrg + 3) / 4 * 4;

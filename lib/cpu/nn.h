@@ -116,14 +116,14 @@ void ml_pgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 void ml_pgemm_serial(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 		     const float *bp, const float *bias, float *c, int64_t ldc, bool accumulate);
 /*
- * ml_pgemm_rows: C[m, n] = A[m, k] times B where B's row p is the n floats
- * at b + boff[p], read in place (so B can be rows of padded input planes:
- * an implicit im2col), each read up to a whole panel past n (the caller
- * leaves slack); only where ml_pgemm_rows_ok() (AVX-512).
+ * ml_pgemm_rows: C[m, n] = A[m, k] times B (+ bias[row], NULL: 0) where B's
+ * row p is the n floats at b + boff[p], read in place (so B can be rows of
+ * padded input planes: an implicit im2col), each read up to a whole panel
+ * past n (the caller leaves slack); only where ml_pgemm_rows_ok() (AVX-512).
  */
 bool ml_pgemm_rows_ok(void);
 void ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-		   const int32_t *boff, float *c, int64_t ldc);
+		   const int32_t *boff, const float *bias, float *c, int64_t ldc);
 /* ml_pgemm_batch: nb such products, A, packed B and C of product i at a + i * sa, etc. */
 void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 		    int64_t sa, const float *bp, int64_t sb, const float *bias, float *c,

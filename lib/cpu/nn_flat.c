@@ -94,7 +94,7 @@ flat_geom(const struct ml_conv3 *v, struct flat_geom *f)
 	f->Hq = v->out[1] + (v->k[1] - 1) / f->s;
 	f->PS = f->Hq * f->Wq;
 	/* the last GEMM panel reads up to ML_PG_NR - 1 past the columns, plus the largest tap */
-	f->tail = ML_PG_NR + (v->k[1] - 1) / f->s * f->Wq + (v->k[2] - 1) / f->s + 16;
+	f->tail = ML_PG_NR + (v->k[1] - 1) / f->s * f->Wq + (v->k[2] - 1) / f->s;
 }
 
 bool
@@ -230,12 +230,13 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	j.cf = ml_cpu_scratch(2, sizeof(float) * (size_t)(v->cout * ldc_max));
 	if (j.xp == NULL || off == NULL || j.cf == NULL)
 		return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's padded planes");
-	for (int64_t ci = 0; ci < v->cin; ci++)
-		for (int64_t kh = 0; kh < KH; kh++)
-			for (int64_t kw = 0; kw < KW; kw++)
-				off[(ci * KH + kh) * KW + kw] =
-					(int32_t)(ci * j.CS + ((kh % s) * s + kw % s) * j.PP +
-						  kh / s * j.g.Wq + kw / s);
+	/* the taps' offsets within a channel, then every channel's */
+	for (int64_t kh = 0; kh < KH; kh++)
+		for (int64_t kw = 0; kw < KW; kw++)
+			off[kh * KW + kw] = (int32_t)(((kh % s) * s + kw % s) * j.PP + kh / s * j.g.Wq +
+						      kw / s);
+	for (int64_t k = KH * KW; k < K; k++)
+		off[k] = off[k - KH * KW] + (int32_t)j.CS;
 	j.off = off;
 	for (int64_t n0 = 0; n0 < v->n; n0 += per) {
 		j.nimg = ML_MIN(per, v->n - n0);
@@ -247,7 +248,7 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 		j.ldc = (j.N + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
 		ml_parallel_for(v->cin, ML_MAX(1, 16384 / j.CS), pad_planes, &j);
 		if (flat_level() == 2)
-			ml_pgemm_rows(v->cout, j.N, K, w, K, j.xp, off, j.cf, j.ldc);
+			ml_pgemm_rows(v->cout, j.N, K, w, K, j.xp, off, NULL, j.cf, j.ldc);
 		else
 			ml_parallel_for(v->cout, 1, rows_c, &j);
 		ml_parallel_for(j.nimg * v->cout, ML_MAX(1, 16384 / ML_MAX(v->outsz, 1)), copy_out,

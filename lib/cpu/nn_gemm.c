@@ -137,19 +137,22 @@ KERN(4)
 
 /*
  * KERNR(R): KERN with B given by rows: row k of the 32 columns at b +
- * off[k] (unaligned), so that B can be rows of padded input planes read in
- * place (ml_pgemm_rows) instead of packed panels.
+ * off[k] (unaligned; all 32 are read, whatever m0 and m1 store), so that
+ * B can be rows of padded input planes read in place (ml_pgemm_rows)
+ * instead of packed panels. (Masked loads, which would let a row end at
+ * the last column, made GCC keep the accumulators in memory.)
  */
 #define KERNR(R)								\
 __attribute__((target("avx512f")))						\
 static void									\
 kernr##R(int64_t kc, const float *a, int64_t lda, const float *b, const int32_t *off, float *c, \
-	 int64_t ldc, int mr, __mmask16 m0, __mmask16 m1, int mode)		\
+	 int64_t ldc, int mr, __mmask16 m0, __mmask16 m1, const float *bias, int mode) \
 {										\
 	const float *ar[R];							\
+	for (int i = 0; i < R; i++)						\
+		ar[i] = a + (i < mr ? i : 0) * lda;				\
 	__m512 c0[R], c1[R];							\
 	for (int i = 0; i < R; i++) {						\
-		ar[i] = a + (i < mr ? i : 0) * lda;				\
 		c0[i] = _mm512_setzero_ps();					\
 		c1[i] = _mm512_setzero_ps();					\
 	}									\
@@ -163,7 +166,7 @@ kernr##R(int64_t kc, const float *a, int64_t lda, const float *b, const int32_t 
 			c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);			\
 		}								\
 	}									\
-	TILE512_STORE(c0, c1, mr, c, ldc, m0, m1, (const float *)NULL, mode)	\
+	TILE512_STORE(c0, c1, mr, c, ldc, m0, m1, bias, mode)			\
 }
 KERNR(12)
 KERNR(8)
@@ -260,11 +263,14 @@ pg_block(const struct pg_job *j, const float *A, const float *panel, float *Cb, 
 			/* B by rows: panel is bp + n0, its rows at boff (AVX-512 only) */
 			int mr = (int)ML_MIN(rem, 12);
 			if (rem > 8)
-				kernr12(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, mode);
+				kernr12(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, bias,
+					mode);
 			else if (rem > 4)
-				kernr8(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, mode);
+				kernr8(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, bias,
+				       mode);
 			else
-				kernr4(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, mode);
+				kernr4(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, bias,
+				       mode);
 			i += mr;
 		} else if (j->level == 1) {
 			int mr = (int)ML_MIN(rem, rem > 3 ? 6 : 3);
@@ -409,14 +415,14 @@ ml_pgemm_rows_ok(void)
 
 void
 ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-	      const int32_t *boff, float *c, int64_t ldc)
+	      const int32_t *boff, const float *bias, float *c, int64_t ldc)
 {
 #ifdef HAVE_PGEMM
 	ML_ASSERT(pgemm_level() == 2);
 	if (m <= 0 || n <= 0)
 		return;
 	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bp = b,
-			    .c = c, .boff = boff };
+			    .bias = bias, .c = c, .boff = boff };
 	if (k <= 0) {
 		pg_empty(&j, 1);
 		return;
@@ -425,7 +431,8 @@ ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 	int64_t work = ML_MAX(1, m / j.ngroups * ML_PG_NR * j.npan / j.npchunks * k);
 	ml_parallel_for(j.per, ML_MAX(1, (int64_t)(1 << 20) / work), pg_items, &j);
 #else
-	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)c, (void)ldc;
+	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
+	(void)ldc;
 	ML_ASSERT(!"ml_pgemm_rows without AVX-512");
 #endif
 }
