@@ -8,7 +8,7 @@ bats_require_minimum_version 1.5.0
 load helpers
 
 ML_MODELS=${ML_MODELS:-$(dirname "$ML_BIN")/models}
-MODELS="resnet18 mobilenet_v2 convnext_tiny transformer transformer_op17 efficientnet_b0"
+MODELS="resnet18 mobilenet_v2 convnext_tiny transformer transformer_op17 efficientnet_b0 densenet121 squeezenet1_1"
 
 setup_file() {
 	local rc=0 log=$BATS_FILE_TMPDIR/export.log
@@ -64,6 +64,14 @@ check_opt() {
 
 @test "efficientnet_b0 (SiLU) at -O2 matches the unoptimised graph and PyTorch" {
 	check_opt efficientnet_b0
+}
+
+@test "densenet121 at 64x64 (4x4 and 2x2 planes) at -O2 matches the unoptimised graph and PyTorch" {
+	check_opt densenet121
+}
+
+@test "squeezenet1_1 at -O2 matches the unoptimised graph and PyTorch" {
+	check_opt squeezenet1_1
 }
 
 @test "fused nodes of convnext_tiny carry fused_from with the ops they replace" {

@@ -386,6 +386,43 @@ fpw_epi(void *ctx, int64_t b, int64_t e)
 			  f->z != NULL ? f->z + b * f->hw : NULL, f->act, f->lo, f->hi);
 }
 
+/*
+ * Planes of 16 positions or fewer (DenseNet's 4x4 and 2x2): X's rows are
+ * B's rows as they are (copied into rows of 16 when shorter, so that the
+ * 16-lane loads stay inside), through ml_pgemm_narrow: nothing packed and
+ * no half-empty panel; then the epilogue.
+ */
+#define NARROW_MIN ((int64_t)1 << 15)
+
+static int
+fpw_narrow(struct ml_opctx *c, const struct fpw *f, int64_t nb)
+{
+	int64_t ld = f->hw == 16 ? 16 : ML_PG_NR / 2;
+	int32_t *off = ml_cpu_scratch(0, sizeof(int32_t) * (size_t)f->cin);
+	float *xs = f->hw == 16 ? NULL : ml_cpu_scratch(1, sizeof(float) * (size_t)(f->cin * ld));
+
+	if (off == NULL || (f->hw != 16 && xs == NULL))
+		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	for (int64_t k = 0; k < f->cin; k++)
+		off[k] = (int32_t)(k * ld);
+	for (int64_t bi = 0; bi < nb; bi++) {
+		const float *xb = f->x + bi * f->cin * f->hw;
+		if (xs != NULL) {
+			for (int64_t k = 0; k < f->cin; k++) {
+				memcpy(xs + k * ld, xb + k * f->hw, sizeof(float) * (size_t)f->hw);
+				memset(xs + k * ld + f->hw, 0, sizeof(float) * (size_t)(ld - f->hw));
+			}
+			xb = xs;
+		}
+		ml_pgemm_narrow(f->cout, f->hw, f->cin, f->w, f->cin, xb, off, f->bias,
+				f->y + bi * f->cout * f->hw, f->hw);
+	}
+	if (f->act != ML_ACT_NONE || f->z != NULL)
+		ml_parallel_for(nb * f->cout, ML_MAX(1, 16384 / ML_MAX(f->hw, 1)), fpw_epi,
+				(void *)f);
+	return 0;
+}
+
 static int
 fpw_whole(struct ml_opctx *c, const struct fpw *f, int64_t nb)
 {
@@ -435,14 +472,18 @@ ml_cpu_fconv_fast(struct ml_opctx *c)
 		hw *= x->dims[d];
 	}
 	int64_t nb = x->dims[0], cin = x->dims[1], cout = w->dims[0];
+	bool narrow = hw <= 16 && ml_pgemm_rows_ok() && nb * cout * cin * hw >= NARROW_MIN;
 	if (nb <= 0 || hw <= 0 || cout <= 0 || cin <= 0 || y->dims[1] != cout ||
-	    (bias != NULL && ml_tval_numel(bias) != cout) || nb * cout * cin * hw < FAST_MIN)
+	    (bias != NULL && ml_tval_numel(bias) != cout) ||
+	    (nb * cout * cin * hw < FAST_MIN && !narrow))
 		return 1;
 	struct fpw f = { .x = x->data, .w = w->data, .bias = bias != NULL ? bias->data : NULL,
 			 .z = z != NULL ? z->data : NULL, .y = y->data, .cout = cout, .cin = cin,
 			 .hw = hw, .act = ml_fused_act(c->node) };
 	f.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
 	f.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+	if (narrow)
+		return fpw_narrow(c, &f, nb);
 	/*
 	 * Column tiles: a packed tile of X within 128 KB and a tile of Y
 	 * within 512 KB, as many per image as threads or a multiple; small

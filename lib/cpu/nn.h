@@ -124,6 +124,13 @@ void ml_pgemm_serial(int64_t m, int64_t n, int64_t k, const float *a, int64_t ld
 bool ml_pgemm_rows_ok(void);
 void ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
 		   const int32_t *boff, const float *bias, float *c, int64_t ldc);
+/*
+ * ml_pgemm_narrow: the same for n <= 16 (planes of 16 positions or fewer),
+ * each B row read for 16 floats (the caller leaves slack past n): one
+ * 16-lane vector per row of C instead of a half-empty 32-wide panel.
+ */
+void ml_pgemm_narrow(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+		     const int32_t *boff, const float *bias, float *c, int64_t ldc);
 /* ml_pgemm_batch: nb such products, A, packed B and C of product i at a + i * sa, etc. */
 void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 		    int64_t sa, const float *bp, int64_t sb, const float *bias, float *c,

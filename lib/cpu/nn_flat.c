@@ -247,7 +247,9 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 		j.N = (j.nimg - 1) * j.g.PS + v->out[1] * j.g.Wq;
 		j.ldc = (j.N + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
 		ml_parallel_for(v->cin, ML_MAX(1, 16384 / j.CS), pad_planes, &j);
-		if (flat_level() == 2)
+		if (flat_level() == 2 && j.N <= 16)
+			ml_pgemm_narrow(v->cout, j.N, K, w, K, j.xp, off, NULL, j.cf, j.ldc);
+		else if (flat_level() == 2)
 			ml_pgemm_rows(v->cout, j.N, K, w, K, j.xp, off, NULL, j.cf, j.ldc);
 		else
 			ml_parallel_for(v->cout, 1, rows_c, &j);

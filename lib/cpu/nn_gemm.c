@@ -136,6 +136,39 @@ KERN(8)
 KERN(4)
 
 /*
+ * KERNN(R): C[R rows (mr valid), n <= 16 columns (mask m0)] = A B (+ the
+ * rows' bias), B's row k the n floats at b + off[k] (all 16 read): the
+ * narrow products (planes of 16 or fewer positions) that a 32-wide panel
+ * would half waste. (A masked load, or a conditional start, made GCC keep
+ * the accumulators in memory.)
+ */
+#define KERNN(R)								\
+__attribute__((target("avx512f")))						\
+static void									\
+kernn##R(int64_t kc, const float *a, int64_t lda, const float *b, const int32_t *off, float *c, \
+	 int64_t ldc, int mr, __mmask16 m0, const float *bias)			\
+{										\
+	const float *ar[R];							\
+	for (int i = 0; i < R; i++)						\
+		ar[i] = a + (i < mr ? i : 0) * lda;				\
+	__m512 acc[R];								\
+	for (int i = 0; i < R; i++)						\
+		acc[i] = _mm512_setzero_ps();					\
+	for (int64_t k = 0; k < kc; k++) {					\
+		__m512 bv = _mm512_loadu_ps(b + off[k]);			\
+		_Pragma("GCC unroll 12")					\
+		for (int i = 0; i < R; i++)					\
+			acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ar[i][k]), bv, acc[i]); \
+	}									\
+	for (int i = 0; i < mr; i++) {						\
+		__m512 x = _mm512_set1_ps(bias != NULL ? bias[i] : 0.0f);	\
+		_mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_add_ps(acc[i], x)); \
+	}									\
+}
+KERNN(12)
+KERNN(4)
+
+/*
  * KERNR(R): KERN with B given by rows: row k of the 32 columns at b +
  * off[k] (unaligned; all 32 are read, whatever m0 and m1 store), so that
  * B can be rows of padded input planes read in place (ml_pgemm_rows)
@@ -434,6 +467,52 @@ ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
 	(void)ldc;
 	ML_ASSERT(!"ml_pgemm_rows without AVX-512");
+#endif
+}
+
+struct pn_job {
+	int64_t m, n, k, lda, ldc;
+	const float *a, *b, *bias;
+	const int32_t *boff;
+	float *c;
+};
+
+#ifdef HAVE_PGEMM
+/* pn_rows: blocks [b, e) of 12 rows of ml_pgemm_narrow's C */
+static void
+pn_rows(void *ctx, int64_t b, int64_t e)
+{
+	const struct pn_job *j = ctx;
+	__mmask16 m0 = (__mmask16)(j->n >= 16 ? 0xffff : (1u << j->n) - 1);
+
+	for (int64_t blk = b; blk < e; blk++) {
+		int64_t i = blk * 12, rem = j->m - i;
+		const float *bias = j->bias != NULL ? j->bias + i : NULL;
+		if (rem > 4)
+			kernn12(j->k, j->a + i * j->lda, j->lda, j->b, j->boff, j->c + i * j->ldc, j->ldc,
+				(int)ML_MIN(rem, 12), m0, bias);
+		else
+			kernn4(j->k, j->a + i * j->lda, j->lda, j->b, j->boff, j->c + i * j->ldc, j->ldc,
+			       (int)rem, m0, bias);
+	}
+}
+#endif
+
+void
+ml_pgemm_narrow(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+		const int32_t *boff, const float *bias, float *c, int64_t ldc)
+{
+#ifdef HAVE_PGEMM
+	ML_ASSERT(pgemm_level() == 2 && n <= 16);
+	struct pn_job j = { m, n, k, lda, ldc, a, b, bias, boff, c };
+	if (m <= 0 || n <= 0)
+		return;
+	int64_t blocks = (m + 11) / 12;
+	ml_parallel_for(blocks, ML_MAX(1, (int64_t)(1 << 15) / ML_MAX(12 * k, 1)), pn_rows, &j);
+#else
+	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
+	(void)ldc;
+	ML_ASSERT(!"ml_pgemm_narrow without AVX-512");
 #endif
 }
 

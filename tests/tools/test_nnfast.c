@@ -328,14 +328,17 @@ out:
 }
 
 /*
- * A graph with one KxK Conv (stride s, pads p, bias), run on random
- * x [N, C, H, W] and weights; compared with a double-precision direct
- * convolution. The shapes below reach Winograd F(4x4, 3x3), over several
- * groups of tiles (across images too) and runs of filters, and im2col with the batch folded into the GEMM's columns, tiles that
- * span images included.
+ * A graph with one KxK Conv (stride s, pads p, bias, conv_groups groups),
+ * run on random x [N, C, H, W] and weights; compared with a
+ * double-precision direct convolution. The shapes below reach Winograd
+ * F(4x4, 3x3), over several groups of tiles (across images too) and runs
+ * of filters, the implicit GEMM, and im2col with the batch folded into the
+ * GEMM's columns, tiles that span images included.
  */
 /* conv_case's Concat of conv_room copies of y after the Conv: arena room while the Conv runs */
 static int conv_room;
+/* conv_nks's groups (C: depthwise) */
+static int64_t conv_groups = 1;
 /* conv_nks's weights as a graph input, not a constant (no kernel may cache what it derives) */
 static bool conv_w_in;
 
@@ -345,13 +348,14 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 	struct ml_err e = { 0 };
 	struct ml_graph *g = NULL;
 	struct ml_session *ss = NULL;
-	int64_t xd[4] = { N, C, H, W }, wd[4] = { M, C, K, K }, bd[1] = { M };
+	int64_t G = conv_groups, CG = C / G;
+	int64_t xd[4] = { N, C, H, W }, wd[4] = { M, CG, K, K }, bd[1] = { M };
 	struct ml_tval x = { 0 }, wt = { 0 };
 	int64_t KK = K * K;
-	float *w = malloc(sizeof(float) * (size_t)(M * C * KK)), *b = malloc(sizeof(float) * (size_t)M);
+	float *w = malloc(sizeof(float) * (size_t)(M * CG * KK)), *b = malloc(sizeof(float) * (size_t)M);
 	bool good = false;
 
-	for (int64_t i = 0; i < M * C * KK; i++)
+	for (int64_t i = 0; i < M * CG * KK; i++)
 		w[i] = frand();
 	for (int64_t i = 0; i < M; i++)
 		b[i] = frand();
@@ -372,7 +376,7 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 		ml_graph_add_input(g, wi, &e);
 	} else {
 		ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_CONST, ML_F32, 4, wd, w,
-				  sizeof(float) * (size_t)(M * C * KK), &e);
+				  sizeof(float) * (size_t)(M * CG * KK), &e);
 	}
 	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_F32, 1, bd, b,
 			  sizeof(float) * (size_t)M, &e);
@@ -381,6 +385,7 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 	ml_node_set_ints(g, nd, "kernel_shape", 2, (int64_t[]){ K, K });
 	ml_node_set_ints(g, nd, "strides", 2, (int64_t[]){ s, s });
 	ml_node_set_ints(g, nd, "pads", 4, (int64_t[]){ p, p, p, p });
+	ml_node_set_int(g, nd, "group", G);
 	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
 	if (conv_room > 0) {
 		const char *cin[64], *cout[] = { "z" };
@@ -401,7 +406,7 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 	if (conv_w_in) {
 		if (ml_tval_alloc(&wt, ML_F32, 4, wd, &e) < 0)
 			goto out;
-		memcpy(wt.data, w, sizeof(float) * (size_t)(M * C * KK));
+		memcpy(wt.data, w, sizeof(float) * (size_t)(M * CG * KK));
 		if (ml_session_set_input(ss, "w", &wt, &e) < 0)
 			goto out;
 	}
@@ -420,13 +425,13 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 		for (int64_t oh = 0; oh < OH; oh++)
 			for (int64_t ow = 0; ow < OW; ow++) {
 				double sum = b[m], mag = fabs(b[m]);
-				for (int64_t c = 0; c < C; c++)
+				for (int64_t c = m / (M / G) * CG; c < (m / (M / G) + 1) * CG; c++)
 					for (int64_t kh = 0; kh < K; kh++)
 						for (int64_t kw = 0; kw < K; kw++) {
 							int64_t ih = oh * s - p + kh, iw = ow * s - p + kw;
 							if (ih < 0 || ih >= H || iw < 0 || iw >= W)
 								continue;
-							double t = (double)w[((m * C + c) * K + kh) * K + kw] *
+							double t = (double)w[((m * CG + c % CG) * K + kh) * K + kw] *
 								   xv[((n * C + c) * H + ih) * W + iw];
 							sum += t;
 							mag += fabs(t);
@@ -457,6 +462,45 @@ wino_cases(void)
 	conv_w_in = true;
 	good = good && conv_nks(2, 48, 70, 14, 14, 3, 1, 1) && conv_nks(1, 24, 16, 30, 30, 3, 1, 1);
 	conv_w_in = false;
+	return good;
+}
+
+/*
+ * narrow_cases: pointwise convolutions of planes of 16 positions or fewer
+ * (ml_pgemm_narrow where AVX-512: X's rows read in place at 4x4, copied
+ * into rows of 16 at 2x3), and a 3x3 one on 2x2 (the implicit GEMM's 6
+ * columns).
+ */
+static bool
+narrow_cases(void)
+{
+	return conv_nks(1, 300, 40, 4, 4, 1, 1, 0) && conv_nks(2, 200, 50, 2, 3, 1, 1, 0) &&
+	       conv_nks(3, 130, 26, 2, 2, 3, 1, 1);
+}
+
+/*
+ * dw_cases: depthwise convolutions (nn_conv.c's row and flat kernels):
+ * MobileNet's 3x3 stride 1 and 2 on 112 and 56 wide planes, EfficientNet's
+ * 5x5, ConvNeXt's 7x7 pad 3, odd widths, small planes, no padding, a
+ * channel multiplier of 2, and a batch.
+ */
+static bool
+dw_cases(void)
+{
+	bool good = true;
+	const int64_t c[][8] = { { 1, 32, 32, 112, 112, 3, 1, 1 }, { 1, 24, 24, 112, 112, 3, 2, 1 },
+				 { 2, 16, 16, 37, 41, 3, 1, 1 }, { 1, 16, 16, 37, 41, 3, 2, 1 },
+				 { 1, 24, 24, 29, 29, 5, 1, 2 }, { 1, 24, 24, 29, 30, 5, 2, 2 },
+				 { 1, 16, 16, 14, 14, 7, 1, 3 }, { 1, 8, 8, 7, 7, 7, 2, 3 },
+				 { 1, 16, 16, 7, 7, 3, 1, 1 }, { 1, 8, 8, 2, 3, 3, 2, 1 },
+				 { 1, 8, 8, 20, 70, 3, 1, 0 }, { 1, 8, 16, 19, 19, 3, 2, 1 } };
+	for (size_t i = 0; i < sizeof c / sizeof c[0] && good; i++) {
+		conv_groups = c[i][1];
+		good = conv_nks(c[i][0], c[i][1], c[i][2], c[i][3], c[i][4], c[i][5], c[i][6], c[i][7]);
+		if (!good)
+			printf("# depthwise case %zu wrong\n", i);
+	}
+	conv_groups = 1;
 	return good;
 }
 
@@ -532,6 +576,8 @@ test_conv(void)
 	ok(conv_case(256, 40, 23, 25, 1), "Conv 3x3 256->40 on 23x25 (Winograd, 256 channels)");
 	ok(conv_case(130, 50, 30, 29, 0), "Conv 3x3 130->50 on 30x29, no pads (Winograd, partial tiles)");
 	ok(wino_cases(), "Conv 3x3 by Winograd: filters split across threads, weights not constant");
+	ok(narrow_cases(), "Conv on planes of 16 positions or fewer (narrow GEMM where AVX-512)");
+	ok(dw_cases(), "depthwise Conv: 3x3, 5x5, 7x7, strides 1 and 2, edges, multiplier 2");
 	ok(conv_case(8, 5, 9, 7, 1), "Conv 3x3 8->5 on 9x7 (im2col)");
 }
 
@@ -614,7 +660,7 @@ main(void)
 		setenv("ML_PGEMM", "avx2", 1);
 		if (!ml_pgemm_ok())
 			_exit(77);
-		_exit(gemm_all(&n) == 0 && conv_batch_cases() ? 0 : 1);
+		_exit(gemm_all(&n) == 0 && conv_batch_cases() && narrow_cases() ? 0 : 1);
 	}
 	int st = 0;
 	bool waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
