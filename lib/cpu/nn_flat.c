@@ -43,6 +43,12 @@
 
 /* The flat result of one GEMM (cout x images' columns) is kept near this many floats. */
 #define FLAT_OUT_MAX ((int64_t)1 << 21)
+/*
+ * The most floats one image's planes, or its flat result, may take (64 MB):
+ * larger images (segmentation at full resolution) go through im2col, whose
+ * column tiles stay bounded, rather than double their activations here.
+ */
+#define FLAT_IMAGE_MAX ((int64_t)1 << 24)
 /* The largest window side. */
 #define FLAT_MAX_K 11
 
@@ -107,9 +113,12 @@ ml_flat_ok(const struct ml_conv3 *v)
 		return false;
 	struct flat_geom f;
 	flat_geom(v, &f);
-	/* B's offsets are int32: a whole image's channels must fit */
-	/* (a 1x1 window is a copy, or a strided one, and a GEMM: nn_conv.c's paths) */
-	return v->ksz > 1 && v->cin * f.s * f.s * (f.PS + f.tail) < INT32_MAX;
+	/*
+	 * An image's planes and result bounded (B's offsets are int32 too); a
+	 * 1x1 window is a copy, or a strided one, and a GEMM: nn_conv.c's paths.
+	 */
+	return v->ksz > 1 && v->cin * f.s * f.s * (f.PS + f.tail) <= FLAT_IMAGE_MAX &&
+	       v->cout * f.PS <= FLAT_IMAGE_MAX;
 }
 
 struct flat {
@@ -220,8 +229,9 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 
 	flat_geom(v, &j.g);
 	int64_t s = j.g.s;
-	/* images per GEMM: as many as keep the flat result near FLAT_OUT_MAX floats */
-	int64_t per = ML_MAX(1, ML_MIN(v->n, FLAT_OUT_MAX / ML_MAX(v->cout * j.g.PS, 1)));
+	/* images per GEMM: as many as keep the flat result and the planes near FLAT_OUT_MAX floats */
+	int64_t big = ML_MAX(v->cout, v->cin * s * s) * j.g.PS;
+	int64_t per = ML_MAX(1, ML_MIN(v->n, FLAT_OUT_MAX / ML_MAX(big, 1)));
 	j.PP = (per * j.g.PS + j.g.tail + 15) / 16 * 16;
 	j.CS = s * s * j.PP;
 	int64_t ldc_max = (per * j.g.PS + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;

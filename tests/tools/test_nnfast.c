@@ -513,12 +513,13 @@ conv_case(int64_t C, int64_t M, int64_t H, int64_t W, int64_t p)
 
 /*
  * Batches: Winograd with tile groups across images (14x14 planes, 16
- * tiles each; 7x7, 4 each), im2col with one tile over all images (5x5
- * windows on 7x7) and with tiles
- * that start and end inside images (13x13 outputs, large K), a 1x1
- * stride-2 convolution (ResNet's downsample), 1x1 stride-1 ones (MobileNet's
- * projections, through fused_mm.c's kernel when large) and a 7x7 stride-2 one with
- * 3 input channels (the first layer).
+ * tiles each; 7x7, 4 each), the implicit GEMM with all images in one
+ * product (5x5 windows on 7x7, 3x3 stride 2 on 25x25) and one image a
+ * product (256 channels of 64x64, stride 2), a 1x1 stride-2 convolution
+ * (ResNet's downsample), 1x1 stride-1 ones (MobileNet's projections,
+ * through fused_mm.c's kernel when large) and a 7x7 stride-2 one with 3
+ * input channels (the first layer). With ML_CONV_FLAT=0 the same shapes
+ * go through im2col, tiles that span images included.
  */
 static bool
 conv_batch_cases(void)
@@ -527,7 +528,7 @@ conv_batch_cases(void)
 	       conv_nks(8, 64, 36, 7, 7, 5, 1, 2) &&
 	       conv_nks(8, 300, 30, 25, 25, 3, 2, 1) && conv_nks(4, 48, 64, 14, 14, 1, 2, 0) &&
 	       conv_nks(8, 144, 24, 28, 28, 1, 1, 0) && conv_nks(3, 40, 24, 9, 11, 1, 1, 0) &&
-	       conv_nks(3, 3, 16, 37, 37, 7, 2, 3);
+	       conv_nks(3, 3, 16, 37, 37, 7, 2, 3) && conv_nks(2, 256, 8, 64, 64, 3, 2, 1);
 }
 
 /*
