@@ -162,11 +162,23 @@ ASAN_ENV = ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:log_path
 	UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_path=$(SAN_LOGS)/ubsan \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp:print_suppressions=0
 
+# A log that holds nothing but LeakSanitizer's "Unable to get registers from
+# thread N." is not a report: at exit, ptrace sometimes cannot read a thread
+# that is being torn down, and LeakSanitizer skips that thread (LLVM demoted
+# the line to a verbose message for that reason: llvm-project pull 116555).
+# Such a log is dropped, saying so; any other line still fails the target.
+LSAN_NOREGS = ^==[0-9]*==Unable to get registers from thread [0-9]*\.$$
+
 # The tests that run make themselves (make install) get the same CFLAGS.
 asan: deps
 	$(MAKE) B=build-asan CFLAGS="-O2 -g $(SAN_FLAGS)" all
 	rm -rf $(SAN_LOGS) && mkdir -p $(SAN_LOGS)
 	$(ASAN_ENV) CFLAGS="-O2 -g $(SAN_FLAGS)" B=build-asan sh tests/run.sh; rc=$$?; \
+	for f in $(SAN_LOGS)/*; do \
+		[ -f "$$f" ] && ! grep -qv "$(LSAN_NOREGS)" "$$f" || continue; \
+		echo "== ignored $$f: $$(cat "$$f") (LeakSanitizer's spurious ptrace failure)"; \
+		rm -f "$$f"; \
+	done; \
 	if [ -n "$$(ls $(SAN_LOGS))" ]; then \
 		echo "== sanitizer reports ($(SAN_LOGS)):"; cat $(SAN_LOGS)/*; exit 1; \
 	fi; \
