@@ -40,13 +40,13 @@ epi_rows(void *ctx, int64_t b, int64_t e)
 }
 
 /*
- * epilogue: bias (per last dim of rowlen), residual z and the node's
- * activation over y, in one pass (ml_fused_tile_epi, whose loops are
- * vectorised for AVX-512 and AVX2 with runtime dispatch).
+ * ml_cpu_fused_epilogue: bias (per last dim of rowlen), residual z and the
+ * node's activation over y, in one pass (ml_fused_tile_epi, whose loops
+ * are vectorised for AVX-512 and AVX2 with runtime dispatch).
  */
-static void
-epilogue(struct ml_opctx *c, struct ml_tval *y, const float *bias, int64_t rowlen,
-	 const struct ml_tval *z)
+void
+ml_cpu_fused_epilogue(struct ml_opctx *c, struct ml_tval *y, const float *bias,
+		      int64_t rowlen, const struct ml_tval *z)
 {
 	struct epi p = { .y = y->data, .bias = bias, .z = z != NULL ? z->data : NULL,
 			 .act = ml_fused_act(c->node) };
@@ -92,7 +92,7 @@ run_fconv(struct ml_opctx *c)
 	if ((rc = ml_cpu_fconv_conv(c)) <= 0)
 		return rc;
 	ML_TRY(base(c, ML_OP_CONV, 3));
-	epilogue(c, c->out[0], NULL, 0, ML_IN(c, 3));
+	ml_cpu_fused_epilogue(c, c->out[0], NULL, 0, ML_IN(c, 3));
 	return 0;
 }
 
@@ -104,7 +104,7 @@ run_fgemm(struct ml_opctx *c)
 	if (rc <= 0)
 		return rc;
 	ML_TRY(base(c, ML_OP_GEMM, 3));
-	epilogue(c, c->out[0], NULL, 0, NULL);
+	ml_cpu_fused_epilogue(c, c->out[0], NULL, 0, NULL);
 	return 0;
 }
 
@@ -145,7 +145,7 @@ run_fmatmul(struct ml_opctx *c)
 		ML_TRY(base(c, ML_OP_MATMUL, 2));
 	}
 	int64_t n = y->rank > 0 ? y->dims[y->rank - 1] : 1;
-	epilogue(c, y, b != NULL ? b->data : NULL, n, ML_IN(c, 3));
+	ml_cpu_fused_epilogue(c, y, b != NULL ? b->data : NULL, n, ML_IN(c, 3));
 	return 0;
 }
 

@@ -377,15 +377,6 @@ fpw_pack_rows(void *ctx, int64_t b, int64_t e)
 	}
 }
 
-static void
-fpw_epi(void *ctx, int64_t b, int64_t e)
-{
-	const struct fpw *f = ctx;
-
-	ml_fused_tile_epi(f->y + b * f->hw, e - b, f->hw, f->hw, NULL,
-			  f->z != NULL ? f->z + b * f->hw : NULL, f->act, f->lo, f->hi);
-}
-
 /*
  * Planes of 16 positions or fewer (DenseNet's 4x4 and 2x2): X's rows are
  * B's rows as they are (copied into rows of 16 when shorter, so that the
@@ -417,9 +408,7 @@ fpw_narrow(struct ml_opctx *c, const struct fpw *f, int64_t nb)
 		ml_pgemm_narrow(f->cout, f->hw, f->cin, f->w, f->cin, xb, off, f->bias,
 				f->y + bi * f->cout * f->hw, f->hw);
 	}
-	if (f->act != ML_ACT_NONE || f->z != NULL)
-		ml_parallel_for(nb * f->cout, ML_MAX(1, 16384 / ML_MAX(f->hw, 1)), fpw_epi,
-				(void *)f);
+	ml_cpu_fused_epilogue(c, c->out[0], NULL, 0, ML_IN(c, 3));
 	return 0;
 }
 
@@ -434,9 +423,7 @@ fpw_whole(struct ml_opctx *c, const struct fpw *f, int64_t nb)
 	ml_parallel_for(nb * f->cin, ML_MAX(1, 8192 / ML_MAX(f->hw, 1)), fpw_pack_rows, &p);
 	ml_pgemm_batch(nb, f->cout, f->hw, f->cin, f->w, f->cin, 0, p.bp, p.plen, f->bias, f->y,
 		       f->hw, f->cout * f->hw, false);
-	if (f->act != ML_ACT_NONE || f->z != NULL)
-		ml_parallel_for(nb * f->cout, ML_MAX(1, 16384 / ML_MAX(f->hw, 1)), fpw_epi,
-				(void *)f);
+	ml_cpu_fused_epilogue(c, c->out[0], NULL, 0, ML_IN(c, 3));
 	return 0;
 }
 

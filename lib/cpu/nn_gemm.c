@@ -98,19 +98,21 @@ ml_pgemm_packed_len(int64_t k, int64_t n)
  * 1 the current C. Rows past mr read row 0 of A and are not stored.
  */
 /*
- * PG_PRODUCT(R, kc, bp): the register tile every kernel here computes:
- * c0, c1[i] (columns 0-15, 16-31 of row i) = sum over k < kc of ar[i][k]
- * times row k of the panel bp, for the R rows ar[] (declared by the caller).
+ * PG_PRODUCT_AT(R, kc, LOAD, ROW): the register tile every kernel here
+ * computes: c0, c1[i] (columns 0-15, 16-31 of row i) = sum over k < kc of
+ * ar[i][k] times the 32 floats of B's row k, which start at ROW (an
+ * expression of k) and are read with LOAD, for the R rows ar[] (declared
+ * by the caller). PG_PRODUCT(R, kc, bp): B a packed panel at bp (aligned).
  */
-#define PG_PRODUCT(R, kc, bp)							\
+#define PG_PRODUCT_AT(R, kc, LOAD, ROW)						\
 	__m512 c0[R], c1[R];							\
 	for (int i = 0; i < R; i++) {						\
 		c0[i] = _mm512_setzero_ps();					\
 		c1[i] = _mm512_setzero_ps();					\
 	}									\
 	for (int64_t k = 0; k < (kc); k++) {					\
-		__m512 b0 = _mm512_load_ps((bp) + k * ML_PG_NR);		\
-		__m512 b1 = _mm512_load_ps((bp) + k * ML_PG_NR + 16);		\
+		__m512 b0 = LOAD(ROW);						\
+		__m512 b1 = LOAD((ROW) + 16);					\
 		_Pragma("GCC unroll 12")					\
 		for (int i = 0; i < R; i++) {					\
 			__m512 av = _mm512_set1_ps(ar[i][k]);			\
@@ -118,6 +120,7 @@ ml_pgemm_packed_len(int64_t k, int64_t n)
 			c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);			\
 		}								\
 	}
+#define PG_PRODUCT(R, kc, bp) PG_PRODUCT_AT(R, kc, _mm512_load_ps, (bp) + k * ML_PG_NR)
 
 #define KERN(R)									\
 __attribute__((target("avx512f")))						\
@@ -184,21 +187,7 @@ kernr##R(int64_t kc, const float *a, int64_t lda, const float *b, const int32_t 
 	const float *ar[R];							\
 	for (int i = 0; i < R; i++)						\
 		ar[i] = a + (i < mr ? i : 0) * lda;				\
-	__m512 c0[R], c1[R];							\
-	for (int i = 0; i < R; i++) {						\
-		c0[i] = _mm512_setzero_ps();					\
-		c1[i] = _mm512_setzero_ps();					\
-	}									\
-	for (int64_t k = 0; k < kc; k++) {					\
-		__m512 b0 = _mm512_loadu_ps(b + off[k]);			\
-		__m512 b1 = _mm512_loadu_ps(b + off[k] + 16);			\
-		_Pragma("GCC unroll 12")					\
-		for (int i = 0; i < R; i++) {					\
-			__m512 av = _mm512_set1_ps(ar[i][k]);			\
-			c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);			\
-			c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);			\
-		}								\
-	}									\
+	PG_PRODUCT_AT(R, kc, _mm512_loadu_ps, b + off[k])			\
 	TILE512_STORE(c0, c1, mr, c, ldc, m0, m1, bias, mode)			\
 }
 KERNR(12)

@@ -349,7 +349,8 @@ W512 static inline void
 g6(__m512 g0, __m512 g1, __m512 g2, __m512 o[6])
 {
 	__m512 s02 = _mm512_add_ps(g0, g2);
-	__m512 a = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 24), g0, _mm512_mul_ps(_mm512_set1_ps(1.0f / 6), g2));
+	__m512 a = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 24), g0,
+				   _mm512_mul_ps(_mm512_set1_ps(1.0f / 6), g2));
 	__m512 b = _mm512_mul_ps(_mm512_set1_ps(1.0f / 12), g1);
 
 	o[0] = _mm512_mul_ps(_mm512_set1_ps(0.25f), g0);

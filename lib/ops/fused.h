@@ -68,6 +68,14 @@ int ml_cpu_fconv_conv(struct ml_opctx *c);
 void ml_fused_unpack(const float *bp, int64_t k, int64_t n, float *b);
 int ml_cpu_attention(struct ml_opctx *c);
 /*
+ * ml_cpu_fused_epilogue (lib/cpu/fused.c): one pass over y (c's output, or
+ * y's shape) that adds bias per column of rows rowlen long (NULL: none;
+ * rowlen <= 0: one row) and the residual z (NULL: none), then applies c's
+ * node's activation (its clip_min and clip_max for Clip).
+ */
+void ml_cpu_fused_epilogue(struct ml_opctx *c, struct ml_tval *y, const float *bias,
+			   int64_t rowlen, const struct ml_tval *z);
+/*
  * ml_fused_tile_epi: over m rows of n floats (row stride ldc) of y, add
  * bias[0..n) and the rows of z (same strides; either NULL: none), then
  * apply activation act (ML_ACT_*, Clip within [lo, hi]).
