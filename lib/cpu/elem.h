@@ -30,6 +30,15 @@ bool ml_cpu_has_half(const struct ml_opctx *c);
 int ml_cpu_tmp_convert(struct ml_tval *dst, const struct ml_tval *src, enum ml_dtype dt,
 		       struct ml_err *e);
 
+/*
+ * lib/cpu/vmath.c: y[0..n) = f(x[0..n)) for the unary code un (ML_UN_*,
+ * lib/act.def) in AVX-512 or AVX2 registers (fastmath.h's scalar loops
+ * without either; y may be x). ml_vunary_has: whether un is one of them
+ * (Sigmoid, Tanh, SiLU, GELU, Exp); ml_vunary returns 1 for any other.
+ */
+bool ml_vunary_has(int un);
+int ml_vunary(int un, float *y, const float *x, int64_t n);
+
 /* Kernels of lib/cpu/elem_unary.c, listed in ml_cpu_elem[] (lib/cpu/elem.c). */
 int ml_cpu_unary(struct ml_opctx *c);
 int ml_cpu_clip(struct ml_opctx *c);

@@ -123,6 +123,20 @@ un_relu_simd_f32(void *o_, const void *x_, int64_t n, const struct uparm *p)
 		o[i] = x[i] < 0 ? 0.0f : x[i];
 }
 
+/* Sigmoid, Tanh, SiLU, GELU (exact) and Exp on f32: vmath.c's vector loops. */
+#define DEF_VUNARY(NAME, UN) \
+static void \
+NAME(void *o, const void *x, int64_t n, const struct uparm *p) \
+{ \
+	(void)p; \
+	ml_vunary(UN, o, x, n); \
+}
+DEF_VUNARY(un_vsigmoid_f32, ML_UN_SIGMOID)
+DEF_VUNARY(un_vtanh_f32, ML_UN_TANH)
+DEF_VUNARY(un_vsilu_f32, ML_UN_SILU)
+DEF_VUNARY(un_vgelu_f32, ML_UN_GELU)
+DEF_VUNARY(un_vexp_f32, ML_UN_EXP)
+
 /* IsNaN and IsInf read floats and write bool. */
 #define DEF_CLASSIFY(T, SUF) \
 static void \
@@ -242,6 +256,16 @@ lookup(enum ml_op op, enum ml_dtype t, bool gelu_tanh, int64_t *scale)
 			return d ? un_GELU_TANH_f64 : un_GELU_TANH_f32;
 		if (op == ML_OP_RELU && !d)
 			return un_relu_simd_f32;
+		if (!d) {
+			switch (op) {
+			case ML_OP_SIGMOID: return un_vsigmoid_f32;
+			case ML_OP_TANH: return un_vtanh_f32;
+			case ML_OP_SILU: return un_vsilu_f32;
+			case ML_OP_GELU: return un_vgelu_f32;
+			case ML_OP_EXP: return un_vexp_f32;
+			default: break;
+			}
+		}
 		switch (op) {
 #define X(NAME, EXPR) case ML_OP_##NAME: return d ? un_##NAME##_f64 : un_##NAME##_f32;
 		FLOAT_UNARY(X)

@@ -14,7 +14,6 @@
 
 #include "ml_impl.h"
 #include "cpu/elem.h"
-#include "cpu/fastmath.h"
 #include "cpu/nn.h"
 #include "ops/fused.h"
 
@@ -158,12 +157,6 @@ run_flayernorm(struct ml_opctx *c)
 /*
  * FusedElementwise.
  */
-static inline float
-sigm(float v)
-{
-	return 1.0f / (1.0f + ml_expf(-v));
-}
-
 #define BLK 256
 
 struct operand {
@@ -246,15 +239,15 @@ felem_chunk(void *ctx, int64_t b0, int64_t e0)
 			case ML_FE_MAX: BIN(u > w || u != u ? u : w) break;
 			case ML_FE_MIN: BIN(u < w || u != u ? u : w) break;
 			case ML_FE_RELU: UN(u > 0.0f ? u : 0.0f) break;
-			case ML_FE_SIGMOID: UN(sigm(u)) break;
-			case ML_FE_TANH: UN(ml_tanhf(u)) break;
-			case ML_FE_EXP: UN(ml_expf(u)) break;
+			case ML_FE_SIGMOID: ml_vunary(ML_UN_SIGMOID, v, v, n); break;
+			case ML_FE_TANH: ml_vunary(ML_UN_TANH, v, v, n); break;
+			case ML_FE_EXP: ml_vunary(ML_UN_EXP, v, v, n); break;
 			case ML_FE_NEG: UN(-u) break;
 			case ML_FE_ABS: UN(fabsf(u)) break;
 			case ML_FE_SQRT: UN(sqrtf(u)) break;
 			case ML_FE_ERF: UN(erff(u)) break;
-			case ML_FE_GELU: UN(0.5f * u * ml_erfcf(-u * (float)M_SQRT1_2)) break;
-			case ML_FE_SILU: UN(u / (1.0f + ml_expf(-u))) break;
+			case ML_FE_GELU: ml_vunary(ML_UN_GELU, v, v, n); break;
+			case ML_FE_SILU: ml_vunary(ML_UN_SILU, v, v, n); break;
 			case ML_FE_RECIPROCAL: UN(1.0f / u) break;
 			default: break;
 			}

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "ml_impl.h"
+#include "cpu/elem.h"
 #include "cpu/fastmath.h"
 #include "cpu/nn.h"
 #include "ops/fused.h"
@@ -73,10 +74,21 @@ tile_add(float *y, int64_t m, int64_t n, int64_t ldc, const float *bias, const f
 
 ACT_FN(act_relu, v > 0.0f ? v : 0.0f)
 ACT_FN(act_clip, v < lo ? lo : v > hi ? hi : v)
-ACT_FN(act_sigmoid, 1.0f / (1.0f + ml_expf(-v)))
-ACT_FN(act_tanh, ml_tanhf(v))
-ACT_FN(act_silu, v / (1.0f + ml_expf(-v)))
-ACT_FN(act_gelu, 0.5f * v * ml_erfcf(-v * (float)M_SQRT1_2))
+
+/* the transcendental ones: vmath.c's vector loops, row by row */
+#define VACT_FN(NAME, UN) \
+	static void \
+	NAME(float *y, int64_t m, int64_t n, int64_t ldc, float lo, float hi) \
+	{ \
+		(void)lo, (void)hi; \
+		for (int64_t i = 0; i < m; i++) \
+			ml_vunary(UN, y + i * ldc, y + i * ldc, n); \
+	}
+
+VACT_FN(act_sigmoid, ML_UN_SIGMOID)
+VACT_FN(act_tanh, ML_UN_TANH)
+VACT_FN(act_silu, ML_UN_SILU)
+VACT_FN(act_gelu, ML_UN_GELU)
 
 void
 ml_fused_tile_epi(float *y, int64_t m, int64_t n, int64_t ldc, const float *bias, const float *z,
