@@ -16,6 +16,8 @@
  *   the residual and the activation applied to each tile); the im2col
  *   rows are runs of C contiguous floats, and a pointwise convolution's
  *   im2col is X itself. Without the packed SGEMM: BLAS, then one pass;
+ * - one group and at most 4 input channels (RGB stems), W packed: direct
+ *   on AVX-512, 6 pixels by 32 outputs in registers, no im2col;
  * - anything else (other groups): direct loops, correct but not fast.
  */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -329,6 +331,97 @@ gemm_rows(struct ml_opctx *c, const float *a, int64_t r0, int64_t m, int64_t K, 
 	return 0;
 }
 
+/*
+ * Few input channels (the RGB stems, 4 or fewer) with W packed in panels
+ * of 32 outputs: direct, 6 output pixels by a panel at a time, each tap's
+ * input value broadcast against the panel's row of W, with no im2col (its
+ * rows of 27 floats cost more than the product: MobileNet's stem took 350
+ * us that way, about 60 GFLOP/s). AVX-512 only; the im2col path serves
+ * the other CPUs (and ML_NHWC=avx2).
+ */
+#define FEW_C 4
+#define FEW_PX 6
+
+#ifdef HAVE_SIMD
+__attribute__((target("avx512f")))
+static void
+few_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, H = v->in[1], W = v->in[2], OW = v->out[2], M = v->cout;
+	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+	int64_t K = KH * KW * C;
+
+	for (int64_t ow0 = 0; ow0 < OW; ow0 += FEW_PX) {
+		int r = (int)ML_MIN(FEW_PX, OW - ow0);
+		bool inside = r == FEW_PX && ow0 * sw - pw >= 0 &&
+			      (ow0 + FEW_PX - 1) * sw - pw + (KW - 1) * dw < W;
+		for (int64_t c0 = 0; c0 < M; c0 += 32) {
+			int64_t rem = M - c0;
+			__mmask16 m0 = (__mmask16)(rem >= 16 ? 0xffff : (1u << rem) - 1);
+			__mmask16 m1 = (__mmask16)(rem >= 32 ? 0xffff : rem <= 16 ? 0 :
+						   (1u << (rem - 16)) - 1);
+			const float *wp = j->w + c0 * K;	/* panel c0 / 32: K rows of 32 */
+			__m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+			if (j->bias != NULL) {
+				b0 = _mm512_maskz_loadu_ps(m0, j->bias + c0);
+				b1 = _mm512_maskz_loadu_ps(m1, j->bias + c0 + 16);
+			}
+			__m512 a0[FEW_PX], a1[FEW_PX];
+			for (int q = 0; q < FEW_PX; q++) {
+				a0[q] = b0;
+				a1[q] = b1;
+			}
+			for (int64_t kh = 0; kh < KH; kh++) {
+				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+				if (ih < 0 || ih >= H)
+					continue;
+				const float *xr = j->x + (n * H + ih) * W * C;
+				for (int64_t kw = 0; kw < KW; kw++) {
+					int64_t iw0 = ow0 * sw - pw + kw * dw;
+					const float *wk = wp + (kh * KW + kw) * C * 32;
+					for (int64_t ci = 0; ci < C; ci++) {
+						__m512 w0 = _mm512_loadu_ps(wk + ci * 32);
+						__m512 w1 = _mm512_loadu_ps(wk + ci * 32 + 16);
+						_Pragma("GCC unroll 6")
+						for (int q = 0; q < FEW_PX; q++) {
+							int64_t iw = iw0 + q * sw;
+							if (!inside && (q >= r || iw < 0 || iw >= W))
+								continue;
+							__m512 xv = _mm512_set1_ps(xr[iw * C + ci]);
+							a0[q] = _mm512_fmadd_ps(xv, w0, a0[q]);
+							a1[q] = _mm512_fmadd_ps(xv, w1, a1[q]);
+						}
+					}
+				}
+			}
+			_Pragma("GCC unroll 6")
+			for (int q = 0; q < FEW_PX; q++) {
+				if (q >= r)
+					continue;
+				float *yp = yr + (ow0 + q) * M + c0;
+				_mm512_mask_storeu_ps(yp, m0, a0[q]);
+				_mm512_mask_storeu_ps(yp + 16, m1, a1[q]);
+			}
+		}
+	}
+}
+
+static void
+few_rows(void *ctx, int64_t b, int64_t e)
+{
+	const struct nhwc *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t OH = v->out[1], len = v->out[2] * v->cout;
+
+	for (int64_t row = b; row < e; row++) {
+		float *yr = j->y + row * len;
+		few_row512(j, row / OH, row % OH, yr);
+		rowepi(j, yr, j->z != NULL ? j->z + row * len : NULL, len);
+	}
+}
+#endif
+
 static int
 conv_dense(struct ml_opctx *c, const struct ml_conv3 *v, struct nhwc *j)
 {
@@ -340,6 +433,13 @@ conv_dense(struct ml_opctx *c, const struct ml_conv3 *v, struct nhwc *j)
 		pointwise &= v->s[i] == 1 && v->p[i] == 0 && v->pe[i] == 0;
 	if (pointwise)
 		return gemm_rows(c, j->x, 0, rows, K, M);
+#ifdef HAVE_SIMD
+	if (j->level == 2 && v->cin <= FEW_C && ml_attr_int(c->node, "packed_n", 0) == M) {
+		int64_t per = v->out[2] * M * K;
+		ml_parallel_for(v->n * v->out[1], ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), few_rows, j);
+		return 0;
+	}
+#endif
 	int64_t chunk = ML_MAX(1, ML_MIN(rows, COL_MAX / ML_MAX(K, 1)));
 	j->col = ml_cpu_scratch(0, sizeof(float) * (size_t)(chunk * K));
 	if (j->col == NULL)

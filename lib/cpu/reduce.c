@@ -244,6 +244,70 @@ red_chunk(void *ctx, int64_t b, int64_t e)
 }
 
 /*
+ * Sums of rows: Sum and Mean of f32 over R rows of IN columns when the
+ * outer rows and column blocks are too few to keep the threads busy (the
+ * squeeze-excitation pools of an NHWC EfficientNet: one [H W, C] sum,
+ * which ran on one thread). The rows are cut into fixed runs of about
+ * CS_ELEMS elements, not by the thread count, so the result does not
+ * depend on it; each run is summed into its own partial row, and the
+ * partial rows are then added in order.
+ */
+#define CS_ELEMS 16384
+/* below this many tasks (outer rows by column blocks): a constant, so that the path does not depend on the threads */
+#define CS_TASKS 8
+
+struct csjob {
+	const float *x;
+	float *part;
+	int64_t R, IN, rows, nch;
+};
+
+static void
+cs_chunk(void *ctx, int64_t b, int64_t e)
+{
+	const struct csjob *j = ctx;
+	for (int64_t u = b; u < e; u++) {
+		int64_t o = u / j->nch, r0 = u % j->nch * j->rows, r1 = ML_MIN(j->R, r0 + j->rows);
+		const float *xp = j->x + (o * j->R + r0) * j->IN;
+		float *p = j->part + u * j->IN;
+		memcpy(p, xp, sizeof(float) * (size_t)j->IN);
+		for (int64_t r = 1; r < r1 - r0; r++)
+			for (int64_t i = 0; i < j->IN; i++)
+				p[i] += xp[r * j->IN + i];
+	}
+}
+
+/* colsum: the rows-split Sum or Mean; 1 when it does not apply, -1 out of memory */
+static int
+colsum(const struct rjob *rj)
+{
+	if ((rj->op != ML_OP_REDUCE_SUM && rj->op != ML_OP_REDUCE_MEAN) || rj->fn != red_f32 ||
+	    rj->IN < 8 || rj->O * rj->nb >= CS_TASKS || rj->R * rj->IN < 2 * CS_ELEMS)
+		return 1;
+	struct csjob j = { .x = rj->x, .R = rj->R, .IN = rj->IN };
+	j.rows = ML_MAX(1, CS_ELEMS / j.IN);
+	j.nch = (j.R + j.rows - 1) / j.rows;
+	j.part = malloc(sizeof(float) * (size_t)(rj->O * j.nch * j.IN));
+	if (j.part == NULL)
+		return -1;
+	ml_parallel_for(rj->O * j.nch, 1, cs_chunk, &j);
+	float *y = rj->y;
+	for (int64_t o = 0; o < rj->O; o++) {
+		const float *p = j.part + o * j.nch * j.IN;
+		float *yo = y + o * j.IN;
+		memcpy(yo, p, sizeof(float) * (size_t)j.IN);
+		for (int64_t ch = 1; ch < j.nch; ch++)
+			for (int64_t i = 0; i < j.IN; i++)
+				yo[i] += p[ch * j.IN + i];
+		if (rj->op == ML_OP_REDUCE_MEAN)
+			for (int64_t i = 0; i < j.IN; i++)
+				yo[i] /= (float)j.R;
+	}
+	free(j.part);
+	return 0;
+}
+
+/*
  * gather_perm: copy x (rank, dims) into dst transposed by perm, i.e. dst
  * has dims[perm[0]], dims[perm[1]], ... Only for element sizes 1-8.
  */
@@ -342,7 +406,12 @@ run_reduce(struct ml_opctx *c)
 		j.x = tmp.data;
 	}
 	rjob_split(&j);
-	if (j.O * j.IN > 0)
+	int cs = j.O * j.IN > 0 ? colsum(&j) : 0;
+	if (cs < 0) {
+		ml_tval_clear(&tmp);
+		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	}
+	if (cs > 0 && j.O * j.IN > 0)
 		ml_parallel_for(j.O * j.nb, rjob_grain(&j), red_chunk, &j);
 	ml_tval_clear(&tmp);
 	return 0;

@@ -161,6 +161,22 @@ run_t2(const struct sview *v, int64_t b, int64_t e)
 				}
 			}
 #endif
+			/* rows of 4 or fewer 4-byte elements (an RGB image to NHWC): one loop, no call per row */
+			if (es == 4 && B <= 4) {
+				uint32_t *df = (uint32_t *)(void *)d;
+				const uint32_t *sf = (const uint32_t *)(const void *)s;
+				int64_t lf = ld / 4;
+				if (ld % 4 == 0 && B == 3)
+					for (; i < i1; i++) {
+						df[i * 3] = sf[i];
+						df[i * 3 + 1] = sf[i + lf];
+						df[i * 3 + 2] = sf[i + 2 * lf];
+					}
+				else if (ld % 4 == 0)
+					for (; i < i1; i++)
+						for (int64_t j = 0; j < B; j++)
+							df[i * B + j] = sf[i + j * lf];
+			}
 			for (; i < i1; i++)
 				copy_elems(d + ((size_t)i * (size_t)B + (size_t)j0) * es,
 					   s + (size_t)i * es + j0 * ld, j1 - j0, ld, es);

@@ -269,6 +269,11 @@ static const struct kcase kcases[] = {
 	{ 1, 7, 10, 11, 9, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, true, false, "" },
 	{ 1, 6, 9, 9, 10, 3, 3, 1, 2, 2, { 2, 1, 0, 2 }, true, true, "Tanh" },
 	{ 1, 7, 10, 11, 9, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, false, true, "" },
+	/* RGB stems, W packed (the direct few-channel kernel): two panels, a masked one, dilation */
+	{ 2, 3, 20, 19, 40, 3, 3, 1, 2, 1, { 1, 1, 1, 1 }, true, true, "Silu" },
+	{ 1, 3, 23, 17, 32, 3, 3, 1, 2, 1, { 0, 1, 1, 0 }, true, false, "Clip" },
+	{ 1, 1, 9, 12, 16, 5, 5, 1, 1, 2, { 2, 2, 2, 2 }, true, false, "Relu" },
+	{ 1, 4, 30, 31, 24, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, true, true, "" },
 	/* other groups and a channel multiplier: the direct loops */
 	{ 1, 12, 7, 8, 18, 3, 3, 3, 1, 1, { 1, 1, 1, 1 }, false, true, "Relu" },
 	{ 1, 6, 6, 7, 12, 3, 3, 6, 2, 1, { 1, 0, 1, 0 }, false, false, "" },

@@ -1067,6 +1067,106 @@ test_misc(void)
 	tg_free(&t);
 }
 
+/*
+ * Sum and Mean of many rows of few columns with few outer rows (an NHWC
+ * [N, H, W, C] pooled over H and W): reduce.c splits the rows into fixed
+ * runs, so the sums must match double-precision ones and be the same bits
+ * at any thread count.
+ */
+static void
+test_reduce_rows(void)
+{
+	static const int64_t xd[4] = { 2, 56, 56, 144 }, axes[2] = { 1, 2 };
+	int64_t n = xd[0] * xd[1] * xd[2] * xd[3], R = xd[1] * xd[2];
+	struct ml_tval in = tv(ML_F32, 4, xd, NULL);
+	float *x = in.data;
+	for (int64_t i = 0; i < n; i++)
+		x[i] = (float)((rs = rs * 6364136223846793005ull + 1442695040888963407ull) >> 40) /
+		       (float)(1 << 24) - 0.25f;
+	double want[2 * 144];
+	for (int o = 0; o < 2; o++)
+		for (int c = 0; c < 144; c++) {
+			double a = 0;
+			for (int64_t r = 0; r < R; r++)
+				a += x[(o * R + r) * 144 + c];
+			want[o * 144 + c] = a / (double)R;
+		}
+	struct tg t;
+	float first[2 * 144];
+	bool same = true, good = true;
+	for (int th = 1; th <= 3; th++) {
+		ml_set_threads(th);
+		tg_init(&t, 13);
+		tg_input(&t, "x", ML_F32, 4, xd);
+		int ni = tg_node(&t, "ReduceMean", "x", "y");
+		ml_node_set_ints(t.g, ni, "axes", 2, axes);
+		good &= tg_run(&t, 1, &in) == 0 && all_near_f32(&t.out[0], want, 2 * 144, 1e-5);
+		if (good && th == 1)
+			memcpy(first, t.out[0].data, sizeof first);
+		else if (good)
+			same &= memcmp(first, t.out[0].data, sizeof first) == 0;
+		tg_free(&t);
+	}
+	ml_set_threads(0);
+	ok(good, "ReduceMean over H and W of [2, 56, 56, 144] (rows split) matches double sums");
+	ok(good && same, "... and gives the same bits on 1, 2 and 3 threads");
+	/* ReduceSum (axes as an input) over axis 0 of [1000, 40], kept */
+	static const int64_t sd[2] = { 1000, 40 }, one = 1;
+	static const int64_t ax0 = 0;
+	double ws[40];
+	for (int c = 0; c < 40; c++) {
+		ws[c] = 0;
+		for (int r = 0; r < 1000; r++)
+			ws[c] += x[r * 40 + c];
+	}
+	struct ml_tval sx = tv(ML_F32, 2, sd, x);
+	tg_init(&t, 13);
+	tg_input(&t, "x", ML_F32, 2, sd);
+	tg_const(&t, "axes", ML_I64, 1, &one, &ax0);
+	tg_node(&t, "ReduceSum", "x,axes", "y");
+	good = tg_run(&t, 1, &sx) == 0 && all_near_f32(&t.out[0], ws, 40, 1e-5) &&
+	       t.out[0].rank == 2 && t.out[0].dims[0] == 1;
+	ok(good, "ReduceSum over axis 0 of [1000, 40] (rows split) matches double sums");
+	tg_free(&t);
+	tv_clear(1, &sx);
+	tv_clear(1, &in);
+}
+
+/* Add, Sub, Mul, Div of [1, 9, 7, 37] and a row of [37] on either side (elem.c's row loop) */
+static void
+test_row_bcast(void)
+{
+	static const int64_t md[4] = { 1, 9, 7, 37 }, rd[1] = { 37 };
+	static const char *ops[4] = { "Add", "Sub", "Mul", "Div" };
+	int64_t n = 9 * 7 * 37;
+	float m[9 * 7 * 37], r[37];
+	for (int64_t i = 0; i < n; i++)
+		m[i] = 0.5f + (float)(i % 13) * 0.25f;
+	for (int i = 0; i < 37; i++)
+		r[i] = 1.0f + (float)i * 0.125f;
+	struct ml_tval vm = tv(ML_F32, 4, md, m), vr = tv(ML_F32, 1, rd, r);
+	bool good = true;
+	for (int k = 0; k < 4; k++)
+		for (int first = 0; first < 2; first++) {
+			struct tg t;
+			tg_init(&t, 13);
+			tg_input(&t, "a", ML_F32, first ? 1 : 4, first ? rd : md);
+			tg_input(&t, "b", ML_F32, first ? 4 : 1, first ? md : rd);
+			tg_node(&t, ops[k], "a,b", "y");
+			struct ml_tval in2[2] = { first ? vr : vm, first ? vm : vr };
+			good &= tg_run(&t, 2, in2) == 0 && ml_tval_numel(&t.out[0]) == n;
+			for (int64_t i = 0; good && i < n; i++) {
+				double x = first ? r[i % 37] : m[i], y = first ? m[i] : r[i % 37];
+				double w = k == 0 ? x + y : k == 1 ? x - y : k == 2 ? x * y : x / y;
+				good &= near(((const float *)t.out[0].data)[i], w, 1e-6);
+			}
+			tg_free(&t);
+		}
+	ok(good, "Add, Sub, Mul, Div of [1, 9, 7, 37] by a row of 37, row second and first");
+	tv_clear(1, &vm);
+	tv_clear(1, &vr);
+}
+
 int
 main(void)
 {
@@ -1074,6 +1174,8 @@ main(void)
 	test_quant();
 	test_einsum();
 	test_misc();
+	test_reduce_rows();
+	test_row_bcast();
 	printf("1..%d\n", ntest);
 	return nfail != 0;
 }
