@@ -23,17 +23,8 @@ static const int64_t to_nhwc[4] = { 0, 2, 3, 1 }, to_nchw[4] = { 0, 3, 1, 2 };
 
 /*
  * The cost estimate, in the time of transposing one element (about 0.12 ns
- * on the machines the bench runs on). A pointwise convolution (1x1, stride
- * 1) is one SGEMM either way, but in NHWC X is the GEMM's A as it is (rows
- * of channels, broadcast) and Y its rows, where NCHW packs X into 32-wide
- * column panels each run and pads the plane to whole panels: NHWC saves
- * about 4 ps a multiply-add (MobileNet-V2's 14x14 and 7x7 layers: 1.4 to
- * 1.7 times faster), 1/30 of a transposed element, when Cout fills the
- * panels (32 or more); below that the panels are half empty and it loses
- * as much. Planes of 16 or fewer count nothing (NCHW's narrow kernel reads
- * X in place; DenseNet's 4x4 and 2x2 layers). Other dense convolutions lose Winograd and the implicit GEMM of
- * NCHW for im2col: about 1/25 of an element a multiply-add (ResNet-18 in
- * NHWC: 33% slower). A depthwise one differs per
+ * on the machines the bench runs on). Dense convolutions run the same
+ * SGEMM in either layout and count nothing. A depthwise one differs per
  * multiply-add by about K / (4 OW) - 0.04 ns (K the window's width, OW the
  * output's): NCHW's loops run along output rows, which lose against
  * channel vectors when rows are short and windows wide (ConvNeXt's 7x7 on
@@ -44,8 +35,6 @@ static const int64_t to_nhwc[4] = { 0, 2, 3, 1 }, to_nchw[4] = { 0, 3, 1, 2 };
  */
 #define DW_NUM(k, ow) (100 * (k) - 16 * (ow))
 #define DW_DEN(ow) (48 * (ow))
-#define PW_DEN 30
-#define DENSE_DEN 25
 
 /*
  * A node's role: outside any region; a Conv or an elementwise node that
@@ -207,18 +196,10 @@ static int64_t
 conv_gain(const struct opt *o, int ni)
 {
 	const struct ml_node *n = &o->g->nodes[ni];
+	if (ml_attr_int(n, "group", 1) == 1)
+		return 0;
 	const struct ml_tensor *w = o->g->tensors[n->in[1]], *y = o->g->tensors[n->out[0]];
 	int64_t macs = numel(o, n->out[0]) * w->dims[2] * w->dims[3], ow = ML_MAX(y->dims[3], 1);
-	if (ml_attr_int(n, "group", 1) == 1) {
-		macs *= w->dims[1];
-		const int64_t *st;
-		int ns = ml_attr_ints(n, "strides", &st);
-		bool s1 = ns < 2 || (st[0] == 1 && st[1] == 1);
-		if (w->dims[2] == 1 && w->dims[3] == 1 && s1)
-			return numel(o, n->out[0]) / ML_MAX(w->dims[0], 1) <= 16 ? 0 :
-			       (w->dims[0] >= 32 ? macs : -macs) / PW_DEN;
-		return -macs / DENSE_DEN;
-	}
 	return macs * DW_NUM(w->dims[3], ow) / DW_DEN(ow);
 }
 
