@@ -75,33 +75,20 @@ tile_add(float *y, int64_t m, int64_t n, int64_t ldc, const float *bias, const f
 ACT_FN(act_relu, v > 0.0f ? v : 0.0f)
 ACT_FN(act_clip, v < lo ? lo : v > hi ? hi : v)
 
-/* the transcendental ones: vmath.c's vector loops, row by row */
-#define VACT_FN(NAME, UN) \
-	static void \
-	NAME(float *y, int64_t m, int64_t n, int64_t ldc, float lo, float hi) \
-	{ \
-		(void)lo, (void)hi; \
-		for (int64_t i = 0; i < m; i++) \
-			ml_vunary(UN, y + i * ldc, y + i * ldc, n); \
-	}
-
-VACT_FN(act_sigmoid, ML_UN_SIGMOID)
-VACT_FN(act_tanh, ML_UN_TANH)
-VACT_FN(act_silu, ML_UN_SILU)
-VACT_FN(act_gelu, ML_UN_GELU)
-
 void
 ml_fused_tile_epi(float *y, int64_t m, int64_t n, int64_t ldc, const float *bias, const float *z,
 		  int act, float lo, float hi)
 {
-	static void (*const fn[])(float *, int64_t, int64_t, int64_t, float, float) = {
-		[ML_ACT_RELU] = act_relu, [ML_ACT_CLIP] = act_clip, [ML_ACT_SIGMOID] = act_sigmoid,
-		[ML_ACT_TANH] = act_tanh, [ML_ACT_SILU] = act_silu, [ML_ACT_GELU] = act_gelu,
-	};
 	if (bias != NULL || z != NULL)
 		tile_add(y, m, n, ldc, bias, z);
-	if (act > ML_ACT_NONE && act <= ML_ACT_GELU)
-		fn[act](y, m, n, ldc, lo, hi);
+	if (act == ML_ACT_RELU)
+		act_relu(y, m, n, ldc, lo, hi);
+	else if (act == ML_ACT_CLIP)
+		act_clip(y, m, n, ldc, lo, hi);
+	else if (act > ML_ACT_NONE && act <= ML_ACT_GELU)
+		/* Sigmoid, Tanh, SiLU, GELU (ML_ACT_* are ML_UN_* codes): vmath.c, row by row */
+		for (int64_t i = 0; i < m; i++)
+			ml_vunary(act, y + i * ldc, y + i * ldc, n);
 }
 
 /*

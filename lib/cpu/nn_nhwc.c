@@ -46,6 +46,8 @@ struct nhwc {
 	int64_t r0;		/* im2col: the first output row of the chunk */
 	int act, level;
 	float lo, hi;
+	/* conv_rows: output row oh of image n into yr (bias included) */
+	void (*row)(const struct nhwc *j, int64_t n, int64_t oh, float *yr);
 };
 
 /* rowepi: the residual and the activation over one output row of n floats. */
@@ -55,6 +57,17 @@ rowepi(const struct nhwc *j, float *y, const float *z, int64_t n)
 	if (z != NULL || j->act != ML_ACT_NONE)
 		ml_fused_tile_epi(y, 1, n, n, NULL, z, j->act, j->lo, j->hi);
 }
+
+#ifdef HAVE_SIMD
+/* mask32: the masks of lanes 0-15 and 16-31 of the rem (clamped to 32) channels from c0 */
+__attribute__((target("avx512f"), always_inline))
+static inline void
+mask32(int64_t rem, __mmask16 *m0, __mmask16 *m1)
+{
+	*m0 = (__mmask16)(rem >= 16 ? 0xffff : (1u << rem) - 1);
+	*m1 = (__mmask16)(rem >= 32 ? 0xffff : rem <= 16 ? 0 : (1u << (rem - 16)) - 1);
+}
+#endif
 
 /*
  * Depthwise. dw_rowN(j, n, oh, yr): output row oh of image n into yr
@@ -77,10 +90,8 @@ dw_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 		/* all 4 pixels' taps inside the row: no checks in the tap loop */
 		bool inside = r == 4 && ow0 * sw - pw >= 0 && (ow0 + 3) * sw - pw + (KW - 1) * dw < W;
 		for (int64_t c0 = 0; c0 < C; c0 += 32) {
-			int64_t rem = C - c0;
-			__mmask16 m0 = (__mmask16)(rem >= 16 ? 0xffff : (1u << rem) - 1);
-			__mmask16 m1 = (__mmask16)(rem >= 32 ? 0xffff : rem <= 16 ? 0 :
-						   (1u << (rem - 16)) - 1);
+			__mmask16 m0, m1;
+			mask32(C - c0, &m0, &m1);
 			__m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
 			if (j->bias != NULL) {
 				b0 = _mm512_maskz_loadu_ps(m0, j->bias + c0);
@@ -222,24 +233,17 @@ dw_row(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 	}
 }
 
+/* conv_rows: output rows [b, e) (image by row) through j->row, each then its residual and activation */
 static void
-dw_rows(void *ctx, int64_t b, int64_t e)
+conv_rows(void *ctx, int64_t b, int64_t e)
 {
 	const struct nhwc *j = ctx;
 	const struct ml_conv3 *v = j->v;
 	int64_t OH = v->out[1], len = v->out[2] * v->cout;
 
 	for (int64_t row = b; row < e; row++) {
-		int64_t n = row / OH, oh = row % OH;
 		float *yr = j->y + row * len;
-#ifdef HAVE_SIMD
-		if (j->level == 2)
-			dw_row512(j, n, oh, yr);
-		else if (j->level == 1)
-			dw_row256(j, n, oh, yr);
-		else
-#endif
-			dw_row(j, n, oh, yr);
+		j->row(j, row / OH, row % OH, yr);
 		rowepi(j, yr, j->z != NULL ? j->z + row * len : NULL, len);
 	}
 }
@@ -357,10 +361,8 @@ few_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 		bool inside = r == FEW_PX && ow0 * sw - pw >= 0 &&
 			      (ow0 + FEW_PX - 1) * sw - pw + (KW - 1) * dw < W;
 		for (int64_t c0 = 0; c0 < M; c0 += 32) {
-			int64_t rem = M - c0;
-			__mmask16 m0 = (__mmask16)(rem >= 16 ? 0xffff : (1u << rem) - 1);
-			__mmask16 m1 = (__mmask16)(rem >= 32 ? 0xffff : rem <= 16 ? 0 :
-						   (1u << (rem - 16)) - 1);
+			__mmask16 m0, m1;
+			mask32(M - c0, &m0, &m1);
 			const float *wp = j->w + c0 * K;	/* panel c0 / 32: K rows of 32 */
 			__m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
 			if (j->bias != NULL) {
@@ -407,19 +409,6 @@ few_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 	}
 }
 
-static void
-few_rows(void *ctx, int64_t b, int64_t e)
-{
-	const struct nhwc *j = ctx;
-	const struct ml_conv3 *v = j->v;
-	int64_t OH = v->out[1], len = v->out[2] * v->cout;
-
-	for (int64_t row = b; row < e; row++) {
-		float *yr = j->y + row * len;
-		few_row512(j, row / OH, row % OH, yr);
-		rowepi(j, yr, j->z != NULL ? j->z + row * len : NULL, len);
-	}
-}
 #endif
 
 static int
@@ -436,7 +425,8 @@ conv_dense(struct ml_opctx *c, const struct ml_conv3 *v, struct nhwc *j)
 #ifdef HAVE_SIMD
 	if (j->level == 2 && v->cin <= FEW_C && ml_attr_int(c->node, "packed_n", 0) == M) {
 		int64_t per = v->out[2] * M * K;
-		ml_parallel_for(v->n * v->out[1], ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), few_rows, j);
+		j->row = few_row512;
+		ml_parallel_for(v->n * v->out[1], ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), conv_rows, j);
 		return 0;
 	}
 #endif
@@ -527,7 +517,14 @@ ml_cpu_conv_nhwc(struct ml_opctx *c)
 	if (v.group == 1)
 		return conv_dense(c, &v, &j);
 	if (v.cg == 1 && v.mg == 1) {
-		ml_parallel_for(rows, ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), dw_rows, &j);
+		j.row = dw_row;
+#ifdef HAVE_SIMD
+		if (j.level == 2)
+			j.row = dw_row512;
+		else if (j.level == 1)
+			j.row = dw_row256;
+#endif
+		ml_parallel_for(rows, ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), conv_rows, &j);
 		return 0;
 	}
 	ml_parallel_for(rows, ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), direct_rows, &j);

@@ -1,7 +1,8 @@
 /*
  * vmath.c: the transcendental activations (Sigmoid, Tanh, SiLU, GELU, Exp)
- * over f32 arrays in AVX-512 and AVX2 registers: the elementwise kernels,
- * the fused products' epilogues and the recurrent cells call ml_vunary.
+ * over f32 arrays in AVX-512 and AVX2 registers: the unary ops, the fused
+ * products' epilogues and FusedElementwise's links call ml_vunary (the
+ * recurrent cells still run fastmath.h's scalar functions per gate).
  *
  * The formulas are fastmath.h's (Cephes' expf, Eigen's rational tanh, the
  * erfc of Numerical Recipes for GELU), evaluated on vectors: GCC does
