@@ -1,5 +1,5 @@
 /*
- * conv.cl: the parts of 2-D convolution (NCHW) that are not GEMM; the host
+ * conv.cl: the parts of 2-D convolution (NCHW and NHWC) that are not GEMM; the host
  * (lib/cl/conv.c) runs the rest through kernels/gemm.cl.
  *
  *   ml_conv_im2col_T  unfolds one group of a chunk of images into columns,
@@ -17,6 +17,9 @@
  *   ml_conv_dw_px_T   the same, one work-item per output element, for a
  *                     GPU: a 7x7 map of 960 channels is 47k work-items
  *                     instead of 7k, and neighbours read neighbours.
+ *   ml_conv_nhwc_dw_T, ml_conv_nhwc_im2col_T  the same for channels-last
+ *                     data (ConvNHWC): depthwise direct, channels fastest;
+ *                     plain im2col rows for the GEMM col x W.
  *
  * T is f32, or f16 storage with -DML_F16 (vload_half/vstore_half, f32
  * arithmetic and accumulation, no cl_khr_fp16 needed, so f16 runs on every
@@ -219,4 +222,74 @@ KN(ml_conv_dw_px)(global const T *restrict x, long xoff, global const T *restric
 	if (flags & 2)
 		acc += LD(z, zoff + nm * OH * OW + p);
 	ST(y, yi, act_s(acc, a, clo, chi));
+}
+
+/*
+ * Channels-last (ConvNHWC of mlopt's layout pass): X [N, H, W, C], Y [N, OH,
+ * OW, M], W [KH, KW, C / group, M].
+ *
+ * ml_conv_nhwc_dw_T: depthwise (M == C, one channel per group), W [KH, KW,
+ * 1, C]; one work-item per output element with the channel fastest, so
+ * neighbouring work-items read neighbouring x, w and y. The arguments are
+ * ml_conv_dw's (M, equal to C, unused). NDRange: (C rounded up, OH*OW, N).
+ */
+kernel void
+KN(ml_conv_nhwc_dw)(global const T *restrict x, long xoff, global const T *restrict w, long woff,
+		    global const T *restrict bias, long boff, global T *restrict y, long yoff,
+		    int C, int M, int H, int W, int KH, int KW, int sh, int sw, int dh, int dw,
+		    int pt, int pl, int OH, int OW, int flags, global const T *restrict z, long zoff,
+		    int a, float clo, float chi)
+{
+	int c = get_global_id(0);
+	if (c >= C)
+		return;
+	int p = get_global_id(1);
+	long n = get_global_id(2);
+	int oh = p / OW, ow = p % OW;
+	global const T *px = x + xoff + n * H * W * C + c;
+	global const T *pw = w + woff + c;
+	float acc = (flags & 1) ? LD(bias, boff + c) : 0.0f;
+	(void)M;
+	for (int kh = 0; kh < KH; kh++) {
+		int ih = oh * sh - pt + kh * dh;
+		if (ih < 0 || ih >= H)
+			continue;
+		for (int kw = 0; kw < KW; kw++) {
+			int iw = ow * sw - pl + kw * dw;
+			if (iw >= 0 && iw < W)
+				acc = fma(LD(px, ((long)ih * W + iw) * C), LD(pw, (kh * KW + kw) * C),
+					  acc);
+		}
+	}
+	long yi = (n * OH * OW + p) * C + c;
+	if (flags & 2)
+		acc += LD(z, zoff + yi);
+	ST(y, yoff + yi, act_s(acc, a, clo, chi));
+}
+
+/*
+ * ml_conv_nhwc_im2col_T: rows r0 .. r0+R-1 of the im2col matrix of group
+ * channels c0 .. c0+CG-1 into col, plain row-major [R, K], K = KH*KW*CG,
+ * row r = (n*OH + oh)*OW + ow, column k = (kh*KW + kw)*CG + ci (the order of
+ * W's rows), zero for padding; columns run along the input's channels, so
+ * reads and writes are contiguous. The GEMM col [R, K] x W [K, M] follows.
+ * NDRange: (K rounded up, R).
+ */
+kernel void
+KN(ml_conv_nhwc_im2col)(global const T *x, long xoff, int C, int c0, int CG, global float *col,
+			long r0, int H, int W, int KH, int KW, int sh, int sw, int dh, int dw,
+			int pt, int pl, int OH, int OW)
+{
+	int k = get_global_id(0), K = CG * KH * KW;
+	if (k >= K)
+		return;
+	long r = get_global_id(1), row = r0 + r;
+	int ci = k % CG, kw = (k / CG) % KW, kh = k / (CG * KW);
+	int ow = row % OW, oh = (row / OW) % OH;
+	long n = row / ((long)OW * OH);
+	int ih = oh * sh + kh * dh - pt, iw = ow * sw + kw * dw - pl;
+	float v = 0.0f;
+	if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+		v = LD(x, xoff + ((n * H + ih) * W + iw) * C + c0 + ci);
+	col[r * K + k] = v;
 }

@@ -106,6 +106,27 @@ elif name.startswith("attn"):
                       h.make_node("Mul", ["sc", "s0"], ["s"], name="mul"),
                       h.make_node("Softmax", ["s"], ["p"], name="sm", axis=3),
                       h.make_node("MatMul", ["p", "v"], ["y"], name="mm2")]
+elif name == "mbv2":
+    # two MobileNet-V2 inverted residual blocks on 20x20: 1x1 32 -> 96, ReLU6, depthwise 3x3,
+    # ReLU6, 1x1 96 -> 32, residual Add; the 1x1 convolutions make NHWC pay
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, 32, 20, 20])
+    y = h.make_tensor_value_info("y", T.FLOAT, [1, 32, 20, 20])
+    inits = [c("lo", 0.0), c("hi", 6.0)]
+    v = "x"
+    for i in range(2):
+        p = "b%d" % i
+        inits += [c(p + "we", rng.standard_normal((96, 32, 1, 1)) / 6), c(p + "be", rng.standard_normal(96)),
+                  c(p + "wd", rng.standard_normal((96, 1, 3, 3)) / 3), c(p + "bd", rng.standard_normal(96)),
+                  c(p + "wp", rng.standard_normal((32, 96, 1, 1)) / 10), c(p + "bp", rng.standard_normal(32))]
+        out = "y" if i == 1 else p + "y"
+        nodes += [h.make_node("Conv", [v, p + "we", p + "be"], [p + "e"], name=p + "expand"),
+                  h.make_node("Clip", [p + "e", "lo", "hi"], [p + "er"], name=p + "clip1"),
+                  h.make_node("Conv", [p + "er", p + "wd", p + "bd"], [p + "d"], name=p + "dw",
+                              group=96, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                  h.make_node("Clip", [p + "d", "lo", "hi"], [p + "dr"], name=p + "clip2"),
+                  h.make_node("Conv", [p + "dr", p + "wp", p + "bp"], [p + "p"], name=p + "project"),
+                  h.make_node("Add", [p + "p", v], [out], name=p + "res")]
+        v = out
 elif name == "convnext":
     x = h.make_tensor_value_info("x", T.FLOAT, [1, 19, 9, 9])
     y = h.make_tensor_value_info("y", T.FLOAT, [1, 19, 9, 9])
@@ -381,6 +402,25 @@ nodes() {
 	cmp o.mlg o2.mlg
 }
 
+@test "mlopt -O2 runs MobileNet-V2 blocks in NHWC (pointwise gains), W as [kH, kW, C, M]" {
+	mkopt mbv2
+	mknpy x.npy float32 1,32,20,20 --seed 5
+	run -0 --separate-stderr mlopt -O2 --verify --report mbv2.mlg -o o.mlg
+	[[ $output == *"layout "*"Conv to NHWC"* ]]
+	run -0 mlconvert o.mlg -o o.mlt
+	[ "$(grep -c ' = ml.ConvNHWC ' o.mlt)" = 6 ]
+	[ "$(grep -c ' = Transpose ' o.mlt)" = 2 ]
+	# device-neutral weights: HWIO, never packed for one device
+	grep -q 'float\[1,1,32,96\]' o.mlt
+	grep -q 'float\[3,3,1,96\]' o.mlt
+	[ "$(grep -c packed_n o.mlt)" = 0 ]
+	run -0 mlrun mbv2.mlg -i x=x.npy -o a
+	run -0 mlrun o.mlg -i x=x.npy -o b
+	npcmp b/y.npy a/y.npy --rtol 1e-4 --atol 1e-4
+	run -0 mlopt -O2 o.mlg -o o2.mlg
+	cmp o.mlg o2.mlg
+}
+
 @test "mlopt --passes layout leaves a Conv + BatchNormalization + Relu graph in NCHW" {
 	mkopt convbn
 	run -0 --separate-stderr mlopt --passes layout --report convbn.mlg -o o.mlg
@@ -390,7 +430,7 @@ nodes() {
 }
 
 @test "optimising an optimised graph changes nothing (idempotent, deterministic)" {
-	for m in convbn gelu ln chain convnext; do
+	for m in convbn gelu ln chain convnext mbv2; do
 		mkopt $m
 		run -0 mlopt -O3 $m.mlg -o a.mlg
 		run -0 mlopt -O3 a.mlg -o b.mlg

@@ -174,6 +174,44 @@ PYEOF
 	mlrun sig8.mlg -i x=x1.npy -o s
 }
 
+@test "mlquant quantises an -O2 MobileNet-V2 block's channels-last ConvNHWC nodes" {
+	"$PY" - <<'PYEOF'
+import numpy as np, torch, torch.nn as nn
+torch.manual_seed(0)
+class Block(nn.Module):
+    def __init__(s):
+        super().__init__()
+        s.stem = nn.Conv2d(3, 32, 3, stride=2, padding=1)
+        s.e = nn.Conv2d(32, 96, 1); s.d = nn.Conv2d(96, 96, 3, padding=1, groups=96)
+        s.p = nn.Conv2d(96, 32, 1)
+    def forward(s, x):
+        x = nn.functional.relu6(s.stem(x))
+        y = s.p(nn.functional.relu6(s.d(nn.functional.relu6(s.e(x)))))
+        return torch.flatten(nn.functional.adaptive_avg_pool2d(x + y, 1), 1)
+x = torch.rand(8, 3, 40, 40)
+torch.onnx.export(Block().eval(), x[:1], 'mb.onnx', input_names=['x'], output_names=['y'],
+                  opset_version=13)
+np.save('cal.npy', x.numpy()); np.save('x1.npy', x[:1].numpy())
+PYEOF
+	mlopt -O2 mb.onnx -o o.mlg
+	mlconvert o.mlg -o o.mlt
+	[ "$(grep -c 'ml.ConvNHWC' o.mlt)" -ge 3 ]
+	run -0 --separate-stderr mlquant -c cal.npy --report -v o.mlg -o o8.mlg
+	[[ $output == *"/stem/Conv "*"int8"* ]]
+	[[ $output == *"/d/Conv "*"ConvDepthwise+Relu"*"int8"* ]]
+	[[ $output == *"/p/Conv.add "*"Add"*"int8"* ]]
+	mlconvert o8.mlg -o o8.mlt
+	run -1 grep -q 'ConvNHWC' o8.mlt
+	[ "$(grep -c 'ml.Q8Conv' o8.mlt)" -eq 4 ]
+	# back in NCHW: no Transpose left (the Clips between the convolutions and the pooling
+	# moved past theirs), the pooling an int8 GlobalAveragePool again
+	[ "$(grep -c ' = Transpose' o8.mlt)" -eq 0 ]
+	grep -q 'ml.Q8GlobalAveragePool' o8.mlt
+	mlrun mb.onnx -i x=x1.npy -o f
+	mlrun o8.mlg -i x=x1.npy -o q
+	[ "$(sqnr f/y.npy q/y.npy)" -ge 25 ]
+}
+
 @test "mlquant quantises an -O2 encoder's FusedMatMuls (rank-3 inputs, bias, Relu)" {
 	"$PY" - <<'PYEOF'
 import numpy as np, torch, torch.nn as nn

@@ -81,30 +81,39 @@ check_model_cl() {
 	check_model_cl lenet
 }
 
-# check_model_cl_O2 NAME: the -O2 graph (FusedConv with Relu, Clip, residuals) on cl matches
-# PyTorch, and --plan puts every FusedConv on the device (the convolution's store applies
-# the bias, the residual and the activation).
+# check_model_cl_O2 NAME: the -O2 graph (FusedConv with Relu, Clip, residuals; ConvNHWC where
+# the layout pass chose NHWC) on cl matches PyTorch, and --plan puts every convolution on the
+# device (the convolution's store applies the bias, the residual and the activation).
+# ML_CL_NHWC=1: the device takes ConvNHWC even where it is a CPU (POCL), which by default
+# leaves it to the CPU device; without it the NHWC convolutions run on the CPU, still right.
 check_model_cl_O2() {
 	require_opencl
 	local d=$ML_MODELS/$1
 	[ -f "$d/model.onnx" ] || { echo "$d/model.onnx was not exported" >&2; return 1; }
 	run -0 mlconvert "$d/model.onnx" -o "$1.mlg"
 	run -0 mlopt -O2 "$1.mlg" -o "$1.O2.mlg"
-	run -0 mlrun "$1.O2.mlg" --device cl --input "input=$d/input.npy" --output-dir out
+	ML_CL_NHWC=1 run -0 mlrun "$1.O2.mlg" --device cl --input "input=$d/input.npy" \
+		--output-dir out
 	npcmp out/output.npy "$d/output.npy" --rtol 1e-3 --atol 1e-4
-	run -0 mlrun "$1.O2.mlg" --device cl --plan
-	[[ $output == *" FusedConv "*" cl:0 "* ]]
+	run -0 mlrun "$1.O2.mlg" --device cl --input "input=$d/input.npy" --output-dir out2
+	npcmp out2/output.npy "$d/output.npy" --rtol 1e-3 --atol 1e-4
+	ML_CL_NHWC=1 run -0 mlrun "$1.O2.mlg" --device cl --plan
+	[[ $output == *" $2 "*" cl:0 "* ]]
 	local bad
-	bad=$(echo "$output" | awk '$3 == "FusedConv" && $4 != "cl:0"')
-	[ -z "$bad" ] || { echo "FusedConv off the device: $bad" >&2; return 1; }
+	bad=$(echo "$output" | awk '($3 == "FusedConv" || $3 == "ConvNHWC") && $4 != "cl:0"')
+	[ -z "$bad" ] || { echo "convolutions off the device: $bad" >&2; return 1; }
 }
 
 @test "resnet18 at -O2 (FusedConv with Relu and residual) with --device cl matches PyTorch" {
-	check_model_cl_O2 resnet18
+	check_model_cl_O2 resnet18 FusedConv
 }
 
-@test "mobilenet_v2 at -O2 (FusedConv with Clip) with --device cl matches PyTorch" {
-	check_model_cl_O2 mobilenet_v2
+@test "mobilenet_v2 at -O2 (NHWC, ConvNHWC with Clip and residuals) with --device cl matches PyTorch" {
+	check_model_cl_O2 mobilenet_v2 ConvNHWC
+}
+
+@test "efficientnet_b0 at -O2 (NHWC, SiLU, squeeze-excitation) with --device cl matches PyTorch" {
+	check_model_cl_O2 efficientnet_b0 ConvNHWC
 }
 
 @test "resnet18 with --device auto matches PyTorch" {

@@ -484,6 +484,17 @@ int mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem 
 int mlcl_conv2d_ex(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x,
 		   size_t x_off, cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem z,
 		   size_t z_off, cl_mem y, size_t y_off, struct ml_err *e);
+/*
+ * mlcl_conv2d_nhwc: the same convolution on channels-last data (ConvNHWC),
+ * f32: X n x h x w x c, W kh x kw x (c / group) x m, Y n x oh x ow x m, z
+ * Y's shape. Depthwise (group == c == m) by a direct kernel; otherwise per
+ * group the product im2col(X) [rows, kh kw c/group] x W_g, where a 1x1
+ * window with stride 1 and no padding is X itself, through mlcl_gemm_ex
+ * (ours or CLBlast, as measured), bias, z and act in its store. ML_ENOTSUP
+ * for other groups (several channels per group and more than one group).
+ */
+int mlcl_conv2d_nhwc(struct mlcl_dev *d, const struct mlcl_conv *p, cl_mem x, cl_mem w,
+		     cl_mem bias, cl_mem z, cl_mem y, struct ml_err *e);
 
 /*
  * int8 (quant.c, kernels/quant.cl): the internal Q8* ops of mlquant's

@@ -447,52 +447,86 @@ node_round(const struct ml_node *n)
 	return strcmp(p, "fp16") == 0 ? MLCL_ROUND_F16 : strcmp(p, "bf16") == 0 ? MLCL_ROUND_BF16 : 0;
 }
 
+/*
+ * conv_params: the convolution of Conv, FusedConv or ConvNHWC node c (its
+ * geometry seen through gc, c itself but for ConvNHWC's NCHW view) into p,
+ * with FusedConv's and ConvNHWC's activation.
+ */
 static int
-run_conv(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
+conv_params(struct ml_opctx *c, struct ml_opctx *gc, struct mlcl_conv *p)
 {
 	struct ml_conv_geom g;
-	ML_TRY(ml_conv_geom(c, &g));
+	ML_TRY(ml_conv_geom(gc, &g));
 	if (g.nsp < 1 || g.nsp > 2)
 		return ml_opfail(c, ML_ENOTSUP, "%d-D convolution on OpenCL", g.nsp);
-	struct mlcl_conv p = { 0 };
 	int o = g.nsp == 1 ? 1 : 0;	/* 1-D: a 2-D convolution of height 1 */
-	p.n = g.n;
-	p.c = g.cin;
-	p.m = g.cout;
-	p.group = g.group;
-	p.h = o ? 1 : g.in[0];
-	p.w = g.in[1 - o];
-	p.kh = o ? 1 : g.k[0];
-	p.kw = g.k[1 - o];
-	p.stride[0] = o ? 1 : g.stride[0];
-	p.stride[1] = g.stride[1 - o];
-	p.dil[0] = o ? 1 : g.dil[0];
-	p.dil[1] = g.dil[1 - o];
-	p.pad[0] = o ? 0 : g.pb[0];
-	p.pad[1] = g.pb[1 - o];
-	p.pad[2] = o ? 0 : g.pe[0];
-	p.pad[3] = g.pe[1 - o];
-	p.round = node_round(c->node);
-	/* FusedConv: act(conv + B + Z), all of it in the convolution's store */
-	const struct ml_tval *b = ML_IN(c, 2), *z = NULL;
-	if (c->node->op == ML_OP_FUSED_CONV) {
-		p.act = ml_fused_act(c->node);
-		if (p.act < 0)
+	*p = (struct mlcl_conv){ 0 };
+	p->n = g.n;
+	p->c = g.cin;
+	p->m = g.cout;
+	p->group = g.group;
+	p->h = o ? 1 : g.in[0];
+	p->w = g.in[1 - o];
+	p->kh = o ? 1 : g.k[0];
+	p->kw = g.k[1 - o];
+	p->stride[0] = o ? 1 : g.stride[0];
+	p->stride[1] = g.stride[1 - o];
+	p->dil[0] = o ? 1 : g.dil[0];
+	p->dil[1] = g.dil[1 - o];
+	p->pad[0] = o ? 0 : g.pb[0];
+	p->pad[1] = g.pb[1 - o];
+	p->pad[2] = o ? 0 : g.pe[0];
+	p->pad[3] = g.pe[1 - o];
+	p->round = node_round(c->node);
+	/* FusedConv, ConvNHWC: act(conv + B + Z), all of it in the convolution's store */
+	if (c->node->op != ML_OP_CONV) {
+		p->act = ml_fused_act(c->node);
+		if (p->act < 0)
 			return ml_opfail(c, ML_EINVAL, "unknown activation '%s'",
 					 ml_attr_str(c->node, "activation", ""));
-		p.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
-		p.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
-		z = ML_IN(c, 3);
+		p->lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
+		p->hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
+		const struct ml_tval *z = ML_IN(c, 3);
 		if (z != NULL && ml_tval_numel(z) != ml_tval_numel(c->out[0]))
 			return ml_opfail(c, ML_EINVAL, "Z does not have the output's shape");
 	}
 	int64_t oh, ow;
-	ML_TRY(mlcl_conv_out(&p, &oh, &ow, c->err));
+	ML_TRY(mlcl_conv_out(p, &oh, &ow, c->err));
 	if (oh * ow != g.out[0] * (g.nsp == 2 ? g.out[1] : 1))
 		return ml_opfail(c, ML_ENOTSUP, "convolution geometry");
+	return 0;
+}
+
+static int
+run_conv(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
+{
+	struct mlcl_conv p;
+	ML_TRY(conv_params(c, c, &p));
+	const struct ml_tval *b = ML_IN(c, 2), *z = c->node->op == ML_OP_FUSED_CONV ? ML_IN(c, 3) : NULL;
 	return mlcl_conv2d_ex(d, &p, f16(c->out[0]), MEM(bin[0]), 0, MEM(bin[1]), 0,
 			      b != NULL ? MEM(bin[2]) : NULL, 0, z != NULL ? MEM(bin[3]) : NULL, 0,
 			      MEM(bout[0]), 0, c->err);
+}
+
+/* run_conv_nhwc: ConvNHWC (W as the layout pass writes it, [kH, kW, C / group, M]), f32. */
+static int
+run_conv_nhwc(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
+{
+	struct ml_opctx nc;
+	struct ml_node node;
+	struct ml_tval *ins[3], xv, wv;
+	bool known;
+	struct mlcl_conv p;
+
+	if (ml_attr_int(c->node, "packed_n", 0) > 0)
+		return ml_opfail(c, ML_ENOTSUP, "ConvNHWC with W packed for the CPU");
+	ML_TRY(ml_conv_nhwc_view(c, &nc, &node, ins, &xv, &wv, &known));
+	if (!known)
+		return ml_opfail(c, ML_EINVAL, "ConvNHWC's shapes are not known");
+	ML_TRY(conv_params(c, &nc, &p));
+	const struct ml_tval *b = ML_IN(c, 2), *z = ML_IN(c, 3);
+	return mlcl_conv2d_nhwc(d, &p, MEM(bin[0]), MEM(bin[1]), b != NULL ? MEM(bin[2]) : NULL,
+				z != NULL ? MEM(bin[3]) : NULL, MEM(bout[0]), c->err);
 }
 
 /*
@@ -887,6 +921,7 @@ static const struct clop clops[] = {
 	{ ML_OP_CAST, run_cast, "elem", false },
 	{ ML_OP_CONV, run_conv, "conv", false },
 	{ ML_OP_FUSED_CONV, run_conv, "conv", false },
+	{ ML_OP_CONV_NHWC, run_conv_nhwc, "conv", false },
 	{ ML_OP_FUSED_ELEMWISE, mlcl_fused_elem_run, NULL, false },
 	{ ML_OP_GEMM, run_gemm, "gemm", false },
 	{ ML_OP_MATMUL, run_matmul, "gemm", false },
@@ -998,9 +1033,28 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 	 * weights packed for the CPU (packed_n: mlopt's pack-weights pass).
 	 */
 	if ((n->op == ML_OP_FUSED_CONV || n->op == ML_OP_FUSED_GEMM ||
-	     n->op == ML_OP_FUSED_MATMUL) &&
+	     n->op == ML_OP_FUSED_MATMUL || n->op == ML_OP_CONV_NHWC) &&
 	    (ml_fused_act(n) < 0 || ml_attr_find(n, "packed_n") != NULL))
 		return false;
+	/*
+	 * ConvNHWC: one group or depthwise (what the layout pass makes), f32
+	 * data. Not on a CPU device (POCL), unless ML_CL_NHWC=1: the layout pass
+	 * chose NHWC for the CPU's own kernels, which on the same cores run
+	 * MobileNet-V2's NHWC convolutions 8 times faster than POCL runs these
+	 * (2 to 11 GFLOP/s: it does not vectorise their channel loops), so the
+	 * placement leaves them to the CPU device there.
+	 */
+	if (n->op == ML_OP_CONV_NHWC) {
+		const char *force = getenv("ML_CL_NHWC");
+		if ((d->type & CL_DEVICE_TYPE_CPU) != 0 && (force == NULL || strcmp(force, "1") != 0))
+			return false;
+		const struct ml_tensor *x = n->n_in > 1 && n->in[0] >= 0 ? g->tensors[n->in[0]] : NULL;
+		const struct ml_tensor *w = x != NULL && n->in[1] >= 0 ? g->tensors[n->in[1]] : NULL;
+		int64_t grp = ml_attr_int(n, "group", 1);
+		if (x == NULL || w == NULL || x->rank != 4 || w->rank != 4 || x->dtype != ML_F32 ||
+		    (grp != 1 && (grp != x->dims[3] || w->dims[2] != 1 || w->dims[3] != grp)))
+			return false;
+	}
 	/* a view copies nothing: any dtype (the uint8 tensors between int8 ops too) */
 	bool anydt = o->view && n->op != ML_OP_DROPOUT;
 	/*

@@ -1,5 +1,6 @@
 /*
- * conv.c: 2-D convolution (NCHW, ONNX Conv) on an OpenCL device: depthwise
+ * conv.c: 2-D convolution (NCHW, ONNX Conv; and NHWC, ConvNHWC, at the
+ * end) on an OpenCL device: depthwise
  * by a direct kernel, 1x1 stride-1 unpadded as one GEMM on the input
  * itself, everything else as im2col (kernels/conv.cl) into a pool scratch
  * buffer, already in the GEMM's packed layout, and the GEMM of gemm.c, with
@@ -40,23 +41,16 @@ set_args(cl_kernel k, int n, const size_t *sz, const void *const *val, struct ml
 	return 0;
 }
 
+/*
+ * dw_args: the arguments of kernels/conv.cl's depthwise kernels (NCHW's and
+ * NHWC's take the same): the buffers and offsets, the geometry, the flags
+ * saying which of bias and z there are, the activation.
+ */
 static int
-depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, int act, bool f16, int64_t oh,
-	  int64_t ow, cl_mem x, size_t x_off, cl_mem w, size_t w_off, cl_mem bias, size_t b_off,
-	  cl_mem z, size_t z_off, cl_mem y, size_t y_off, struct ml_err *e)
+dw_args(cl_kernel k, const struct mlcl_conv *p, int act, int64_t oh, int64_t ow, cl_mem x,
+	size_t x_off, cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem z, size_t z_off,
+	cl_mem y, size_t y_off, struct ml_err *e)
 {
-	/*
-	 * a work-item per output row where the device vectorises along it (a
-	 * CPU), per output element on a GPU; ML_CL_DW=row|px decides instead
-	 */
-	const char *how = getenv("ML_CL_DW");
-	bool px = how != NULL && strcmp(how, "px") == 0 ? true :
-		  how != NULL && strcmp(how, "row") == 0 ? false :
-		  (d->type & CL_DEVICE_TYPE_GPU) != 0;
-	cl_kernel k;
-	ML_TRY(mlcl_kernel(d, "conv", px ? (f16 ? "ml_conv_dw_px_f16" : "ml_conv_dw_px_f32") :
-					   (f16 ? "ml_conv_dw_f16" : "ml_conv_dw_f32"),
-			   f16 ? "-DML_F16=1" : NULL, &k, e));
 	cl_long xo = (cl_long)x_off, wo = (cl_long)w_off, bo = (cl_long)b_off, yo = (cl_long)y_off;
 	cl_int geo[14] = { (cl_int)p->c, (cl_int)p->m, (cl_int)p->h, (cl_int)p->w, (cl_int)p->kh,
 			   (cl_int)p->kw, (cl_int)p->stride[0], (cl_int)p->stride[1],
@@ -77,6 +71,27 @@ depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, int act, bool f16, int6
 	const void *const val2[] = { &flags, &zm, &zo, &a, &p->lo, &p->hi };
 	for (int i = 0; i < 6; i++)
 		ML_CL(e, clSetKernelArg(k, (cl_uint)(22 + i), sz2[i], val2[i]));
+	return 0;
+}
+
+static int
+depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, int act, bool f16, int64_t oh,
+	  int64_t ow, cl_mem x, size_t x_off, cl_mem w, size_t w_off, cl_mem bias, size_t b_off,
+	  cl_mem z, size_t z_off, cl_mem y, size_t y_off, struct ml_err *e)
+{
+	/*
+	 * a work-item per output row where the device vectorises along it (a
+	 * CPU), per output element on a GPU; ML_CL_DW=row|px decides instead
+	 */
+	const char *how = getenv("ML_CL_DW");
+	bool px = how != NULL && strcmp(how, "px") == 0 ? true :
+		  how != NULL && strcmp(how, "row") == 0 ? false :
+		  (d->type & CL_DEVICE_TYPE_GPU) != 0;
+	cl_kernel k;
+	ML_TRY(mlcl_kernel(d, "conv", px ? (f16 ? "ml_conv_dw_px_f16" : "ml_conv_dw_px_f32") :
+					   (f16 ? "ml_conv_dw_f16" : "ml_conv_dw_f32"),
+			   f16 ? "-DML_F16=1" : NULL, &k, e));
+	ML_TRY(dw_args(k, p, act, oh, ow, x, x_off, w, w_off, bias, b_off, z, z_off, y, y_off, e));
 	size_t rows = px ? (size_t)(oh * ow) : (size_t)oh;
 	size_t lx = mlcl_wg(d, rows);
 	size_t gws[2] = { mlcl_round_up(rows, lx), (size_t)(p->n * p->m) };
@@ -259,6 +274,90 @@ mlcl_conv2d_ex(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x
 					  0.0f, y, yo + (size_t)(g * mg * P), P, nimg, 0, p->m * P,
 					  &epi, e);
 		}
+	}
+	mlcl_buf_put(d, col);
+	return rc;
+}
+
+/* nhwc_dw: ConvNHWC's depthwise case (ml_conv_nhwc_dw_f32). */
+static int
+nhwc_dw(struct mlcl_dev *d, const struct mlcl_conv *p, int act, int64_t oh, int64_t ow, cl_mem x,
+	cl_mem w, cl_mem bias, cl_mem z, cl_mem y, struct ml_err *e)
+{
+	cl_kernel k;
+	ML_TRY(mlcl_kernel(d, "conv", "ml_conv_nhwc_dw_f32", NULL, &k, e));
+	ML_TRY(dw_args(k, p, act, oh, ow, x, 0, w, 0, bias, 0, z, 0, y, 0, e));
+	size_t lx = mlcl_wg(d, (size_t)p->c);
+	size_t gws[3] = { mlcl_round_up((size_t)p->c, lx), (size_t)(oh * ow), (size_t)p->n };
+	size_t lws[3] = { lx, 1, 1 };
+	return mlcl_launch(d, k, 3, gws, lws, e);
+}
+
+/* nhwc_im2col: rows [r0, r0 + m) of ConvNHWC's im2col (one group) into col by kernel k. */
+static int
+nhwc_im2col(struct mlcl_dev *d, cl_kernel k, const struct mlcl_conv *p, int64_t oh, int64_t ow,
+	    cl_mem col, int64_t r0, int64_t m, cl_mem x, struct ml_err *e)
+{
+	int64_t K = p->c * p->kh * p->kw;
+	cl_long xo = 0, ro = (cl_long)r0;
+	cl_int C = (cl_int)p->c, c0 = 0, cg = (cl_int)p->c;
+	cl_int geo[12] = { (cl_int)p->h, (cl_int)p->w, (cl_int)p->kh, (cl_int)p->kw,
+			   (cl_int)p->stride[0], (cl_int)p->stride[1], (cl_int)p->dil[0],
+			   (cl_int)p->dil[1], (cl_int)p->pad[0], (cl_int)p->pad[1], (cl_int)oh,
+			   (cl_int)ow };
+	const size_t sz[] = { sizeof(cl_mem), 8, 4, 4, 4, sizeof(cl_mem), 8 };
+	const void *const val[] = { &x, &xo, &C, &c0, &cg, &col, &ro };
+	ML_TRY(set_args(k, 7, sz, val, e));
+	for (int i = 0; i < 12; i++)
+		ML_CL(e, clSetKernelArg(k, (cl_uint)(7 + i), sizeof(cl_int), &geo[i]));
+	size_t lx = mlcl_wg(d, (size_t)K);
+	size_t gws[2] = { mlcl_round_up((size_t)K, lx), (size_t)m };
+	size_t lws[2] = { lx, 1 };
+	return mlcl_launch(d, k, 2, gws, lws, e);
+}
+
+int
+mlcl_conv2d_nhwc(struct mlcl_dev *d, const struct mlcl_conv *p, cl_mem x, cl_mem w,
+		 cl_mem bias, cl_mem z, cl_mem y, struct ml_err *e)
+{
+	int64_t oh, ow;
+	ML_TRY(mlcl_conv_out(p, &oh, &ow, e));
+	if (p->act < ML_ACT_NONE || p->act > ML_ACT_GELU)
+		return ml_fail(e, ML_EINVAL, "conv: unknown activation code %d", p->act);
+	int act = p->act == ML_ACT_NONE && p->relu ? ML_ACT_RELU : p->act;
+	if (p->n == 0)
+		return 0;
+	int64_t cg = p->c / p->group, mg = p->m / p->group, K = cg * p->kh * p->kw;
+	int64_t rows = p->n * oh * ow;
+	if (p->n * p->h * p->w * p->c > INT_MAX || rows * p->m > INT_MAX || K > INT_MAX)
+		return ml_fail(e, ML_ENOTSUP, "conv: tensor too large");
+	if (p->group > 1 && cg == 1 && mg == 1)
+		return nhwc_dw(d, p, act, oh, ow, x, w, bias, z, y, e);
+	if (p->group != 1)
+		return ml_fail(e, ML_ENOTSUP, "conv: NHWC with %lld groups of %lld channels",
+			       (long long)p->group, (long long)cg);
+	struct mlcl_epi epi = { .bias = bias, .bias_sm = 0, .bias_sn = 1, .act = act,
+				.lo = p->lo, .hi = p->hi, .z = z };
+	bool direct = p->kh == 1 && p->kw == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
+		      p->pad[0] == 0 && p->pad[1] == 0 && p->pad[2] == 0 && p->pad[3] == 0;
+	/* Y [rows, M] = X [rows, C] W [C, M] */
+	if (direct)
+		return mlcl_gemm_ex(d, false, false, false, rows, p->m, K, 1.0f, x, 0, p->c, w, 0,
+				    p->m, 0.0f, y, 0, p->m, 1, 0, 0, 0, &epi, e);
+	cl_kernel k;
+	ML_TRY(mlcl_kernel(d, "conv", "ml_conv_nhwc_im2col_f32", NULL, &k, e));
+	int64_t chunk = (int64_t)(COL_MAX / (size_t)(K * 4));
+	chunk = chunk < 1 ? 1 : chunk > rows ? rows : chunk;
+	struct mlcl_buf *col = NULL;
+	ML_TRY(mlcl_buf_get(d, (size_t)(chunk * K) * sizeof(float), &col, e));
+	int rc = 0;
+	for (int64_t r0 = 0; r0 < rows && rc == 0; r0 += chunk) {
+		int64_t m = rows - r0 < chunk ? rows - r0 : chunk;
+		if ((rc = nhwc_im2col(d, k, p, oh, ow, col->mem, r0, m, x, e)) < 0)
+			break;
+		epi.z_off = (size_t)(r0 * p->m);
+		rc = mlcl_gemm_ex(d, false, false, false, m, p->m, K, 1.0f, col->mem, 0, K, w, 0,
+				  p->m, 0.0f, y, (size_t)(r0 * p->m), p->m, 1, 0, 0, 0, &epi, e);
 	}
 	mlcl_buf_put(d, col);
 	return rc;

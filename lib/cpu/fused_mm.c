@@ -210,6 +210,24 @@ fsm_panels(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+const float *
+ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n)
+{
+	bool fill;
+	void *tmp;
+
+	if (!ml_cpu_wconst(c))
+		return NULL;
+	float *bp = ml_cpu_wcache(c, ML_WC_PANELS, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n),
+				  &fill, &tmp);
+	if (bp != NULL && fill) {
+		struct fmm f = { .b = c->in[1]->data, .bp = bp, .k = k, .n = n };
+		ml_parallel_for((n + ML_PG_NR - 1) / ML_PG_NR,
+				ML_MAX(1, (int64_t)(1 << 16) / (k * ML_PG_NR)), fmm_pack, &f);
+	}
+	return bp;
+}
+
 int
 ml_cpu_fmatmul_fast(struct ml_opctx *c)
 {
@@ -237,18 +255,21 @@ ml_cpu_fmatmul_fast(struct ml_opctx *c)
 	f.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
 	int64_t npan = (n + ML_PG_NR - 1) / ML_PG_NR;
 	bool packed = pn > 0 && b->dims[0] == npan && b->dims[2] == ML_PG_NR;
+	/* a constant B [k, n]: its panels packed once, in the node's cache */
+	const float *bpan = packed ? b->data : pn <= 0 ? ml_cpu_wpanels(c, k, n) : NULL;
+	packed |= bpan != NULL;
 	/* a few rows against panels packed by mlopt: stream each panel once */
 	const char *sm = getenv("ML_FUSED_SMALLM");
 	if (packed && m <= SMALL_M && (sm == NULL || strcmp(sm, "off") != 0)) {
-		struct fsm s = { .a = f.a, .bp = b->data, .bias = f.bias, .z = f.z, .y = f.y,
+		struct fsm s = { .a = f.a, .bp = bpan, .bias = f.bias, .z = f.z, .y = f.y,
 				 .m = m, .n = n, .k = k, .act = f.act, .lo = f.lo, .hi = f.hi };
 		ml_parallel_for(npan, ML_MAX(1, ITEM_WORK / ML_MAX(1, m * ML_PG_NR * k)), fsm_panels,
 				&s);
 		return 0;
 	}
 	/* packed by mlopt: the panels as they are, when aligned as the SGEMM loads them */
-	if (packed && ((uintptr_t)b->data & 63) == 0) {
-		f.bp = b->data;
+	if (packed && ((uintptr_t)bpan & 63) == 0) {
+		f.bp = bpan;
 	} else {
 		float *bp = ml_cpu_scratch(2, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n));
 		if (bp == NULL)

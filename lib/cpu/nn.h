@@ -55,6 +55,13 @@ bool ml_cpu_scratch_fits(int nreq, const int *slot, const size_t *n);
 enum { ML_WC_F32 = 1, ML_WC_PANELS, ML_WC_CPAIR, ML_WC_ROWS, ML_WC_WINO };
 void *ml_cpu_wcache(struct ml_opctx *c, int kind, size_t bytes, bool *fill, void **tmp);
 bool ml_cpu_wconst(const struct ml_opctx *c);
+/*
+ * ml_cpu_wpanels (fused_mm.c): c's constant weight (input 1) as a [k, n]
+ * matrix in ml_pgemm's panels, packed at the first call into the node's
+ * cache; NULL when the weight is not a constant or c has no cache (the
+ * caller packs per call then), or out of memory.
+ */
+const float *ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n);
 
 /*
  * struct ml_conv3: a convolution or pool geometry (struct ml_conv_geom) seen

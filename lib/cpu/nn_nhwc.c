@@ -11,12 +11,13 @@
  *   2 vectors of channels by 4 output pixels in registers; a portable loop
  *   serves other CPUs (ml_cpu_fma_level("ML_NHWC") picks, per call);
  * - one group: Y [N OH OW, M] = im2col(X) [N OH OW, kH kW C] times W as
- *   a [kH kW C, M] matrix (packed as FusedMatMul's B by the pass), through
+ *   a [kH kW C, M] matrix (packed in panels once per session, or already
+ *   by an older mlopt: packed_n), through
  *   FusedMatMul's kernel (the packed SGEMM of nn_gemm.c, with the bias,
  *   the residual and the activation applied to each tile); the im2col
  *   rows are runs of C contiguous floats, and a pointwise convolution's
  *   im2col is X itself. Without the packed SGEMM: BLAS, then one pass;
- * - one group and at most 4 input channels (RGB stems), W packed: direct
+ * - one group and at most 4 input channels (RGB stems), W in panels: direct
  *   on AVX-512, 6 pixels by 32 outputs in registers, no im2col;
  * - anything else (other groups): direct loops, correct but not fast.
  */
@@ -292,7 +293,7 @@ gemm_rows(struct ml_opctx *c, const float *a, int64_t r0, int64_t m, int64_t K, 
 	 * SMALL_ROWS, which FusedMatMul's kernel runs by streaming W's panels
 	 * once each, where the tiled SGEMM would first copy W to align it.
 	 */
-	if (packed && m > SMALL_ROWS && m <= 4 * SMALL_ROWS) {
+	if ((packed || ml_cpu_wconst(c)) && m > SMALL_ROWS && m <= 4 * SMALL_ROWS) {
 		for (int64_t i = 0; i < m; i += SMALL_ROWS)
 			ML_TRY(gemm_rows(c, a + i * K, r0 + i, ML_MIN(SMALL_ROWS, m - i), K, M));
 		return 0;
@@ -423,8 +424,12 @@ conv_dense(struct ml_opctx *c, const struct ml_conv3 *v, struct nhwc *j)
 	if (pointwise)
 		return gemm_rows(c, j->x, 0, rows, K, M);
 #ifdef HAVE_SIMD
-	if (j->level == 2 && v->cin <= FEW_C && ml_attr_int(c->node, "packed_n", 0) == M) {
+	const float *pan = NULL;
+	if (j->level == 2 && v->cin <= FEW_C)
+		pan = ml_attr_int(c->node, "packed_n", 0) == M ? j->w : ml_cpu_wpanels(c, K, M);
+	if (pan != NULL) {
 		int64_t per = v->out[2] * M * K;
+		j->w = pan;
 		j->row = few_row512;
 		ml_parallel_for(v->n * v->out[1], ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), conv_rows, j);
 		return 0;

@@ -23,8 +23,15 @@ static const int64_t to_nhwc[4] = { 0, 2, 3, 1 }, to_nchw[4] = { 0, 3, 1, 2 };
 
 /*
  * The cost estimate, in the time of transposing one element (about 0.12 ns
- * on the machines the bench runs on). Dense convolutions run the same
- * SGEMM in either layout and count nothing. A depthwise one differs per
+ * on the machines the bench runs on). A pointwise convolution (1x1, stride
+ * 1, no padding) is one SGEMM in either layout, but in NHWC the pixels are
+ * its rows, which tile better than NCHW's few output channels by a short
+ * plane (MobileNet's 14x14 and 7x7 stages: 1.4 to 1.75 times faster): a
+ * gain of 1/30 of a transposed element per multiply-add where the outputs
+ * fill the SGEMM's 32-wide panels and the plane is over 16 pixels, a loss
+ * as large where fewer than 32 outputs leave the panels half empty. Other
+ * dense convolutions lose 1/25 in NHWC (the im2col of runs of C against
+ * NCHW's direct, Winograd and implicit-GEMM kernels). A depthwise one differs per
  * multiply-add by about K / (4 OW) - 0.04 ns (K the window's width, OW the
  * output's): NCHW's loops run along output rows, which lose against
  * channel vectors when rows are short and windows wide (ConvNeXt's 7x7 on
@@ -35,6 +42,8 @@ static const int64_t to_nhwc[4] = { 0, 2, 3, 1 }, to_nchw[4] = { 0, 3, 1, 2 };
  */
 #define DW_NUM(k, ow) (100 * (k) - 16 * (ow))
 #define DW_DEN(ow) (48 * (ow))
+#define PW_DIV 30
+#define DENSE_DIV 25
 
 /*
  * A node's role: outside any region; a Conv or an elementwise node that
@@ -196,10 +205,24 @@ static int64_t
 conv_gain(const struct opt *o, int ni)
 {
 	const struct ml_node *n = &o->g->nodes[ni];
-	if (ml_attr_int(n, "group", 1) == 1)
-		return 0;
 	const struct ml_tensor *w = o->g->tensors[n->in[1]], *y = o->g->tensors[n->out[0]];
 	int64_t macs = numel(o, n->out[0]) * w->dims[2] * w->dims[3], ow = ML_MAX(y->dims[3], 1);
+	if (ml_attr_int(n, "group", 1) == 1) {
+		const int64_t *v;
+		bool pw = w->dims[2] == 1 && w->dims[3] == 1;
+		int nv = ml_attr_ints(n, "strides", &v);
+		for (int i = 0; pw && i < nv; i++)
+			pw = v[i] == 1;
+		nv = ml_attr_ints(n, "pads", &v);
+		for (int i = 0; pw && i < nv; i++)
+			pw = v[i] == 0;
+		macs *= w->dims[1];
+		if (!pw)
+			return -macs / DENSE_DIV;
+		if (y->dims[2] * y->dims[3] <= 16)
+			return 0;
+		return w->dims[0] >= 32 ? macs / PW_DIV : -macs / PW_DIV;
+	}
 	return macs * DW_NUM(w->dims[3], ow) / DW_DEN(ow);
 }
 
@@ -403,39 +426,31 @@ relay_const(struct lay *l, int t)
 }
 
 /*
- * conv_weights: W of Conv node ni re-laid-out for ConvNHWC: depthwise as
- * [kH, kW, 1, C]; one group packed as FusedMatMul's B of the [kH kW C, M]
- * matrix (rows in (kh, kw, c) order), with packed_n M.
+ * conv_weights: W of Conv node ni re-laid-out for ConvNHWC, [kH, kW, C /
+ * group, M] (HWIO): each device derives its own form from it (the CPU packs
+ * a group's [kH kW C, M] matrix in its SGEMM's panels once per session;
+ * OpenCL multiplies it as it is).
  */
 static int
-conv_weights(struct opt *o, int ni, bool *packed)
+conv_weights(struct opt *o, int ni)
 {
 	const struct ml_node *n = &o->g->nodes[ni];
 	const struct ml_tensor *wt = o->g->tensors[n->in[1]];
 	const float *w = mlopt_const(o, n->in[1], ML_F32);
 	int64_t M = wt->dims[0], cg = wt->dims[1], KH = wt->dims[2], KW = wt->dims[3];
-	int64_t K = KH * KW * cg, np = (M + ML_FUSED_PANEL - 1) / ML_FUSED_PANEL;
-	*packed = ml_attr_int(n, "group", 1) == 1;
-	int64_t len = *packed ? np * K * ML_FUSED_PANEL : M * K;
-	float *d = ml_calloc((size_t)len + 1, sizeof(float));
+	float *d = ml_calloc((size_t)(M * cg * KH * KW) + 1, sizeof(float));
 	if (d == NULL)
 		return ml_fail(o->e, ML_ENOMEM, "out of memory");
 	for (int64_t m = 0; m < M; m++)
 		for (int64_t c = 0; c < cg; c++)
 			for (int64_t kh = 0; kh < KH; kh++)
-				for (int64_t kw = 0; kw < KW; kw++) {
-					float v = w[((m * cg + c) * KH + kh) * KW + kw];
-					int64_t r = (kh * KW + kw) * cg + c;
-					if (*packed)
-						d[((m / ML_FUSED_PANEL) * K + r) * ML_FUSED_PANEL +
-						  m % ML_FUSED_PANEL] = v;
-					else
-						d[r * M + m] = v;
-				}
-	int64_t pd[3] = { np, K, ML_FUSED_PANEL }, hd[4] = { KH, KW, cg, M };
+				for (int64_t kw = 0; kw < KW; kw++)
+					d[((kh * KW + kw) * cg + c) * M + m] =
+						w[((m * cg + c) * KH + kh) * KW + kw];
+	int64_t hd[4] = { KH, KW, cg, M };
 	char base[300];
 	snprintf(base, sizeof base, "%.280s_nhwc", wt->name);
-	int k = mlopt_new_const(o, base, ML_F32, *packed ? 3 : 4, *packed ? pd : hd, d);
+	int k = mlopt_new_const(o, base, ML_F32, 4, hd, d);
 	ml_free(d);
 	return k;
 }
@@ -445,11 +460,9 @@ static int
 to_conv(struct lay *l, int ni, const int *in, int nin, int out)
 {
 	struct opt *o = l->o;
-	bool packed;
 	int64_t ks[2] = { o->g->tensors[o->g->nodes[ni].in[1]]->dims[2],
 			  o->g->tensors[o->g->nodes[ni].in[1]]->dims[3] };
-	int64_t m = o->g->tensors[o->g->nodes[ni].in[1]]->dims[0];
-	int w = conv_weights(o, ni, &packed);
+	int w = conv_weights(o, ni);
 	if (w < 0)
 		return w;
 	int ins[4] = { in[0], w, nin > 2 ? in[2] : -1, nin > 3 ? in[3] : -1 };
@@ -459,8 +472,6 @@ to_conv(struct lay *l, int ni, const int *in, int nin, int out)
 	/* the Conv's own kernel_shape, when it has one, holds the same values */
 	if (ml_attr_find(&o->g->nodes[ni], "kernel_shape") == NULL)
 		ML_TRY(ml_node_set_ints(o->g, ni, "kernel_shape", 2, ks));
-	if (packed)
-		ML_TRY(ml_node_set_int(o->g, ni, "packed_n", m));
 	mlopt_note(o, "Conv to NHWC");
 	return 0;
 }

@@ -9,7 +9,9 @@
  * with a bias) and loses its residual Z and activation to an Add and a
  * Relu or Clip; a B that mlopt packed for the SGEMM is unpacked first. A
  * fused node with another activation (Sigmoid, Tanh, Silu, Gelu) stays
- * float, as mlquant(1) says.
+ * float, as mlquant(1) says. A channels-last ConvNHWC (mlopt's layout
+ * pass) goes back to NCHW first, as a FusedConv between two Transposes,
+ * which cancel in pairs between neighbouring convolutions.
  */
 #include <stdio.h>
 
@@ -94,6 +96,215 @@ add1(struct ml_graph *c, const char *op, const char *name, int n_in, const int *
 	for (int i = 0; i < n_in; i++)
 		inn[i] = in[i] >= 0 ? ml_graph_t(c, in[i])->name : "";
 	return ml_graph_add_node(c, op, "", name, n_in, inn, 1, outn, e);
+}
+
+/*
+ * nchw_able: a ConvNHWC node (mlopt's layout pass) that unlayout can turn
+ * back into FusedConv: f32 data, a constant f32 W as the pass writes it
+ * ([kH, kW, C / group, M], or packed for the CPU by an older mlopt).
+ */
+static bool
+nchw_able(const struct ml_graph *g, const struct ml_node *n)
+{
+	if (n->op != ML_OP_CONV_NHWC || n->n_in < 2 || n->n_out != 1 || n->in[0] < 0 ||
+	    n->out[0] < 0 || !const_f32(g, n->in[1]))
+		return false;
+	const struct ml_tensor *x = ml_graph_t(g, n->in[0]), *w = ml_graph_t(g, n->in[1]);
+	int64_t pn = ml_attr_int(n, "packed_n", 0);
+	return x->rank == 4 && x->dtype == ML_F32 && w->rank == (pn > 0 ? 3 : 4);
+}
+
+/* transpose4: a Transpose of tensor from into to, perm p (4 values), named name */
+static int
+transpose4(struct ml_graph *c, const char *name, int from, int to, const int64_t *p,
+	   struct ml_err *e)
+{
+	int k = add1(c, "Transpose", name, 1, &from, to, e);
+	if (k < 0)
+		return k;
+	return ml_node_set_ints(c, k, "perm", 4, p);
+}
+
+/*
+ * unlayout: ConvNHWC node ni of c back to NCHW, which the quantiser's
+ * kernels take: Transpose(X), FusedConv with W [M, C / group, kH, kW] and
+ * the node's attributes, Transpose back to Y; the same for Z. Between two
+ * such convolutions the Transposes meet in pairs, which mlopt's eliminate
+ * pass then removes (mlq_unfuse).
+ */
+static int
+unlayout(struct ml_graph *c, int ni, struct ml_err *e)
+{
+	static const int64_t to_nchw[4] = { 0, 3, 1, 2 }, to_nhwc[4] = { 0, 2, 3, 1 };
+	const struct ml_node *n = &c->nodes[ni];
+	const struct ml_tensor *wt = ml_graph_t(c, n->in[1]);
+	const int64_t *ks;
+	int64_t pn = ml_attr_int(n, "packed_n", 0), M, cg, KH, KW;
+	if (ml_attr_ints(n, "kernel_shape", &ks) != 2)
+		return ml_fail(e, ML_EINVAL, "node '%s': ConvNHWC without kernel_shape", n->name);
+	KH = ks[0];
+	KW = ks[1];
+	if (pn > 0) {
+		M = pn;
+		cg = KH * KW > 0 ? wt->dims[1] / (KH * KW) : 0;
+	} else {
+		M = wt->dims[3];
+		cg = wt->dims[2];
+		if (wt->dims[0] != KH || wt->dims[1] != KW)
+			return ml_fail(e, ML_EINVAL, "node '%s': W does not match kernel_shape",
+				       n->name);
+	}
+	int64_t K = KH * KW * cg, want;
+	if (M <= 0 || cg <= 0 || K <= 0 || !ml_mul_ok(K * M, (int64_t)sizeof(float), &want) ||
+	    (pn <= 0 && (int64_t)wt->nbytes != want))
+		return ml_fail(e, ML_EINVAL, "node '%s': W of the wrong shape", n->name);
+	float *plain = ml_malloc(sizeof(float) * (size_t)(K * M)), *oihw = plain == NULL ? NULL :
+		       ml_malloc(sizeof(float) * (size_t)(K * M));
+	if (oihw == NULL) {
+		ml_free(plain);
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	}
+	int rc = 0;
+	if (pn > 0) {
+		if ((rc = unpack_b(c, ni, e)) == 0)
+			memcpy(plain, ml_graph_t(c, c->nodes[ni].in[1])->data,
+			       sizeof(float) * (size_t)(K * M));
+	} else {
+		memcpy(plain, wt->data, sizeof(float) * (size_t)(K * M));
+	}
+	n = &c->nodes[ni];
+	for (int64_t m = 0; rc == 0 && m < M; m++)
+		for (int64_t ci = 0; ci < cg; ci++)
+			for (int64_t r = 0; r < KH * KW; r++)
+				oihw[(m * cg + ci) * KH * KW + r] = plain[(r * cg + ci) * M + m];
+	char base[512], name[512], tn[600];
+	snprintf(base, sizeof base, "%s", ml_graph_t(c, n->out[0])->name);
+	snprintf(name, sizeof name, "%s", n->name != NULL ? n->name : "conv");
+	int w2 = rc == 0 ? fresh_t(c, base, ".w_oihw") : -1;
+	if (rc == 0 && w2 < 0)
+		rc = ml_fail(e, ML_ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = ml_graph_set_data(c, w2, ML_TK_CONST, ML_F32, 4, (int64_t[]){ M, cg, KH, KW },
+				       oihw, sizeof(float) * (size_t)(K * M), e);
+	ml_free(plain);
+	ml_free(oihw);
+	if (rc < 0)
+		return rc;
+	int x = n->in[0], z = n->n_in > 3 ? n->in[3] : -1, y = n->out[0];
+	int xt = fresh_t(c, base, ".x_nchw"), yt = fresh_t(c, base, ".nchw");
+	int zt = z >= 0 ? fresh_t(c, base, ".z_nchw") : -1;
+	if (xt < 0 || yt < 0 || (z >= 0 && zt < 0))
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	struct ml_node *nn = &c->nodes[ni];
+	nn->op = ML_OP_FUSED_CONV;
+	nn->op_type = ml_graph_strdup(c, "FusedConv");
+	if (nn->op_type == NULL)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	nn->in[0] = xt;
+	nn->in[1] = w2;
+	if (z >= 0)
+		nn->in[3] = zt;
+	nn->out[0] = yt;
+	int keep = 0;
+	for (int i = 0; i < nn->n_attr; i++)
+		if (strcmp(nn->attrs[i].name, "packed_n") != 0)
+			nn->attrs[keep++] = nn->attrs[i];
+	nn->n_attr = keep;
+	snprintf(tn, sizeof tn, "%s.to_nchw", name);
+	ML_TRY(transpose4(c, tn, x, xt, to_nchw, e));
+	if (z >= 0) {
+		snprintf(tn, sizeof tn, "%s.z_to_nchw", name);
+		ML_TRY(transpose4(c, tn, z, zt, to_nchw, e));
+	}
+	snprintf(tn, sizeof tn, "%s.to_nhwc", name);
+	return transpose4(c, tn, yt, y, to_nhwc, e);
+}
+
+/* perm_is: node n is a Transpose with the 4 values of p as its perm */
+static bool
+perm_is(const struct ml_node *n, const int64_t *p)
+{
+	const int64_t *v;
+	return n->op == ML_OP_TRANSPOSE && n->n_in == 1 && n->n_out == 1 &&
+	       ml_attr_ints(n, "perm", &v) == 4 && memcmp(v, p, 4 * sizeof *v) == 0;
+}
+
+/*
+ * sink_unary: where an elementwise op of one value (Relu, Clip with scalar
+ * bounds, ...) sits between a Transpose to NHWC and Transposes back to
+ * NCHW (a Clip that mlopt left unfused between two convolutions that
+ * unlayout made NCHW again), the op reads the NCHW value itself and the
+ * Transposes after it become Identity, which eliminate removes; the layout
+ * pass's pooling (ReduceMean over axes 1 and 2) so becomes
+ * GlobalAveragePool again. Returns how many it moved.
+ */
+static int
+sink_unary(struct ml_graph *c, struct ml_err *e)
+{
+	static const int64_t to_nchw[4] = { 0, 3, 1, 2 }, to_nhwc[4] = { 0, 2, 3, 1 };
+	int moved = 0;
+	for (int ui = 0; ui < c->n_nodes; ui++) {
+		struct ml_node *u = &c->nodes[ui];
+		switch (u->op) {
+		case ML_OP_RELU: case ML_OP_CLIP: case ML_OP_LEAKY_RELU: case ML_OP_SIGMOID:
+		case ML_OP_TANH: case ML_OP_HARD_SIGMOID: case ML_OP_HARD_SWISH: case ML_OP_ELU:
+		case ML_OP_SILU: case ML_OP_GELU: case ML_OP_NEG: case ML_OP_ABS:
+			break;
+		case ML_OP_REDUCE_MEAN: {
+			/* the layout pass's pool: ReduceMean over H and W of the NHWC value */
+			const int64_t *ax;
+			if (ml_attr_ints(u, "axes", &ax) != 2 || ax[0] != 1 || ax[1] != 2 ||
+			    ml_attr_int(u, "keepdims", 1) != 1 || u->n_in != 1)
+				continue;
+			break;
+		}
+		default:
+			continue;
+		}
+		if (u->n_out != 1 || u->out[0] < 0 || u->n_in < 1 || u->in[0] < 0)
+			continue;
+		bool ok = true;
+		for (int j = 1; j < u->n_in && ok; j++) {
+			const struct ml_tensor *b = u->in[j] >= 0 ? ml_graph_t(c, u->in[j]) : NULL;
+			ok = b == NULL || (const_f32(c, u->in[j]) && b->nbytes == sizeof(float));
+		}
+		int t1 = -1, uses = 0;
+		for (int k = 0; k < c->n_nodes && ok; k++) {
+			const struct ml_node *m = &c->nodes[k];
+			for (int o = 0; o < m->n_out; o++)
+				if (m->out[o] == u->in[0])
+					t1 = perm_is(m, to_nhwc) ? k : -2;
+			for (int j = 0; j < m->n_in && ok; j++)
+				if (m->in[j] == u->out[0]) {
+					ok = perm_is(m, to_nchw);
+					uses++;
+				}
+		}
+		for (int o = 0; o < c->n_outputs && ok; o++)
+			ok = c->outputs[o] != u->out[0];
+		if (!ok || t1 < 0 || uses == 0)
+			continue;
+		u->in[0] = c->nodes[t1].in[0];
+		if (u->op == ML_OP_REDUCE_MEAN) {
+			u->op = ML_OP_GLOBAL_AVERAGE_POOL;
+			u->op_type = ml_graph_strdup(c, "GlobalAveragePool");
+			if (u->op_type == NULL)
+				return ml_fail(e, ML_ENOMEM, "out of memory");
+			u->n_attr = 0;
+		}
+		for (int k = 0; k < c->n_nodes; k++) {
+			struct ml_node *m = &c->nodes[k];
+			if (m->n_in < 1 || m->in[0] != u->out[0])
+				continue;
+			m->op = ML_OP_IDENTITY;
+			m->op_type = ml_graph_strdup(c, "Identity");
+			if (m->op_type == NULL)
+				return ml_fail(e, ML_ENOMEM, "out of memory");
+			m->n_attr = 0;
+		}
+		moved++;
+	}
+	return moved;
 }
 
 /* split: node ni of c, already known splittable; < 0 on failure (e set) */
@@ -187,16 +398,29 @@ mlq_unfuse(const struct ml_graph *g, struct ml_graph **out, struct ml_err *e)
 
 	*out = NULL;
 	for (int i = 0; i < g->n_nodes; i++)
-		nf += splittable(g, &g->nodes[i]);
+		nf += splittable(g, &g->nodes[i]) || nchw_able(g, &g->nodes[i]);
 	if (nf == 0)
 		return 0;
 	if ((rc = mlq_copy_graph(&c, g, e)) < 0)
 		return rc;
-	int n0 = c->n_nodes;
+	int n0 = c->n_nodes, nl = 0;
+	for (int i = 0; i < n0 && rc == 0; i++)
+		if (nchw_able(c, &c->nodes[i])) {
+			rc = unlayout(c, i, e) < 0 ? -1 : 0;
+			nl++;
+		}
 	for (int i = 0; i < n0 && rc == 0; i++)
 		if (splittable(c, &c->nodes[i]))
 			rc = split(c, i, e) < 0 ? -1 : 0;
+	for (int k; nl > 0 && rc == 0 && (k = sink_unary(c, e)) != 0;)
+		rc = k < 0 ? -1 : 0;
 	if (rc == 0 && (rc = ml_graph_toposort(c, e)) == 0 && (rc = mlq_copy_graph(&c2, c, e)) == 0) {
+		/* the Transpose pairs between convolutions made NCHW again go */
+		struct ml_opt_opts oo = { .passes = "eliminate,dce" };
+		if (nl > 0 && (rc = ml_opt_run(c2, &oo, NULL, e)) < 0) {
+			ml_graph_free(c2);
+			c2 = NULL;
+		}
 		*out = c2;
 		c2 = NULL;
 	}

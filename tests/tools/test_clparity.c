@@ -171,6 +171,7 @@ pc_node(struct pc *p, const char *op, const char *ins, const char *outs)
 }
 
 static bool have_cl;
+static char cl_type[16];	/* cl:0's type: "cpu", "gpu", ... */
 
 static int
 run_on(struct pc *p, const char *dev, struct ml_tval *outs, int *n_out, int *ran_on,
@@ -745,6 +746,79 @@ fconv_refusals(void)
 #endif
 }
 
+/*
+ * ConvNHWC (mlopt's layout pass; W [kH, kW, C / group, M]) on cl:0 against
+ * the CPU: depthwise, pointwise (the GEMM on X itself), padded and strided
+ * windows through the NHWC im2col, an RGB stem, with and without bias, Z
+ * and activations. The device takes ConvNHWC on a CPU device (POCL) only
+ * with ML_CL_NHWC=1, which these cases set; without it there, the node
+ * stays on the CPU, and so does one whose W is packed for the CPU.
+ */
+static void fmm_act(struct pc *p, int act);
+
+static void
+nhwc_build(struct pc *p, const struct fcv *f, bool bias, bool z, int act)
+{
+	int64_t oh = (f->h + 2 * f->pad - f->k) / f->stride + 1;
+	int64_t ow = (f->w + 2 * f->pad - f->k) / f->stride + 1;
+	pc_init(p, 14);
+	p->tol = 1e-4;
+	X(p, "x", f->n, f->h, f->w, f->c);
+	W(p, "w", f->k, f->k, f->c / f->group, f->m);
+	if (bias)
+		W(p, "b", f->m);
+	if (z)
+		X(p, "z", f->n, oh, ow, f->m);
+	pc_node_d(p, "ml", "ConvNHWC", bias ? (z ? "x,w,b,z" : "x,w,b") : (z ? "x,w,,z" : "x,w"),
+		  "y");
+	ml_node_set_ints(p->g, p->node, "kernel_shape", 2, D(f->k, f->k));
+	ml_node_set_ints(p->g, p->node, "strides", 2, D(f->stride, f->stride));
+	ml_node_set_ints(p->g, p->node, "pads", 4, D(f->pad, f->pad, f->pad, f->pad));
+	ml_node_set_int(p->g, p->node, "group", f->group);
+	fmm_act(p, act);
+}
+
+static void
+nhwc_cases(void)
+{
+	static const struct fcv cases[] = {
+		{ "depthwise 3x3 pad 1", 2, 24, 9, 7, 24, 3, 1, 1, 24 },
+		{ "depthwise 5x5 stride 2 pad 2", 1, 40, 11, 11, 40, 5, 2, 2, 40 },
+		{ "pointwise 58 -> 37", 2, 58, 6, 5, 37, 1, 1, 0, 1 },
+		{ "3x3 stride 2 pad 1", 1, 19, 9, 10, 33, 3, 2, 1, 1 },
+		{ "RGB stem 3x3 stride 2", 1, 3, 17, 16, 32, 3, 2, 1, 1 },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		for (int v = 0; v < 4; v++) {
+			struct pc p;
+			char what[200];
+			bool bias = v != 1, z = v >= 2;
+			int act = v == 0 ? 0 : v == 1 ? 1 : v == 2 ? 2 : 5;
+			snprintf(what, sizeof what, "ConvNHWC %s%s%s, %s", cases[i].what,
+				 bias ? " +B" : "", z ? " +Z" : "", act ? acts[act] : "no activation");
+			nhwc_build(&p, &cases[i], bias, z, act);
+			setenv("ML_CL_NHWC", "1", 1);
+			pc_check(&p, what);
+			unsetenv("ML_CL_NHWC");
+		}
+	struct pc p;
+	nhwc_build(&p, &cases[3], true, false, 1);
+	ml_node_set_int(p.g, p.node, "packed_n", 33);
+	setenv("ML_CL_NHWC", "1", 1);
+	/* packed W ([ceil(M / 32), K, 32]) is what the attribute promises: make it so */
+	int ti = ml_graph_find(p.g, "w");
+	float *pw = calloc(2 * 9 * 19 * 32, sizeof(float));
+	ml_graph_set_data(p.g, ti, ML_TK_CONST, ML_F32, 3, D(2, 9 * 19, 32), pw,
+			  sizeof(float) * 2 * 9 * 19 * 32, &p.e);
+	free(pw);
+	cpu_check(&p, "ConvNHWC with packed_n stays on the CPU");
+	unsetenv("ML_CL_NHWC");
+	if (have_cl && strcmp(cl_type, "cpu") == 0) {
+		nhwc_build(&p, &cases[2], true, false, 0);
+		cpu_check(&p, "ConvNHWC on a CPU device stays on the CPU without ML_CL_NHWC=1");
+	}
+}
+
 /* fmm_act: activation act (an index of acts) on the fused node p->node */
 static void
 fmm_act(struct pc *p, int act)
@@ -1092,6 +1166,8 @@ main(void)
 	if (ml_devices(&v, &n, &e) == 0) {
 		have_cl = n > 1;
 		if (have_cl)
+			snprintf(cl_type, sizeof cl_type, "%s", v[1].type);
+		if (have_cl)
 			printf("# cl:0 %s, cl_khr_fp16 %s (f16 runs there either way)\n", v[1].name,
 			       v[1].fp16 ? "yes" : "no");
 		ml_free(v);
@@ -1102,6 +1178,7 @@ main(void)
 	nn_cases();
 	fconv_cases();
 	fconv_refusals();
+	nhwc_cases();
 	fmm_cases();
 	reduce_cases();
 	assign_case();
