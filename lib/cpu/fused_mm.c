@@ -210,22 +210,51 @@ fsm_panels(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+/* fmm_pack_t: fmm_pack from B^T ([n, k] row-major: a convolution's OIHW weight) */
+static void
+fmm_pack_t(void *ctx, int64_t b, int64_t e)
+{
+	const struct fmm *f = ctx;
+	for (int64_t p = b; p < e; p++) {
+		float *dst = (float *)f->bp + p * ML_PG_NR * f->k;
+		int64_t j0 = p * ML_PG_NR, w = ML_MIN((int64_t)ML_PG_NR, f->n - j0);
+		for (int64_t r = 0; r < f->k; r++) {
+			float *d = dst + r * ML_PG_NR;
+			for (int64_t j = 0; j < w; j++)
+				d[j] = f->b[(j0 + j) * f->k + r];
+			for (int64_t j = w; j < ML_PG_NR; j++)
+				d[j] = 0.0f;
+		}
+	}
+}
+
 const float *
-ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n)
+ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n, bool trans)
 {
 	bool fill;
 	void *tmp;
 
 	if (!ml_cpu_wconst(c))
 		return NULL;
-	float *bp = ml_cpu_wcache(c, ML_WC_PANELS, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n),
-				  &fill, &tmp);
+	float *bp = ml_cpu_wcache(c, trans ? ML_WC_PANELS_T : ML_WC_PANELS,
+				  sizeof(float) * (size_t)ml_pgemm_packed_len(k, n), &fill, &tmp);
 	if (bp != NULL && fill) {
 		struct fmm f = { .b = c->in[1]->data, .bp = bp, .k = k, .n = n };
 		ml_parallel_for((n + ML_PG_NR - 1) / ML_PG_NR,
-				ML_MAX(1, (int64_t)(1 << 16) / (k * ML_PG_NR)), fmm_pack, &f);
+				ML_MAX(1, (int64_t)(1 << 16) / (k * ML_PG_NR)),
+				trans ? fmm_pack_t : fmm_pack, &f);
 	}
 	return bp;
+}
+
+static void fmm_run(struct fmm *fp, const float *bp);
+
+/* streams: a product of m rows streams B's panels (fsm_panels); ML_FUSED_SMALLM=off: never */
+static bool
+streams(int64_t m)
+{
+	const char *sm = getenv("ML_FUSED_SMALLM");
+	return m <= SMALL_M && (sm == NULL || strcmp(sm, "off") != 0);
 }
 
 int
@@ -256,32 +285,57 @@ ml_cpu_fmatmul_fast(struct ml_opctx *c)
 	int64_t npan = (n + ML_PG_NR - 1) / ML_PG_NR;
 	bool packed = pn > 0 && b->dims[0] == npan && b->dims[2] == ML_PG_NR;
 	/* a constant B [k, n]: its panels packed once, in the node's cache */
-	const float *bpan = packed ? b->data : pn <= 0 ? ml_cpu_wpanels(c, k, n) : NULL;
+	const float *bpan = packed ? b->data : pn <= 0 ? ml_cpu_wpanels(c, k, n, false) : NULL;
 	packed |= bpan != NULL;
-	/* a few rows against panels packed by mlopt: stream each panel once */
-	const char *sm = getenv("ML_FUSED_SMALLM");
-	if (packed && m <= SMALL_M && (sm == NULL || strcmp(sm, "off") != 0)) {
-		struct fsm s = { .a = f.a, .bp = bpan, .bias = f.bias, .z = f.z, .y = f.y,
+	/*
+	 * packed (by mlopt, or once into the cache): the panels as they are,
+	 * when aligned as the tiles load them (a few rows stream them, aligned
+	 * or not); else a copy, or B packed now
+	 */
+	if (packed && (((uintptr_t)bpan & 63) == 0 || streams(m))) {
+		fmm_run(&f, bpan);
+		return 0;
+	}
+	float *bp = ml_cpu_scratch(2, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n));
+	if (bp == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory packing B (%lld x %lld)", (long long)k,
+				 (long long)n);
+	f.bp = bp;
+	if (pn > 0)
+		memcpy(bp, b->data, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n));
+	else
+		ml_parallel_for(npan, ML_MAX(1, (int64_t)(1 << 16) / (k * ML_PG_NR)), fmm_pack, &f);
+	fmm_run(&f, bp);
+	return 0;
+}
+
+void
+ml_cpu_fmm_panels(int64_t m, int64_t k, int64_t n, const float *a, const float *bp,
+		  const float *bias, const float *z, float *y, int act, float lo, float hi)
+{
+	struct fmm f = { .a = a, .bias = bias, .z = z, .y = y, .m = m, .n = n, .k = k, .act = act,
+			 .lo = lo, .hi = hi };
+	fmm_run(&f, bp);
+}
+
+/*
+ * fmm_run: f's product against the packed panels bp (64-byte aligned): a
+ * few rows stream each panel once (ML_FUSED_SMALLM=off: not), more run in
+ * tiles. f->bp is set here.
+ */
+static void
+fmm_run(struct fmm *fp, const float *bp)
+{
+	struct fmm f = *fp;
+	int64_t m = f.m, n = f.n, k = f.k, npan = (n + ML_PG_NR - 1) / ML_PG_NR;
+	if (streams(m)) {
+		struct fsm s = { .a = f.a, .bp = bp, .bias = f.bias, .z = f.z, .y = f.y,
 				 .m = m, .n = n, .k = k, .act = f.act, .lo = f.lo, .hi = f.hi };
 		ml_parallel_for(npan, ML_MAX(1, ITEM_WORK / ML_MAX(1, m * ML_PG_NR * k)), fsm_panels,
 				&s);
-		return 0;
+		return;
 	}
-	/* packed by mlopt: the panels as they are, when aligned as the SGEMM loads them */
-	if (packed && ((uintptr_t)bpan & 63) == 0) {
-		f.bp = bpan;
-	} else {
-		float *bp = ml_cpu_scratch(2, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n));
-		if (bp == NULL)
-			return ml_opfail(c, ML_ENOMEM, "out of memory packing B (%lld x %lld)",
-					 (long long)k, (long long)n);
-		f.bp = bp;
-		if (pn > 0)
-			memcpy(bp, b->data, sizeof(float) * (size_t)ml_pgemm_packed_len(k, n));
-		else
-			ml_parallel_for(npan, ML_MAX(1, (int64_t)(1 << 16) / (k * ML_PG_NR)), fmm_pack,
-					&f);
-	}
+	f.bp = bp;
 	/*
 	 * Tiles: about TILE_M rows (a multiple of 4, a whole number of row
 	 * tiles per thread when there are rows enough) by runs of panels,
@@ -299,7 +353,6 @@ ml_cpu_fmatmul_fast(struct ml_opctx *c)
 	f.ntn = (n + f.wn - 1) / f.wn;
 	int64_t work = f.rm * f.wn * k;
 	ml_parallel_for(f.ntm * f.ntn, ML_MAX(1, ITEM_WORK / ML_MAX(1, work)), fmm_tiles, &f);
-	return 0;
 }
 
 /*

@@ -1109,6 +1109,102 @@ ml_conv_bf16_rows(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
 	return 0;
 }
 
+/*
+ * Tiny outputs (ROWS_MAX positions in all or fewer: DenseNet's 2x2 layers
+ * at batch 1) of one group with a constant weight: the positions are the
+ * rows of the product, Y^T [N P, M] = im2col rows [N P, C kH kW] times
+ * W^T, W^T packed in the SGEMM's panels once per session, which
+ * FusedMatMul's kernel streams once for all the rows (the bias, Z^T and the
+ * activation in its epilogue); then Y^T back to [N, M, P]. Against NCHW's
+ * products, whose 16- or 32-wide panels of positions would be mostly empty,
+ * 1.7 to 2 times faster (a 1x1 1024 -> 128 and a 3x3 128 -> 32 on 2x2);
+ * with 16 rows the tiled SGEMM it falls to loses to those (a 4x4 plane: 2
+ * times slower), hence the bound. ML_CONV_ROWS=0 turns it off.
+ */
+#define ROWS_MAX 8
+
+struct rows_job {
+	const struct ml_conv3 *v;
+	const float *x, *z;
+	float *a, *zt, *yt, *y;
+	int64_t K;
+};
+
+/* rows_im2col: rows [b, e) (image n, position p) of the im2col rows, (c, kh, kw) order */
+static void
+rows_im2col(void *ctx, int64_t b, int64_t e)
+{
+	const struct rows_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t H = v->in[1], W = v->in[2], KH = v->k[1], KW = v->k[2];
+
+	for (int64_t r = b; r < e; r++) {
+		int64_t n = r / v->outsz, p = r % v->outsz, oh = p / v->out[2], ow = p % v->out[2];
+		float *dst = j->a + r * j->K;
+		for (int64_t ci = 0; ci < v->cin; ci++) {
+			const float *xp = j->x + (n * v->cin + ci) * v->insz;
+			for (int64_t kh = 0; kh < KH; kh++) {
+				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+				for (int64_t kw = 0; kw < KW; kw++) {
+					int64_t iw = ow * v->s[2] - v->p[2] + kw * v->d[2];
+					*dst++ = ih >= 0 && ih < H && iw >= 0 && iw < W ? xp[ih * W + iw]
+											: 0.0f;
+				}
+			}
+		}
+	}
+}
+
+/* rows_zt: Z [N, M, P] into Z^T rows [N P, M] (images [b, e)) */
+static void
+rows_zt(void *ctx, int64_t b, int64_t e)
+{
+	const struct rows_job *j = ctx;
+	int64_t M = j->v->cout, P = j->v->outsz;
+	for (int64_t n = b; n < e; n++)
+		for (int64_t m = 0; m < M; m++)
+			for (int64_t p = 0; p < P; p++)
+				j->zt[(n * P + p) * M + m] = j->z[(n * M + m) * P + p];
+}
+
+/* rows_y: Y^T rows back to Y [N, M, P] (images [b, e)) */
+static void
+rows_y(void *ctx, int64_t b, int64_t e)
+{
+	const struct rows_job *j = ctx;
+	int64_t M = j->v->cout, P = j->v->outsz;
+	for (int64_t n = b; n < e; n++)
+		for (int64_t m = 0; m < M; m++)
+			for (int64_t p = 0; p < P; p++)
+				j->y[(n * M + m) * P + p] = j->yt[(n * P + p) * M + m];
+}
+
+/* conv_rows: the small-plane product above; 1 when it does not apply (nothing done) */
+static int
+conv_rows(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *bias,
+	  const struct ml_conv_epi *e, float *y)
+{
+	const char *env = getenv("ML_CONV_ROWS");
+	if (v->group != 1 || v->n * v->outsz > ROWS_MAX || v->in[0] != 1 || v->k[0] != 1 ||
+	    !ml_pgemm_ok() || (env != NULL && strcmp(env, "0") == 0) || !ml_cpu_wconst(c))
+		return 1;
+	int64_t K = v->cin * v->ksz, M = v->cout, R = v->n * v->outsz;
+	const float *bp = ml_cpu_wpanels(c, K, M, true);
+	struct rows_job j = { v, x, e != NULL ? e->z : NULL, NULL, NULL, NULL, y, K };
+	if (bp == NULL ||
+	    (j.a = ml_cpu_scratch(0, sizeof(float) * (size_t)(R * K))) == NULL ||
+	    (j.yt = ml_cpu_scratch(1, sizeof(float) * (size_t)(R * M))) == NULL ||
+	    (j.z != NULL && (j.zt = ml_cpu_scratch(3, sizeof(float) * (size_t)(R * M))) == NULL))
+		return ml_opfail(c, ML_ENOMEM, "out of memory for a small-plane convolution");
+	ml_parallel_for(R, ML_MAX(1, 8192 / ML_MAX(K, 1)), rows_im2col, &j);
+	if (j.z != NULL)
+		ml_parallel_for(v->n, 1, rows_zt, &j);
+	ml_cpu_fmm_panels(R, K, M, j.a, bp, bias, j.zt, j.yt, e != NULL ? e->act : ML_ACT_NONE,
+			  e != NULL ? e->lo : -INFINITY, e != NULL ? e->hi : INFINITY);
+	ml_parallel_for(v->n, 1, rows_y, &j);
+	return 0;
+}
+
 static int
 conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 {
@@ -1122,12 +1218,12 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 	/* batches of few output channels, not depthwise (training a small CNN): train_conv.c */
 	if (v->n >= 2 && (v->group == 1 || v->cg > 1) && ml_train_conv_ok(v))
 		return ml_train_conv_f32(c, v, x, w, bias, y);
+	int rc = conv_rows(c, v, x, bias, NULL, y);
+	if (rc <= 0)
+		return rc;
 	/* pointwise, one group: fused_mm.c's kernel (images: column tiles of one job) */
-	if (v->ksz == 1 && v->group == 1) {
-		int rc = ml_cpu_fconv_fast(c);
-		if (rc <= 0)
-			return rc;
-	}
+	if (v->ksz == 1 && v->group == 1 && (rc = ml_cpu_fconv_fast(c)) <= 0)
+		return rc;
 	if (v->cg == 1 && v->in[0] == 1 && v->k[0] == 1 && v->out[0] == 1 &&
 	    v->p[0] == 0) {
 		struct dw_job j = { v, x, w, bias, y };
@@ -1247,8 +1343,23 @@ ml_cpu_conv(struct ml_opctx *c)
 	}
 }
 
+static int fconv(struct ml_opctx *c, bool rows_only);
+
 int
 ml_cpu_fconv_conv(struct ml_opctx *c)
+{
+	return fconv(c, false);
+}
+
+int
+ml_cpu_fconv_rows(struct ml_opctx *c)
+{
+	return fconv(c, true);
+}
+
+/* fconv: ml_cpu_fconv_conv, or with rows_only only conv_rows */
+static int
+fconv(struct ml_opctx *c, bool rows_only)
 {
 	const struct ml_tval *x = c->in[0], *w = c->in[1], *b = ML_IN(c, 2), *z = ML_IN(c, 3);
 	struct ml_tval *y = c->out[0];
@@ -1268,6 +1379,9 @@ ml_cpu_fconv_conv(struct ml_opctx *c)
 		return 1;
 	if (v.cg == 1 && v.in[0] == 1 && v.k[0] == 1 && v.out[0] == 1 && v.p[0] == 0)
 		return 1;
+	int rc = conv_rows(c, &v, x->data, bias, &e, y->data);
+	if (rc <= 0 || rows_only)
+		return rc;
 	if (ml_direct_ok(&v))
 		return ml_direct_conv(c, &v, x->data, w->data, bias, &e, y->data);
 	if (ml_wino_ok(&v))

@@ -426,7 +426,7 @@ conv_dense(struct ml_opctx *c, const struct ml_conv3 *v, struct nhwc *j)
 #ifdef HAVE_SIMD
 	const float *pan = NULL;
 	if (j->level == 2 && v->cin <= FEW_C)
-		pan = ml_attr_int(c->node, "packed_n", 0) == M ? j->w : ml_cpu_wpanels(c, K, M);
+		pan = ml_attr_int(c->node, "packed_n", 0) == M ? j->w : ml_cpu_wpanels(c, K, M, false);
 	if (pan != NULL) {
 		int64_t per = v->out[2] * M * K;
 		j->w = pan;

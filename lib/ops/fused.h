@@ -64,6 +64,8 @@ int ml_cpu_fconv_fast(struct ml_opctx *c);
  * the kernel that would run has no such epilogue.
  */
 int ml_cpu_fconv_conv(struct ml_opctx *c);
+/* ml_cpu_fconv_rows: the same, but only where the output plane is small (positions as rows) */
+int ml_cpu_fconv_rows(struct ml_opctx *c);
 /* ml_fused_unpack: packed B (panels) of k x n into b [k, n]. */
 void ml_fused_unpack(const float *bp, int64_t k, int64_t n, float *b);
 int ml_cpu_attention(struct ml_opctx *c);

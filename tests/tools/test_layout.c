@@ -288,6 +288,10 @@ static const struct kcase kcases[] = {
 	{ 1, 96, 5, 5, 160, 1, 1, 1, 1, 1, { 0, 0, 0, 0 }, false, true, "Relu" },
 	{ 1, 64, 3, 3, 70, 1, 1, 1, 1, 1, { 0, 0, 0, 0 }, false, false, "" },
 	{ 1, 384, 4, 4, 768, 2, 2, 1, 2, 1, { 0, 0, 0, 0 }, false, false, "Gelu" },
+	/* tiny outputs: FusedConv's positions-as-rows product (nn_conv.c's conv_rows) */
+	{ 1, 96, 2, 2, 40, 1, 1, 1, 1, 1, { 0, 0, 0, 0 }, false, true, "Relu" },
+	{ 2, 32, 2, 1, 24, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, false, true, "Clip" },
+	{ 1, 20, 4, 4, 70, 3, 3, 1, 2, 1, { 1, 1, 1, 1 }, false, false, "Silu" },
 	/* other groups and a channel multiplier: the direct loops */
 	{ 1, 12, 7, 8, 18, 3, 3, 3, 1, 1, { 1, 1, 1, 1 }, false, true, "Relu" },
 	{ 1, 6, 6, 7, 12, 3, 3, 6, 2, 1, { 1, 0, 1, 0 }, false, false, "" },

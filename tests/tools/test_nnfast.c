@@ -479,6 +479,28 @@ narrow_cases(void)
 }
 
 /*
+ * rows_cases: outputs of 8 positions or fewer in all (nn_conv.c's
+ * conv_rows: positions as the product's rows against W^T packed once):
+ * DenseNet's 1x1 1024 -> 128 and 3x3 128 -> 32 on 2x2, two images of 1x2,
+ * a stride-2 3x3 down to 2x2, eight 1x1 images, 70 outputs (a partial
+ * panel) on 3x2; with constant weights (the cached panels) and weights as
+ * an input (the other kernels).
+ */
+static bool
+rows_cases(void)
+{
+	bool good = true;
+	for (int k = 0; k < 2 && good; k++) {
+		conv_w_in = k == 1;
+		good = conv_nks(1, 1024, 128, 2, 2, 1, 1, 0) && conv_nks(1, 128, 32, 2, 2, 3, 1, 1) &&
+		       conv_nks(2, 200, 50, 1, 2, 1, 1, 0) && conv_nks(1, 64, 40, 4, 4, 3, 2, 1) &&
+		       conv_nks(8, 30, 20, 1, 1, 1, 1, 0) && conv_nks(1, 20, 70, 3, 2, 3, 1, 1);
+	}
+	conv_w_in = false;
+	return good;
+}
+
+/*
  * dw_cases: depthwise convolutions (nn_conv.c's row and flat kernels):
  * MobileNet's 3x3 stride 1 and 2 on 112 and 56 wide planes, EfficientNet's
  * 5x5, ConvNeXt's 7x7 pad 3, odd widths, small planes, no padding, a
@@ -570,6 +592,7 @@ static void
 test_conv(void)
 {
 	ok(conv_flat_cases(), "Conv 3x3 on small planes (implicit GEMM where AVX-512)");
+	ok(rows_cases(), "Conv of 8 output positions or fewer: positions as rows, W^T packed once");
 	ok(conv_batch_cases(), "Conv batches: Winograd and im2col over several images");
 	ok(conv_direct_cases(), "Conv with few input channels (direct kernel)");
 	ok(conv_case(16, 20, 24, 24, 1), "Conv 3x3 16->20 on 24x24 (Winograd, one group)");
@@ -700,6 +723,15 @@ main(void)
 	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 	ok(waited && WEXITSTATUS(st) == 0,
 	   "Conv batches image by image (ML_CONV_FOLD=0) and without Winograd (ML_WINOGRAD=0)");
+	/* the same tiny outputs through the other kernels (ML_CONV_ROWS=0) */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ML_CONV_ROWS", "0", 1);
+		_exit(rows_cases() ? 0 : 1);
+	}
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0, "Conv of tiny outputs without conv_rows (ML_CONV_ROWS=0)");
 	/* the portable MaxPool kernel (ML_MAXPOOL=c) */
 	fflush(stdout);
 	pid = fork();
