@@ -295,9 +295,15 @@ static const struct kcase kcases[] = {
 	/* other groups and a channel multiplier: the direct loops */
 	{ 1, 12, 7, 8, 18, 3, 3, 3, 1, 1, { 1, 1, 1, 1 }, false, true, "Relu" },
 	{ 1, 6, 6, 7, 12, 3, 3, 6, 2, 1, { 1, 0, 1, 0 }, false, false, "" },
-	/* few input channels (FusedConv's direct kernel: residual and activation per block) */
+	/*
+	 * few input channels (FusedConv's direct kernel: residual, Relu and Clip on
+	 * its registers, other activations per block)
+	 */
 	{ 2, 3, 20, 19, 20, 7, 7, 1, 2, 1, { 3, 3, 3, 3 }, false, true, "Relu" },
 	{ 1, 4, 12, 40, 10, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, false, false, "Clip" },
+	{ 1, 3, 23, 45, 36, 3, 3, 1, 2, 1, { 0, 0, 0, 0 }, false, true, "Clip" },
+	{ 2, 3, 16, 37, 12, 5, 5, 1, 2, 1, { 2, 2, 2, 2 }, false, true, "" },
+	{ 1, 3, 17, 40, 16, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, false, true, "Silu" },
 	/* FusedConv's epilogue inside Winograd (tiles of 2 images) and the folded im2col */
 	{ 2, 16, 14, 14, 20, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, false, true, "Relu" },
 	{ 3, 20, 9, 9, 24, 3, 3, 1, 2, 1, { 1, 1, 1, 1 }, false, true, "Clip" },
