@@ -210,6 +210,13 @@ PYEOF
 	mlrun mb.onnx -i x=x1.npy -o f
 	mlrun o8.mlg -i x=x1.npy -o q
 	[ "$(sqnr f/y.npy q/y.npy)" -ge 25 ]
+	# fp16: ConvNHWC keeps its fp16 weights (the CPU widens them into its panels once)
+	run -0 mlquant --dtype fp16 o.mlg -o h.mlg
+	mlconvert h.mlg -o h.mlt
+	grep -q 'float16\[1,1,32,96\]' h.mlt
+	[ "$(grep -c 'ml.ConvNHWC' h.mlt)" -ge 3 ]
+	mlrun h.mlg -i x=x1.npy -o h
+	[ "$(sqnr f/y.npy h/y.npy)" -ge 50 ]
 }
 
 @test "mlquant quantises an -O2 encoder's FusedMatMuls (rank-3 inputs, bias, Relu)" {

@@ -34,6 +34,9 @@
  * the GEMM does not take: depthwise convolutions, batched B, transposed A)
  * the weight is converted to f32 once per session, into the node's cache,
  * and the node's f32 kernel runs on it: never slower than the f32 model.
+ * So does inference on a CPU with AVX512_BF16 but no AMX, where the
+ * vdpbf16ps kernels measured slower than the f32 ones on every product of
+ * ResNet-18 (ML_BF16=dp runs them anyway; training steps still use them).
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -91,6 +94,19 @@ ml_bf16_path_name(enum ml_bf16_path p)
 	return (unsigned)p < 4 ? names[p] : "?";
 }
 
+static atomic_int dp_set;	/* ml_bf16_set_path(ML_BF16_DP) was called */
+
+/*
+ * dp_asked: vdpbf16ps for inference too, where AMX is absent: ML_BF16=dp,
+ * or ml_bf16_set_path(ML_BF16_DP) (the tests)
+ */
+static bool
+dp_asked(void)
+{
+	const char *env = getenv("ML_BF16");
+	return atomic_load(&dp_set) || (env != NULL && strcmp(env, "dp") == 0);
+}
+
 static enum ml_bf16_path
 best_path(void)
 {
@@ -122,6 +138,7 @@ ml_bf16_set_path(enum ml_bf16_path p)
 	if (!ml_bf16_path_ok(p))
 		return false;
 	atomic_store(&cur_path, (int)(p == ML_BF16_AUTO ? best_path() : p));
+	atomic_store(&dp_set, p == ML_BF16_DP);
 	/* the fallback asked for by name emulates bf16 products; AUTO asks again */
 	atomic_store(&emulate, p == ML_BF16_F32 ? 1 : -1);
 	return true;
@@ -1085,7 +1102,14 @@ ml_cpu_bf16_run(struct ml_opctx *c)
 	/* an fp16 weight (mlquant --dtype fp16): storage only, the f32 kernel on it */
 	if (c->in[1]->dtype == ML_F16)
 		return as_f32(c);
-	if (ml_bf16_path() >= ML_BF16_DP) {
+	/*
+	 * vdpbf16ps without AMX lost to the f32 kernels (Winograd, the implicit
+	 * GEMM, the streamed products) on every product of ResNet-18: 1.3 to
+	 * 3.5 times slower on a Xeon with AVX512_BF16 whose AMX was not
+	 * exposed, 1.54 times the f32 model in all; there the weight is
+	 * converted once and the f32 kernels run, unless ML_BF16=dp asks.
+	 */
+	if (ml_bf16_path() == ML_BF16_AMX || (ml_bf16_path() == ML_BF16_DP && dp_asked())) {
 		int rc = 1;
 		switch (c->node->op) {
 		case ML_OP_CONV:

@@ -228,21 +228,41 @@ fmm_pack_t(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+/* fmm_pack_h: fmm_pack from fp16 B (mlquant --dtype fp16), widened as it is packed */
+static void
+fmm_pack_h(void *ctx, int64_t b, int64_t e)
+{
+	const struct fmm *f = ctx;
+	const uint16_t *h = (const uint16_t *)f->b;
+	for (int64_t p = b; p < e; p++) {
+		float *dst = (float *)f->bp + p * ML_PG_NR * f->k;
+		int64_t j0 = p * ML_PG_NR, w = ML_MIN((int64_t)ML_PG_NR, f->n - j0);
+		for (int64_t r = 0; r < f->k; r++) {
+			float *d = dst + r * ML_PG_NR;
+			for (int64_t j = 0; j < w; j++)
+				d[j] = ml_f16_to_f32(h[r * f->n + j0 + j]);
+			for (int64_t j = w; j < ML_PG_NR; j++)
+				d[j] = 0.0f;
+		}
+	}
+}
+
 const float *
 ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n, bool trans)
 {
 	bool fill;
 	void *tmp;
+	bool half = c->in[1]->dtype == ML_F16;
 
-	if (!ml_cpu_wconst(c))
+	if (!ml_cpu_wconst(c) || (half && trans) || (!half && c->in[1]->dtype != ML_F32))
 		return NULL;
-	float *bp = ml_cpu_wcache(c, trans ? ML_WC_PANELS_T : ML_WC_PANELS,
+	float *bp = ml_cpu_wcache(c, trans ? ML_WC_PANELS_T : half ? ML_WC_PANELS_H : ML_WC_PANELS,
 				  sizeof(float) * (size_t)ml_pgemm_packed_len(k, n), &fill, &tmp);
 	if (bp != NULL && fill) {
 		struct fmm f = { .b = c->in[1]->data, .bp = bp, .k = k, .n = n };
 		ml_parallel_for((n + ML_PG_NR - 1) / ML_PG_NR,
 				ML_MAX(1, (int64_t)(1 << 16) / (k * ML_PG_NR)),
-				trans ? fmm_pack_t : fmm_pack, &f);
+				trans ? fmm_pack_t : half ? fmm_pack_h : fmm_pack, &f);
 	}
 	return bp;
 }

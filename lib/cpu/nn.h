@@ -52,15 +52,19 @@ bool ml_cpu_scratch_fits(int nreq, const int *slot, const size_t *n);
  * ml_cpu_wconst: whether c's weight is a constant (never a parameter,
  * which training updates in place) and c's node has a cache.
  */
-enum { ML_WC_F32 = 1, ML_WC_PANELS, ML_WC_CPAIR, ML_WC_ROWS, ML_WC_WINO, ML_WC_PANELS_T };
+enum {
+	ML_WC_F32 = 1, ML_WC_PANELS, ML_WC_CPAIR, ML_WC_ROWS, ML_WC_WINO, ML_WC_PANELS_T,
+	ML_WC_PANELS_H
+};
 void *ml_cpu_wcache(struct ml_opctx *c, int kind, size_t bytes, bool *fill, void **tmp);
 bool ml_cpu_wconst(const struct ml_opctx *c);
 /*
  * ml_cpu_wpanels (fused_mm.c): c's constant weight (input 1) as a [k, n]
  * matrix (trans: the transpose of the [n, k] weight, as a convolution's
  * [M, C kH kW]) in ml_pgemm's panels, packed at the first call into the
- * node's cache; NULL when the weight is not a constant or c has no cache
- * (the caller packs per call then), or out of memory.
+ * node's cache (an fp16 weight, not transposed, widened as it is packed);
+ * NULL when the weight is not a constant or c has no cache (the caller
+ * packs per call then), or out of memory.
  * ml_cpu_fmm_panels: y [m, n] = a [m, k] times those panels (bp, 64-byte
  * aligned), plus bias (n; NULL: none), plus z ([m, n]; NULL: none), then
  * activation act (ML_ACT_*, Clip within [lo, hi]): FusedMatMul's kernel,

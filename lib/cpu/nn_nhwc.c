@@ -298,6 +298,18 @@ gemm_rows(struct ml_opctx *c, const float *a, int64_t r0, int64_t m, int64_t K, 
 			ML_TRY(gemm_rows(c, a + i * K, r0 + i, ML_MIN(SMALL_ROWS, m - i), K, M));
 		return 0;
 	}
+	/* W's panels, packed once per session (an fp16 W only so) */
+	const float *pan = packed || !ml_pgemm_ok() ? NULL : ml_cpu_wpanels(c, K, M, false);
+	if (pan == NULL && w->dtype != ML_F32)
+		return ml_opfail(c, ML_ENOMEM, "out of memory packing W");
+	if (pan != NULL) {
+		ml_cpu_fmm_panels(m, K, M, a, pan, bias != NULL ? bias->data : NULL,
+				  z != NULL ? (const float *)z->data + r0 * M : NULL,
+				  (float *)c->out[0]->data + r0 * M, ml_fused_act(c->node),
+				  (float)ml_attr_float(c->node, "clip_min", -INFINITY),
+				  (float)ml_attr_float(c->node, "clip_max", INFINITY));
+		return 0;
+	}
 	struct ml_tval av = { .dtype = ML_F32, .rank = 2, .dims = { m, K }, .data = (void *)a };
 	struct ml_tval bv = { .dtype = ML_F32, .rank = 2, .dims = { K, M }, .data = w->data };
 	struct ml_tval zv = { .dtype = ML_F32, .rank = 2, .dims = { m, M } };
@@ -495,13 +507,19 @@ ml_cpu_conv_nhwc(struct ml_opctx *c)
 	struct ml_conv3 v;
 	bool known;
 
-	/* an fp16 weight (mlquant --dtype fp16): converted once, bf16.c */
-	int rc = ml_cpu_bf16_run(c);
+	/*
+	 * an fp16 weight (mlquant --dtype fp16): one group's widened as it is
+	 * packed into the SGEMM's panels, once (gemm_rows, the stems); others
+	 * converted to f32 once (bf16.c)
+	 */
+	bool half = c->in[1]->dtype == ML_F16 && ml_attr_int(c->node, "group", 1) == 1 &&
+		    ml_attr_int(c->node, "packed_n", 0) <= 0 && ml_cpu_wconst(c) && ml_pgemm_ok();
+	int rc = half ? 1 : ml_cpu_bf16_run(c);
 	if (rc <= 0)
 		return rc;
 
 	for (int i = 0; i < c->n_in; i++)
-		if (c->in[i] != NULL && c->in[i]->dtype != ML_F32)
+		if (c->in[i] != NULL && c->in[i]->dtype != ML_F32 && !(half && i == 1))
 			return ml_opfail(c, ML_ENOTSUP, "ConvNHWC takes f32");
 	ML_TRY(ml_conv_nhwc_view(c, &nc, &node, ins, &xv, &wv, &known));
 	ML_TRY(ml_cpu_conv3(&nc, &v));
