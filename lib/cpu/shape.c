@@ -149,7 +149,8 @@ run_t2(const struct sview *v, int64_t b, int64_t e)
 		for (int64_t j0 = 0; j0 < B; j0 += TILE) {
 			int64_t j1 = ML_MIN(B, j0 + TILE), i = i0;
 #ifdef __SSE2__
-			if (es == 4 && ld % 4 == 0) {
+			/* (rows of fewer than 4 elements have no 4x4 block: the loop below) */
+			if (es == 4 && ld % 4 == 0 && j1 - j0 >= 4) {
 				int64_t jn = j0 + (j1 - j0) / 4 * 4;
 				for (; i + 4 <= i1; i += 4) {
 					for (int64_t j = j0; j < jn; j += 4)
@@ -281,7 +282,8 @@ ml_strided_copy(void *dst, const void *src, int rank, const int64_t *dims, const
 	} else if (v.stride[r - 1] == 0) {
 		v.kind = K_FILL;
 	} else if (r >= 2 && v.stride[r - 2] == (int64_t)es && v.dims[r - 2] >= 4 &&
-		   v.dims[r - 1] >= 4) {
+		   (v.dims[r - 1] >= 4 || (es == 4 && v.dims[r - 1] >= 2))) {
+		/* (rows of 2 or 3 4-byte elements: run_t2's loop for short rows, an image to NHWC) */
 		v.kind = K_T2;
 	} else {
 		v.kind = K_GEN;

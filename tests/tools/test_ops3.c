@@ -1167,6 +1167,52 @@ test_row_bcast(void)
 	tv_clear(1, &vr);
 }
 
+/*
+ * test_short_rows: Transpose [N, C, H, W] -> [N, H, W, C] with C of 1 to 5
+ * (an RGB image to NHWC: rows of 2 or 3 floats take the blocked
+ * transpose's loop for short rows, not a copy call per row), large enough
+ * to split over the threads, and int16 (2-byte elements) with C 3.
+ */
+static void
+test_short_rows(void)
+{
+	bool good = true;
+	for (int c = 1; c <= 6 && good; c++) {
+		enum ml_dtype dt = c == 6 ? ML_I16 : ML_F32;
+		int64_t C = c == 6 ? 3 : c, H = 61, W = 67, n = 2 * C * H * W;
+		int64_t xd[4] = { 2, C, H, W };
+		size_t es = dt == ML_F32 ? 4 : 2;
+		unsigned char *x = malloc((size_t)n * es);
+		for (int64_t i = 0; i < n; i++) {
+			if (dt == ML_F32)
+				((float *)x)[i] = (float)i;
+			else
+				((int16_t *)x)[i] = (int16_t)(i % 30000);
+		}
+		struct ml_tval vx = tv(dt, 4, xd, x);
+		struct tg t;
+		tg_init(&t, 13);
+		tg_input(&t, "x", dt, 4, xd);
+		int ni = tg_node(&t, "Transpose", "x", "y");
+		ml_node_set_ints(t.g, ni, "perm", 4, (int64_t[]){ 0, 2, 3, 1 });
+		good &= tg_run(&t, 1, &vx) == 0 && ml_tval_numel(&t.out[0]) == n;
+		for (int64_t b = 0; good && b < 2; b++)
+			for (int64_t h = 0; h < H; h++)
+				for (int64_t w = 0; w < W; w++)
+					for (int64_t k = 0; k < C; k++) {
+						int64_t o = ((b * H + h) * W + w) * C + k;
+						int64_t i = ((b * C + k) * H + h) * W + w;
+						good &= dt == ML_F32 ?
+							((const float *)t.out[0].data)[o] == ((float *)x)[i] :
+							((const int16_t *)t.out[0].data)[o] == ((int16_t *)x)[i];
+					}
+		tg_free(&t);
+		tv_clear(1, &vx);
+		free(x);
+	}
+	ok(good, "Transpose to NHWC of 1 to 5 channels (rows of 2 and 3 floats), and int16");
+}
+
 int
 main(void)
 {
@@ -1176,6 +1222,7 @@ main(void)
 	test_misc();
 	test_reduce_rows();
 	test_row_bcast();
+	test_short_rows();
 	printf("1..%d\n", ntest);
 	return nfail != 0;
 }
