@@ -85,8 +85,10 @@ ml_fused_tile_epi(float *y, int64_t m, int64_t n, int64_t ldc, const float *bias
 		act_relu(y, m, n, ldc, lo, hi);
 	else if (act == ML_ACT_CLIP)
 		act_clip(y, m, n, ldc, lo, hi);
+	else if (act > ML_ACT_NONE && act <= ML_ACT_GELU && n == ldc)
+		/* Sigmoid, Tanh, SiLU, GELU (ML_ACT_* are ML_UN_* codes): vmath.c, whole rows in one call */
+		ml_vunary(act, y, y, m * n);
 	else if (act > ML_ACT_NONE && act <= ML_ACT_GELU)
-		/* Sigmoid, Tanh, SiLU, GELU (ML_ACT_* are ML_UN_* codes): vmath.c, row by row */
 		for (int64_t i = 0; i < m; i++)
 			ml_vunary(act, y + i * ldc, y + i * ldc, n);
 }
