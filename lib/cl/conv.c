@@ -100,6 +100,23 @@ depthwise(struct mlcl_dev *d, const struct mlcl_conv *p, int act, bool f16, int6
 }
 
 /*
+ * geo_args: the 12 geometry arguments the im2col kernels take from index
+ * first on: H, W, KH, KW, the strides, dilations, top and left pads, OH, OW.
+ */
+static int
+geo_args(cl_kernel k, cl_uint first, const struct mlcl_conv *p, int64_t oh, int64_t ow,
+	 struct ml_err *e)
+{
+	cl_int geo[12] = { (cl_int)p->h, (cl_int)p->w, (cl_int)p->kh, (cl_int)p->kw,
+			   (cl_int)p->stride[0], (cl_int)p->stride[1], (cl_int)p->dil[0],
+			   (cl_int)p->dil[1], (cl_int)p->pad[0], (cl_int)p->pad[1], (cl_int)oh,
+			   (cl_int)ow };
+	for (cl_uint i = 0; i < 12; i++)
+		ML_CL(e, clSetKernelArg(k, first + i, sizeof(cl_int), &geo[i]));
+	return 0;
+}
+
+/*
  * im2col: group g of nimg images unfolded into columns by kernel k of
  * kernels/conv.cl: ml_conv_im2col (packed, plain false: NR-column panels of
  * our GEMM, a work-item per row and panel) or ml_conv_im2col_plain (plain
@@ -114,15 +131,10 @@ im2col(struct mlcl_dev *d, cl_kernel k, bool plain, const struct mlcl_conv *p, i
 	int64_t cg = p->c / p->group;
 	cl_long xo = (cl_long)x_off, ximg = p->c * p->h * p->w, cs = cstride;
 	cl_int c0 = (cl_int)(g * cg), ncg = (cl_int)cg;
-	cl_int geo[12] = { (cl_int)p->h, (cl_int)p->w, (cl_int)p->kh, (cl_int)p->kw,
-			   (cl_int)p->stride[0], (cl_int)p->stride[1], (cl_int)p->dil[0],
-			   (cl_int)p->dil[1], (cl_int)p->pad[0], (cl_int)p->pad[1], (cl_int)oh,
-			   (cl_int)ow };
 	const size_t sz[] = { sizeof(cl_mem), 8, 8, 4, 4, sizeof(cl_mem), 8 };
 	const void *const val[] = { &x, &xo, &ximg, &c0, &ncg, &col, &cs };
 	ML_TRY(set_args(k, 7, sz, val, e));
-	for (int i = 0; i < 12; i++)
-		ML_CL(e, clSetKernelArg(k, (cl_uint)(7 + i), sizeof(cl_int), &geo[i]));
+	ML_TRY(geo_args(k, 7, p, oh, ow, e));
 	size_t P = (size_t)(oh * ow), K = (size_t)(cg * p->kh * p->kw);
 	if (plain) {
 		size_t lx = mlcl_wg(d, P);
@@ -177,6 +189,17 @@ conv_plain(struct mlcl_dev *d, const struct mlcl_conv *p, int64_t oh, int64_t ow
 	return rc;
 }
 
+/* conv_check: p's output size, and its activation (relu as ML_ACT_RELU); ML_EINVAL for a bad one */
+static int
+conv_check(const struct mlcl_conv *p, int64_t *oh, int64_t *ow, int *act, struct ml_err *e)
+{
+	ML_TRY(mlcl_conv_out(p, oh, ow, e));
+	if (p->act < ML_ACT_NONE || p->act > ML_ACT_GELU)
+		return ml_fail(e, ML_EINVAL, "conv: unknown activation code %d", p->act);
+	*act = p->act == ML_ACT_NONE && p->relu ? ML_ACT_RELU : p->act;
+	return 0;
+}
+
 int
 mlcl_conv2d(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x, size_t x_off,
 	    cl_mem w, size_t w_off, cl_mem bias, size_t b_off, cl_mem y, size_t y_off,
@@ -191,10 +214,8 @@ mlcl_conv2d_ex(struct mlcl_dev *d, const struct mlcl_conv *p, bool f16, cl_mem x
 	       cl_mem y, size_t y_off, struct ml_err *e)
 {
 	int64_t oh, ow;
-	ML_TRY(mlcl_conv_out(p, &oh, &ow, e));
-	if (p->act < ML_ACT_NONE || p->act > ML_ACT_GELU)
-		return ml_fail(e, ML_EINVAL, "conv: unknown activation code %d", p->act);
-	int act = p->act == ML_ACT_NONE && p->relu ? ML_ACT_RELU : p->act;
+	int act;
+	ML_TRY(conv_check(p, &oh, &ow, &act, e));
 	if (p->n == 0)
 		return 0;
 	if (p->c * p->h * p->w > INT_MAX || p->m * oh * ow > INT_MAX || p->kh * p->kw > INT_MAX ||
@@ -301,15 +322,10 @@ nhwc_im2col(struct mlcl_dev *d, cl_kernel k, const struct mlcl_conv *p, int64_t 
 	int64_t K = p->c * p->kh * p->kw;
 	cl_long xo = 0, ro = (cl_long)r0;
 	cl_int C = (cl_int)p->c, c0 = 0, cg = (cl_int)p->c;
-	cl_int geo[12] = { (cl_int)p->h, (cl_int)p->w, (cl_int)p->kh, (cl_int)p->kw,
-			   (cl_int)p->stride[0], (cl_int)p->stride[1], (cl_int)p->dil[0],
-			   (cl_int)p->dil[1], (cl_int)p->pad[0], (cl_int)p->pad[1], (cl_int)oh,
-			   (cl_int)ow };
 	const size_t sz[] = { sizeof(cl_mem), 8, 4, 4, 4, sizeof(cl_mem), 8 };
 	const void *const val[] = { &x, &xo, &C, &c0, &cg, &col, &ro };
 	ML_TRY(set_args(k, 7, sz, val, e));
-	for (int i = 0; i < 12; i++)
-		ML_CL(e, clSetKernelArg(k, (cl_uint)(7 + i), sizeof(cl_int), &geo[i]));
+	ML_TRY(geo_args(k, 7, p, oh, ow, e));
 	size_t lx = mlcl_wg(d, (size_t)K);
 	size_t gws[2] = { mlcl_round_up((size_t)K, lx), (size_t)m };
 	size_t lws[2] = { lx, 1 };
@@ -321,10 +337,8 @@ mlcl_conv2d_nhwc(struct mlcl_dev *d, const struct mlcl_conv *p, cl_mem x, cl_mem
 		 cl_mem bias, cl_mem z, cl_mem y, struct ml_err *e)
 {
 	int64_t oh, ow;
-	ML_TRY(mlcl_conv_out(p, &oh, &ow, e));
-	if (p->act < ML_ACT_NONE || p->act > ML_ACT_GELU)
-		return ml_fail(e, ML_EINVAL, "conv: unknown activation code %d", p->act);
-	int act = p->act == ML_ACT_NONE && p->relu ? ML_ACT_RELU : p->act;
+	int act;
+	ML_TRY(conv_check(p, &oh, &ow, &act, e));
 	if (p->n == 0)
 		return 0;
 	int64_t cg = p->c / p->group, mg = p->m / p->group, K = cg * p->kh * p->kw;

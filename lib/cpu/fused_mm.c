@@ -96,8 +96,12 @@ ml_fused_tile_epi(float *y, int64_t m, int64_t n, int64_t ldc, const float *bias
 /*
  * FusedMatMul.
  */
+/* How fmm_pack reads B: [k, n] f32, [n, k] f32 (a convolution's weight), [k, n] fp16. */
+enum { PK_PLAIN, PK_TRANS, PK_HALF };
+
 struct fmm {
 	const float *a, *b, *bias, *z, *bp;
+	int src;			/* fmm_pack's PK_* */
 	float *y;
 	int64_t m, n, k;
 	int64_t ntm, ntn, rm, wn;	/* row and column tiles, a tile's rows and columns */
@@ -105,7 +109,6 @@ struct fmm {
 	float lo, hi;
 };
 
-/* fmm_pack: panels [b, e) of B into bp (the layout of ml_pgemm, columns past n zero). */
 _Static_assert(ML_PG_NR == ML_FUSED_PANEL, "the packed layout of fused.h is ml_pgemm's");
 
 void
@@ -118,19 +121,27 @@ ml_fused_unpack(const float *bp, int64_t k, int64_t n, float *b)
 	}
 }
 
+/* fmm_pack: panels [b, e) of B (as f->src says) into bp (ml_pgemm's layout, zeros past n). */
 static void
 fmm_pack(void *ctx, int64_t b, int64_t e)
 {
 	const struct fmm *f = ctx;
+	const uint16_t *h = (const uint16_t *)f->b;
 	for (int64_t p = b; p < e; p++) {
 		float *dst = (float *)f->bp + p * ML_PG_NR * f->k;
 		int64_t j0 = p * ML_PG_NR, w = ML_MIN((int64_t)ML_PG_NR, f->n - j0);
 		for (int64_t r = 0; r < f->k; r++) {
-			const float *src = f->b + r * f->n + j0;
 			float *d = dst + r * ML_PG_NR;
-			memcpy(d, src, sizeof(float) * (size_t)w);
-			for (int64_t j = w; j < ML_PG_NR; j++)
-				d[j] = 0.0f;
+			if (f->src == PK_PLAIN)
+				memcpy(d, f->b + r * f->n + j0, sizeof(float) * (size_t)w);
+			else if (f->src == PK_TRANS)
+				for (int64_t jj = 0; jj < w; jj++)
+					d[jj] = f->b[(j0 + jj) * f->k + r];
+			else
+				for (int64_t jj = 0; jj < w; jj++)
+					d[jj] = ml_f16_to_f32(h[r * f->n + j0 + jj]);
+			for (int64_t jj = w; jj < ML_PG_NR; jj++)
+				d[jj] = 0.0f;
 		}
 	}
 }
@@ -212,43 +223,6 @@ fsm_panels(void *ctx, int64_t b, int64_t e)
 	}
 }
 
-/* fmm_pack_t: fmm_pack from B^T ([n, k] row-major: a convolution's OIHW weight) */
-static void
-fmm_pack_t(void *ctx, int64_t b, int64_t e)
-{
-	const struct fmm *f = ctx;
-	for (int64_t p = b; p < e; p++) {
-		float *dst = (float *)f->bp + p * ML_PG_NR * f->k;
-		int64_t j0 = p * ML_PG_NR, w = ML_MIN((int64_t)ML_PG_NR, f->n - j0);
-		for (int64_t r = 0; r < f->k; r++) {
-			float *d = dst + r * ML_PG_NR;
-			for (int64_t j = 0; j < w; j++)
-				d[j] = f->b[(j0 + j) * f->k + r];
-			for (int64_t j = w; j < ML_PG_NR; j++)
-				d[j] = 0.0f;
-		}
-	}
-}
-
-/* fmm_pack_h: fmm_pack from fp16 B (mlquant --dtype fp16), widened as it is packed */
-static void
-fmm_pack_h(void *ctx, int64_t b, int64_t e)
-{
-	const struct fmm *f = ctx;
-	const uint16_t *h = (const uint16_t *)f->b;
-	for (int64_t p = b; p < e; p++) {
-		float *dst = (float *)f->bp + p * ML_PG_NR * f->k;
-		int64_t j0 = p * ML_PG_NR, w = ML_MIN((int64_t)ML_PG_NR, f->n - j0);
-		for (int64_t r = 0; r < f->k; r++) {
-			float *d = dst + r * ML_PG_NR;
-			for (int64_t j = 0; j < w; j++)
-				d[j] = ml_f16_to_f32(h[r * f->n + j0 + j]);
-			for (int64_t j = w; j < ML_PG_NR; j++)
-				d[j] = 0.0f;
-		}
-	}
-}
-
 const float *
 ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n, bool trans)
 {
@@ -261,10 +235,10 @@ ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n, bool trans)
 	float *bp = ml_cpu_wcache(c, trans ? ML_WC_PANELS_T : half ? ML_WC_PANELS_H : ML_WC_PANELS,
 				  sizeof(float) * (size_t)ml_pgemm_packed_len(k, n), &fill, &tmp);
 	if (bp != NULL && fill) {
-		struct fmm f = { .b = c->in[1]->data, .bp = bp, .k = k, .n = n };
+		struct fmm f = { .b = c->in[1]->data, .bp = bp, .k = k, .n = n,
+				 .src = trans ? PK_TRANS : half ? PK_HALF : PK_PLAIN };
 		ml_parallel_for((n + ML_PG_NR - 1) / ML_PG_NR,
-				ML_MAX(1, (int64_t)(1 << 16) / (k * ML_PG_NR)),
-				trans ? fmm_pack_t : half ? fmm_pack_h : fmm_pack, &f);
+				ML_MAX(1, (int64_t)(1 << 16) / (k * ML_PG_NR)), fmm_pack, &f);
 	}
 	return bp;
 }

@@ -1155,28 +1155,32 @@ rows_im2col(void *ctx, int64_t b, int64_t e)
 	}
 }
 
-/* rows_zt: Z [N, M, P] into Z^T rows [N P, M] (images [b, e)) */
+/* rows_zt, rows_y: Z [N, M, P] into Z^T rows [N P, M], Y^T rows back into Y (images [b, e)) */
+static void
+rows_swap(const struct rows_job *j, float *dst, const float *src, bool to_rows, int64_t b,
+	  int64_t e)
+{
+	int64_t M = j->v->cout, P = j->v->outsz;
+	for (int64_t n = b; n < e; n++)
+		for (int64_t m = 0; m < M; m++)
+			for (int64_t p = 0; p < P; p++) {
+				int64_t r = (n * P + p) * M + m, c = (n * M + m) * P + p;
+				dst[to_rows ? r : c] = src[to_rows ? c : r];
+			}
+}
+
 static void
 rows_zt(void *ctx, int64_t b, int64_t e)
 {
 	const struct rows_job *j = ctx;
-	int64_t M = j->v->cout, P = j->v->outsz;
-	for (int64_t n = b; n < e; n++)
-		for (int64_t m = 0; m < M; m++)
-			for (int64_t p = 0; p < P; p++)
-				j->zt[(n * P + p) * M + m] = j->z[(n * M + m) * P + p];
+	rows_swap(j, j->zt, j->z, true, b, e);
 }
 
-/* rows_y: Y^T rows back to Y [N, M, P] (images [b, e)) */
 static void
 rows_y(void *ctx, int64_t b, int64_t e)
 {
 	const struct rows_job *j = ctx;
-	int64_t M = j->v->cout, P = j->v->outsz;
-	for (int64_t n = b; n < e; n++)
-		for (int64_t m = 0; m < M; m++)
-			for (int64_t p = 0; p < P; p++)
-				j->y[(n * M + m) * P + p] = j->yt[(n * P + p) * M + m];
+	rows_swap(j, j->y, j->yt, false, b, e);
 }
 
 /* conv_rows: the small-plane product above; 1 when it does not apply (nothing done) */
