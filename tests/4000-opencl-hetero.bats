@@ -87,7 +87,16 @@ cost_model() {
 	awk -v d="$dev" '$1 == d && $2 ~ /^__plan__:.*:dev$/ { $3 = 1e7; $7 = 1e7 } { print }' \
 		cache/costmodel.txt >cm2 && mv cm2 cache/costmodel.txt
 	run -0 mlrun conv.mlg --device auto --plan
-	[[ $output != *" cl:0 "* ]]
+	[[ $output == *"auto: measured: cpu 1000.0 us, device 10000.0 us"* ]]
+	# the CPU's plan, unless the per-op model also proposed a mixed one (it may, where
+	# the CPU's kernels run slow: a sanitizer build) and that measured faster still
+	local mixed
+	mixed=$(grep -o 'mixed [0-9.]* us' <<<"$output" | awk '{ print $2 }')
+	if [ -n "$mixed" ] && awk -v m="$mixed" 'BEGIN { exit !(m < 1000) }'; then
+		[[ ${lines[1]} == *" cl:0 "* ]]
+	else
+		[[ $output != *" cl:0 "* ]]
+	fi
 	# ML_AUTO=predict decides from the per-op model alone
 	ML_AUTO=predict run -0 mlrun conv.mlg --device auto --plan --json
 	[[ $output == *'"auto": "predicted by the cost model"'* ]]
