@@ -85,8 +85,6 @@ run_fconv(struct ml_opctx *c)
 	int rc = ml_cpu_bf16_run(c);
 	if (rc <= 0)
 		return rc;
-	if ((rc = ml_cpu_fconv_rows(c)) <= 0 || (rc = ml_cpu_fconv_fast(c)) <= 0)
-		return rc;
 	if ((rc = ml_cpu_fconv_conv(c)) <= 0)
 		return rc;
 	ML_TRY(base(c, ML_OP_CONV, 3));

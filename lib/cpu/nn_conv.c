@@ -1188,9 +1188,11 @@ static int
 conv_rows(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *bias,
 	  const struct ml_conv_epi *e, float *y)
 {
-	const char *env = getenv("ML_CONV_ROWS");
 	if (v->group != 1 || v->n * v->outsz > ROWS_MAX || v->in[0] != 1 || v->k[0] != 1 ||
-	    !ml_pgemm_ok() || (env != NULL && strcmp(env, "0") == 0) || !ml_cpu_wconst(c))
+	    !ml_pgemm_ok() || !ml_cpu_wconst(c))
+		return 1;
+	const char *env = getenv("ML_CONV_ROWS");
+	if (env != NULL && strcmp(env, "0") == 0)
 		return 1;
 	int64_t K = v->cin * v->ksz, M = v->cout, R = v->n * v->outsz;
 	const float *bp = ml_cpu_wpanels(c, K, M, true);
@@ -1347,23 +1349,8 @@ ml_cpu_conv(struct ml_opctx *c)
 	}
 }
 
-static int fconv(struct ml_opctx *c, bool rows_only);
-
 int
 ml_cpu_fconv_conv(struct ml_opctx *c)
-{
-	return fconv(c, false);
-}
-
-int
-ml_cpu_fconv_rows(struct ml_opctx *c)
-{
-	return fconv(c, true);
-}
-
-/* fconv: ml_cpu_fconv_conv, or with rows_only only conv_rows */
-static int
-fconv(struct ml_opctx *c, bool rows_only)
 {
 	const struct ml_tval *x = c->in[0], *w = c->in[1], *b = ML_IN(c, 2), *z = ML_IN(c, 3);
 	struct ml_tval *y = c->out[0];
@@ -1379,13 +1366,16 @@ fconv(struct ml_opctx *c, bool rows_only)
 	e.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
 	const float *bias = b != NULL ? b->data : NULL;
 	/* conv_f32's choice, where the kernel has the epilogue */
-	if (v.n >= 2 && (v.group == 1 || v.cg > 1) && ml_train_conv_ok(&v))
-		return 1;
-	if (v.cg == 1 && v.in[0] == 1 && v.k[0] == 1 && v.out[0] == 1 && v.p[0] == 0)
-		return 1;
-	int rc = conv_rows(c, &v, x->data, bias, &e, y->data);
-	if (rc <= 0 || rows_only)
+	bool train = v.n >= 2 && (v.group == 1 || v.cg > 1) && ml_train_conv_ok(&v);
+	bool dw = v.cg == 1 && v.in[0] == 1 && v.k[0] == 1 && v.out[0] == 1 && v.p[0] == 0;
+	int rc;
+	if (!train && !dw && (rc = conv_rows(c, &v, x->data, bias, &e, y->data)) <= 0)
 		return rc;
+	/* pointwise, one group: fused_mm.c's kernel, with the epilogue (1: not that case) */
+	if ((rc = ml_cpu_fconv_fast(c)) <= 0)
+		return rc;
+	if (train || dw)
+		return 1;
 	if (ml_direct_ok(&v))
 		return ml_direct_conv(c, &v, x->data, w->data, bias, &e, y->data);
 	if (ml_wino_ok(&v))

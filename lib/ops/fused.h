@@ -58,14 +58,13 @@ int ml_cpu_fmatmul_fast(struct ml_opctx *c);
 int ml_cpu_fconv_fast(struct ml_opctx *c);
 /*
  * ml_cpu_fconv_conv (lib/cpu/nn_conv.c): an f32 FusedConv by the Conv
- * kernel that would run it (the direct one for few input channels,
- * Winograd, im2col over the packed SGEMM), with the residual and the
+ * kernel that would run it (positions as rows for tiny outputs,
+ * ml_cpu_fconv_fast for a pointwise one, the direct one for few input
+ * channels, Winograd, im2col over the packed SGEMM), with the residual and the
  * activation applied to each block as it is stored; 1 (nothing done) where
  * the kernel that would run has no such epilogue.
  */
 int ml_cpu_fconv_conv(struct ml_opctx *c);
-/* ml_cpu_fconv_rows: the same, but only where the output plane is small (positions as rows) */
-int ml_cpu_fconv_rows(struct ml_opctx *c);
 /* ml_fused_unpack: packed B (panels) of k x n into b [k, n]. */
 void ml_fused_unpack(const float *bp, int64_t k, int64_t n, float *b);
 int ml_cpu_attention(struct ml_opctx *c);
