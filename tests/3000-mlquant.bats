@@ -217,6 +217,30 @@ PYEOF
 	[ "$(grep -c 'ml.ConvNHWC' h.mlt)" -ge 3 ]
 	mlrun h.mlg -i x=x1.npy -o h
 	[ "$(sqnr f/y.npy h/y.npy)" -ge 50 ]
+	# a file of an older mlopt, its one-group ConvNHWC weights packed in panels (packed_n):
+	# it runs, and quantises to the same int8 model
+	"$PY" - <<'PYEOF'
+import re, base64, numpy as np
+s = open('o.mlt').read()
+for name, cout in (('stem.weight_nhwc', 32), ('e.weight_nhwc', 96)):
+    m = re.search(r'float\[([0-9,]+)\] %s = base64"([^"]*)"' % re.escape(name), s)
+    w = np.frombuffer(base64.b64decode(m.group(2)), np.float32).reshape(-1, cout)
+    p = np.zeros(((cout + 31) // 32, w.shape[0], 32), np.float32)
+    for j in range(cout):
+        p[j // 32, :, j % 32] = w[:, j]
+    s = s[:m.start()] + 'float[%d,%d,32] %s = base64"%s"' % (
+        p.shape[0], p.shape[1], name, base64.b64encode(p.tobytes()).decode()) + s[m.end():]
+    s = re.sub(r'(= ml\.ConvNHWC <)([^>]*> \([^,]*, %s\b)' % re.escape(name),
+               r'\1packed_n = %d, \2' % cout, s)
+open('old.mlt', 'w').write(s)
+PYEOF
+	[ "$(grep -c 'packed_n' old.mlt)" -eq 2 ]
+	mlrun old.mlt -i x=x1.npy -o po
+	mlrun o.mlg -i x=x1.npy -o pn
+	npcmp po/y.npy pn/y.npy --rtol 1e-5 --atol 1e-6
+	run -0 mlquant -c cal.npy old.mlt -o old8.mlg
+	mlrun old8.mlg -i x=x1.npy -o q2
+	cmp q/y.npy q2/y.npy
 }
 
 @test "mlquant quantises an -O2 encoder's FusedMatMuls (rank-3 inputs, bias, Relu)" {

@@ -154,39 +154,35 @@ unlayout(struct ml_graph *c, int ni, struct ml_err *e)
 			return ml_fail(e, ML_EINVAL, "node '%s': W does not match kernel_shape",
 				       n->name);
 	}
-	int64_t K = KH * KW * cg, want;
-	if (M <= 0 || cg <= 0 || K <= 0 || !ml_mul_ok(K * M, (int64_t)sizeof(float), &want) ||
-	    (pn <= 0 && (int64_t)wt->nbytes != want))
+	int64_t K = KH * KW * cg, want, np = (M + ML_FUSED_PANEL - 1) / ML_FUSED_PANEL;
+	if (M <= 0 || cg <= 0 || K <= 0 ||
+	    !ml_mul_ok(pn > 0 ? np * ML_FUSED_PANEL * K : K * M, (int64_t)sizeof(float), &want) ||
+	    (int64_t)wt->nbytes != want ||
+	    (pn > 0 && (wt->dims[0] != np || wt->dims[1] != K || wt->dims[2] != ML_FUSED_PANEL)))
 		return ml_fail(e, ML_EINVAL, "node '%s': W of the wrong shape", n->name);
-	float *plain = ml_malloc(sizeof(float) * (size_t)(K * M)), *oihw = plain == NULL ? NULL :
-		       ml_malloc(sizeof(float) * (size_t)(K * M));
-	if (oihw == NULL) {
+	/* W as the [kH kW C, M] matrix: the file's, or an older mlopt's panels unpacked */
+	float *plain = pn > 0 ? ml_malloc(sizeof(float) * (size_t)(K * M)) : NULL;
+	float *oihw = ml_malloc(sizeof(float) * (size_t)(K * M));
+	if (oihw == NULL || (pn > 0 && plain == NULL)) {
 		ml_free(plain);
+		ml_free(oihw);
 		return ml_fail(e, ML_ENOMEM, "out of memory");
 	}
-	int rc = 0;
-	if (pn > 0) {
-		if ((rc = unpack_b(c, ni, e)) == 0)
-			memcpy(plain, ml_graph_t(c, c->nodes[ni].in[1])->data,
-			       sizeof(float) * (size_t)(K * M));
-	} else {
-		memcpy(plain, wt->data, sizeof(float) * (size_t)(K * M));
-	}
-	n = &c->nodes[ni];
-	for (int64_t m = 0; rc == 0 && m < M; m++)
+	if (pn > 0)
+		ml_fused_unpack(wt->data, K, M, plain);
+	const float *hwio = pn > 0 ? plain : wt->data;
+	for (int64_t m = 0; m < M; m++)
 		for (int64_t ci = 0; ci < cg; ci++)
 			for (int64_t r = 0; r < KH * KW; r++)
-				oihw[(m * cg + ci) * KH * KW + r] = plain[(r * cg + ci) * M + m];
+				oihw[(m * cg + ci) * KH * KW + r] = hwio[(r * cg + ci) * M + m];
+	ml_free(plain);
 	char base[512], name[512], tn[600];
 	snprintf(base, sizeof base, "%s", ml_graph_t(c, n->out[0])->name);
 	snprintf(name, sizeof name, "%s", n->name != NULL ? n->name : "conv");
-	int w2 = rc == 0 ? fresh_t(c, base, ".w_oihw") : -1;
-	if (rc == 0 && w2 < 0)
-		rc = ml_fail(e, ML_ENOMEM, "out of memory");
-	if (rc == 0)
-		rc = ml_graph_set_data(c, w2, ML_TK_CONST, ML_F32, 4, (int64_t[]){ M, cg, KH, KW },
-				       oihw, sizeof(float) * (size_t)(K * M), e);
-	ml_free(plain);
+	int w2 = fresh_t(c, base, ".w_oihw");
+	int rc = w2 < 0 ? ml_fail(e, ML_ENOMEM, "out of memory") :
+		 ml_graph_set_data(c, w2, ML_TK_CONST, ML_F32, 4, (int64_t[]){ M, cg, KH, KW },
+				   oihw, sizeof(float) * (size_t)(K * M), e);
 	ml_free(oihw);
 	if (rc < 0)
 		return rc;
