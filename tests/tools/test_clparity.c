@@ -630,6 +630,19 @@ out:
 
 #endif
 
+static void fmm_act(struct pc *p, int act);
+
+/* conv_attrs: f's window, strides, pads, group and activation act on the convolution p->node */
+static void
+conv_attrs(struct pc *p, const struct fcv *f, int act)
+{
+	ml_node_set_ints(p->g, p->node, "kernel_shape", 2, D(f->k, f->k));
+	ml_node_set_ints(p->g, p->node, "strides", 2, D(f->stride, f->stride));
+	ml_node_set_ints(p->g, p->node, "pads", 4, D(f->pad, f->pad, f->pad, f->pad));
+	ml_node_set_int(p->g, p->node, "group", f->group);
+	fmm_act(p, act);
+}
+
 /* fconv_build: the FusedConv case of f (an f32 graph in either pass) */
 static void
 fconv_build(struct pc *p, const struct fcv *f, bool bias, bool z, int act)
@@ -648,15 +661,7 @@ fconv_build(struct pc *p, const struct fcv *f, bool bias, bool z, int act)
 		X(p, "z", f->n, f->m, oh, ow);
 	pc_node_d(p, "ml", "FusedConv", bias ? (z ? "x,w,b,z" : "x,w,b") : (z ? "x,w,,z" : "x,w"),
 		  "y");
-	ml_node_set_ints(p->g, p->node, "kernel_shape", 2, D(f->k, f->k));
-	ml_node_set_ints(p->g, p->node, "strides", 2, D(f->stride, f->stride));
-	ml_node_set_ints(p->g, p->node, "pads", 4, D(f->pad, f->pad, f->pad, f->pad));
-	ml_node_set_int(p->g, p->node, "group", f->group);
-	ml_node_set_string(p->g, p->node, "activation", acts[act]);
-	if (strcmp(acts[act], "Clip") == 0) {
-		ml_node_set_float(p->g, p->node, "clip_min", -0.5);
-		ml_node_set_float(p->g, p->node, "clip_max", 0.75);
-	}
+	conv_attrs(p, f, act);
 	fdt = dt;
 }
 
@@ -754,8 +759,6 @@ fconv_refusals(void)
  * with ML_CL_NHWC=1, which these cases set; without it there, the node
  * stays on the CPU, and so does one whose W is packed for the CPU.
  */
-static void fmm_act(struct pc *p, int act);
-
 static void
 nhwc_build(struct pc *p, const struct fcv *f, bool bias, bool z, int act)
 {
@@ -771,11 +774,7 @@ nhwc_build(struct pc *p, const struct fcv *f, bool bias, bool z, int act)
 		X(p, "z", f->n, oh, ow, f->m);
 	pc_node_d(p, "ml", "ConvNHWC", bias ? (z ? "x,w,b,z" : "x,w,b") : (z ? "x,w,,z" : "x,w"),
 		  "y");
-	ml_node_set_ints(p->g, p->node, "kernel_shape", 2, D(f->k, f->k));
-	ml_node_set_ints(p->g, p->node, "strides", 2, D(f->stride, f->stride));
-	ml_node_set_ints(p->g, p->node, "pads", 4, D(f->pad, f->pad, f->pad, f->pad));
-	ml_node_set_int(p->g, p->node, "group", f->group);
-	fmm_act(p, act);
+	conv_attrs(p, f, act);
 }
 
 static void
