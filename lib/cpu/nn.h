@@ -137,7 +137,8 @@ void ml_pgemm_serial(int64_t m, int64_t n, int64_t k, const float *a, int64_t ld
  * ml_pgemm_rows: C[m, n] = A[m, k] times B (+ bias[row], NULL: 0) where B's
  * row p is the n floats at b + boff[p], read in place (so B can be rows of
  * padded input planes: an implicit im2col), each read up to a whole panel
- * past n (the caller leaves slack); only where ml_pgemm_rows_ok() (AVX-512).
+ * past n (the caller leaves slack); only where ml_pgemm_rows_ok() (AVX-512,
+ * or AVX2 with FMA: ml_pgemm_ok()'s kernels).
  */
 bool ml_pgemm_rows_ok(void);
 void ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,

@@ -1130,19 +1130,44 @@ struct rows_job {
 	int64_t K;
 };
 
-/* rows_im2col: rows [b, e) (image n, position p) of the im2col rows, (c, kh, kw) order */
+/*
+ * rows_im2col: rows [b, e) (image n, position p) of the im2col rows, (c, kh,
+ * kw) order: each tap's offset in a channel plane found once per row (-1
+ * where it reads padding), then the channels copied through them.
+ */
+#define ROWS_TAPS 64
+
 static void
 rows_im2col(void *ctx, int64_t b, int64_t e)
 {
 	const struct rows_job *j = ctx;
 	const struct ml_conv3 *v = j->v;
-	int64_t H = v->in[1], W = v->in[2], KH = v->k[1], KW = v->k[2];
+	int64_t H = v->in[1], W = v->in[2], KH = v->k[1], KW = v->k[2], T = KH * KW;
+	int64_t off[ROWS_TAPS];
 
 	for (int64_t r = b; r < e; r++) {
 		int64_t n = r / v->outsz, p = r % v->outsz, oh = p / v->out[2], ow = p % v->out[2];
 		float *dst = j->a + r * j->K;
+		const float *xn = j->x + n * v->cin * v->insz;
+		bool taps = T <= ROWS_TAPS;
+		for (int64_t t = 0; taps && t < T; t++) {
+			int64_t ih = oh * v->s[1] - v->p[1] + t / KW * v->d[1];
+			int64_t iw = ow * v->s[2] - v->p[2] + t % KW * v->d[2];
+			off[t] = ih >= 0 && ih < H && iw >= 0 && iw < W ? ih * W + iw : -1;
+		}
+		if (T == 1 && off[0] >= 0) {
+			/* a 1x1 window inside the plane: a strided copy */
+			for (int64_t ci = 0; ci < v->cin; ci++)
+				dst[ci] = xn[ci * v->insz + off[0]];
+			continue;
+		}
 		for (int64_t ci = 0; ci < v->cin; ci++) {
-			const float *xp = j->x + (n * v->cin + ci) * v->insz;
+			const float *xp = xn + ci * v->insz;
+			if (taps) {
+				for (int64_t t = 0; t < T; t++)
+					*dst++ = off[t] >= 0 ? xp[off[t]] : 0.0f;
+				continue;
+			}
 			for (int64_t kh = 0; kh < KH; kh++) {
 				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
 				for (int64_t kw = 0; kw < KW; kw++) {
@@ -1202,7 +1227,7 @@ conv_rows(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const fl
 	    (j.yt = ml_cpu_scratch(1, sizeof(float) * (size_t)(R * M))) == NULL ||
 	    (j.z != NULL && (j.zt = ml_cpu_scratch(3, sizeof(float) * (size_t)(R * M))) == NULL))
 		return ml_opfail(c, ML_ENOMEM, "out of memory for a small-plane convolution");
-	ml_parallel_for(R, ML_MAX(1, 8192 / ML_MAX(K, 1)), rows_im2col, &j);
+	ml_parallel_for(R, ML_MAX(1, 2048 / ML_MAX(K, 1)), rows_im2col, &j);
 	if (j.z != NULL)
 		ml_parallel_for(v->n, 1, rows_zt, &j);
 	ml_cpu_fmm_panels(R, K, M, j.a, bp, bias, j.zt, j.yt, e != NULL ? e->act : ML_ACT_NONE,

@@ -23,9 +23,10 @@
  * positions are columns of one GEMM and the filter is read once for
  * several images.
  *
- * It needs AVX-512 (ml_pgemm_rows_ok); elsewhere the convolutions go
- * through im2col and the AVX2 SGEMM. ML_CONV_FLAT=c forces a portable
- * loop over the same planes (tests), ML_CONV_FLAT=0 turns the path off.
+ * It needs AVX-512 or AVX2 with FMA (ml_pgemm_rows_ok: the 12 x 32 or the
+ * 6 x 16 micro-kernel); elsewhere the convolutions go through im2col and
+ * BLAS. ML_CONV_FLAT=c forces a portable loop over the same planes
+ * (tests), ML_CONV_FLAT=0 turns the path off.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")

@@ -195,16 +195,21 @@ KERNR(8)
 KERNR(4)
 
 /*
- * KERN2(R): the AVX2 kernel: C[R rows (mr valid), w <= 32 columns] as
- * KERN, one 16-column half of the panel at a time (R x 2 ymm accumulators).
+ * KERN2(NAME, R, ROW): the AVX2 kernel: C[R rows (mr valid), w <= 32
+ * columns] as KERN, one 16-column half of the panel at a time (R x 2 ymm
+ * accumulators). B's row k of a half starts at ROW, an expression of b
+ * (the half's first column) and k: k2_R reads a packed panel, k2r_R rows
+ * at b + off[k] as KERNR does (all 16 columns of a half it computes are
+ * read; off is unused by k2_R).
  */
-#define KERN2(R)								\
+#define KERN2(NAME, R, ROW)							\
 __attribute__((target("avx2,fma")))						\
 static void									\
-k2_##R(int64_t kc, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc, \
-       int mr, int w, const float *bias, int mode)				\
+NAME(int64_t kc, const float *a, int64_t lda, const float *bp, const int32_t *off, float *c, \
+     int64_t ldc, int mr, int w, const float *bias, int mode)			\
 {										\
 	const float *ar[R];							\
+	(void)off;								\
 	for (int i = 0; i < R; i++)						\
 		ar[i] = a + (i < mr ? i : 0) * lda;				\
 	for (int h = 0; h < 2 && 16 * h < w; h++) {				\
@@ -215,8 +220,8 @@ k2_##R(int64_t kc, const float *a, int64_t lda, const float *bp, float *c, int64
 			c1[i] = _mm256_setzero_ps();				\
 		}								\
 		for (int64_t k = 0; k < kc; k++) {				\
-			__m256 b0 = _mm256_loadu_ps(b + k * ML_PG_NR);		\
-			__m256 b1 = _mm256_loadu_ps(b + k * ML_PG_NR + 8);	\
+			__m256 b0 = _mm256_loadu_ps(ROW);			\
+			__m256 b1 = _mm256_loadu_ps((ROW) + 8);			\
 			_Pragma("GCC unroll 6")					\
 			for (int i = 0; i < R; i++) {				\
 				__m256 av = _mm256_broadcast_ss(ar[i] + k);	\
@@ -246,8 +251,10 @@ k2_##R(int64_t kc, const float *a, int64_t lda, const float *bp, float *c, int64
 		}								\
 	}									\
 }
-KERN2(6)
-KERN2(3)
+KERN2(k2_6, 6, b + k * ML_PG_NR)
+KERN2(k2_3, 3, b + k * ML_PG_NR)
+KERN2(k2r_6, 6, b + off[k])
+KERN2(k2r_3, 3, b + off[k])
 
 struct pg_job {
 	int64_t m, n, k, lda, ldc;
@@ -281,8 +288,18 @@ pg_block(const struct pg_job *j, const float *A, const float *panel, float *Cb, 
 		const float *a = A + i * j->lda + kc;
 		float *c = Cb + i * j->ldc + n0;
 		const float *bias = j->bias != NULL ? j->bias + i : NULL;
-		if (j->boff != NULL) {
-			/* B by rows: panel is bp + n0, its rows at boff (AVX-512 only) */
+		if (j->boff != NULL && j->level == 1) {
+			/* B by rows on AVX2: panel is bp + n0, its rows at boff */
+			int mr = (int)ML_MIN(rem, rem > 3 ? 6 : 3);
+			if (mr > 3)
+				k2r_6(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, (int)w, bias,
+				      mode);
+			else
+				k2r_3(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, (int)w, bias,
+				      mode);
+			i += mr;
+		} else if (j->boff != NULL) {
+			/* B by rows: panel is bp + n0, its rows at boff */
 			int mr = (int)ML_MIN(rem, 12);
 			if (rem > 8)
 				kernr12(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, bias,
@@ -297,9 +314,9 @@ pg_block(const struct pg_job *j, const float *A, const float *panel, float *Cb, 
 		} else if (j->level == 1) {
 			int mr = (int)ML_MIN(rem, rem > 3 ? 6 : 3);
 			if (mr > 3)
-				k2_6(kk, a, j->lda, bpk, c, j->ldc, mr, (int)w, bias, mode);
+				k2_6(kk, a, j->lda, bpk, NULL, c, j->ldc, mr, (int)w, bias, mode);
 			else
-				k2_3(kk, a, j->lda, bpk, c, j->ldc, mr, (int)w, bias, mode);
+				k2_3(kk, a, j->lda, bpk, NULL, c, j->ldc, mr, (int)w, bias, mode);
 			i += mr;
 		} else if (rem > 8) {
 			int mr = (int)ML_MIN(rem, 12);
@@ -429,7 +446,7 @@ bool
 ml_pgemm_rows_ok(void)
 {
 #ifdef HAVE_PGEMM
-	return pgemm_level() == 2;
+	return pgemm_level() > 0;
 #else
 	return false;
 #endif
@@ -440,7 +457,7 @@ ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 	      const int32_t *boff, const float *bias, float *c, int64_t ldc)
 {
 #ifdef HAVE_PGEMM
-	ML_ASSERT(pgemm_level() == 2);
+	ML_ASSERT(pgemm_level() > 0);
 	if (m <= 0 || n <= 0)
 		return;
 	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bp = b,
@@ -455,7 +472,7 @@ ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 #else
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
 	(void)ldc;
-	ML_ASSERT(!"ml_pgemm_rows without AVX-512");
+	ML_ASSERT(!"ml_pgemm_rows without AVX-512 or AVX2");
 #endif
 }
 
@@ -464,6 +481,7 @@ struct pn_job {
 	const float *a, *b, *bias;
 	const int32_t *boff;
 	float *c;
+	int level;			/* pgemm_level() */
 };
 
 #ifdef HAVE_PGEMM
@@ -477,7 +495,21 @@ pn_rows(void *ctx, int64_t b, int64_t e)
 	for (int64_t blk = b; blk < e; blk++) {
 		int64_t i = blk * 12, rem = j->m - i;
 		const float *bias = j->bias != NULL ? j->bias + i : NULL;
-		if (rem > 4)
+		if (j->level == 1) {
+			/* AVX2: the block's rows 6 at a time, one 16-column half */
+			for (int64_t r = 0; r < ML_MIN(rem, 12); r += 6) {
+				int mr = (int)ML_MIN(rem - r, 6);
+				const float *a = j->a + (i + r) * j->lda;
+				float *cr = j->c + (i + r) * j->ldc;
+				const float *br = bias != NULL ? bias + r : NULL;
+				if (mr > 3)
+					k2r_6(j->k, a, j->lda, j->b, j->boff, cr, j->ldc, mr, (int)j->n,
+					      br, 0);
+				else
+					k2r_3(j->k, a, j->lda, j->b, j->boff, cr, j->ldc, mr, (int)j->n,
+					      br, 0);
+			}
+		} else if (rem > 4)
 			kernn12(j->k, j->a + i * j->lda, j->lda, j->b, j->boff, j->c + i * j->ldc, j->ldc,
 				(int)ML_MIN(rem, 12), m0, bias);
 		else
@@ -492,8 +524,8 @@ ml_pgemm_narrow(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
 		const int32_t *boff, const float *bias, float *c, int64_t ldc)
 {
 #ifdef HAVE_PGEMM
-	ML_ASSERT(pgemm_level() == 2 && n <= 16);
-	struct pn_job j = { m, n, k, lda, ldc, a, b, bias, boff, c };
+	ML_ASSERT(pgemm_level() > 0 && n <= 16);
+	struct pn_job j = { m, n, k, lda, ldc, a, b, bias, boff, c, pgemm_level() };
 	if (m <= 0 || n <= 0)
 		return;
 	int64_t blocks = (m + 11) / 12;
@@ -501,7 +533,7 @@ ml_pgemm_narrow(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
 #else
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
 	(void)ldc;
-	ML_ASSERT(!"ml_pgemm_narrow without AVX-512");
+	ML_ASSERT(!"ml_pgemm_narrow without AVX-512 or AVX2");
 #endif
 }
 

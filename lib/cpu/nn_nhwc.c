@@ -18,7 +18,7 @@
  *   rows are runs of C contiguous floats, and a pointwise convolution's
  *   im2col is X itself. Without the packed SGEMM: BLAS, then one pass;
  * - one group and at most 4 input channels (RGB stems), W in panels: direct
- *   on AVX-512, 6 pixels by 32 outputs in registers, no im2col;
+ *   on AVX-512 and AVX2, 6 pixels by 32 (16) outputs in registers, no im2col;
  * - anything else (other groups): direct loops, correct but not fast.
  */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -147,59 +147,87 @@ avx2_mask(int64_t n)
 	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/*
+ * dw_blk256: 4 output pixels (r valid) by 16 channels from c0 of one row;
+ * full: all 16 channels valid, so plain loads and stores (vmaskmovps is
+ * slow on some CPUs, its stores most of all), else masked past C.
+ */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void
+dw_blk256(const struct nhwc *j, int64_t n, int64_t oh, float *yr, int64_t ow0, int r,
+	  bool inside, int64_t c0, bool full)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, H = v->in[1], W = v->in[2];
+	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+	__m256i m0 = full ? _mm256_set1_epi32(-1) : avx2_mask(C - c0);
+	__m256i m1 = full ? _mm256_set1_epi32(-1) : avx2_mask(C - c0 - 8);
+#define DW_LD(p, m) (full ? _mm256_loadu_ps(p) : _mm256_maskload_ps((p), (m)))
+	__m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+	if (j->bias != NULL) {
+		b0 = DW_LD(j->bias + c0, m0);
+		b1 = DW_LD(j->bias + c0 + 8, m1);
+	}
+	__m256 a0[4], a1[4];
+	for (int q = 0; q < 4; q++) {
+		a0[q] = b0;
+		a1[q] = b1;
+	}
+	for (int64_t kh = 0; kh < KH; kh++) {
+		int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+		if (ih < 0 || ih >= H)
+			continue;
+		const float *xr = j->x + (n * H + ih) * W * C + c0;
+		const float *wr = j->w + kh * KW * C + c0;
+		for (int64_t kw = 0; kw < KW; kw++) {
+			__m256 w0 = DW_LD(wr + kw * C, m0);
+			__m256 w1 = DW_LD(wr + kw * C + 8, m1);
+			int64_t iw0 = ow0 * sw - pw + kw * dw;
+			/* a constant trip count, so that a0 and a1 stay in registers */
+			_Pragma("GCC unroll 4")
+			for (int q = 0; q < 4; q++) {
+				int64_t iw = iw0 + q * sw;
+				if (!inside && (q >= r || iw < 0 || iw >= W))
+					continue;
+				const float *xp = xr + iw * C;
+				a0[q] = _mm256_fmadd_ps(DW_LD(xp, m0), w0, a0[q]);
+				a1[q] = _mm256_fmadd_ps(DW_LD(xp + 8, m1), w1, a1[q]);
+			}
+		}
+	}
+#undef DW_LD
+	_Pragma("GCC unroll 4")
+	for (int q = 0; q < 4; q++) {
+		if (q >= r)
+			continue;
+		float *yp = yr + (ow0 + q) * C + c0;
+		if (full) {
+			_mm256_storeu_ps(yp, a0[q]);
+			_mm256_storeu_ps(yp + 8, a1[q]);
+		} else {
+			_mm256_maskstore_ps(yp, m0, a0[q]);
+			_mm256_maskstore_ps(yp + 8, m1, a1[q]);
+		}
+	}
+}
+
 __attribute__((target("avx2,fma")))
 static void
 dw_row256(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 {
 	const struct ml_conv3 *v = j->v;
-	int64_t C = v->cin, H = v->in[1], W = v->in[2], OW = v->out[2];
-	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+	int64_t C = v->cin, W = v->in[2], OW = v->out[2];
+	int64_t KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
 
 	for (int64_t ow0 = 0; ow0 < OW; ow0 += 4) {
 		int r = (int)ML_MIN(4, OW - ow0);
 		/* all 4 pixels' taps inside the row: no checks in the tap loop */
 		bool inside = r == 4 && ow0 * sw - pw >= 0 && (ow0 + 3) * sw - pw + (KW - 1) * dw < W;
 		for (int64_t c0 = 0; c0 < C; c0 += 16) {
-			__m256i m0 = avx2_mask(C - c0), m1 = avx2_mask(C - c0 - 8);
-			__m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-			if (j->bias != NULL) {
-				b0 = _mm256_maskload_ps(j->bias + c0, m0);
-				b1 = _mm256_maskload_ps(j->bias + c0 + 8, m1);
-			}
-			__m256 a0[4], a1[4];
-			for (int q = 0; q < 4; q++) {
-				a0[q] = b0;
-				a1[q] = b1;
-			}
-			for (int64_t kh = 0; kh < KH; kh++) {
-				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
-				if (ih < 0 || ih >= H)
-					continue;
-				const float *xr = j->x + (n * H + ih) * W * C + c0;
-				const float *wr = j->w + kh * KW * C + c0;
-				for (int64_t kw = 0; kw < KW; kw++) {
-					__m256 w0 = _mm256_maskload_ps(wr + kw * C, m0);
-					__m256 w1 = _mm256_maskload_ps(wr + kw * C + 8, m1);
-					int64_t iw0 = ow0 * sw - pw + kw * dw;
-					_Pragma("GCC unroll 4")
-					for (int q = 0; q < 4; q++) {
-						int64_t iw = iw0 + q * sw;
-						if (!inside && (q >= r || iw < 0 || iw >= W))
-							continue;
-						const float *xp = xr + iw * C;
-						a0[q] = _mm256_fmadd_ps(_mm256_maskload_ps(xp, m0), w0, a0[q]);
-						a1[q] = _mm256_fmadd_ps(_mm256_maskload_ps(xp + 8, m1), w1, a1[q]);
-					}
-				}
-			}
-			_Pragma("GCC unroll 4")
-			for (int q = 0; q < 4; q++) {
-				if (q >= r)
-					continue;
-				float *yp = yr + (ow0 + q) * C + c0;
-				_mm256_maskstore_ps(yp, m0, a0[q]);
-				_mm256_maskstore_ps(yp + 8, m1, a1[q]);
-			}
+			if (C - c0 >= 16)
+				dw_blk256(j, n, oh, yr, ow0, r, inside, c0, true);
+			else
+				dw_blk256(j, n, oh, yr, ow0, r, inside, c0, false);
 		}
 	}
 }
@@ -353,8 +381,8 @@ gemm_rows(struct ml_opctx *c, const float *a, int64_t r0, int64_t m, int64_t K, 
  * of 32 outputs: direct, 6 output pixels by a panel at a time, each tap's
  * input value broadcast against the panel's row of W, with no im2col (its
  * rows of 27 floats cost more than the product: MobileNet's stem took 350
- * us that way, about 60 GFLOP/s). AVX-512 only; the im2col path serves
- * the other CPUs (and ML_NHWC=avx2).
+ * us that way, about 60 GFLOP/s). AVX-512 and AVX2 (ML_NHWC=avx2 forces
+ * it); the im2col path serves the other CPUs (and ML_NHWC=0).
  */
 #define FEW_C 4
 #define FEW_PX 6
@@ -422,6 +450,81 @@ few_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 	}
 }
 
+
+/*
+ * few_row256: few_row512 on AVX2: 6 output pixels by one 16-output half of
+ * a panel at a time (12 ymm sums), the panel's rows 32 floats apart.
+ */
+__attribute__((target("avx2,fma")))
+static void
+few_row256(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, H = v->in[1], W = v->in[2], OW = v->out[2], M = v->cout;
+	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+	int64_t K = KH * KW * C;
+
+	for (int64_t ow0 = 0; ow0 < OW; ow0 += FEW_PX) {
+		int r = (int)ML_MIN(FEW_PX, OW - ow0);
+		bool inside = r == FEW_PX && ow0 * sw - pw >= 0 &&
+			      (ow0 + FEW_PX - 1) * sw - pw + (KW - 1) * dw < W;
+		for (int64_t c0 = 0; c0 < M; c0 += 16) {
+			int64_t rem = ML_MIN(16, M - c0);
+			/* panel c0 / 32 (K rows of 32), its half (c0 / 16) % 2 */
+			const float *wp = j->w + c0 / 32 * 32 * K + c0 % 32;
+			__m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+			if (j->bias != NULL) {
+				float t[16] = { 0 };
+				memcpy(t, j->bias + c0, sizeof(float) * (size_t)rem);
+				b0 = _mm256_loadu_ps(t);
+				b1 = _mm256_loadu_ps(t + 8);
+			}
+			__m256 a0[FEW_PX], a1[FEW_PX];
+			for (int q = 0; q < FEW_PX; q++) {
+				a0[q] = b0;
+				a1[q] = b1;
+			}
+			for (int64_t kh = 0; kh < KH; kh++) {
+				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+				if (ih < 0 || ih >= H)
+					continue;
+				const float *xr = j->x + (n * H + ih) * W * C;
+				for (int64_t kw = 0; kw < KW; kw++) {
+					int64_t iw0 = ow0 * sw - pw + kw * dw;
+					const float *wk = wp + (kh * KW + kw) * C * 32;
+					for (int64_t ci = 0; ci < C; ci++) {
+						__m256 w0 = _mm256_loadu_ps(wk + ci * 32);
+						__m256 w1 = _mm256_loadu_ps(wk + ci * 32 + 8);
+						_Pragma("GCC unroll 6")
+						for (int q = 0; q < FEW_PX; q++) {
+							int64_t iw = iw0 + q * sw;
+							if (!inside && (q >= r || iw < 0 || iw >= W))
+								continue;
+							__m256 xv = _mm256_broadcast_ss(xr + iw * C + ci);
+							a0[q] = _mm256_fmadd_ps(xv, w0, a0[q]);
+							a1[q] = _mm256_fmadd_ps(xv, w1, a1[q]);
+						}
+					}
+				}
+			}
+			_Pragma("GCC unroll 6")
+			for (int q = 0; q < FEW_PX; q++) {
+				if (q >= r)
+					continue;
+				float *yp = yr + (ow0 + q) * M + c0;
+				if (rem == 16) {
+					_mm256_storeu_ps(yp, a0[q]);
+					_mm256_storeu_ps(yp + 8, a1[q]);
+				} else {
+					float t[16];
+					_mm256_storeu_ps(t, a0[q]);
+					_mm256_storeu_ps(t + 8, a1[q]);
+					memcpy(yp, t, sizeof(float) * (size_t)rem);
+				}
+			}
+		}
+	}
+}
 #endif
 
 static int
@@ -437,12 +540,12 @@ conv_dense(struct ml_opctx *c, const struct ml_conv3 *v, struct nhwc *j)
 		return gemm_rows(c, j->x, 0, rows, K, M);
 #ifdef HAVE_SIMD
 	const float *pan = NULL;
-	if (j->level == 2 && v->cin <= FEW_C)
+	if (j->level > 0 && v->cin <= FEW_C)
 		pan = ml_attr_int(c->node, "packed_n", 0) == M ? j->w : ml_cpu_wpanels(c, K, M, false);
 	if (pan != NULL) {
 		int64_t per = v->out[2] * M * K;
 		j->w = pan;
-		j->row = few_row512;
+		j->row = j->level == 2 ? few_row512 : few_row256;
 		ml_parallel_for(v->n * v->out[1], ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), conv_rows, j);
 		return 0;
 	}

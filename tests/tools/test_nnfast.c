@@ -11,7 +11,7 @@
  * with ML_PGEMM=0; batches folded into the GEMMs, and
  * image by image with ML_CONV_FOLD=0; the direct kernel for few input
  * channels, AVX-512 and portable; the flat kernel for 3x3 on small planes,
- * AVX-512, portable (ML_CONV_FLAT=c) and off; MaxPool's AVX-512 kernel and, with
+ * AVX-512, AVX2 (ML_PGEMM=avx2), portable (ML_CONV_FLAT=c) and off; MaxPool's AVX-512 kernel and, with
  * ML_MAXPOOL=c, the portable one), each through a one-node graph, and
  * the kernels' scratch lent from the arena's free room (ml_cpu_scratch_lend).
  * Prints TAP.
@@ -467,7 +467,7 @@ wino_cases(void)
 
 /*
  * narrow_cases: pointwise convolutions of planes of 16 positions or fewer
- * (ml_pgemm_narrow where AVX-512: X's rows read in place at 4x4, copied
+ * (ml_pgemm_narrow, AVX-512 or AVX2: X's rows read in place at 4x4, copied
  * into rows of 16 at 2x3), and a 3x3 one on 2x2 (the implicit GEMM's 6
  * columns).
  */
@@ -684,14 +684,15 @@ main(void)
 		setenv("ML_PGEMM", "avx2", 1);
 		if (!ml_pgemm_ok())
 			_exit(77);
-		_exit(gemm_all(&n) == 0 && conv_batch_cases() && narrow_cases() ? 0 : 1);
+		_exit(gemm_all(&n) == 0 && conv_batch_cases() && narrow_cases() &&
+		      conv_flat_cases() && rows_cases() ? 0 : 1);
 	}
 	int st = 0;
 	bool waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 	if (waited && WEXITSTATUS(st) == 77)
 		printf("ok %d - packed SGEMM, AVX2 kernel # SKIP no AVX2 and FMA\n", ++ntest);
 	else
-		ok(waited && WEXITSTATUS(st) == 0, "packed SGEMM and Conv batches, AVX2 kernel (ML_PGEMM=avx2)");
+		ok(waited && WEXITSTATUS(st) == 0, "packed SGEMM, Conv batches and the implicit GEMM, AVX2 kernel (ML_PGEMM=avx2)");
 	/* the BLAS path (im2col's; Winograd needs the packed SGEMM), in a child with ML_PGEMM=0 */
 	fflush(stdout);
 	pid = fork();
