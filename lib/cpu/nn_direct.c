@@ -15,14 +15,15 @@
  * broadcast from memory) and stores once, bias included. For FusedConv
  * (struct ml_conv_epi) the residual and the activation are applied to
  * the block as it is stored, while it is in L1, instead of in another
- * pass over the output: by the AVX-512 kernel on its registers for Relu
+ * pass over the output: by the SIMD kernels on their registers for Relu
  * and Clip (a separate pass over each block cost SqueezeNet's first layer
  * a third of its time), by ml_fused_tile_epi for the others.
  *
- * The AVX-512 kernel is picked at run time (__builtin_cpu_supports); the
- * portable kernel is the same loop nest in plain C (built as target clones,
- * so AVX2 CPUs get it vectorised). ML_CONV_DIRECT=c forces the portable
- * kernel, ML_CONV_DIRECT=0 turns the path off (im2col, as before).
+ * The AVX-512 kernel or, without AVX-512, the AVX2 one (the block in
+ * quarters of 4 channels by 16 columns, for want of registers) is picked
+ * at run time; the portable kernel is the same loop nest in plain C.
+ * ML_CONV_DIRECT=avx2 forces the AVX2 kernel, ML_CONV_DIRECT=c the
+ * portable one, ML_CONV_DIRECT=0 turns the path off (im2col, as before).
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -49,7 +50,7 @@
 #define DIRECT_MAX_K 11		/* the widest window */
 #define DIRECT_MAX_S 4		/* the largest stride */
 
-/* direct_level: 0 off, 1 the portable kernel, 2 AVX-512; computed once. */
+/* direct_level: 0 off, 1 the portable kernel, 2 AVX2, 3 AVX-512; computed once. */
 static int
 direct_level(void)
 {
@@ -59,11 +60,10 @@ direct_level(void)
 
 	if (v < 0) {
 		const char *e = getenv("ML_CONV_DIRECT");
+		/* ML_CONV_DIRECT=avx2 forces the AVX2 kernel (ml_cpu_fma_level reads it) */
 		v = 1;
 #ifdef HAVE_AVX512
-		__builtin_cpu_init();
-		if (__builtin_cpu_supports("avx512f"))
-			v = 2;
+		v = ml_cpu_fma_level("ML_CONV_DIRECT") + 1;
 #endif
 		if (e != NULL && strcmp(e, "c") == 0)
 			v = 1;
@@ -167,11 +167,11 @@ block_c(const struct djob *j, const float *rows, const float *wb, int64_t oc0, i
 		memcpy(yrow + (oc0 + o) * plane + ow0, acc[o], sizeof(float) * (size_t)nw);
 }
 
-/* in_regs: the AVX-512 block applies j's residual and activation itself (none, Relu or Clip) */
+/* in_regs: the SIMD blocks apply j's residual and activation themselves (none, Relu or Clip) */
 static bool
 in_regs(const struct djob *j)
 {
-	return j->level == 2 &&
+	return j->level >= 2 &&
 	       (j->act == ML_ACT_NONE || j->act == ML_ACT_RELU || j->act == ML_ACT_CLIP);
 }
 
@@ -235,6 +235,81 @@ block_avx512(const struct djob *j, const float *rows, const float *wb, int64_t o
 		_mm512_mask_storeu_ps(yo + 16, m1, r1);
 	}
 }
+
+/*
+ * block_avx2: the block on AVX2, in four quarters of 4 channels by 16
+ * columns (8 ymm accumulators each; the whole block's 32 would not fit in
+ * 16 registers), each quarter reading its taps' rows from L1 again.
+ */
+__attribute__((target("avx2,fma"))) static void
+block_avx2(const struct djob *j, const float *rows, const float *wb, int64_t oc0, int64_t ow0,
+	   int64_t nw, float *yrow)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t KH = v->k[1], KW = v->k[2], s = v->s[2], TW = j->TW;
+	int64_t plane = v->outsz;
+	bool regs = in_regs(j);
+	__m256 lo = _mm256_set1_ps(j->act == ML_ACT_CLIP ? j->lo : 0.0f);
+	__m256 hi = _mm256_set1_ps(j->act == ML_ACT_CLIP ? j->hi : 0.0f);
+
+	for (int64_t cq = 0; cq < OWB && cq < nw; cq += 16)
+		for (int oq = 0; oq < OCB && oc0 + oq < v->cout; oq += 4) {
+			__m256 c0[4], c1[4];
+			for (int o = 0; o < 4; o++) {
+				int64_t oc = oc0 + oq + o;
+				float b = j->bias != NULL && oc < v->cout ? j->bias[oc] : 0.0f;
+				c0[o] = _mm256_set1_ps(b);
+				c1[o] = c0[o];
+			}
+			for (int64_t ci = 0; ci < v->cin; ci++)
+				for (int64_t kh = 0; kh < KH; kh++) {
+					const float *xb = rows + (ci * KH + kh) * s * TW + ow0 + cq;
+					const float *wv = wb + (ci * KH + kh) * KW * OCB + oq;
+					for (int64_t kw = 0; kw < KW; kw++, wv += OCB) {
+						const float *xr = xb + j->koff[kw];
+						__m256 b0 = _mm256_loadu_ps(xr), b1 = _mm256_loadu_ps(xr + 8);
+						_Pragma("GCC unroll 4")
+						for (int o = 0; o < 4; o++) {
+							__m256 a = _mm256_broadcast_ss(wv + o);
+							c0[o] = _mm256_fmadd_ps(a, b0, c0[o]);
+							c1[o] = _mm256_fmadd_ps(a, b1, c1[o]);
+						}
+					}
+				}
+			int64_t w = ML_MIN(16, nw - cq);
+			/* unrolled, so that c0 and c1 stay in registers (a variable index would not) */
+			_Pragma("GCC unroll 4")
+			for (int o = 0; o < 4; o++) {
+				if (oc0 + oq + o >= v->cout)
+					continue;
+				float *yo = yrow + (oc0 + oq + o) * plane + ow0 + cq, t[16];
+				__m256 r0 = c0[o], r1 = c1[o];
+				if (regs && j->z != NULL) {
+					const float *zo = j->z + (yo - j->y);
+					float zt[16] = { 0 };
+					memcpy(zt, zo, sizeof(float) * (size_t)w);
+					r0 = _mm256_add_ps(r0, _mm256_loadu_ps(zt));
+					r1 = _mm256_add_ps(r1, _mm256_loadu_ps(zt + 8));
+				}
+				/* as block_avx512: Relu takes NaN and -0 to +0, Clip keeps them */
+				if (regs && j->act == ML_ACT_RELU) {
+					r0 = _mm256_max_ps(r0, lo);
+					r1 = _mm256_max_ps(r1, lo);
+				} else if (regs && j->act == ML_ACT_CLIP) {
+					r0 = _mm256_min_ps(hi, _mm256_max_ps(lo, r0));
+					r1 = _mm256_min_ps(hi, _mm256_max_ps(lo, r1));
+				}
+				if (w == 16) {
+					_mm256_storeu_ps(yo, r0);
+					_mm256_storeu_ps(yo + 8, r1);
+				} else {
+					_mm256_storeu_ps(t, r0);
+					_mm256_storeu_ps(t + 8, r1);
+					memcpy(yo, t, sizeof(float) * (size_t)w);
+				}
+			}
+		}
+}
 #endif
 
 static void
@@ -259,8 +334,10 @@ direct_rows(void *ctx, int64_t b, int64_t e)
 			for (int64_t ow0 = 0; ow0 < OW; ow0 += OWB) {
 				int64_t nw = ML_MIN((int64_t)OWB, OW - ow0);
 #ifdef HAVE_AVX512
-				if (j->level == 2)
+				if (j->level == 3)
 					block_avx512(j, rows, wb, ob * OCB, ow0, nw, yrow);
+				else if (j->level == 2)
+					block_avx2(j, rows, wb, ob * OCB, ow0, nw, yrow);
 				else
 #endif
 					block_c(j, rows, wb, ob * OCB, ow0, nw, yrow);

@@ -4,8 +4,9 @@
  * on NCHW data: depthwise and one-group windows of odd channel counts,
  * strides, asymmetric pads, dilation, packed and [kH, kW, C, M] weights,
  * other groups and channel multipliers, residual and activation, through
- * the AVX-512, AVX2 and portable depthwise loops (ML_NHWC) and, in a child
- * with ML_PGEMM=0, the BLAS fallback. The pass on small graphs: a
+ * the AVX-512, AVX2 and portable depthwise loops (ML_NHWC) and, in children,
+ * the BLAS fallback (ML_PGEMM=0) and FusedConv's direct kernel on AVX2
+ * (ML_CONV_DIRECT=avx2). The pass on small graphs: a
  * ConvNeXt-like pair of blocks (the transposes inside cancel, two stay at
  * the boundary), a region with no boundary at all, constants re-laid-out,
  * graphs it must leave alone, outputs equal to the original's, and a
@@ -640,6 +641,18 @@ main(void)
 	int st = 0;
 	bool waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 	ok(waited && WEXITSTATUS(st) == 0, "one-group ConvNHWC through BLAS (ML_PGEMM=0)");
+	/* FusedConv's few-channel direct kernel on AVX2 (its epilogue in registers), in a child */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ML_CONV_DIRECT", "avx2", 1);
+		bool good = true;
+		for (int i = 0; i < NKCASES; i++)
+			good &= kernel_case(&kcases[i]);
+		_exit(good ? 0 : 1);
+	}
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0, "ConvNHWC = FusedConv, the direct kernel forced to AVX2 (ML_CONV_DIRECT=avx2)");
 	kernel_all(NULL);
 	kernel_all("avx2");
 	kernel_all("0");

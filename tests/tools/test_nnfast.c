@@ -10,7 +10,7 @@
  * portable (ML_WINOGRAD=avx2), and im2col; also through BLAS in a child
  * with ML_PGEMM=0; batches folded into the GEMMs, and
  * image by image with ML_CONV_FOLD=0; the direct kernel for few input
- * channels, AVX-512 and portable; the flat kernel for 3x3 on small planes,
+ * channels, AVX-512, AVX2 and portable; the flat kernel for 3x3 on small planes,
  * AVX-512, AVX2 (ML_PGEMM=avx2), portable (ML_CONV_FLAT=c) and off; MaxPool's AVX-512 kernel and, with
  * ML_MAXPOOL=c, the portable one), each through a one-node graph, and
  * the kernels' scratch lent from the arena's free room (ml_cpu_scratch_lend).
@@ -755,17 +755,19 @@ main(void)
 		   k == 0 ? "Conv, implicit GEMM's portable loop (ML_CONV_FLAT=c): 3x3, 5x5, stride 2, batches" :
 			    "Conv through im2col (ML_CONV_FLAT=0): 3x3, 5x5, stride 2, batches");
 	}
-	/* the portable direct kernel (ML_CONV_DIRECT=c), and im2col instead (ML_CONV_DIRECT=0) */
-	for (int k = 0; k < 2; k++) {
+	/* the portable and AVX2 direct kernels (ML_CONV_DIRECT=c, avx2), im2col instead (0) */
+	for (int k = 0; k < 3; k++) {
+		static const char *const lv[] = { "c", "avx2", "0" };
 		fflush(stdout);
 		pid = fork();
 		if (pid == 0) {
-			setenv("ML_CONV_DIRECT", k == 0 ? "c" : "0", 1);
+			setenv("ML_CONV_DIRECT", lv[k], 1);
 			_exit(conv_direct_cases() ? 0 : 1);
 		}
 		waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 		ok(waited && WEXITSTATUS(st) == 0,
 		   k == 0 ? "Conv with few input channels, portable kernel (ML_CONV_DIRECT=c)" :
+		   k == 1 ? "Conv with few input channels, AVX2 kernel (ML_CONV_DIRECT=avx2)" :
 			    "Conv with few input channels through im2col (ML_CONV_DIRECT=0)");
 	}
 	if (ml_pgemm_ok()) {
