@@ -3,9 +3,9 @@
  * AveragePool, LpPool and the global pools, over the 3-D view of
  * struct ml_conv3. Work splits over the [n, c] planes with
  * ml_parallel_for. MaxPool runs f32, f64, int8 and uint8; the others f32
- * and f64 (with f64 sums); f16 and bf16 run as f32. 2-D f32 MaxPool has an
- * AVX-512 kernel (strides 1 and 2 across), chosen at run time; ML_MAXPOOL=c
- * forces the plain C one.
+ * and f64 (with f64 sums); f16 and bf16 run as f32. 2-D f32 MaxPool has
+ * AVX-512 and AVX2 kernels (strides 1 and 2 across), chosen at run time;
+ * ML_MAXPOOL=avx2 forces the AVX2 one, ML_MAXPOOL=c the plain C one.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -266,8 +266,8 @@ maxpool2x2_f32(void *ctx, int64_t b, int64_t e)
 
 /*
  * pool_simd: 2 when the AVX-512 MaxPool kernel runs (the CPU has
- * AVX-512F and ML_MAXPOOL is not "c"), else 0 (maxpool2d_f32, plain C
- * built as target clones). Computed once.
+ * AVX-512F and ML_MAXPOOL is neither "c" nor "avx2"), 1 the AVX2 one,
+ * else 0 (maxpool2d_f32, plain C built as target clones). Computed once.
  */
 static int
 pool_simd(void)
@@ -283,6 +283,10 @@ pool_simd(void)
 		__builtin_cpu_init();
 		if (__builtin_cpu_supports("avx512f"))
 			v = 2;
+		else if (__builtin_cpu_supports("avx2"))
+			v = 1;
+		if (v == 2 && e != NULL && strcmp(e, "avx2") == 0)
+			v = 1;
 #endif
 		if (e != NULL && strcmp(e, "c") == 0)
 			v = 0;
@@ -381,6 +385,103 @@ maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
 	}
 	ml_free(vb);
 }
+
+/*
+ * maxpool2d_f32_avx2: the AVX-512 kernel's passes on AVX2, 8 columns at a
+ * time (stride 2 across: the even elements of two loads by one shuffle
+ * and one lane permute), the ragged ends of rows in scalar loops.
+ */
+#define GT_KEEP8(t, acc) _mm256_blendv_ps((acc), (t), _mm256_cmp_ps((t), (acc), _CMP_GT_OQ))
+
+__attribute__((target("avx2"))) static void
+maxpool2d_f32_avx2(void *ctx, int64_t b, int64_t e)
+{
+	const struct pool_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], OH = v->out[1], OW = v->out[2];
+	int64_t dh = v->d[1], KW = v->k[2], sw = v->s[2], pl0 = v->p[2], olo = OW, ohi = OW;
+	/* the row buffer, with room for the last block's loads past the row (never stored) */
+	float *vb = ml_malloc(sizeof(float) * (size_t)(W + 2 * KW + 64));
+	const __m256 ninf = _mm256_set1_ps(-INFINITY);
+
+	if (vb == NULL) {
+		maxpool2d_f32(ctx, b, e);
+		return;
+	}
+	for (int64_t i = W; i < W + 2 * KW + 64; i++)
+		vb[i] = -INFINITY;
+	for (int64_t ow = 0; ow < OW; ow++)
+		if (j->w[2][ow].lo == 0 && j->w[2][ow].hi == KW) {
+			if (olo == OW)
+				olo = ow;
+			ohi = ow + 1;
+		} else if (olo < OW) {
+			break;
+		}
+	int64_t W8 = W / 8 * 8;
+	for (int64_t pl = b; pl < e; pl++) {
+		const float *x = (const float *)j->x + pl * v->insz;
+		float *y = (float *)j->y + pl * v->outsz;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			const struct win *wh = &j->w[1][oh];
+			float *yr = y + oh * OW;
+			for (int64_t iw = 0; iw < W8; iw += 8) {
+				__m256 acc = ninf;
+				for (int64_t kh = wh->lo; kh < wh->hi; kh++) {
+					__m256 t = _mm256_loadu_ps(x + (wh->start + kh * dh) * W + iw);
+					acc = GT_KEEP8(t, acc);
+				}
+				_mm256_storeu_ps(vb + iw, acc);
+			}
+			for (int64_t iw = W8; iw < W; iw++) {
+				float acc = -INFINITY;
+				for (int64_t kh = wh->lo; kh < wh->hi; kh++) {
+					float t = x[(wh->start + kh * dh) * W + iw];
+					acc = t > acc ? t : acc;
+				}
+				vb[iw] = acc;
+			}
+			for (int64_t ow = olo; ow < ohi; ow += 8) {
+				int64_t n = ML_MIN((int64_t)8, ohi - ow);
+				__m256 acc = ninf;
+				for (int64_t kw = 0; kw < KW; kw++) {
+					const float *p = vb + ow * sw + kw - pl0;
+					__m256 t;
+					if (sw == 1) {
+						t = _mm256_loadu_ps(p);
+					} else {
+						/* [p0 p2 q0 q2 | p4 p6 q4 q6], then the middle 64-bit lanes swapped */
+						__m256 q = _mm256_shuffle_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8),
+									     _MM_SHUFFLE(2, 0, 2, 0));
+						t = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(q),
+											   _MM_SHUFFLE(3, 1, 2, 0)));
+					}
+					acc = GT_KEEP8(t, acc);
+				}
+				if (n == 8) {
+					_mm256_storeu_ps(yr + ow, acc);
+				} else {
+					float tmp[8];
+					_mm256_storeu_ps(tmp, acc);
+					memcpy(yr + ow, tmp, sizeof(float) * (size_t)n);
+				}
+			}
+			for (int64_t ow = 0; ow < OW; ow++) {
+				if (ow == olo && ohi > olo) {
+					ow = ohi - 1;
+					continue;
+				}
+				const struct win *ww = &j->w[2][ow];
+				const float *p = vb + ww->start;
+				float mx = -INFINITY;
+				for (int64_t kw = ww->lo; kw < ww->hi; kw++)
+					mx = p[kw] > mx ? p[kw] : mx;
+				yr[ow] = mx;
+			}
+		}
+	}
+	ml_free(vb);
+}
 #endif
 
 int
@@ -414,8 +515,8 @@ ml_cpu_max_pool(struct ml_opctx *c)
 		fn = maxpool2x2_f32;
 #ifdef HAVE_POOL512
 	/* windows down the rows in any form; across, stride 1 or 2 without dilation */
-	if (fn == maxpool2d_f32 && v.d[2] == 1 && (v.s[2] == 1 || v.s[2] == 2) && pool_simd() == 2)
-		fn = maxpool2d_f32_avx512;
+	if (fn == maxpool2d_f32 && v.d[2] == 1 && (v.s[2] == 1 || v.s[2] == 2) && pool_simd() > 0)
+		fn = pool_simd() == 2 ? maxpool2d_f32_avx512 : maxpool2d_f32_avx2;
 #endif
 	ml_parallel_for(v.n * v.cin, plane_grain(&v), fn, &j);
 	ml_free((void *)j.w[0]);

@@ -10,10 +10,11 @@
  * portable (ML_WINOGRAD=avx2), and im2col; also through BLAS in a child
  * with ML_PGEMM=0; batches folded into the GEMMs, and
  * image by image with ML_CONV_FOLD=0; the direct kernel for few input
- * channels, AVX-512, AVX2 and portable; the flat kernel for 3x3 on small planes,
- * AVX-512, AVX2 (ML_PGEMM=avx2), portable (ML_CONV_FLAT=c) and off; MaxPool's AVX-512 kernel and, with
- * ML_MAXPOOL=c, the portable one), each through a one-node graph, and
- * the kernels' scratch lent from the arena's free room (ml_cpu_scratch_lend).
+ * channels, AVX-512, AVX2 and portable; the flat kernel for 3x3 on small
+ * planes, AVX-512, AVX2 (ML_PGEMM=avx2), portable (ML_CONV_FLAT=c) and
+ * off; MaxPool's AVX-512 kernel and, with ML_MAXPOOL=avx2 and =c, the
+ * AVX2 and portable ones), each through a one-node graph, and the
+ * kernels' scratch lent from the arena's free room (ml_cpu_scratch_lend).
  * Prints TAP.
  */
 #include <math.h>
@@ -733,15 +734,18 @@ main(void)
 	}
 	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 	ok(waited && WEXITSTATUS(st) == 0, "Conv of tiny outputs without conv_rows (ML_CONV_ROWS=0)");
-	/* the portable MaxPool kernel (ML_MAXPOOL=c) */
-	fflush(stdout);
-	pid = fork();
-	if (pid == 0) {
-		setenv("ML_MAXPOOL", "c", 1);
-		_exit(maxpool_simd_cases() ? 0 : 1);
+	/* the portable and AVX2 MaxPool kernels (ML_MAXPOOL=c, avx2) */
+	for (int k = 0; k < 2; k++) {
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			setenv("ML_MAXPOOL", k == 0 ? "c" : "avx2", 1);
+			_exit(maxpool_simd_cases() ? 0 : 1);
+		}
+		waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+		ok(waited && WEXITSTATUS(st) == 0, k == 0 ? "MaxPool, portable kernel (ML_MAXPOOL=c)" :
+							    "MaxPool, AVX2 kernel (ML_MAXPOOL=avx2)");
 	}
-	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
-	ok(waited && WEXITSTATUS(st) == 0, "MaxPool, portable kernel (ML_MAXPOOL=c)");
 	/* the portable flat kernel (ML_CONV_FLAT=c), and im2col instead (ML_CONV_FLAT=0) */
 	for (int k = 0; k < 2; k++) {
 		fflush(stdout);
