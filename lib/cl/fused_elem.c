@@ -166,6 +166,32 @@ put(struct sbuf *b, const char *fmt, ...)
  * one boundary, so one division gives every lane's index; a shorter
  * period takes a division per lane.
  */
+/* how load() reads an operand: one branch of it each */
+enum { LD_ONE, LD_VEC, LD_VMOD, LD_SAME, LD_WRAP, LD_SPLIT, LD_LANES };
+
+/*
+ * load_kind: which way load() reads operand j. The kernel's source
+ * depends on it, not on the sizes themselves, so the kernel cache keys
+ * on it (cache_key).
+ */
+static int
+load_kind(const struct chain *ch, int j)
+{
+	int vw = ch->vw, ix = ch->ix[j];
+	int64_t period = ix == IX_MOD ? ch->cnt[j] : ch->inner[j];
+	if (vw == 1 || ix == IX_SCALAR)
+		return LD_ONE;
+	if (ix == IX_FULL)
+		return LD_VEC;
+	if (period % vw == 0)
+		return ix == IX_MOD ? LD_VMOD : LD_SAME;
+	if (period >= vw && ix == IX_MOD)
+		return LD_WRAP;
+	if (period >= vw && !ch->wide)
+		return LD_SPLIT;
+	return LD_LANES;
+}
+
 static void
 load(struct sbuf *b, const struct chain *ch, int j)
 {
@@ -176,24 +202,29 @@ load(struct sbuf *b, const struct chain *ch, int j)
 					   " + 13", " + 14", " + 15" };
 	const char *idx = ch->wide ? "ulong" : "uint";
 	int vw = ch->vw, ix = ch->ix[j];
-	int64_t period = ix == IX_MOD ? ch->cnt[j] : ch->inner[j];
-	if (vw == 1 || ix == IX_SCALAR) {
+	switch (load_kind(ch, j)) {
+	case LD_ONE:
 		put(b, "\tT b%d = ", j);
 		put(b, lane[ix], j, "", j, j);
-	} else if (ix == IX_FULL) {
+		break;
+	case LD_VEC:
 		put(b, "\tT b%d = vload%d(0, a%d + e)", j, vw, j);
-	} else if (period % vw == 0 && ix == IX_MOD) {
+		break;
+	case LD_VMOD:
 		put(b, "\tT b%d = vload%d(0, a%d + e %% c%d)", j, vw, j, j);
-	} else if (period % vw == 0) {
+		break;
+	case LD_SAME:
 		put(b, "\tT b%d = (T)", j);
 		put(b, lane[ix], j, "", j, j);
-	} else if (period >= vw && ix == IX_MOD) {
+		break;
+	case LD_WRAP:
 		put(b, "\t%s r%d = e %% c%d;\n\tT b%d = (T)(", idx, j, j, j);
 		for (int k = 0; k < vw; k++)
 			put(b, "%sa%d[r%d + %d < c%d ? r%d + %d : r%d + %d - c%d]", k ? ", " : "", j, j,
 			    k, j, j, k, j, k, j);
 		put(b, ")");
-	} else if (period >= vw && !ch->wide) {
+		break;
+	case LD_SPLIT:
 		/* the block p of e, and s of e + vw - 1: lanes from in - r on read s */
 		put(b, "\tuint q%d = e / in%d, r%d = e - q%d * in%d;\n", j, j, j, j, j);
 		if (ix == IX_DIV)
@@ -206,7 +237,8 @@ load(struct sbuf *b, const struct chain *ch, int j)
 		for (int k = 0; k < vw; k++)
 			put(b, "%s%d", k ? ", " : "", k);
 		put(b, ") < in%d ? (T)a%d[p%d] : (T)a%d[s%d]", j, j, j, j, j);
-	} else {
+		break;
+	default:
 		put(b, "\tT b%d = (T)(", j);
 		for (int k = 0; k < vw; k++) {
 			put(b, "%s", k ? ", " : "");
@@ -346,13 +378,21 @@ native_width(const struct mlcl_dev *d)
 	return nw;
 }
 
-/* cache_key: ch without its run-time sizes */
+/*
+ * cache_key: ch without its run-time sizes, but with how load() reads
+ * each operand, which they decide (whether vw divides a row's length, or
+ * a row is shorter than vw): two chains that differ only there are two
+ * kernels (a [50, 1] operand's rows of 50 need the per-lane split that
+ * rows of 40 do not, at 8 lanes).
+ */
 static void
 cache_key(const struct chain *ch, struct chain *key)
 {
 	memcpy(key, ch, sizeof *key);
 	memset(key->inner, 0, sizeof key->inner);
 	memset(key->cnt, 0, sizeof key->cnt);
+	for (int j = 0; j < ch->nin && j < ML_FE_CL_IN; j++)
+		key->inner[j] = load_kind(ch, j);
 }
 
 static cl_kernel

@@ -364,6 +364,13 @@ geometry(void)
 		{ 3, { 2, 50, 50 }, { { 2, 50, 1 }, { 1, 50 }, { 3, 2, 1, 1 }, { 2, 50, 50 } } },
 		{ 2, { 6, 2 }, { { 1, 2 }, { 2, 6, 1 }, { 1, 1 }, { 2, 6, 2 } } },
 		{ 3, { 3, 4, 32 }, { { 2, 4, 1 }, { 1, 32 }, { 3, 3, 1, 1 }, { 1, 1 } } },
+		/*
+		 * the same chain on rows of 16 then 20: vw (16 or 8) divides the first,
+		 * not the second, so the two need kernels of their own (the cache once
+		 * gave the second the first's: wrong from the row's first boundary)
+		 */
+		{ 2, { 4, 16 }, { { 2, 4, 1 }, { 1, 16 }, { 0 }, { 0 } } },
+		{ 2, { 4, 20 }, { { 2, 4, 1 }, { 1, 20 }, { 0 }, { 0 } } },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		struct fcase f;
