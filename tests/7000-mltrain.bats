@@ -543,8 +543,13 @@ PYEOF
 		done
 		echo "# seed $seed: fp32 $a_fp32, bf16 $a_bf16" >&3
 		awk -v a="$a_fp32" -v b="$a_bf16" 'BEGIN { d = a - b; exit !(d <= 0.005 && d >= -0.005) }'
-		# the products did round: the two models differ
-		run -1 cmp -s fp32.mlg bf16.mlg
+		# the products did round: the two models differ (without AVX512_BF16 they
+		# run as f32, never slower than fp32, and the models are the same)
+		if grep -q avx512_bf16 /proc/cpuinfo; then
+			run -1 cmp -s fp32.mlg bf16.mlg
+		else
+			run -0 cmp -s fp32.mlg bf16.mlg
+		fi
 	done
 	# the step graph's products carry the precision; fp32's have none
 	run -0 mltrain m.mlt --precision bf16 --dump-step s16.mlg
@@ -585,7 +590,9 @@ PYEOF
 	# given: a resume may change it (the weights and optimizer state are f32 either way)
 	run -0 mltrain tiny.mlt --data d $TRAIN --precision bf16 --epochs 1 -q -o s.mlg
 	run -0 mltrain --resume s.ckpt.mlg --data d --epochs 2 --precision fp32 --threads 1 -q -o s.mlg
-	run -1 cmp -s s.mlg full.mlg
+	if grep -q avx512_bf16 /proc/cpuinfo; then
+		run -1 cmp -s s.mlg full.mlg
+	fi
 	run -0 mlconvert s.ckpt.mlg -o s.mlt
 	run -1 grep -q 'precision: 1' s.mlt
 	# fp16: the CPU has no fp16 products; one line, status 4, nothing written

@@ -153,7 +153,21 @@ PYEOF
 	mltrain tiny.mlt --data d $TRAIN --epochs 3 -q -o a.mlg
 	run -0 --separate-stderr mltrain --resume "$old" --data d --epochs 3 --threads 1 -o r.mlg
 	[[ ${stderr_lines[0]} == "epoch 2/3: "* ]]
-	cmp a.mlg r.mlg
+	# Its first epoch was run on a CPU whose kernels round as this one's
+	# (AVX-512) where this CPU's first epoch gives the fixture's outputs
+	# bit for bit: then the bytes; else (AVX2 sums in another order) the
+	# two runs end within rounding of each other.
+	mltrain tiny.mlt --data d $TRAIN --epochs 1 -q -o e1.mlg
+	mknpy x.npy float32 8,1,8,8 --seed 3
+	mlrun "$old" -i x=x.npy -o fo
+	mlrun e1.mlg -i x=x.npy -o eo
+	if cmp -s fo/y.npy eo/y.npy; then
+		cmp a.mlg r.mlg
+	else
+		mlrun a.mlg -i x=x.npy -o ao
+		mlrun r.mlg -i x=x.npy -o ro
+		npcmp ro/y.npy ao/y.npy --rtol 1e-3 --atol 1e-4
+	fi
 	# and its checkpoint is in the new form
 	mlconvert r.ckpt.mlg -o r.mlt
 	grep -q 'config: "", run: {' r.mlt

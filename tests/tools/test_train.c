@@ -1207,8 +1207,15 @@ test_precision(void)
 		double dpe = have ? rel_diff(g16, ge, n32) : INFINITY;
 		printf("# %s: bf16 vs fp32 %.3g (fused %.3g), emulated vs fp32 %.3g, bf16 vs emulated "
 		       "%.3g; %d and %d products marked\n", name[v], d16, df, de, dpe, m16, mf);
-		snprintf(msg, sizeof msg, "%s: bf16 gradients within 1e-2 of fp32's, and rounded", name[v]);
-		ok(d16 < 1e-2 && d16 > 1e-6 && df < 1e-2 && df > 1e-6 && de < 1e-2 && de > 1e-6, msg);
+		/*
+		 * without AVX512_BF16 the products run as f32 (ml_bf16_train_path 0:
+		 * never slower than fp32), so only the emulation rounds
+		 */
+		bool rounds = dp ? d16 < 1e-2 && d16 > 1e-6 && df < 1e-2 && df > 1e-6 :
+				   d16 == 0 && df == 0;
+		snprintf(msg, sizeof msg, "%s: bf16 gradients within 1e-2 of fp32's, and rounded%s",
+			 name[v], dp ? "" : " (emulated; the f32 fallback equals fp32)");
+		ok(rounds && de < 1e-2 && de > 1e-6, msg);
 		snprintf(msg, sizeof msg, "%s: the products (and only with bf16) say precision bf16",
 			 name[v]);
 		ok(m32 == 0 && m16 >= (v == 0 ? 6 : 7) && mf >= 5, msg);
