@@ -150,16 +150,20 @@ avx2_mask(int64_t n)
 /*
  * dw_blk256: 4 output pixels (r valid) by 16 channels from c0 of one row;
  * full: all 16 channels valid, so plain loads and stores (vmaskmovps is
- * slow on some CPUs, its stores most of all), else masked past C.
+ * slow on some CPUs, its stores most of all), else masked past C. kc > 0:
+ * a kc x kc window, no dilation, stride sc across, as constants (callers
+ * pass literals, so the tap loops unroll and their bounds leave the
+ * registers to the sums).
  */
 __attribute__((target("avx2,fma"), always_inline))
 static inline void
 dw_blk256(const struct nhwc *j, int64_t n, int64_t oh, float *yr, int64_t ow0, int r,
-	  bool inside, int64_t c0, bool full)
+	  bool inside, int64_t c0, bool full, int kc, int sc)
 {
 	const struct ml_conv3 *v = j->v;
-	int64_t C = v->cin, H = v->in[1], W = v->in[2];
-	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+	int64_t C = v->cin, H = v->in[1], W = v->in[2], pw = v->p[2];
+	int64_t KH = kc > 0 ? kc : v->k[1], KW = kc > 0 ? kc : v->k[2];
+	int64_t sw = kc > 0 ? sc : v->s[2], dw = kc > 0 ? 1 : v->d[2];
 	__m256i m0 = full ? _mm256_set1_epi32(-1) : avx2_mask(C - c0);
 	__m256i m1 = full ? _mm256_set1_epi32(-1) : avx2_mask(C - c0 - 8);
 #define DW_LD(p, m) (full ? _mm256_loadu_ps(p) : _mm256_maskload_ps((p), (m)))
@@ -179,6 +183,7 @@ dw_blk256(const struct nhwc *j, int64_t n, int64_t oh, float *yr, int64_t ow0, i
 			continue;
 		const float *xr = j->x + (n * H + ih) * W * C + c0;
 		const float *wr = j->w + kh * KW * C + c0;
+		_Pragma("GCC unroll 5")
 		for (int64_t kw = 0; kw < KW; kw++) {
 			__m256 w0 = DW_LD(wr + kw * C, m0);
 			__m256 w1 = DW_LD(wr + kw * C + 8, m1);
@@ -218,16 +223,28 @@ dw_row256(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 	const struct ml_conv3 *v = j->v;
 	int64_t C = v->cin, W = v->in[2], OW = v->out[2];
 	int64_t KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+	/* the common windows (3x3 and 5x5, stride 1 or 2, no dilation) as constants */
+	int kind = 0;
+	if (v->k[1] == KW && (KW == 3 || KW == 5) && v->d[1] == 1 && dw == 1 && (sw == 1 || sw == 2))
+		kind = (KW == 3 ? 1 : 3) + (sw == 2);
 
 	for (int64_t ow0 = 0; ow0 < OW; ow0 += 4) {
 		int r = (int)ML_MIN(4, OW - ow0);
 		/* all 4 pixels' taps inside the row: no checks in the tap loop */
 		bool inside = r == 4 && ow0 * sw - pw >= 0 && (ow0 + 3) * sw - pw + (KW - 1) * dw < W;
 		for (int64_t c0 = 0; c0 < C; c0 += 16) {
-			if (C - c0 >= 16)
-				dw_blk256(j, n, oh, yr, ow0, r, inside, c0, true);
+			if (C - c0 < 16)
+				dw_blk256(j, n, oh, yr, ow0, r, inside, c0, false, 0, 0);
+			else if (!inside || kind == 0)
+				dw_blk256(j, n, oh, yr, ow0, r, inside, c0, true, 0, 0);
+			else if (kind == 1)
+				dw_blk256(j, n, oh, yr, ow0, r, true, c0, true, 3, 1);
+			else if (kind == 2)
+				dw_blk256(j, n, oh, yr, ow0, r, true, c0, true, 3, 2);
+			else if (kind == 3)
+				dw_blk256(j, n, oh, yr, ow0, r, true, c0, true, 5, 1);
 			else
-				dw_blk256(j, n, oh, yr, ow0, r, inside, c0, false);
+				dw_blk256(j, n, oh, yr, ow0, r, true, c0, true, 5, 2);
 		}
 	}
 }

@@ -269,6 +269,11 @@ static const struct kcase kcases[] = {
 	{ 1, 17, 13, 14, 17, 5, 3, 17, 1, 2, { 2, 0, 3, 1 }, false, true, "Relu" },
 	{ 1, 5, 7, 6, 5, 3, 3, 5, 3, 1, { 0, 1, 2, 0 }, false, false, "Gelu" },
 	{ 1, 1, 5, 5, 1, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, false, false, "" },
+	/* 3x3 and 5x5, strides 1 and 2, whole blocks of 16 channels (the kernels' constant windows) */
+	{ 1, 32, 12, 13, 32, 3, 3, 32, 1, 1, { 1, 1, 1, 1 }, false, true, "Clip" },
+	{ 1, 48, 14, 25, 48, 3, 3, 48, 2, 1, { 1, 1, 1, 1 }, false, false, "Silu" },
+	{ 1, 32, 11, 12, 32, 5, 5, 32, 1, 1, { 2, 2, 2, 2 }, false, false, "" },
+	{ 2, 16, 13, 30, 16, 5, 5, 16, 2, 1, { 2, 1, 2, 1 }, false, true, "Relu" },
 	/* one group: patchify stem and downsampling, pointwise, 3x3 with pads */
 	{ 1, 3, 16, 16, 96, 4, 4, 1, 4, 1, { 0, 0, 0, 0 }, true, false, "" },
 	{ 1, 384, 4, 4, 768, 2, 2, 1, 2, 1, { 0, 0, 0, 0 }, true, false, "" },
@@ -634,7 +639,7 @@ main(void)
 	if (pid == 0) {
 		setenv("ML_PGEMM", "0", 1);
 		bool good = true;
-		for (int i = 6; i < 14; i++)
+		for (int i = 10; i < 18; i++)
 			good &= kernel_case(&kcases[i]);
 		_exit(good ? 0 : 1);
 	}
