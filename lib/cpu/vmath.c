@@ -280,13 +280,31 @@ exp8(__m256 x)
 	return keep_nan8(x, y);
 }
 
+/*
+ * sigmoid8: 1 / (1 + e^-x) with e^-x for -x clamped to [-87, 88], where
+ * 2^n of the reduction stays a normal float without exp_clamped8's
+ * checks: n from the round-to-nearest of adding 1.5 2^23 (its low bits
+ * are n), 2^n p by adding n to p's exponent. Below -87 the quotient's
+ * reciprocal estimate of e^88 gives 0 (SiLU's x sigmoid(x) is 0 there
+ * too); above 87, 1. NaN stays NaN.
+ */
 V8
 sigmoid8(__m256 x)
 {
-	__m256 e = exp_clamped8(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), x), _mm256_set1_ps(88.0f)));
-	__m256 d = _mm256_add_ps(e, _mm256_set1_ps(1.0f));
-	/* below -88 the answer is under 1e-38: 0, so that SiLU's x sigmoid(x) is 0 too */
-	__m256 y = _mm256_and_ps(recip8(d), _mm256_cmp_ps(x, _mm256_set1_ps(-88.0f), _CMP_GE_OQ));
+	const __m256 magic = _mm256_set1_ps(12582912.0f);
+	__m256 t = _mm256_min_ps(_mm256_set1_ps(88.0f),
+				 _mm256_max_ps(_mm256_set1_ps(-87.0f), _mm256_sub_ps(_mm256_setzero_ps(), x)));
+	__m256 z = _mm256_fmadd_ps(t, _mm256_set1_ps(LOG2E), magic);
+	__m256 nf = _mm256_sub_ps(z, magic);
+	__m256 r = _mm256_fnmadd_ps(nf, _mm256_set1_ps(LN2_HI), t);
+	r = _mm256_fnmadd_ps(nf, _mm256_set1_ps(LN2_LO), r);
+	__m256 p = exp_poly8(r);
+	__m256i e = _mm256_add_epi32(_mm256_castps_si256(p),
+				     _mm256_slli_epi32(_mm256_castps_si256(z), 23));
+	/* 1 / d: the estimate and one Newton step (within 3e-7: d >= 1, no tails to keep) */
+	__m256 d = _mm256_add_ps(_mm256_castsi256_ps(e), _mm256_set1_ps(1.0f));
+	__m256 y = _mm256_rcp_ps(d);
+	y = _mm256_fmadd_ps(y, _mm256_fnmadd_ps(d, y, _mm256_set1_ps(1.0f)), y);
 	return keep_nan8(x, y);
 }
 
@@ -337,6 +355,17 @@ gelu8(__m256 x)
 #define LOOP8(F)								\
 	do {									\
 		int64_t i = 0;							\
+		/* four vectors an iteration: their chains overlap */		\
+		for (; i + 32 <= n; i += 32) {					\
+			__m256 u0 = F(_mm256_loadu_ps(x + i));			\
+			__m256 u1 = F(_mm256_loadu_ps(x + i + 8));		\
+			__m256 u2 = F(_mm256_loadu_ps(x + i + 16));		\
+			__m256 u3 = F(_mm256_loadu_ps(x + i + 24));		\
+			_mm256_storeu_ps(y + i, u0);				\
+			_mm256_storeu_ps(y + i + 8, u1);			\
+			_mm256_storeu_ps(y + i + 16, u2);			\
+			_mm256_storeu_ps(y + i + 24, u3);			\
+		}								\
 		for (; i + 8 <= n; i += 8)					\
 			_mm256_storeu_ps(y + i, F(_mm256_loadu_ps(x + i)));	\
 		if (i < n) {							\
