@@ -472,73 +472,97 @@ few_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
  * few_row256: few_row512 on AVX2: 6 output pixels by one 16-output half of
  * a panel at a time (12 ymm sums), the panel's rows 32 floats apart.
  */
+/*
+ * few_blk256: pixels [ow0, ow0 + r) of the row by outputs [c0, c0 + 16)
+ * (rem valid); cc > 0: C, KH and KW (kc) and the stride across (sc) as
+ * constants, every tap inside the row (callers pass literals, so the tap
+ * loops unroll).
+ */
+__attribute__((target("avx2,fma"), always_inline))
+static inline void
+few_blk256(const struct nhwc *j, int64_t n, int64_t oh, float *yr, int64_t ow0, int r,
+	   bool inside, int64_t c0, int cc, int kc, int sc)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t H = v->in[1], W = v->in[2], M = v->cout, pw = v->p[2];
+	int64_t C = cc > 0 ? cc : v->cin, KH = cc > 0 ? kc : v->k[1], KW = cc > 0 ? kc : v->k[2];
+	int64_t sw = cc > 0 ? sc : v->s[2], dw = cc > 0 ? 1 : v->d[2];
+	int64_t K = KH * KW * C, rem = ML_MIN(16, M - c0);
+	/* panel c0 / 32 (K rows of 32), its half (c0 / 16) % 2 */
+	const float *wp = j->w + c0 / 32 * 32 * K + c0 % 32;
+	__m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+	if (j->bias != NULL) {
+		float t[16] = { 0 };
+		memcpy(t, j->bias + c0, sizeof(float) * (size_t)rem);
+		b0 = _mm256_loadu_ps(t);
+		b1 = _mm256_loadu_ps(t + 8);
+	}
+	__m256 a0[FEW_PX], a1[FEW_PX];
+	for (int q = 0; q < FEW_PX; q++) {
+		a0[q] = b0;
+		a1[q] = b1;
+	}
+	for (int64_t kh = 0; kh < KH; kh++) {
+		int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+		if (ih < 0 || ih >= H)
+			continue;
+		const float *xr = j->x + (n * H + ih) * W * C;
+		_Pragma("GCC unroll 7")
+		for (int64_t kw = 0; kw < KW; kw++) {
+			int64_t iw0 = ow0 * sw - pw + kw * dw;
+			const float *wk = wp + (kh * KW + kw) * C * 32;
+			_Pragma("GCC unroll 4")
+			for (int64_t ci = 0; ci < C; ci++) {
+				__m256 w0 = _mm256_loadu_ps(wk + ci * 32);
+				__m256 w1 = _mm256_loadu_ps(wk + ci * 32 + 8);
+				_Pragma("GCC unroll 6")
+				for (int q = 0; q < FEW_PX; q++) {
+					int64_t iw = iw0 + q * sw;
+					if (!inside && (q >= r || iw < 0 || iw >= W))
+						continue;
+					__m256 xv = _mm256_broadcast_ss(xr + iw * C + ci);
+					a0[q] = _mm256_fmadd_ps(xv, w0, a0[q]);
+					a1[q] = _mm256_fmadd_ps(xv, w1, a1[q]);
+				}
+			}
+		}
+	}
+	_Pragma("GCC unroll 6")
+	for (int q = 0; q < FEW_PX; q++) {
+		if (q >= r)
+			continue;
+		float *yp = yr + (ow0 + q) * M + c0;
+		if (rem == 16) {
+			_mm256_storeu_ps(yp, a0[q]);
+			_mm256_storeu_ps(yp + 8, a1[q]);
+		} else {
+			float t[16];
+			_mm256_storeu_ps(t, a0[q]);
+			_mm256_storeu_ps(t + 8, a1[q]);
+			memcpy(yp, t, sizeof(float) * (size_t)rem);
+		}
+	}
+}
+
 __attribute__((target("avx2,fma")))
 static void
 few_row256(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 {
 	const struct ml_conv3 *v = j->v;
-	int64_t C = v->cin, H = v->in[1], W = v->in[2], OW = v->out[2], M = v->cout;
-	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
-	int64_t K = KH * KW * C;
+	int64_t W = v->in[2], OW = v->out[2], M = v->cout;
+	int64_t KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+	/* RGB 3x3 stems at stride 2 (MobileNet's, EfficientNet's) with constant loops */
+	bool rgb3 = v->cin == 3 && KW == 3 && v->k[1] == 3 && dw == 1 && v->d[1] == 1 && sw == 2;
 
 	for (int64_t ow0 = 0; ow0 < OW; ow0 += FEW_PX) {
 		int r = (int)ML_MIN(FEW_PX, OW - ow0);
 		bool inside = r == FEW_PX && ow0 * sw - pw >= 0 &&
 			      (ow0 + FEW_PX - 1) * sw - pw + (KW - 1) * dw < W;
 		for (int64_t c0 = 0; c0 < M; c0 += 16) {
-			int64_t rem = ML_MIN(16, M - c0);
-			/* panel c0 / 32 (K rows of 32), its half (c0 / 16) % 2 */
-			const float *wp = j->w + c0 / 32 * 32 * K + c0 % 32;
-			__m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
-			if (j->bias != NULL) {
-				float t[16] = { 0 };
-				memcpy(t, j->bias + c0, sizeof(float) * (size_t)rem);
-				b0 = _mm256_loadu_ps(t);
-				b1 = _mm256_loadu_ps(t + 8);
-			}
-			__m256 a0[FEW_PX], a1[FEW_PX];
-			for (int q = 0; q < FEW_PX; q++) {
-				a0[q] = b0;
-				a1[q] = b1;
-			}
-			for (int64_t kh = 0; kh < KH; kh++) {
-				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
-				if (ih < 0 || ih >= H)
-					continue;
-				const float *xr = j->x + (n * H + ih) * W * C;
-				for (int64_t kw = 0; kw < KW; kw++) {
-					int64_t iw0 = ow0 * sw - pw + kw * dw;
-					const float *wk = wp + (kh * KW + kw) * C * 32;
-					for (int64_t ci = 0; ci < C; ci++) {
-						__m256 w0 = _mm256_loadu_ps(wk + ci * 32);
-						__m256 w1 = _mm256_loadu_ps(wk + ci * 32 + 8);
-						_Pragma("GCC unroll 6")
-						for (int q = 0; q < FEW_PX; q++) {
-							int64_t iw = iw0 + q * sw;
-							if (!inside && (q >= r || iw < 0 || iw >= W))
-								continue;
-							__m256 xv = _mm256_broadcast_ss(xr + iw * C + ci);
-							a0[q] = _mm256_fmadd_ps(xv, w0, a0[q]);
-							a1[q] = _mm256_fmadd_ps(xv, w1, a1[q]);
-						}
-					}
-				}
-			}
-			_Pragma("GCC unroll 6")
-			for (int q = 0; q < FEW_PX; q++) {
-				if (q >= r)
-					continue;
-				float *yp = yr + (ow0 + q) * M + c0;
-				if (rem == 16) {
-					_mm256_storeu_ps(yp, a0[q]);
-					_mm256_storeu_ps(yp + 8, a1[q]);
-				} else {
-					float t[16];
-					_mm256_storeu_ps(t, a0[q]);
-					_mm256_storeu_ps(t + 8, a1[q]);
-					memcpy(yp, t, sizeof(float) * (size_t)rem);
-				}
-			}
+			if (rgb3 && inside)
+				few_blk256(j, n, oh, yr, ow0, r, true, c0, 3, 3, 2);
+			else
+				few_blk256(j, n, oh, yr, ow0, r, inside, c0, 0, 0, 0);
 		}
 	}
 }

@@ -288,9 +288,12 @@ static const struct kcase kcases[] = {
 	{ 1, 3, 23, 17, 32, 3, 3, 1, 2, 1, { 0, 1, 1, 0 }, true, false, "Clip" },
 	{ 1, 1, 9, 12, 16, 5, 5, 1, 1, 2, { 2, 2, 2, 2 }, true, false, "Relu" },
 	{ 1, 4, 30, 31, 24, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, true, true, "" },
+	{ 1, 3, 9, 40, 40, 3, 3, 1, 2, 1, { 1, 1, 1, 1 }, true, false, "Clip" },
 	/* W as mlopt writes it ([kH, kW, C, M]), packed once per session: stems, few rows */
 	{ 2, 3, 20, 19, 40, 3, 3, 1, 2, 1, { 1, 1, 1, 1 }, false, true, "Silu" },
 	{ 1, 3, 23, 17, 32, 3, 3, 1, 2, 1, { 0, 1, 1, 0 }, false, false, "Clip" },
+	/* a 3x3 stride-2 RGB stem wide enough for whole blocks inside the row (constant loops) */
+	{ 2, 3, 9, 40, 40, 3, 3, 1, 2, 1, { 1, 1, 1, 1 }, false, true, "Silu" },
 	{ 1, 96, 5, 5, 160, 1, 1, 1, 1, 1, { 0, 0, 0, 0 }, false, true, "Relu" },
 	{ 1, 64, 3, 3, 70, 1, 1, 1, 1, 1, { 0, 0, 0, 0 }, false, false, "" },
 	{ 1, 384, 4, 4, 768, 2, 2, 1, 2, 1, { 0, 0, 0, 0 }, false, false, "Gelu" },
