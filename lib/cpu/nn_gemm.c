@@ -219,14 +219,25 @@ NAME(int64_t kc, const float *a, int64_t lda, const float *bp, const int32_t *of
 			c0[i] = _mm256_setzero_ps();				\
 			c1[i] = _mm256_setzero_ps();				\
 		}								\
-		for (int64_t k = 0; k < kc; k++) {				\
-			__m256 b0 = _mm256_loadu_ps(ROW);			\
-			__m256 b1 = _mm256_loadu_ps((ROW) + 8);			\
-			_Pragma("GCC unroll 6")					\
-			for (int i = 0; i < R; i++) {				\
-				__m256 av = _mm256_broadcast_ss(ar[i] + k);	\
-				c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);		\
-				c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);		\
+		if (w - 16 * h <= 8) {						\
+			/* 8 columns or fewer left: half the multiply-adds */	\
+			for (int64_t k = 0; k < kc; k++) {			\
+				__m256 b0 = _mm256_loadu_ps(ROW);		\
+				_Pragma("GCC unroll 6")				\
+				for (int i = 0; i < R; i++)			\
+					c0[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(ar[i] + k), \
+								b0, c0[i]);	\
+			}							\
+		} else {							\
+			for (int64_t k = 0; k < kc; k++) {			\
+				__m256 b0 = _mm256_loadu_ps(ROW);		\
+				__m256 b1 = _mm256_loadu_ps((ROW) + 8);		\
+				_Pragma("GCC unroll 6")				\
+				for (int i = 0; i < R; i++) {			\
+					__m256 av = _mm256_broadcast_ss(ar[i] + k); \
+					c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);	\
+					c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);	\
+				}						\
 			}							\
 		}								\
 		int wh = w - 16 * h < 16 ? w - 16 * h : 16;			\
@@ -258,7 +269,8 @@ KERN2(k2r_3, 3, b + off[k])
 
 struct pg_job {
 	int64_t m, n, k, lda, ldc;
-	int64_t nblk, ngroups;		/* 12-row blocks of C, and groups of them */
+	int64_t rb;			/* rows of a block: the micro-kernel's 12, or AVX2's 6 */
+	int64_t nblk, ngroups;		/* blocks of C's rows, and groups of them */
 	int64_t npan, npchunks;		/* 32-column panels, and runs of them */
 	const float *a, *bp, *bias;
 	float *c;
@@ -350,8 +362,8 @@ pg_items(void *ctx, int64_t b, int64_t e)
 		int64_t g = it / j->npchunks, pc = it % j->npchunks;
 		const float *A = j->a + bi * j->sa;
 		float *Cb = j->c + bi * j->sc;
-		int64_t i0 = g * j->nblk / j->ngroups * 12;
-		int64_t i1 = ML_MIN(j->m, (g + 1) * j->nblk / j->ngroups * 12);
+		int64_t i0 = g * j->nblk / j->ngroups * j->rb;
+		int64_t i1 = ML_MIN(j->m, (g + 1) * j->nblk / j->ngroups * j->rb);
 		int64_t p0 = pc * j->npan / j->npchunks, p1 = (pc + 1) * j->npan / j->npchunks;
 		for (int64_t kc = 0; kc < j->k; kc += KC) {
 			int64_t kk = ML_MIN(KC, j->k - kc);
@@ -368,17 +380,22 @@ pg_items(void *ctx, int64_t b, int64_t e)
 #ifdef HAVE_PGEMM
 /*
  * pg_setup: j for nb products over nt threads: groups of about MB rows,
- * whole 12-row blocks each, spread evenly, and the fewest runs of panels
- * that still give each thread two items per product.
+ * whole blocks of rb rows each, spread evenly, and the fewest runs of
+ * panels that still give each thread two items per product; where the
+ * panels are too few for that (small planes), one group per thread.
  */
 static void
 pg_setup(struct pg_job *j, int64_t nt)
 {
 	j->level = pgemm_level();
-	j->nblk = (j->m + 11) / 12;
-	j->ngroups = (j->nblk + MB / 12 - 1) / (MB / 12);
+	j->rb = j->level == 1 ? 6 : 12;
+	j->nblk = (j->m + j->rb - 1) / j->rb;
+	j->ngroups = (j->nblk + MB / j->rb - 1) / (MB / j->rb);
 	j->npan = (j->n + ML_PG_NR - 1) / ML_PG_NR;
 	j->npchunks = ML_MAX(1, ML_MIN(j->npan, (2 * nt + j->ngroups - 1) / j->ngroups));
+	/* few panels (small planes): smaller groups of rows, one for each thread */
+	if (j->ngroups * j->npchunks < nt && j->ngroups < j->nblk)
+		j->ngroups = ML_MIN(j->nblk, (nt + j->npchunks - 1) / j->npchunks);
 	j->per = j->ngroups * j->npchunks;
 }
 
