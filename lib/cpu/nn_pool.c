@@ -581,6 +581,32 @@ sumpool_##SUF(void *ctx, int64_t b, int64_t e)					\
 SUMPOOL(f32, float)
 SUMPOOL(f64, double)
 
+/*
+ * 2 x 2 windows at stride 2, no padding, none past the input's edge (the
+ * DenseNet transitions' AveragePool): two input rows per output row, the
+ * four values summed in floats, (a + b) + (c + d), then a quarter (the
+ * general loop's double sum rounds once: within an ulp of it).
+ */
+POOL_CLONES static void
+avgpool2x2_f32(void *ctx, int64_t b, int64_t e)
+{
+	const struct pool_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t W = v->in[2], OH = v->out[1], OW = v->out[2];
+
+	for (int64_t pl = b; pl < e; pl++) {
+		const float *x = (const float *)j->x + pl * v->insz;
+		float *y = (float *)j->y + pl * v->outsz;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			const float *restrict r0 = x + 2 * oh * W, *restrict r1 = r0 + W;
+			float *restrict yr = y + oh * OW;
+			for (int64_t ow = 0; ow < OW; ow++)
+				yr[ow] = ((r0[2 * ow] + r0[2 * ow + 1]) + (r1[2 * ow] + r1[2 * ow + 1])) *
+					 0.25f;
+		}
+	}
+}
+
 static double
 lp_p(const struct ml_node *n)
 {
@@ -606,6 +632,11 @@ run_sumpool(struct ml_opctx *c, int kind)
 	struct pool_job j = { &v, c->in[0]->data, c->out[0]->data, NULL, false,
 			      kind == POOL_LP ? lp_p(c->node) : 0, kind, { NULL } };
 	ML_TRY(make_wins(c, &v, j.w));
+	if (fn == sumpool_f32 && kind == POOL_AVG && v.in[0] == 1 && v.k[0] == 1 && v.out[0] == 1 &&
+	    v.p[0] == 0 && v.k[1] == 2 && v.k[2] == 2 && v.s[1] == 2 && v.s[2] == 2 && v.d[1] == 1 &&
+	    v.d[2] == 1 && v.p[1] == 0 && v.p[2] == 0 && 2 * v.out[1] <= v.in[1] &&
+	    2 * v.out[2] <= v.in[2])
+		fn = avgpool2x2_f32;
 	ml_parallel_for(v.n * v.cin, plane_grain(&v), fn, &j);
 	ml_free((void *)j.w[0]);
 	return 0;

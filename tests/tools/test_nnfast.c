@@ -257,6 +257,9 @@ gemm_all(int *ncase)
 	return fails;
 }
 
+/* pool_avg: maxpool_case makes an AveragePool instead (dil must be 1), compared within 1e-6 */
+static bool pool_avg;
+
 /* A graph with one MaxPool node, run on x [2, 3, H, W]; compared with a naive loop. */
 static bool
 maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_t pad, int64_t dil, int ceil)
@@ -277,11 +280,13 @@ maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_t pad, int64_t di
 	memcpy(g->tensors[xi]->dims, xd, sizeof xd);
 	ml_graph_add_input(g, xi, &e);
 	const char *in[] = { "x" }, *outn[] = { "y" };
-	int nd = ml_graph_add_node(g, "MaxPool", "", "", 1, in, 1, outn, &e);
+	int nd = ml_graph_add_node(g, pool_avg ? "AveragePool" : "MaxPool", "", "", 1, in, 1, outn,
+				   &e);
 	ml_node_set_ints(g, nd, "kernel_shape", 2, (int64_t[]){ k, k });
 	ml_node_set_ints(g, nd, "strides", 2, (int64_t[]){ s, s });
 	ml_node_set_ints(g, nd, "pads", 4, (int64_t[]){ pad, pad, pad, pad });
-	ml_node_set_ints(g, nd, "dilations", 2, (int64_t[]){ dil, dil });
+	if (!pool_avg)
+		ml_node_set_ints(g, nd, "dilations", 2, (int64_t[]){ dil, dil });
 	ml_node_set_int(g, nd, "ceil_mode", ceil);
 	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
 	if (ml_graph_toposort(g, &e) < 0 || ml_graph_validate(g, &e) < 0 ||
@@ -310,15 +315,22 @@ maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_t pad, int64_t di
 		for (int64_t oh = 0; oh < OH; oh++)
 			for (int64_t ow = 0; ow < OW; ow++) {
 				float m = -INFINITY;
+				double sum = 0;
+				int cnt = 0;
 				for (int64_t kh = 0; kh < k; kh++)
 					for (int64_t kw = 0; kw < k; kw++) {
 						int64_t ih = oh * s - pad + kh * dil;
 						int64_t iw = ow * s - pad + kw * dil;
-						if (ih >= 0 && ih < H && iw >= 0 && iw < W &&
-						    xv[(pl * H + ih) * W + iw] > m)
+						if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+							continue;
+						sum += xv[(pl * H + ih) * W + iw];
+						cnt++;
+						if (xv[(pl * H + ih) * W + iw] > m)
 							m = xv[(pl * H + ih) * W + iw];
 					}
-				if (((const float *)y->data)[(pl * OH + oh) * OW + ow] != m)
+				float got = ((const float *)y->data)[(pl * OH + oh) * OW + ow];
+				if (pool_avg ? fabs(got - sum / cnt) > 1e-6 * (fabs(sum / cnt) + 1) :
+					       got != m)
 					good = false;
 			}
 out:
@@ -671,6 +683,13 @@ test_maxpool(void)
 	ok(maxpool_case(11, 37, 2, 2, 0, 1, 0), "MaxPool 2x2 s2 on 11x37 (odd: the last row and column unread)");
 	ok(maxpool_case(11, 37, 2, 2, 0, 1, 1), "MaxPool 2x2 s2 ceil_mode on 11x37 (edge windows: not the 2x2 kernel)");
 	ok(maxpool_case(12, 12, 2, 2, 1, 1, 0), "MaxPool 2x2 s2 p1 on 12x12 (padded: not the 2x2 kernel)");
+	pool_avg = true;
+	ok(maxpool_case(16, 16, 2, 2, 0, 1, 0) && maxpool_case(11, 37, 2, 2, 0, 1, 0),
+	   "AveragePool 2x2 s2 on 16x16 and 11x37 (DenseNet's transitions: the 2x2 kernel)");
+	ok(maxpool_case(11, 37, 2, 2, 0, 1, 1) && maxpool_case(12, 12, 2, 2, 1, 1, 0) &&
+	   maxpool_case(13, 9, 3, 2, 1, 1, 0),
+	   "AveragePool 2x2 s2 with ceil_mode or padding, 3x3 s2 p1 (the general loop)");
+	pool_avg = false;
 }
 
 int
