@@ -249,6 +249,83 @@ epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, voi
 	_mm_storeu_si128((__m128i *)y, b8);
 }
 
+/*
+ * epi8_avx2: 8 columns' int32 sums s (bias not yet added) through the
+ * epilogue into y (8 bytes, or 8 floats with f32out): epi_avx2's steps,
+ * so the same bits.
+ */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+epi8_avx2(__m256i s, __m256i bias, __m256 mult, const struct ml_q8_epi *ep, char *y)
+{
+	__m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s, bias)), mult);
+	if (ep->f32out) {
+		_mm256_storeu_ps((float *)y, v);
+		return;
+	}
+	v = _mm256_max_ps(_mm256_min_ps(v, _mm256_set1_ps(4e6f)), _mm256_set1_ps(-4e6f));
+	__m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(ep->yzero));
+	q = _mm256_min_epi32(_mm256_max_epi32(q, _mm256_set1_epi32(ep->lo)),
+			     _mm256_set1_epi32(ep->hi));
+	__m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+	_mm_storel_epi64((__m128i *)y, _mm_packus_epi16(w16, w16));
+}
+
+/*
+ * kern_avx2_epi: kern_avx2's 2 rows by 16 columns with the epilogue on
+ * the registers: each column's two pair sums added by vphaddd (a lane
+ * permute puts the columns in order) instead of through a tile in memory
+ * and a call per row; bias and mult of the panel (ep's, zero-padded by
+ * the caller where nc < 16) loaded once. The integer sums are exact, so
+ * the results are epi_avx2's to the bit.
+ */
+__attribute__((target("avx2,fma"))) static void
+kern_avx2_epi(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,
+	      const struct ml_q8_epi *ep, int64_t c0, int nc, char *y, int64_t ldy)
+{
+	const uint8_t *a0 = a, *a1 = a + (mr > 1 ? lda : 0);
+	__m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00, c10 = c00,
+		c11 = c00, c12 = c00, c13 = c00;
+
+	for (int64_t q = 0; q < kq; q++) {
+		const int8_t *bq = b + q * 64;
+		__m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bq));
+		__m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 16)));
+		__m256i w2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 32)));
+		__m256i w3 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 48)));
+		__m256i x0 = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(ld32(a0 + q * 4))));
+		__m256i x1 = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(ld32(a1 + q * 4))));
+		c00 = _mm256_add_epi32(c00, _mm256_madd_epi16(x0, w0));
+		c01 = _mm256_add_epi32(c01, _mm256_madd_epi16(x0, w1));
+		c02 = _mm256_add_epi32(c02, _mm256_madd_epi16(x0, w2));
+		c03 = _mm256_add_epi32(c03, _mm256_madd_epi16(x0, w3));
+		c10 = _mm256_add_epi32(c10, _mm256_madd_epi16(x1, w0));
+		c11 = _mm256_add_epi32(c11, _mm256_madd_epi16(x1, w1));
+		c12 = _mm256_add_epi32(c12, _mm256_madd_epi16(x1, w2));
+		c13 = _mm256_add_epi32(c13, _mm256_madd_epi16(x1, w3));
+	}
+	/* c0v holds columns 4v .. 4v + 3 as pairs: hadd gives (0 1 4 5 | 2 3 6 7), 0xd8 orders them */
+	__m256i bias0 = _mm256_loadu_si256((const __m256i *)(ep->bias + c0));
+	__m256i bias1 = _mm256_loadu_si256((const __m256i *)(ep->bias + c0 + 8));
+	__m256 mult0 = _mm256_loadu_ps(ep->mult + c0), mult1 = _mm256_loadu_ps(ep->mult + c0 + 8);
+	size_t ysz = ep->f32out ? sizeof(float) : 1;
+	for (int i = 0; i < mr; i++) {
+		__m256i s0 = _mm256_permute4x64_epi64(
+			i == 0 ? _mm256_hadd_epi32(c00, c01) : _mm256_hadd_epi32(c10, c11), 0xd8);
+		__m256i s1 = _mm256_permute4x64_epi64(
+			i == 0 ? _mm256_hadd_epi32(c02, c03) : _mm256_hadd_epi32(c12, c13), 0xd8);
+		char *yr = y + i * ldy;
+		if (nc == ML_Q8_NR) {
+			epi8_avx2(s0, bias0, mult0, ep, yr);
+			epi8_avx2(s1, bias1, mult1, ep, yr + 8 * ysz);
+		} else {
+			char tmp[ML_Q8_NR * sizeof(float)];
+			epi8_avx2(s0, bias0, mult0, ep, tmp);
+			epi8_avx2(s1, bias1, mult1, ep, tmp + 8 * ysz);
+			memcpy(yr, tmp, (size_t)nc * ysz);
+		}
+	}
+}
+
 #define T512 "avx512f,avx512bw,avx512vl,avx512vnni"
 
 /*
@@ -473,6 +550,7 @@ struct q8job {
 	q8_epi_fn epi;
 	int mr;
 	bool fused;		/* kern_vnni_epi instead of kern and epi */
+	bool fused2;		/* kern_avx2_epi instead of kern and epi */
 	bool amx;		/* amx_units instead of all of the above */
 };
 
@@ -679,6 +757,14 @@ q8_units(void *ctx, int64_t b, int64_t e)
 						      j->ldy * (int64_t)ysz);
 					continue;
 				}
+				if (j->fused2) {
+					/* pe: the panel's bias and mult, zero-padded where nc < 16 */
+					kern_avx2_epi(mr, j->kq, j->a + r * j->lda, j->lda, pan, &pe,
+						      pad ? 0 : c0, nc,
+						      (char *)j->y + (r * j->ldy + c0) * (int64_t)ysz,
+						      j->ldy * (int64_t)ysz);
+					continue;
+				}
 #endif
 				j->kern(mr, j->kq, j->a + r * j->lda, j->lda, pan, tile);
 				for (int i = 0; i < mr; i++) {
@@ -724,6 +810,7 @@ ml_q8_gemm(int64_t p, int64_t m, int64_t kp, const uint8_t *a, int64_t lda, cons
 		j.kern = ep->w7 ? kern_avx2_w7 : kern_avx2;
 		j.epi = epi_avx2;
 		j.mr = ep->w7 ? 4 : 2;
+		j.fused2 = !ep->w7;
 		break;
 	default:
 		break;
