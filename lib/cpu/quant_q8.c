@@ -426,15 +426,46 @@ dw_pack(int16_t *dst, const int8_t *w, int64_t C, int64_t T)
  * trick does, for |v| <= 4e6). The channels past the last block of 16 go
  * through dw_tap and dw_out, so the result is dw_rows', bit for bit.
  */
+/* DW_PX: output pixels dw_rows_avx2 computes together (their sums are independent chains) */
+#define DW_PX 4
+
+/* dw_epi16: a block's 16 int32 sums (a0, a1) through dw_out's epilogue into y */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+dw_epi16(__m256i a0, __m256i a1, const float *mult, __m256i zy, __m256i lo, __m256i hi,
+	 uint8_t *y)
+{
+	const __m256 vmax = _mm256_set1_ps(4e6f), vmin = _mm256_set1_ps(-4e6f);
+	__m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(a0), _mm256_loadu_ps(mult));
+	__m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(a1), _mm256_loadu_ps(mult + 8));
+	v0 = _mm256_max_ps(_mm256_min_ps(v0, vmax), vmin);
+	v1 = _mm256_max_ps(_mm256_min_ps(v1, vmax), vmin);
+	__m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zy);
+	__m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zy);
+	q0 = _mm256_min_epi32(_mm256_max_epi32(q0, lo), hi);
+	q1 = _mm256_min_epi32(_mm256_max_epi32(q1, lo), hi);
+	__m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
+	_mm_storeu_si128((__m128i *)y, _mm_packus_epi16(_mm256_castsi256_si128(w16),
+							_mm256_extracti128_si256(w16, 1)));
+}
+
+/*
+ * dw_rows_avx2: dw_rows on 16 channels at a time: the uint8 inputs of two
+ * taps interleaved and widened to int16 against the packed weight pairs,
+ * vpmaddwd adding both products into int32 (exact: |a * w| < 2^15), then
+ * dw_out's epilogue on 8 lanes (cvtps rounds half to even, as dw_out's
+ * trick does, for |v| <= 4e6). DW_PX pixels of a row at a time, each tap
+ * pair's weights loaded once for them (one pixel's sums alone were a
+ * chain of dependent adds). The channels past the last block of 16 go
+ * through dw_tap and dw_out, so the result is dw_rows', bit for bit.
+ */
 __attribute__((target("avx2,fma"))) static void
 dw_rows_avx2(void *ctx, int64_t b, int64_t e)
 {
 	const struct dwjob *j = ctx;
 	const struct ml_q8_geom *g = j->g;
 	int64_t C = g->c, T = g->kh * g->kw, ntp = (T + 1) / 2, nb = C / 16, c0 = nb * 16;
-	const uint8_t **src = ml_malloc(sizeof *src * (size_t)(T + 1));
+	const uint8_t **src = ml_malloc(sizeof *src * (size_t)(DW_PX * (T + 1)));
 	int32_t *acc = ml_malloc(sizeof(int32_t) * (size_t)(C - c0 + 1));
-	const __m256 vmax = _mm256_set1_ps(4e6f), vmin = _mm256_set1_ps(-4e6f);
 	const __m256i zy = _mm256_set1_epi32(g->yzero), lo = _mm256_set1_epi32(g->lo),
 		      hi = _mm256_set1_epi32(g->hi);
 
@@ -445,54 +476,64 @@ dw_rows_avx2(void *ctx, int64_t b, int64_t e)
 	}
 	for (int64_t r = b; r < e; r++) {
 		int64_t n = r / g->oh, oy = r % g->oh;
-		for (int64_t ox = 0; ox < g->ow; ox++) {
-			for (int64_t ky = 0; ky < g->kh; ky++) {
-				int64_t iy = oy * g->sh - g->pt + ky * g->dh;
-				for (int64_t kx = 0; kx < g->kw; kx++) {
-					int64_t ix = ox * g->sw - g->pl + kx * g->dw;
-					src[ky * g->kw + kx] =
-						iy < 0 || iy >= g->h || ix < 0 || ix >= g->w ? j->zrow :
-						j->x + ((n * g->h + iy) * g->w + ix) * C;
+		for (int64_t ox0 = 0; ox0 < g->ow; ox0 += DW_PX) {
+			int np = (int)ML_MIN(DW_PX, g->ow - ox0);
+			/* pixel q's taps at src[q * (T + 1) + t]; missing pixels repeat the first */
+			for (int q = 0; q < DW_PX; q++) {
+				int64_t ox = ox0 + (q < np ? q : 0);
+				const uint8_t **sq = src + q * (T + 1);
+				for (int64_t ky = 0; ky < g->kh; ky++) {
+					int64_t iy = oy * g->sh - g->pt + ky * g->dh;
+					for (int64_t kx = 0; kx < g->kw; kx++) {
+						int64_t ix = ox * g->sw - g->pl + kx * g->dw;
+						sq[ky * g->kw + kx] =
+							iy < 0 || iy >= g->h || ix < 0 || ix >= g->w ?
+								j->zrow :
+								j->x + ((n * g->h + iy) * g->w + ix) * C;
+					}
 				}
+				sq[T] = sq[T - 1];	/* the odd tap's partner, against zero weights */
 			}
-			src[T] = src[T - 1];	/* the odd tap's partner, against zero weights */
-			uint8_t *y = j->y + ((n * g->oh + oy) * g->ow + ox) * C;
+			uint8_t *y = j->y + ((n * g->oh + oy) * g->ow + ox0) * C;
 			for (int64_t cb = 0; cb < nb; cb++) {
 				const int16_t *wp = j->wpk + cb * ntp * 32;
-				__m256i a0 = _mm256_loadu_si256((const __m256i *)(j->bias + cb * 16));
-				__m256i a1 = _mm256_loadu_si256((const __m256i *)(j->bias + cb * 16 + 8));
-				for (int64_t t = 0; t < ntp; t++, wp += 32) {
-					__m128i x0 = _mm_loadu_si128((const __m128i *)(src[2 * t] + cb * 16));
-					__m128i x1 = _mm_loadu_si128((const __m128i *)(src[2 * t + 1] +
-										       cb * 16));
-					__m256i l = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x0, x1));
-					__m256i h = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(x0, x1));
-					a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(l,
-						_mm256_loadu_si256((const __m256i *)wp)));
-					a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(h,
-						_mm256_loadu_si256((const __m256i *)(wp + 16))));
+				__m256i b0 = _mm256_loadu_si256((const __m256i *)(j->bias + cb * 16));
+				__m256i b1 = _mm256_loadu_si256((const __m256i *)(j->bias + cb * 16 + 8));
+				__m256i a0[DW_PX], a1[DW_PX];
+				for (int q = 0; q < DW_PX; q++) {
+					a0[q] = b0;
+					a1[q] = b1;
 				}
-				__m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(a0),
-							  _mm256_loadu_ps(j->mult + cb * 16));
-				__m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(a1),
-							  _mm256_loadu_ps(j->mult + cb * 16 + 8));
-				v0 = _mm256_max_ps(_mm256_min_ps(v0, vmax), vmin);
-				v1 = _mm256_max_ps(_mm256_min_ps(v1, vmax), vmin);
-				__m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v0), zy);
-				__m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v1), zy);
-				q0 = _mm256_min_epi32(_mm256_max_epi32(q0, lo), hi);
-				q1 = _mm256_min_epi32(_mm256_max_epi32(q1, lo), hi);
-				__m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
-				_mm_storeu_si128((__m128i *)(y + cb * 16),
-						 _mm_packus_epi16(_mm256_castsi256_si128(w16),
-								  _mm256_extracti128_si256(w16, 1)));
+				for (int64_t t = 0; t < ntp; t++, wp += 32) {
+					__m256i w0 = _mm256_loadu_si256((const __m256i *)wp);
+					__m256i w1 = _mm256_loadu_si256((const __m256i *)(wp + 16));
+					_Pragma("GCC unroll 4")
+					for (int q = 0; q < DW_PX; q++) {
+						const uint8_t *const *sq = src + q * (T + 1);
+						__m128i x0 = _mm_loadu_si128((const __m128i *)(sq[2 * t] + cb * 16));
+						__m128i x1 = _mm_loadu_si128((const __m128i *)(sq[2 * t + 1] +
+											       cb * 16));
+						__m256i l = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x0, x1));
+						__m256i h = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(x0, x1));
+						a0[q] = _mm256_add_epi32(a0[q], _mm256_madd_epi16(l, w0));
+						a1[q] = _mm256_add_epi32(a1[q], _mm256_madd_epi16(h, w1));
+					}
+				}
+				_Pragma("GCC unroll 4")
+				for (int q = 0; q < DW_PX; q++)
+					if (q < np)
+						dw_epi16(a0[q], a1[q], j->mult + cb * 16, zy, lo, hi,
+							 y + q * C + cb * 16);
 			}
 			if (c0 == C)
 				continue;
-			memcpy(acc, j->bias + c0, sizeof(int32_t) * (size_t)(C - c0));
-			for (int64_t t = 0; t < T; t++)
-				dw_tap(acc, src[t] + c0, j->w + t * C + c0, C - c0);
-			dw_out(y + c0, acc, j->mult + c0, C - c0, g->yzero, g->lo, g->hi);
+			for (int q = 0; q < np; q++) {
+				const uint8_t *const *sq = src + q * (T + 1);
+				memcpy(acc, j->bias + c0, sizeof(int32_t) * (size_t)(C - c0));
+				for (int64_t t = 0; t < T; t++)
+					dw_tap(acc, sq[t] + c0, j->w + t * C + c0, C - c0);
+				dw_out(y + q * C + c0, acc, j->mult + c0, C - c0, g->yzero, g->lo, g->hi);
+			}
 		}
 	}
 	ml_free(src);
@@ -594,7 +635,8 @@ run_dw(struct ml_opctx *c, const struct ml_q8_geom *g, const uint8_t *x, const i
 	}
 #endif
 	uint8_t *zrow = ml_malloc((size_t)g->c + 16);
-	void *probe = ml_malloc(sizeof(int32_t) * (size_t)g->c + sizeof(void *) * (size_t)(T + 1));
+	/* what a worker allocates: dw_rows_avx2's taps of 4 pixels are the most */
+	void *probe = ml_malloc(sizeof(int32_t) * (size_t)g->c + sizeof(void *) * 4 * (size_t)(T + 1));
 	if (zrow == NULL || probe == NULL) {
 		ml_free(zrow);
 		ml_free(probe);
