@@ -123,7 +123,7 @@ ld32(const uint8_t *p)
  * kern_avx2_w7: for weights in [-64, 63] (a Q8Conv of weight_bits 7,
  * mlquant --reduce-range): vpmaddubsw into int16 pairs, which cannot
  * saturate there (2 * 255 * 64 < 32768), then vpmaddwd by ones into int32;
- * 4 rows x 16 columns in eight ymm, about twice kern_avx2's speed.
+ * 4 rows x 16 columns in eight ymm, about twice kern_avx2_epi's speed.
  */
 __attribute__((target("avx2,fma"))) static void
 kern_avx2_w7(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)
@@ -160,47 +160,6 @@ kern_avx2_w7(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,
 	_mm256_storeu_si256((__m256i *)(c + 56), c31);
 }
 
-
-/*
- * kern_avx2: exact for any int8 weights (vpmaddubsw, which adds two u8 x
- * s8 products into a saturating int16, is not): the 4 bytes of a row's K
- * group widened to int16 and broadcast, the panel's 64 bytes widened to
- * int16 in four ymm (4 columns x 4 k each), vpmaddwd into int32 pairs
- * (k0 + k1 and k2 + k3 of each column), the pairs added at the end. 2 rows
- * at a time: 8 accumulators, 4 weight registers.
- */
-__attribute__((target("avx2,fma"))) static void
-kern_avx2(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b, int32_t *c)
-{
-	const uint8_t *a0 = a, *a1 = a + (mr > 1 ? lda : 0);
-	__m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00, c10 = c00,
-		c11 = c00, c12 = c00, c13 = c00;
-
-	for (int64_t q = 0; q < kq; q++) {
-		const int8_t *bq = b + q * 64;
-		__m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bq));
-		__m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 16)));
-		__m256i w2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 32)));
-		__m256i w3 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bq + 48)));
-		__m256i x0 = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(ld32(a0 + q * 4))));
-		__m256i x1 = _mm256_broadcastq_epi64(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(ld32(a1 + q * 4))));
-		c00 = _mm256_add_epi32(c00, _mm256_madd_epi16(x0, w0));
-		c01 = _mm256_add_epi32(c01, _mm256_madd_epi16(x0, w1));
-		c02 = _mm256_add_epi32(c02, _mm256_madd_epi16(x0, w2));
-		c03 = _mm256_add_epi32(c03, _mm256_madd_epi16(x0, w3));
-		c10 = _mm256_add_epi32(c10, _mm256_madd_epi16(x1, w0));
-		c11 = _mm256_add_epi32(c11, _mm256_madd_epi16(x1, w1));
-		c12 = _mm256_add_epi32(c12, _mm256_madd_epi16(x1, w2));
-		c13 = _mm256_add_epi32(c13, _mm256_madd_epi16(x1, w3));
-	}
-	const __m256i acc[8] = { c00, c01, c02, c03, c10, c11, c12, c13 };
-	for (int v = 0; v < 8; v++) {
-		int32_t t[8];
-		_mm256_storeu_si256((__m256i *)t, acc[v]);
-		for (int jj = 0; jj < 4; jj++)	/* row v / 4, columns 4 (v % 4) + jj */
-			c[(v / 4) * ML_Q8_NR + (v % 4) * 4 + jj] = t[2 * jj] + t[2 * jj + 1];
-	}
-}
 
 /*
  * epi_avx2: the epilogue on 8 lanes at a time; cvtps rounds half to even
@@ -271,12 +230,17 @@ epi8_avx2(__m256i s, __m256i bias, __m256 mult, const struct ml_q8_epi *ep, char
 }
 
 /*
- * kern_avx2_epi: kern_avx2's 2 rows by 16 columns with the epilogue on
- * the registers: each column's two pair sums added by vphaddd (a lane
- * permute puts the columns in order) instead of through a tile in memory
- * and a call per row; bias and mult of the panel (ep's, zero-padded by
- * the caller where nc < 16) loaded once. The integer sums are exact, so
- * the results are epi_avx2's to the bit.
+ * kern_avx2_epi: exact for any int8 weights (vpmaddubsw, which adds two u8
+ * x s8 products into a saturating int16, is not): the 4 bytes of a row's
+ * K group widened to int16 and broadcast, the panel's 64 bytes widened to
+ * int16 in four ymm (4 columns x 4 k each), vpmaddwd into int32 pairs (k0
+ * + k1 and k2 + k3 of each column). 2 rows at a time: 8 accumulators, 4
+ * weight registers. Then the epilogue on the registers: each column's two
+ * pair sums added by vphaddd (a lane permute puts the columns in order)
+ * instead of through a tile in memory and a call per row; bias and mult
+ * of the panel (ep's, zero-padded by the caller where nc < 16) loaded
+ * once. The integer sums are exact, so the results are epi_avx2's to the
+ * bit.
  */
 __attribute__((target("avx2,fma"))) static void
 kern_avx2_epi(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,
@@ -807,7 +771,8 @@ ml_q8_gemm(int64_t p, int64_t m, int64_t kp, const uint8_t *a, int64_t lda, cons
 		j.mr = 8;
 		break;
 	case ML_Q8_AVX2:
-		j.kern = ep->w7 ? kern_avx2_w7 : kern_avx2;
+		/* 8-bit weights: kern_avx2_epi; 7-bit ones: vpmaddubsw, then epi_avx2 per row */
+		j.kern = kern_avx2_w7;
 		j.epi = epi_avx2;
 		j.mr = ep->w7 ? 4 : 2;
 		j.fused2 = !ep->w7;
