@@ -15,7 +15,6 @@
  */
 #pragma GCC optimize("O3", "no-trapping-math")
 
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "ml_impl.h"
@@ -28,10 +27,6 @@
 #define FM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define FM_CLONES
-#endif
-#if defined(__x86_64__) && defined(__GNUC__)
-#define FM_X86 1
-#include <immintrin.h>
 #endif
 
 /* rows of one FusedMatMul tile, about (the micro-kernel takes 12 at a time) */
@@ -203,14 +198,11 @@ fmm_tiles(void *ctx, int64_t b, int64_t e)
  * 2x2 maps give m = 4 against megabytes of weights) is a GEMV in all but
  * name and bound by reading B. With B packed by mlopt, each work item
  * streams whole panels (k x 32 floats, contiguous) from memory once and
- * keeps the m x 32 sums in registers, four rows at a time: the order the
- * hardware prefetcher likes, where the tiled SGEMM walks k blocks across
- * panels.
+ * keeps the m x 32 sums in registers (ml_pgemm_panel: up to 8 rows at a
+ * time, 6 on AVX2): the order the hardware prefetcher likes, where the
+ * tiled SGEMM walks k blocks across panels.
  */
 #define SMALL_M 8
-typedef float sm8 __attribute__((vector_size(32)));
-typedef float sm8u __attribute__((vector_size(32), aligned(4), may_alias));
-
 struct fsm {
 	const float *a, *bp, *bias, *z;
 	float *y;
@@ -219,180 +211,15 @@ struct fsm {
 	float lo, hi;
 };
 
-/* fsm_generic: rows of f by the panel at pan (columns n0, w of them), without FMA */
-static void
-fsm_generic(const struct fsm *f, const float *pan, int64_t n0, int64_t w)
-{
-	const int64_t k = f->k;
-
-	for (int64_t i0 = 0; i0 < f->m; i0 += 4) {
-		int64_t r = ML_MIN(4, f->m - i0);
-		const float *a0 = f->a + i0 * k;
-		const float *a1 = r > 1 ? a0 + k : a0, *a2 = r > 2 ? a0 + 2 * k : a0;
-		const float *a3 = r > 3 ? a0 + 3 * k : a0;
-		sm8 c0[4] = { 0 }, c1[4] = { 0 }, c2[4] = { 0 }, c3[4] = { 0 };
-		for (int64_t q = 0; q < k; q++) {
-			const sm8u *bv = (const sm8u *)(pan + q * ML_PG_NR);
-			sm8 b0 = bv[0], b1 = bv[1], b2 = bv[2], b3 = bv[3];
-			float x0 = a0[q], x1 = a1[q], x2 = a2[q], x3 = a3[q];
-			c0[0] += x0 * b0, c0[1] += x0 * b1, c0[2] += x0 * b2, c0[3] += x0 * b3;
-			c1[0] += x1 * b0, c1[1] += x1 * b1, c1[2] += x1 * b2, c1[3] += x1 * b3;
-			c2[0] += x2 * b0, c2[1] += x2 * b1, c2[2] += x2 * b2, c2[3] += x2 * b3;
-			c3[0] += x3 * b0, c3[1] += x3 * b1, c3[2] += x3 * b2, c3[3] += x3 * b3;
-		}
-		float out[4][ML_PG_NR];
-		for (int v = 0; v < 4; v++) {
-			*(sm8u *)&out[0][8 * v] = c0[v];
-			*(sm8u *)&out[1][8 * v] = c1[v];
-			*(sm8u *)&out[2][8 * v] = c2[v];
-			*(sm8u *)&out[3][8 * v] = c3[v];
-		}
-		for (int64_t rr = 0; rr < r; rr++)
-			memcpy(f->y + (i0 + rr) * f->n + n0, out[rr], sizeof(float) * (size_t)w);
-	}
-}
-
-#ifdef FM_X86
-/*
- * FSM512(R): rows [i0, i0 + r) (r <= R) of f by the panel at pan, R x 32
- * sums in 2R zmm registers, B's row read once for the R rows; rows past r
- * repeat row i0 and are not stored. FSM2(R): the same on AVX2, one
- * 16-column half of the panel at a time (R x 2 ymm sums: R <= 6 keeps the
- * sixteen registers), each half's rows one 64-byte line of the panel.
- */
-#define FSM512(R)								\
-__attribute__((target("avx512f")))						\
-static void									\
-fsm512_##R(const struct fsm *f, const float *pan, int64_t i0, int64_t r, int64_t n0, int64_t w) \
-{										\
-	const float *ar[R];							\
-	const int64_t k = f->k;							\
-	for (int i = 0; i < R; i++)						\
-		ar[i] = f->a + (i0 + (i < r ? i : 0)) * k;			\
-	__m512 c0[R], c1[R];							\
-	for (int i = 0; i < R; i++)						\
-		c0[i] = c1[i] = _mm512_setzero_ps();				\
-	for (int64_t q = 0; q < k; q++) {					\
-		__m512 b0 = _mm512_loadu_ps(pan + q * ML_PG_NR);		\
-		__m512 b1 = _mm512_loadu_ps(pan + q * ML_PG_NR + 16);		\
-		_Pragma("GCC unroll 8")						\
-		for (int i = 0; i < R; i++) {					\
-			__m512 av = _mm512_set1_ps(ar[i][q]);			\
-			c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);			\
-			c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);			\
-		}								\
-	}									\
-	__mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);		\
-	__mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1); \
-	_Pragma("GCC unroll 8")							\
-	for (int i = 0; i < R; i++) {						\
-		if (i >= r)							\
-			continue;						\
-		float *y = f->y + (i0 + i) * f->n + n0;				\
-		_mm512_mask_storeu_ps(y, m0, c0[i]);				\
-		_mm512_mask_storeu_ps(y + 16, m1, c1[i]);			\
-	}									\
-}
-FSM512(8)
-FSM512(4)
-FSM512(2)
-FSM512(1)
-
-#define FSM2(R)									\
-__attribute__((target("avx2,fma")))						\
-static void									\
-fsm2_##R(const struct fsm *f, const float *pan, int64_t i0, int64_t r, int64_t n0, int64_t w) \
-{										\
-	const float *ar[R];							\
-	const int64_t k = f->k;							\
-	for (int i = 0; i < R; i++)						\
-		ar[i] = f->a + (i0 + (i < r ? i : 0)) * k;			\
-	for (int h = 0; h < 2 && 16 * h < w; h++) {				\
-		const float *b = pan + 16 * h;					\
-		__m256 c0[R], c1[R];						\
-		for (int i = 0; i < R; i++)					\
-			c0[i] = c1[i] = _mm256_setzero_ps();			\
-		for (int64_t q = 0; q < k; q++) {				\
-			__m256 b0 = _mm256_loadu_ps(b + q * ML_PG_NR);		\
-			__m256 b1 = _mm256_loadu_ps(b + q * ML_PG_NR + 8);	\
-			_Pragma("GCC unroll 6")					\
-			for (int i = 0; i < R; i++) {				\
-				__m256 av = _mm256_broadcast_ss(ar[i] + q);	\
-				c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);		\
-				c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);		\
-			}							\
-		}								\
-		int64_t wh = ML_MIN(16, w - 16 * h);				\
-		_Pragma("GCC unroll 6")						\
-		for (int i = 0; i < R; i++) {					\
-			if (i >= r)						\
-				continue;					\
-			float *y = f->y + (i0 + i) * f->n + n0 + 16 * h, t[16];	\
-			_mm256_storeu_ps(t, c0[i]);				\
-			_mm256_storeu_ps(t + 8, c1[i]);				\
-			memcpy(y, t, sizeof(float) * (size_t)wh);		\
-		}								\
-	}									\
-}
-FSM2(6)
-FSM2(4)
-FSM2(2)
-FSM2(1)
-#endif
-
-/* fsm_level: ml_cpu_fma_level("ML_PGEMM") (2 AVX-512, 1 AVX2, 0 neither), computed once */
-static int
-fsm_level(void)
-{
-	/* -1 until known; racing first callers compute the same value */
-	static atomic_int level = -1;
-	int v = atomic_load_explicit(&level, memory_order_relaxed);
-	if (v < 0) {
-		v = ml_cpu_fma_level("ML_PGEMM");
-		atomic_store_explicit(&level, v, memory_order_relaxed);
-	}
-	return v;
-}
-
-/* fsm_panels: panels [b, e) of f: every row by each, then the panel's epilogue */
+/* fsm_panels: panels [b, e) of f: every row by each (nn_gemm.c's kernels), then its epilogue */
 static void
 fsm_panels(void *ctx, int64_t b, int64_t e)
 {
 	const struct fsm *f = ctx;
-	int level = fsm_level();
 
 	for (int64_t p = b; p < e; p++) {
-		const float *pan = f->bp + p * f->k * ML_PG_NR;
 		int64_t n0 = p * ML_PG_NR, w = ML_MIN(ML_PG_NR, f->n - n0);
-#ifdef FM_X86
-		for (int64_t i0 = 0; level > 0 && i0 < f->m;) {
-			int64_t r = f->m - i0;
-			if (level == 2) {
-				r = ML_MIN(r, 8);
-				if (r > 4)
-					fsm512_8(f, pan, i0, r, n0, w);
-				else if (r > 2)
-					fsm512_4(f, pan, i0, r, n0, w);
-				else if (r == 2)
-					fsm512_2(f, pan, i0, r, n0, w);
-				else
-					fsm512_1(f, pan, i0, r, n0, w);
-			} else {
-				r = ML_MIN(r, 6);
-				if (r > 4)
-					fsm2_6(f, pan, i0, r, n0, w);
-				else if (r > 2)
-					fsm2_4(f, pan, i0, r, n0, w);
-				else if (r == 2)
-					fsm2_2(f, pan, i0, r, n0, w);
-				else
-					fsm2_1(f, pan, i0, r, n0, w);
-			}
-			i0 += r;
-		}
-		if (level == 0)
-#endif
-			fsm_generic(f, pan, n0, w);
+		ml_pgemm_panel(f->m, f->k, f->a, f->k, f->bp + p * f->k * ML_PG_NR, f->y + n0, f->n, w);
 		ml_fused_tile_epi(f->y + n0, f->m, w, f->n, f->bias != NULL ? f->bias + n0 : NULL,
 				  f->z != NULL ? f->z + n0 : NULL, f->act, f->lo, f->hi);
 	}

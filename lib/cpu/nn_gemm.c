@@ -195,6 +195,28 @@ KERNR(8)
 KERNR(4)
 
 /*
+ * KERNU(R): KERN over a panel that need not be aligned (unaligned loads),
+ * for ml_pgemm_panel: mlopt's packed weights in a file are where the file
+ * puts them.
+ */
+#define KERNU(R)								\
+__attribute__((target("avx512f")))						\
+static void									\
+kernu##R(int64_t kc, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc, \
+	 int mr, __mmask16 m0, __mmask16 m1)					\
+{										\
+	const float *ar[R];							\
+	for (int i = 0; i < R; i++)						\
+		ar[i] = a + (i < mr ? i : 0) * lda;				\
+	PG_PRODUCT_AT(R, kc, _mm512_loadu_ps, bp + k * ML_PG_NR)		\
+	TILE512_STORE(c0, c1, mr, c, ldc, m0, m1, (const float *)NULL, 0)	\
+}
+KERNU(8)
+KERNU(4)
+KERNU(2)
+KERNU(1)
+
+/*
  * KERN2(NAME, R, ROW): the AVX2 kernel: C[R rows (mr valid), w <= 32
  * columns] as KERN, one 16-column half of the panel at a time (R x 2 ymm
  * accumulators). B's row k of a half starts at ROW, an expression of b
@@ -262,8 +284,14 @@ NAME(int64_t kc, const float *a, int64_t lda, const float *bp, const int32_t *of
 		}								\
 	}									\
 }
+/* k2_fn: the signature every KERN2 kernel has */
+typedef void (*k2_fn)(int64_t kc, const float *a, int64_t lda, const float *bp, const int32_t *off,
+		      float *c, int64_t ldc, int mr, int w, const float *bias, int mode);
 KERN2(k2_6, 6, b + k * ML_PG_NR)
+KERN2(k2_4, 4, b + k * ML_PG_NR)
 KERN2(k2_3, 3, b + k * ML_PG_NR)
+KERN2(k2_2, 2, b + k * ML_PG_NR)
+KERN2(k2_1, 1, b + k * ML_PG_NR)
 KERN2(k2r_6, 6, b + off[k])
 KERN2(k2r_3, 3, b + off[k])
 
@@ -300,15 +328,12 @@ pg_block(const struct pg_job *j, const float *A, const float *panel, float *Cb, 
 		const float *a = A + i * j->lda + kc;
 		float *c = Cb + i * j->ldc + n0;
 		const float *bias = j->bias != NULL ? j->bias + i : NULL;
-		if (j->boff != NULL && j->level == 1) {
-			/* B by rows on AVX2: panel is bp + n0, its rows at boff */
+		if (j->level == 1) {
+			/* AVX2: the panel's k block, or B by rows (panel is bp + n0, its rows at boff) */
 			int mr = (int)ML_MIN(rem, rem > 3 ? 6 : 3);
-			if (mr > 3)
-				k2r_6(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, (int)w, bias,
-				      mode);
-			else
-				k2r_3(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, (int)w, bias,
-				      mode);
+			k2_fn kern = j->boff != NULL ? (mr > 3 ? k2r_6 : k2r_3) : (mr > 3 ? k2_6 : k2_3);
+			kern(kk, a, j->lda, j->boff != NULL ? panel : bpk,
+			     j->boff != NULL ? j->boff + kc : NULL, c, j->ldc, mr, (int)w, bias, mode);
 			i += mr;
 		} else if (j->boff != NULL) {
 			/* B by rows: panel is bp + n0, its rows at boff */
@@ -322,13 +347,6 @@ pg_block(const struct pg_job *j, const float *A, const float *panel, float *Cb, 
 			else
 				kernr4(kk, a, j->lda, panel, j->boff + kc, c, j->ldc, mr, m0, m1, bias,
 				       mode);
-			i += mr;
-		} else if (j->level == 1) {
-			int mr = (int)ML_MIN(rem, rem > 3 ? 6 : 3);
-			if (mr > 3)
-				k2_6(kk, a, j->lda, bpk, NULL, c, j->ldc, mr, (int)w, bias, mode);
-			else
-				k2_3(kk, a, j->lda, bpk, NULL, c, j->ldc, mr, (int)w, bias, mode);
 			i += mr;
 		} else if (rem > 8) {
 			int mr = (int)ML_MIN(rem, 12);
@@ -456,6 +474,39 @@ ml_pgemm_serial(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)bp, (void)bias, (void)c, (void)ldc;
 	(void)accumulate;
 	ML_ASSERT(!"ml_pgemm without AVX-512 or AVX2 support");
+#endif
+}
+
+void
+ml_pgemm_panel(int64_t m, int64_t k, const float *a, int64_t lda, const float *panel, float *c,
+	       int64_t ldc, int64_t w)
+{
+#ifdef HAVE_PGEMM
+	int level = pgemm_level();
+	ML_ASSERT(level > 0 && w >= 1 && w <= ML_PG_NR);
+	__mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
+	__mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
+	/* the fewest rows of kernel that hold what is left: 8, 4, 2, 1 (AVX2: 6, 4, 2, 1) */
+	for (int64_t i = 0; i < m;) {
+		const float *ai = a + i * lda;
+		float *ci = c + i * ldc;
+		int64_t r = ML_MIN(m - i, level == 2 ? 8 : 6);
+		if (level == 2 && r > 4)
+			kernu8(k, ai, lda, panel, ci, ldc, (int)r, m0, m1);
+		else if (level == 2 && r > 2)
+			kernu4(k, ai, lda, panel, ci, ldc, (int)r, m0, m1);
+		else if (level == 2 && r == 2)
+			kernu2(k, ai, lda, panel, ci, ldc, (int)r, m0, m1);
+		else if (level == 2)
+			kernu1(k, ai, lda, panel, ci, ldc, (int)r, m0, m1);
+		else
+			(r > 4 ? k2_6 : r > 2 ? k2_4 : r == 2 ? k2_2 : k2_1)(k, ai, lda, panel, NULL, ci,
+									 ldc, (int)r, (int)w, NULL, 0);
+		i += r;
+	}
+#else
+	(void)m, (void)k, (void)a, (void)lda, (void)panel, (void)c, (void)ldc, (void)w;
+	ML_ASSERT(!"ml_pgemm_panel without AVX-512 or AVX2");
 #endif
 }
 

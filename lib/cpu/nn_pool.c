@@ -143,6 +143,48 @@ MAXPOOL(i8, int8_t, INT8_MIN)
 MAXPOOL(u8, uint8_t, 0)
 
 /*
+ * row_interior: [*olo, *ohi), the outputs of a row whose whole window lies
+ * inside the input row (empty: both OW).
+ */
+static void
+row_interior(const struct pool_job *j, int64_t *olo, int64_t *ohi)
+{
+	int64_t OW = j->v->out[2], KW = j->v->k[2];
+
+	*olo = *ohi = OW;
+	for (int64_t ow = 0; ow < OW; ow++)
+		if (j->w[2][ow].lo == 0 && j->w[2][ow].hi == KW) {
+			if (*olo == OW)
+				*olo = ow;
+			*ohi = ow + 1;
+		} else if (*olo < OW) {
+			break;
+		}
+}
+
+/*
+ * row_edges: the outputs of a row outside [olo, ohi) into dst, each the max
+ * over its window's taps inside the row r (taps dw apart); NaN never wins.
+ */
+static void
+row_edges(const struct pool_job *j, const float *r, int64_t dw, float *dst, int64_t olo,
+	  int64_t ohi)
+{
+	for (int64_t ow = 0; ow < j->v->out[2]; ow++) {
+		if (ow == olo && ohi > olo) {
+			ow = ohi - 1;
+			continue;
+		}
+		const struct win *ww = &j->w[2][ow];
+		const float *p = r + ww->start;
+		float m = -INFINITY;
+		for (int64_t kw = ww->lo; kw < ww->hi; kw++)
+			m = p[kw * dw] > m ? p[kw * dw] : m;
+		dst[ow] = m;
+	}
+}
+
+/*
  * 2-D f32 MaxPool without Indices, separably: the max across each
  * window's columns for every input row first (tap by tap over the outputs
  * whose window lies inside the row, a strided loop that vectorises; the
@@ -157,18 +199,11 @@ maxpool2d_f32(void *ctx, int64_t b, int64_t e)
 	const struct ml_conv3 *v = j->v;
 	int64_t H = v->in[1], W = v->in[2], OH = v->out[1], OW = v->out[2];
 	int64_t dh = v->d[1], dw = v->d[2];
-	int64_t KW = v->k[2], sw = v->s[2], olo = OW, ohi = OW;
+	int64_t KW = v->k[2], sw = v->s[2], olo, ohi;
 	float *hm = ml_malloc(sizeof(float) * (size_t)ML_MAX(H * OW, 1));
 
 	/* [olo, ohi): the outputs whose whole window lies inside the row */
-	for (int64_t ow = 0; ow < OW; ow++)
-		if (j->w[2][ow].lo == 0 && j->w[2][ow].hi == KW) {
-			if (olo == OW)
-				olo = ow;
-			ohi = ow + 1;
-		} else if (olo < OW) {
-			break;
-		}
+	row_interior(j, &olo, &ohi);
 
 	if (hm == NULL) {
 		/* no memory for the fast way: the general loop needs none */
@@ -197,18 +232,7 @@ maxpool2d_f32(void *ctx, int64_t b, int64_t e)
 						hr[ow] = p[ow * sw] > hr[ow] ? p[ow * sw] : hr[ow];
 				}
 			}
-			for (int64_t ow = 0; ow < OW; ow++) {
-				if (ow == olo && ohi > olo) {
-					ow = ohi - 1;
-					continue;
-				}
-				const struct win *ww = &j->w[2][ow];
-				const float *p = xr + ww->start;
-				float m = -INFINITY;
-				for (int64_t kw = ww->lo; kw < ww->hi; kw++)
-					m = p[kw * dw] > m ? p[kw * dw] : m;
-				hr[ow] = m;
-			}
+			row_edges(j, xr, dw, hr, olo, ohi);
 		}
 		for (int64_t oh = 0; oh < OH; oh++) {
 			const struct win *wh = &j->w[1][oh];
@@ -315,7 +339,7 @@ maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
 	const struct pool_job *j = ctx;
 	const struct ml_conv3 *v = j->v;
 	int64_t W = v->in[2], OH = v->out[1], OW = v->out[2];
-	int64_t dh = v->d[1], KW = v->k[2], sw = v->s[2], pl0 = v->p[2], olo = OW, ohi = OW;
+	int64_t dh = v->d[1], KW = v->k[2], sw = v->s[2], pl0 = v->p[2], olo, ohi;
 	/* the row buffer, with room for the last block's loads past the row (never stored) */
 	float *vb = ml_malloc(sizeof(float) * (size_t)(W + 2 * KW + 64));
 	const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -328,14 +352,7 @@ maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
 	}
 	for (int64_t i = W; i < W + 2 * KW + 64; i++)
 		vb[i] = -INFINITY;
-	for (int64_t ow = 0; ow < OW; ow++)
-		if (j->w[2][ow].lo == 0 && j->w[2][ow].hi == KW) {
-			if (olo == OW)
-				olo = ow;
-			ohi = ow + 1;
-		} else if (olo < OW) {
-			break;
-		}
+	row_interior(j, &olo, &ohi);
 	for (int64_t pl = b; pl < e; pl++) {
 		const float *x = (const float *)j->x + pl * v->insz;
 		float *y = (float *)j->y + pl * v->outsz;
@@ -369,18 +386,7 @@ maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
 				}
 				_mm512_mask_storeu_ps(yr + ow, m, acc);
 			}
-			for (int64_t ow = 0; ow < OW; ow++) {
-				if (ow == olo && ohi > olo) {
-					ow = ohi - 1;
-					continue;
-				}
-				const struct win *ww = &j->w[2][ow];
-				const float *p = vb + ww->start;
-				float mx = -INFINITY;
-				for (int64_t kw = ww->lo; kw < ww->hi; kw++)
-					mx = p[kw] > mx ? p[kw] : mx;
-				yr[ow] = mx;
-			}
+			row_edges(j, vb, 1, yr, olo, ohi);
 		}
 	}
 	ml_free(vb);
@@ -399,7 +405,7 @@ maxpool2d_f32_avx2(void *ctx, int64_t b, int64_t e)
 	const struct pool_job *j = ctx;
 	const struct ml_conv3 *v = j->v;
 	int64_t W = v->in[2], OH = v->out[1], OW = v->out[2];
-	int64_t dh = v->d[1], KW = v->k[2], sw = v->s[2], pl0 = v->p[2], olo = OW, ohi = OW;
+	int64_t dh = v->d[1], KW = v->k[2], sw = v->s[2], pl0 = v->p[2], olo, ohi;
 	/* the row buffer, with room for the last block's loads past the row (never stored) */
 	float *vb = ml_malloc(sizeof(float) * (size_t)(W + 2 * KW + 64));
 	const __m256 ninf = _mm256_set1_ps(-INFINITY);
@@ -410,14 +416,7 @@ maxpool2d_f32_avx2(void *ctx, int64_t b, int64_t e)
 	}
 	for (int64_t i = W; i < W + 2 * KW + 64; i++)
 		vb[i] = -INFINITY;
-	for (int64_t ow = 0; ow < OW; ow++)
-		if (j->w[2][ow].lo == 0 && j->w[2][ow].hi == KW) {
-			if (olo == OW)
-				olo = ow;
-			ohi = ow + 1;
-		} else if (olo < OW) {
-			break;
-		}
+	row_interior(j, &olo, &ohi);
 	int64_t W8 = W / 8 * 8;
 	for (int64_t pl = b; pl < e; pl++) {
 		const float *x = (const float *)j->x + pl * v->insz;
@@ -466,18 +465,7 @@ maxpool2d_f32_avx2(void *ctx, int64_t b, int64_t e)
 					memcpy(yr + ow, tmp, sizeof(float) * (size_t)n);
 				}
 			}
-			for (int64_t ow = 0; ow < OW; ow++) {
-				if (ow == olo && ohi > olo) {
-					ow = ohi - 1;
-					continue;
-				}
-				const struct win *ww = &j->w[2][ow];
-				const float *p = vb + ww->start;
-				float mx = -INFINITY;
-				for (int64_t kw = ww->lo; kw < ww->hi; kw++)
-					mx = p[kw] > mx ? p[kw] : mx;
-				yr[ow] = mx;
-			}
+			row_edges(j, vb, 1, yr, olo, ohi);
 		}
 	}
 	ml_free(vb);

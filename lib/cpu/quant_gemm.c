@@ -160,10 +160,31 @@ kern_avx2_w7(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,
 	_mm256_storeu_si256((__m256i *)(c + 56), c31);
 }
 
+/*
+ * epi8_avx2: 8 columns' int32 sums s (bias not yet added) through epi_c's
+ * epilogue into y (8 bytes, or 8 floats with f32out): the clamp to +-4e6
+ * so that out-of-range values saturate alike, and cvtps, which rounds half
+ * to even as epi_c does.
+ */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+epi8_avx2(__m256i s, __m256i bias, __m256 mult, const struct ml_q8_epi *ep, char *y)
+{
+	__m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s, bias)), mult);
+	if (ep->f32out) {
+		_mm256_storeu_ps((float *)y, v);
+		return;
+	}
+	v = _mm256_max_ps(_mm256_min_ps(v, _mm256_set1_ps(4e6f)), _mm256_set1_ps(-4e6f));
+	__m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(ep->yzero));
+	q = _mm256_min_epi32(_mm256_max_epi32(q, _mm256_set1_epi32(ep->lo)),
+			     _mm256_set1_epi32(ep->hi));
+	__m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+	_mm_storel_epi64((__m128i *)y, _mm_packus_epi16(w16, w16));
+}
 
 /*
- * epi_avx2: the epilogue on 8 lanes at a time; cvtps rounds half to even
- * in the default rounding mode, as epi_c's rounding does.
+ * epi_avx2: the epilogue on 8 lanes at a time (epi8_avx2); cvtps rounds
+ * half to even in the default rounding mode, as epi_c's rounding does.
  */
 __attribute__((target("avx2,fma"))) static void
 epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, void *y)
@@ -181,52 +202,11 @@ epi_avx2(const int32_t *acc, int nc, int64_t j0, const struct ml_q8_epi *ep, voi
 		memcpy(y, tmp, (size_t)nc * (ep->f32out ? sizeof(float) : 1));
 		return;
 	}
-	const __m256i zy = _mm256_set1_epi32(ep->yzero), lo = _mm256_set1_epi32(ep->lo),
-		      hi = _mm256_set1_epi32(ep->hi);
-	__m256 v[2];
-	for (int h = 0; h < 2; h++) {
-		__m256i s = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(acc + 8 * h)),
-					     _mm256_loadu_si256((const __m256i *)(ep->bias + j0 + 8 * h)));
-		v[h] = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_loadu_ps(ep->mult + j0 + 8 * h));
-	}
-	if (ep->f32out) {
-		_mm256_storeu_ps((float *)y, v[0]);
-		_mm256_storeu_ps((float *)y + 8, v[1]);
-		return;
-	}
-	/* the clamp to +-4e6 of epi_c, so that out-of-range values saturate alike */
-	const __m256 vmax = _mm256_set1_ps(4e6f), vmin = _mm256_set1_ps(-4e6f);
-	v[0] = _mm256_max_ps(_mm256_min_ps(v[0], vmax), vmin);
-	v[1] = _mm256_max_ps(_mm256_min_ps(v[1], vmax), vmin);
-	__m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(v[0]), zy);
-	__m256i q1 = _mm256_add_epi32(_mm256_cvtps_epi32(v[1]), zy);
-	q0 = _mm256_min_epi32(_mm256_max_epi32(q0, lo), hi);
-	q1 = _mm256_min_epi32(_mm256_max_epi32(q1, lo), hi);
-	/* packs work per 128-bit lane: fix the order with a permute */
-	__m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
-	__m128i b8 = _mm_packus_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
-	_mm_storeu_si128((__m128i *)y, b8);
-}
-
-/*
- * epi8_avx2: 8 columns' int32 sums s (bias not yet added) through the
- * epilogue into y (8 bytes, or 8 floats with f32out): epi_avx2's steps,
- * so the same bits.
- */
-__attribute__((target("avx2,fma"), always_inline)) static inline void
-epi8_avx2(__m256i s, __m256i bias, __m256 mult, const struct ml_q8_epi *ep, char *y)
-{
-	__m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s, bias)), mult);
-	if (ep->f32out) {
-		_mm256_storeu_ps((float *)y, v);
-		return;
-	}
-	v = _mm256_max_ps(_mm256_min_ps(v, _mm256_set1_ps(4e6f)), _mm256_set1_ps(-4e6f));
-	__m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(ep->yzero));
-	q = _mm256_min_epi32(_mm256_max_epi32(q, _mm256_set1_epi32(ep->lo)),
-			     _mm256_set1_epi32(ep->hi));
-	__m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-	_mm_storel_epi64((__m128i *)y, _mm_packus_epi16(w16, w16));
+	size_t ysz = ep->f32out ? sizeof(float) : 1;
+	for (int h = 0; h < 2; h++)
+		epi8_avx2(_mm256_loadu_si256((const __m256i *)(acc + 8 * h)),
+			  _mm256_loadu_si256((const __m256i *)(ep->bias + j0 + 8 * h)),
+			  _mm256_loadu_ps(ep->mult + j0 + 8 * h), ep, (char *)y + 8 * h * ysz);
 }
 
 /*
