@@ -9,6 +9,7 @@ load helpers
 # convbn (Identity, Conv, BatchNormalization, Dropout, Relu), gelu (the erf form),
 # ln (a decomposed LayerNorm, then MatMul + Add + Relu), chain (elementwise ops, a duplicate),
 # mm (MatMul + Add + Sigmoid, 1.8M multiply-adds), attn, attn2, attn_out (scaled dot-product attention; attn_out also outputs the softmax),
+# mbv2 and mbv2w (MobileNet-V2 inverted residual blocks on 20x20 and 56x56),
 # convnext (two ConvNeXt-like blocks: depthwise 7x7 Conv, Transpose, Linear, Relu, Linear, Transpose, layer scale, residual Add).
 mkopt() {
 	"$PY" - "$1" <<'PYEOF' && mlconvert "$1.onnx" -o "$1.mlg"
@@ -126,6 +127,29 @@ elif name == "mbv2":
                   h.make_node("Clip", [p + "d", "lo", "hi"], [p + "dr"], name=p + "clip2"),
                   h.make_node("Conv", [p + "dr", p + "wp", p + "bp"], [p + "p"], name=p + "project"),
                   h.make_node("Add", [p + "p", v], [out], name=p + "res")]
+        v = out
+elif name == "mbv2w":
+    # two inverted residual blocks on 56x56, wide enough for fuse-expand: 1x1 32 -> 96,
+    # ReLU6, depthwise 3x3 (stride 1 with the residual Add, then stride 2), ReLU6, 1x1 96 -> 32
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, 32, 56, 56])
+    y = h.make_tensor_value_info("y", T.FLOAT, [1, 32, 28, 28])
+    inits = [c("lo", 0.0), c("hi", 6.0)]
+    v = "x"
+    for i, (s, m) in enumerate([(1, 32), (2, 32)]):
+        p = "b%d" % i
+        inits += [c(p + "we", rng.standard_normal((96, 32, 1, 1)) / 6), c(p + "be", rng.standard_normal(96)),
+                  c(p + "wd", rng.standard_normal((96, 1, 3, 3)) / 3), c(p + "bd", rng.standard_normal(96)),
+                  c(p + "wp", rng.standard_normal((m, 96, 1, 1)) / 10), c(p + "bp", rng.standard_normal(m))]
+        out = "y" if i == 1 else p + "y"
+        nodes += [h.make_node("Conv", [v, p + "we", p + "be"], [p + "e"], name=p + "expand"),
+                  h.make_node("Clip", [p + "e", "lo", "hi"], [p + "er"], name=p + "clip1"),
+                  h.make_node("Conv", [p + "er", p + "wd", p + "bd"], [p + "d"], name=p + "dw",
+                              group=96, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[s, s]),
+                  h.make_node("Clip", [p + "d", "lo", "hi"], [p + "dr"], name=p + "clip2"),
+                  h.make_node("Conv", [p + "dr", p + "wp", p + "bp"], [p + "p" if s == 1 else out],
+                              name=p + "project")]
+        if s == 1:
+            nodes.append(h.make_node("Add", [p + "p", v], [out], name=p + "res"))
         v = out
 elif name == "convnext":
     x = h.make_tensor_value_info("x", T.FLOAT, [1, 19, 9, 9])
@@ -317,7 +341,7 @@ nodes() {
 	run -0 mlopt --list-passes
 	for p in fold-constants fold-shapes eliminate cse dce fold-bn fuse-gelu fuse-silu \
 		fuse-layernorm matmul-gemm fold-scale fuse-attention fuse-bias-act layout \
-		fuse-elementwise pack-weights plan-memory; do
+		fuse-expand fuse-elementwise pack-weights plan-memory; do
 		[[ $output == *"$p "* ]]
 	done
 	run -0 mlopt --list-passes --json
@@ -420,6 +444,69 @@ nodes() {
 	npcmp b/y.npy a/y.npy --rtol 1e-4 --atol 1e-4
 	run -0 mlopt -O2 o.mlg -o o2.mlg
 	cmp o.mlg o2.mlg
+}
+
+@test "mlopt -O2 computes wide MobileNet-V2 expansions inside the depthwise ConvNHWC (fuse-expand)" {
+	mkopt mbv2w
+	mknpy x.npy float32 1,32,56,56 --seed 5
+	run -0 --separate-stderr mlopt -O2 --verify --report mbv2w.mlg -o o.mlg
+	[[ $output == *"fuse-expand "*"2 pointwise ConvNHWC into depthwise"* ]]
+	run -0 mlconvert o.mlg -o o.mlt
+	[ "$(grep -c ' = ml.ConvNHWC ' o.mlt)" = 4 ]
+	[ "$(grep -c 'pre_activation' o.mlt)" = 2 ]
+	run -0 mlopt -O2 --disable fuse-expand mbv2w.mlg -o u.mlg
+	run -0 mlrun mbv2w.mlg -i x=x.npy -o a
+	run -0 mlrun u.mlg -i x=x.npy -o u
+	# the fused rows are the same sums as the separate nodes'
+	for v in x=1 ML_NHWC=avx2 ML_NHWC=c ML_PGEMM=0 ML_NHWC=c,ML_PGEMM=0; do
+		rm -rf b
+		run -0 env ${v//,/ } mlrun o.mlg -i x=x.npy -o b --threads 2
+		npcmp b/y.npy u/y.npy --rtol 1e-5 --atol 1e-5
+		npcmp b/y.npy a/y.npy --rtol 1e-4 --atol 1e-4
+	done
+	rm -rf b
+	run -0 mlrun o.mlg -i x=x.npy -o b --threads 1
+	npcmp b/y.npy u/y.npy --rtol 1e-5 --atol 1e-5
+	run -0 mlopt -O2 o.mlg -o o2.mlg
+	cmp o.mlg o2.mlg
+	# a prologue of an unknown activation, or a Wp of the wrong shape: one line, status 3
+	sed '0,/pre_activation = "Clip"/s//pre_activation = "Nope"/' o.mlt >bad1.mlt
+	run -3 --separate-stderr mlrun bad1.mlt -i x=x.npy -o c
+	[[ $stderr == *"unknown pre_activation 'Nope'"* ]]
+	[ "$(wc -l <<<"$stderr")" = 1 ]
+	"$PY" - <<'PYEOF'
+s = open("o.mlt").read()
+i = s.index("prologue = 1"); j = s.index("(", s.index(">", i)); k = s.index(")", j)
+a = [t.strip() for t in s[j + 1:k].split(",")]
+a[3] = a[1]
+open("bad2.mlt", "w").write(s[:j + 1] + ", ".join(a) + s[k:])
+PYEOF
+	run -3 --separate-stderr mlrun bad2.mlt -i x=x.npy -o c
+	[[ $stderr == *"a prologue needs a depthwise W"* ]]
+	[ ! -e c ]
+	# small planes stay apart: the 20x20 blocks keep their 6 ConvNHWC
+	mkopt mbv2
+	run -0 --separate-stderr mlopt -O2 --report mbv2.mlg -o s.mlg
+	[[ $output == *"fuse-expand "*" 0  -"* ]]
+}
+
+@test "mlquant int8 of a fuse-expand model is the int8 of the unfused one" {
+	mkopt mbv2w
+	mknpy x.npy float32 1,32,56,56 --seed 5
+	run -0 mlopt -O2 mbv2w.mlg -o f.mlg
+	run -0 mlopt -O2 --disable fuse-expand mbv2w.mlg -o u.mlg
+	run -0 mlquant -q -c x.npy f.mlg -o fq.mlg
+	run -0 mlquant -q -c x.npy u.mlg -o uq.mlg
+	run -0 mlrun fq.mlg -i x=x.npy -o a
+	run -0 mlrun uq.mlg -i x=x.npy -o b
+	npcmp a/y.npy b/y.npy --rtol 0 --atol 0
+	run -0 mlconvert fq.mlg -o fq.mlt
+	[ "$(grep -c 'ml.ConvNHWC' fq.mlt)" = 0 ]
+	for d in fp16 bf16; do
+		run -0 mlquant -q --dtype $d f.mlg -o h.mlg
+		run -0 mlrun h.mlg -i x=x.npy -o h$d
+		npcmp h$d/y.npy a/y.npy --rtol 0 --atol 0.5
+	done
 }
 
 @test "mlopt --passes layout leaves a Conv + BatchNormalization + Relu graph in NCHW" {

@@ -486,7 +486,8 @@ conv_params(struct ml_opctx *c, struct ml_opctx *gc, struct mlcl_conv *p)
 					 ml_attr_str(c->node, "activation", ""));
 		p->lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
 		p->hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
-		const struct ml_tval *z = ML_IN(c, 3);
+		/* (a ConvNHWC's prologue has Wp where Z would be) */
+		const struct ml_tval *z = ml_conv_nhwc_pre(c->node) ? NULL : ML_IN(c, 3);
 		if (z != NULL && ml_tval_numel(z) != ml_tval_numel(c->out[0]))
 			return ml_opfail(c, ML_EINVAL, "Z does not have the output's shape");
 	}
@@ -524,9 +525,36 @@ run_conv_nhwc(struct mlcl_dev *d, struct ml_opctx *c, void **bin, void **bout)
 	if (!known)
 		return ml_opfail(c, ML_EINVAL, "ConvNHWC's shapes are not known");
 	ML_TRY(conv_params(c, &nc, &p));
-	const struct ml_tval *b = ML_IN(c, 2), *z = ML_IN(c, 3);
-	return mlcl_conv2d_nhwc(d, &p, MEM(bin[0]), MEM(bin[1]), b != NULL ? MEM(bin[2]) : NULL,
-				z != NULL ? MEM(bin[3]) : NULL, MEM(bout[0]), c->err);
+	bool pre = ml_conv_nhwc_pre(c->node);
+	const struct ml_tval *b = ML_IN(c, 2), *z = pre ? NULL : ML_IN(c, 3);
+	const struct ml_tval *wp = pre ? ML_IN(c, ML_NHWC_WP) : NULL;
+	const struct ml_tval *bp = pre ? ML_IN(c, ML_NHWC_BP) : NULL;
+	if (wp == NULL)
+		return mlcl_conv2d_nhwc(d, &p, MEM(bin[0]), MEM(bin[1]),
+					b != NULL ? MEM(bin[2]) : NULL, z != NULL ? MEM(bin[3]) : NULL,
+					MEM(bout[0]), c->err);
+	/*
+	 * a prologue (mlopt's fuse-expand): X Wp + Bp, then pre_activation, as
+	 * a GEMM of the pixels into a pool buffer that the convolution reads
+	 * (the in-order queue runs them in turn before the buffer is reused)
+	 */
+	int64_t cx = wp->dims[2], C = wp->dims[3], rows = ml_tval_numel(c->in[0]) / ML_MAX(cx, 1);
+	struct mlcl_epi epi = { .act = ml_fused_pre_act(c->node) };
+	epi.lo = (float)ml_attr_float(c->node, "pre_clip_min", -INFINITY);
+	epi.hi = (float)ml_attr_float(c->node, "pre_clip_max", INFINITY);
+	if (bp != NULL) {
+		epi.bias = MEM(bin[ML_NHWC_BP]);
+		epi.bias_sn = 1;
+	}
+	struct mlcl_buf *t;
+	ML_TRY(mlcl_buf_get(d, sizeof(float) * (size_t)(rows * C), &t, c->err));
+	int rc = mlcl_gemm_ex(d, false, false, false, rows, C, cx, 1.0f, MEM(bin[0]), 0, cx,
+			      MEM(bin[ML_NHWC_WP]), 0, C, 0.0f, t->mem, 0, C, 1, 0, 0, 0, &epi, c->err);
+	if (rc == 0)
+		rc = mlcl_conv2d_nhwc(d, &p, t->mem, MEM(bin[1]), b != NULL ? MEM(bin[2]) : NULL,
+				      z != NULL ? MEM(bin[3]) : NULL, MEM(bout[0]), c->err);
+	mlcl_buf_put(d, t);
+	return rc;
 }
 
 /*
@@ -1050,9 +1078,15 @@ cl_supports(void *ctx, const struct ml_graph *g, const struct ml_node *n)
 			return false;
 		const struct ml_tensor *x = n->n_in > 1 && n->in[0] >= 0 ? g->tensors[n->in[0]] : NULL;
 		const struct ml_tensor *w = x != NULL && n->in[1] >= 0 ? g->tensors[n->in[1]] : NULL;
+		/* a prologue's Wp [1, 1, Cx, C]: the convolution reads C channels */
+		const struct ml_tensor *wp = ml_conv_nhwc_pre(n) && n->n_in > ML_NHWC_WP &&
+					     n->in[ML_NHWC_WP] >= 0 ? g->tensors[n->in[ML_NHWC_WP]] : NULL;
 		int64_t grp = ml_attr_int(n, "group", 1);
 		if (x == NULL || w == NULL || x->rank != 4 || w->rank != 4 || x->dtype != ML_F32 ||
-		    (grp != 1 && (grp != x->dims[3] || w->dims[2] != 1 || w->dims[3] != grp)))
+		    (wp != NULL && (wp->rank != 4 || wp->dtype != ML_F32 ||
+				    ml_fused_pre_act(n) < 0)) ||
+		    (grp != 1 && (grp != (wp != NULL ? wp->dims[3] : x->dims[3]) || w->dims[2] != 1 ||
+				  w->dims[3] != grp)))
 			return false;
 	}
 	/* a view copies nothing: any dtype (the uint8 tensors between int8 ops too) */

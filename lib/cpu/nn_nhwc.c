@@ -49,7 +49,21 @@ struct nhwc {
 	float lo, hi;
 	/* conv_rows: output row oh of image n into yr (bias included) */
 	void (*row)(const struct nhwc *j, int64_t n, int64_t oh, float *yr);
+	/* a depthwise row's input rows: row ih in ring slot ih % nring (a prologue), else X's */
+	float *ring;
+	int64_t nring;
+	int64_t c0, c1;		/* a depthwise row's channels [c0, c1) (whole panels but the last) */
 };
+
+/* in_row: row ih of image n of the input the depthwise taps read */
+static inline const float *
+in_row(const struct nhwc *j, int64_t n, int64_t ih)
+{
+	const struct ml_conv3 *v = j->v;
+	if (j->ring != NULL)
+		return j->ring + ih % j->nring * v->in[2] * v->cin;
+	return j->x + (n * v->in[1] + ih) * v->in[2] * v->cin;
+}
 
 /* rowepi: the residual and the activation over one output row of n floats. */
 static void
@@ -90,9 +104,9 @@ dw_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 		int r = (int)ML_MIN(4, OW - ow0);
 		/* all 4 pixels' taps inside the row: no checks in the tap loop */
 		bool inside = r == 4 && ow0 * sw - pw >= 0 && (ow0 + 3) * sw - pw + (KW - 1) * dw < W;
-		for (int64_t c0 = 0; c0 < C; c0 += 32) {
+		for (int64_t c0 = j->c0; c0 < j->c1; c0 += 32) {
 			__mmask16 m0, m1;
-			mask32(C - c0, &m0, &m1);
+			mask32(j->c1 - c0, &m0, &m1);
 			__m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
 			if (j->bias != NULL) {
 				b0 = _mm512_maskz_loadu_ps(m0, j->bias + c0);
@@ -107,7 +121,7 @@ dw_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
 				if (ih < 0 || ih >= H)
 					continue;
-				const float *xr = j->x + (n * H + ih) * W * C + c0;
+				const float *xr = in_row(j, n, ih) + c0;
 				const float *wr = j->w + kh * KW * C + c0;
 				for (int64_t kw = 0; kw < KW; kw++) {
 					__m512 w0 = _mm512_maskz_loadu_ps(m0, wr + kw * C);
@@ -164,8 +178,8 @@ dw_blk256(const struct nhwc *j, int64_t n, int64_t oh, float *yr, int64_t ow0, i
 	int64_t C = v->cin, H = v->in[1], W = v->in[2], pw = v->p[2];
 	int64_t KH = kc > 0 ? kc : v->k[1], KW = kc > 0 ? kc : v->k[2];
 	int64_t sw = kc > 0 ? sc : v->s[2], dw = kc > 0 ? 1 : v->d[2];
-	__m256i m0 = full ? _mm256_set1_epi32(-1) : avx2_mask(C - c0);
-	__m256i m1 = full ? _mm256_set1_epi32(-1) : avx2_mask(C - c0 - 8);
+	__m256i m0 = full ? _mm256_set1_epi32(-1) : avx2_mask(j->c1 - c0);
+	__m256i m1 = full ? _mm256_set1_epi32(-1) : avx2_mask(j->c1 - c0 - 8);
 #define DW_LD(p, m) (full ? _mm256_loadu_ps(p) : _mm256_maskload_ps((p), (m)))
 	__m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
 	if (j->bias != NULL) {
@@ -181,7 +195,7 @@ dw_blk256(const struct nhwc *j, int64_t n, int64_t oh, float *yr, int64_t ow0, i
 		int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
 		if (ih < 0 || ih >= H)
 			continue;
-		const float *xr = j->x + (n * H + ih) * W * C + c0;
+		const float *xr = in_row(j, n, ih) + c0;
 		const float *wr = j->w + kh * KW * C + c0;
 		_Pragma("GCC unroll 5")
 		for (int64_t kw = 0; kw < KW; kw++) {
@@ -221,7 +235,7 @@ static void
 dw_row256(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 {
 	const struct ml_conv3 *v = j->v;
-	int64_t C = v->cin, W = v->in[2], OW = v->out[2];
+	int64_t W = v->in[2], OW = v->out[2];
 	int64_t KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
 	/* the common windows (3x3 and 5x5, stride 1 or 2, no dilation) as constants */
 	int kind = 0;
@@ -232,8 +246,8 @@ dw_row256(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 		int r = (int)ML_MIN(4, OW - ow0);
 		/* all 4 pixels' taps inside the row: no checks in the tap loop */
 		bool inside = r == 4 && ow0 * sw - pw >= 0 && (ow0 + 3) * sw - pw + (KW - 1) * dw < W;
-		for (int64_t c0 = 0; c0 < C; c0 += 16) {
-			if (C - c0 < 16)
+		for (int64_t c0 = j->c0; c0 < j->c1; c0 += 16) {
+			if (j->c1 - c0 < 16)
 				dw_blk256(j, n, oh, yr, ow0, r, inside, c0, false, 0, 0);
 			else if (!inside || kind == 0)
 				dw_blk256(j, n, oh, yr, ow0, r, inside, c0, true, 0, 0);
@@ -260,7 +274,7 @@ dw_row(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 
 	for (int64_t ow = 0; ow < OW; ow++) {
 		float *restrict yp = yr + ow * C;
-		for (int64_t ch = 0; ch < C; ch++)
+		for (int64_t ch = j->c0; ch < j->c1; ch++)
 			yp[ch] = j->bias != NULL ? j->bias[ch] : 0.0f;
 		for (int64_t kh = 0; kh < KH; kh++) {
 			int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
@@ -270,9 +284,9 @@ dw_row(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 				int64_t iw = ow * v->s[2] - v->p[2] + kw * v->d[2];
 				if (iw < 0 || iw >= W)
 					continue;
-				const float *restrict xp = j->x + ((n * H + ih) * W + iw) * C;
+				const float *restrict xp = in_row(j, n, ih) + iw * C;
 				const float *restrict wp = j->w + (kh * KW + kw) * C;
-				for (int64_t ch = 0; ch < C; ch++)
+				for (int64_t ch = j->c0; ch < j->c1; ch++)
 					yp[ch] += wp[ch] * xp[ch];
 			}
 		}
@@ -642,6 +656,171 @@ direct_rows(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+/*
+ * A depthwise convolution with a pointwise prologue (mlopt's fuse-expand,
+ * inputs 4 and 5): items are runs of output rows, and each keeps a ring of
+ * the input rows its window spans, computing a row (the row's pixels' Cx
+ * channels times Wp, plus Bp, then pre_activation) when an output row of
+ * the run first needs it; so the C-channel input (MobileNet-V2's
+ * 112x112x96 after the expansion) is never written out whole, and the
+ * taps read it from L2. A run's first rows may compute (KH - 1) input rows
+ * its neighbour computes too. Windows taller than PRE_RING rows compute the
+ * whole input first (the plain path, no saving).
+ */
+#define PRE_RING 16
+
+struct pre {
+	const struct nhwc *j;
+	const float *x0, *wp, *bp, *pan;	/* X [N, H, W, Cx], Wp [Cx, C], Bp, Wp in panels */
+	int64_t cx, ringsz;
+	int64_t nruns, ngroups, nblk;	/* items: runs of output rows by groups of 16 channels */
+	float *rings;
+	int act;
+	float lo, hi;
+};
+
+/* pre_row: channels [c0, c1) of input row ih of image n into dst [W, C] */
+static void
+pre_row(const struct pre *p, int64_t n, int64_t ih, float *dst, int64_t c0, int64_t c1)
+{
+	const struct ml_conv3 *v = p->j->v;
+	int64_t W = v->in[2], C = v->cin, cx = p->cx;
+	const float *x = p->x0 + (n * v->in[1] + ih) * W * cx;
+
+	if (p->pan != NULL) {
+		/* c0 and c1 are multiples of 16: a run may start in a panel's second half */
+		for (int64_t c = c0; c < c1;) {
+			int64_t w = ML_MIN(ML_PG_NR - c % ML_PG_NR, c1 - c);
+			ml_pgemm_panel(W, cx, x, cx, p->pan + c / ML_PG_NR * ML_PG_NR * cx + c % ML_PG_NR,
+				       dst + c, C, w);
+			c += w;
+		}
+	} else {
+		for (int64_t w = 0; w < W; w++) {
+			float *restrict d = dst + w * C;
+			for (int64_t ch = c0; ch < c1; ch++)
+				d[ch] = 0.0f;
+			for (int64_t k = 0; k < cx; k++) {
+				float a = x[w * cx + k];
+				const float *restrict wr = p->wp + k * C;
+				for (int64_t ch = c0; ch < c1; ch++)
+					d[ch] += a * wr[ch];
+			}
+		}
+	}
+	ml_fused_tile_epi(dst + c0, W, c1 - c0, C, p->bp != NULL ? p->bp + c0 : NULL, NULL, p->act,
+			  p->lo, p->hi);
+}
+
+/* pre_all: input rows [b, e) (image by row) of the whole input, into p->rings */
+static void
+pre_all(void *ctx, int64_t b, int64_t e)
+{
+	const struct pre *p = ctx;
+	int64_t H = p->j->v->in[1], len = p->j->v->in[2] * p->j->v->cin;
+	for (int64_t r = b; r < e; r++)
+		pre_row(p, r / H, r % H, p->rings + r * len, 0, p->j->v->cin);
+}
+
+/* pre_items: items [b, e), each a run of output rows by a group of channels, with its ring */
+static void
+pre_items(void *ctx, int64_t b, int64_t e)
+{
+	const struct pre *p = ctx;
+	const struct ml_conv3 *v = p->j->v;
+	int64_t OH = v->out[1], H = v->in[1], OW = v->out[2], C = v->cout, rows = v->n * OH;
+	int64_t tag[PRE_RING];
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t run = it / p->ngroups, g = it % p->ngroups;
+		struct nhwc j = *p->j;
+		j.ring = p->rings + it * p->ringsz;
+		j.c0 = g * p->nblk / p->ngroups * 16;
+		j.c1 = ML_MIN(C, (g + 1) * p->nblk / p->ngroups * 16);
+		for (int64_t s = 0; s < j.nring; s++)
+			tag[s] = -1;
+		for (int64_t row = run * rows / p->nruns; row < (run + 1) * rows / p->nruns; row++) {
+			int64_t n = row / OH, oh = row % OH;
+			for (int64_t kh = 0; kh < v->k[1]; kh++) {
+				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+				if (ih < 0 || ih >= H || tag[ih % j.nring] == n * H + ih)
+					continue;
+				pre_row(p, n, ih, j.ring + ih % j.nring * v->in[2] * C, j.c0, j.c1);
+				tag[ih % j.nring] = n * H + ih;
+			}
+			float *yr = j.y + row * OW * C;
+			j.row(&j, n, oh, yr);
+			if (j.z != NULL || j.act != ML_ACT_NONE)
+				ml_fused_tile_epi(yr + j.c0, OW, j.c1 - j.c0, C, NULL,
+						  j.z != NULL ? j.z + row * OW * C + j.c0 : NULL, j.act,
+						  j.lo, j.hi);
+		}
+	}
+}
+
+/* conv_pre: the depthwise convolution j of a node with a prologue (Wp, Bp) */
+static int
+conv_pre(struct ml_opctx *c, const struct ml_conv3 *v, struct nhwc *j)
+{
+	const struct ml_tval *wp = c->in[ML_NHWC_WP], *bp = ML_IN(c, ML_NHWC_BP);
+	int64_t cx = wp->dims[2], C = v->cin, H = v->in[1], W = v->in[2];
+	struct pre p = { .j = j, .x0 = c->in[0]->data, .wp = wp->data,
+			 .bp = bp != NULL ? bp->data : NULL, .cx = cx,
+			 .act = ml_fused_pre_act(c->node) };
+	p.lo = (float)ml_attr_float(c->node, "pre_clip_min", -INFINITY);
+	p.hi = (float)ml_attr_float(c->node, "pre_clip_max", INFINITY);
+	if (c->in[0]->dims[3] != cx || wp->dims[3] != C || (bp != NULL && ml_tval_numel(bp) != C))
+		return ml_opfail(c, ML_EINVAL, "the prologue needs X [N, H, W, Cx], Wp [1, 1, Cx, C] "
+				 "and Bp [C]");
+	if (ml_pgemm_ok()) {
+		int64_t np = (C + ML_PG_NR - 1) / ML_PG_NR;
+		float *pan = ml_cpu_scratch(1, sizeof(float) * (size_t)(np * cx * ML_PG_NR));
+		if (pan == NULL)
+			return ml_opfail(c, ML_ENOMEM, "out of memory for the prologue's weights");
+		for (int64_t k = 0; k < cx; k++)
+			for (int64_t ch = 0; ch < np * ML_PG_NR; ch++)
+				pan[(ch / ML_PG_NR * cx + k) * ML_PG_NR + ch % ML_PG_NR] =
+					ch < C ? p.wp[k * C + ch] : 0.0f;
+		p.pan = pan;
+	}
+	int64_t rows = v->n * v->out[1], per = v->out[2] * v->cout * v->ksz * v->cg;
+	j->nring = (v->k[1] - 1) * v->d[1] + 1;
+	if (j->nring > PRE_RING) {
+		/* a tall window: the whole input first, then the plain rows */
+		p.rings = ml_cpu_scratch(0, sizeof(float) * (size_t)(v->n * H * W * C));
+		if (p.rings == NULL)
+			return ml_opfail(c, ML_ENOMEM, "out of memory for the convolution's input");
+		ml_parallel_for(v->n * H, ML_MAX(1, ITEM_WORK / ML_MAX(W * C * cx, 1)), pre_all, &p);
+		j->x = p.rings;
+		ml_parallel_for(rows, ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), conv_rows, j);
+		return 0;
+	}
+	/*
+	 * Items: runs of output rows, twice the threads where the rows allow
+	 * (each run's first row computes up to nring - s input rows the run
+	 * before computed too: runs long enough to keep that under a quarter),
+	 * a multiple of the threads. Too few rows for a run per thread: groups
+	 * of 16 channels as well (no work twice, but each pixel's channels then
+	 * take several epilogue calls: 1.4 times slower on EfficientNet-B0's
+	 * 56x56 blocks than runs alone).
+	 */
+	int64_t nt = ml_get_threads(), s = v->s[1], halo = ML_MAX(j->nring - s, 0);
+	p.nblk = (C + 15) / 16;
+	p.nruns = halo == 0 ? 2 * nt : ML_MAX(1, ML_MIN(2 * nt, rows * s / (4 * halo)));
+	p.nruns = ML_MIN(p.nruns, rows);
+	p.ngroups = 1;
+	if (p.nruns >= nt)
+		p.nruns = p.nruns / nt * nt;
+	else
+		p.ngroups = ML_MIN(p.nblk, (nt + p.nruns - 1) / p.nruns);
+	p.ringsz = j->nring * W * C;
+	p.rings = ml_cpu_scratch(0, sizeof(float) * (size_t)(p.nruns * p.ngroups * p.ringsz));
+	if (p.rings == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory for the prologue's rows");
+	ml_parallel_for(p.nruns * p.ngroups, 1, pre_items, &p);
+	return 0;
+}
+
 int
 ml_cpu_conv_nhwc(struct ml_opctx *c)
 {
@@ -667,7 +846,8 @@ ml_cpu_conv_nhwc(struct ml_opctx *c)
 			return ml_opfail(c, ML_ENOTSUP, "ConvNHWC takes f32");
 	ML_TRY(ml_conv_nhwc_view(c, &nc, &node, ins, &xv, &wv, &known));
 	ML_TRY(ml_cpu_conv3(&nc, &v));
-	const struct ml_tval *b = ML_IN(c, 2), *z = ML_IN(c, 3), *y = c->out[0];
+	bool pre = ml_conv_nhwc_pre(c->node);
+	const struct ml_tval *b = ML_IN(c, 2), *z = pre ? NULL : ML_IN(c, 3), *y = c->out[0];
 	if (v.in[0] != 1 || v.k[0] != 1 || y->rank != 4 ||
 	    (b != NULL && ml_tval_numel(b) != v.cout) ||
 	    (z != NULL && ml_tval_numel(z) != ml_tval_numel(y)))
@@ -675,13 +855,15 @@ ml_cpu_conv_nhwc(struct ml_opctx *c)
 	struct nhwc j = { .v = &v, .x = c->in[0]->data, .w = c->in[1]->data,
 			  .bias = b != NULL ? b->data : NULL, .z = z != NULL ? z->data : NULL,
 			  .y = y->data, .act = ml_fused_act(c->node),
-			  .level = ml_cpu_fma_level("ML_NHWC") };
+			  .level = ml_cpu_fma_level("ML_NHWC"), .c1 = v.cout };
 	j.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
 	j.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
 	if (v.n * v.outsz == 0 || v.cout == 0)
 		return 0;
 	int64_t rows = v.n * v.out[1], per = v.out[2] * v.cout * v.ksz * v.cg;
-	if (v.group == 1)
+	if (pre && (v.cg != 1 || v.mg != 1))
+		return ml_opfail(c, ML_EINVAL, "a prologue needs a depthwise convolution");
+	if (v.group == 1 && !pre)
 		return conv_dense(c, &v, &j);
 	if (v.cg == 1 && v.mg == 1) {
 		j.row = dw_row;
@@ -691,6 +873,8 @@ ml_cpu_conv_nhwc(struct ml_opctx *c)
 		else if (j.level == 1)
 			j.row = dw_row256;
 #endif
+		if (pre)
+			return conv_pre(c, &v, &j);
 		ml_parallel_for(rows, ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), conv_rows, &j);
 		return 0;
 	}

@@ -27,6 +27,7 @@
 
 #include "fmt/onnx_func.h"
 #include "ops/fused.h"
+#include "ops/nn.h"
 #include "cpu/quant_q8.h"
 
 /* ONNX data types of the constants bodies hold */
@@ -352,9 +353,9 @@ unary(struct fb *b, const char *s, const char *x)
 
 /* act: the node's activation attribute applied to y. */
 static const char *
-act(struct fb *b, const char *y, int *rc)
+act_pre(struct fb *b, const char *y, int *rc, bool pre)
 {
-	int a = ml_fused_act(b->n);
+	int a = pre ? ml_fused_pre_act(b->n) : ml_fused_act(b->n);
 	if (a < 0) {
 		*rc = notsup(b, "unknown activation");
 		return NULL;
@@ -362,12 +363,19 @@ act(struct fb *b, const char *y, int *rc)
 	if (a == ML_UN_NONE)
 		return y;
 	if (a == ML_UN_CLIP) {
-		const struct ml_attr *lo = ml_attr_find(b->n, "clip_min");
-		const struct ml_attr *hi = ml_attr_find(b->n, "clip_max");
+		const struct ml_attr *lo = ml_attr_find(b->n, pre ? "pre_clip_min" : "clip_min");
+		const struct ml_attr *hi = ml_attr_find(b->n, pre ? "pre_clip_max" : "clip_max");
 		return OP(b, "Clip", y, lo != NULL ? kf32(b, (float)lo->f) : "",
 			  hi != NULL ? kf32(b, (float)hi->f) : "");
 	}
 	return unary(b, ml_fused_act_name(a), y);
+}
+
+/* act: the node's activation over y (a ConvNHWC prologue's: act_pre) */
+static const char *
+act(struct fb *b, const char *y, int *rc)
+{
+	return act_pre(b, y, rc, false);
 }
 
 /* unpack_panels: B packed as [ceil(N / P), K, P] back to [K, N]. */
@@ -401,7 +409,20 @@ body_conv_nhwc(struct fb *b, const char **y)
 	int rc = 0;
 	int64_t pn = ml_attr_int(b->n, "packed_n", 0);
 	const int64_t *ks;
-	const char *x = PERM(b, in_(b, 0), 0, 3, 1, 2), *w;
+	const char *x = in_(b, 0), *w;
+	bool pre = ml_conv_nhwc_pre(b->n);
+	if (pre) {
+		/* the prologue: X [N, H, W, Cx] times Wp as [Cx, C], + Bp, pre_activation */
+		w = OP(b, "Flatten", in_(b, ML_NHWC_WP));
+		a_int(b, "axis", 3);
+		x = OP(b, "MatMul", x, w);
+		if (has_in(b, ML_NHWC_BP))
+			x = OP(b, "Add", x, in_(b, ML_NHWC_BP));
+		x = act_pre(b, x, &rc, true);
+		if (rc < 0)
+			return rc;
+	}
+	x = PERM(b, x, 0, 3, 1, 2);
 	if (pn > 0) {
 		if (ml_attr_ints(b->n, "kernel_shape", &ks) != 2)
 			return notsup(b, "packed weights without a 2-D kernel_shape");
@@ -417,7 +438,7 @@ body_conv_nhwc(struct fb *b, const char **y)
 	for (size_t i = 0; i < sizeof ca / sizeof ca[0]; i++)
 		a_copy(b, ca[i]);
 	t = PERM(b, t, 0, 2, 3, 1);
-	if (has_in(b, 3))
+	if (has_in(b, 3) && !pre)
 		t = OP(b, "Add", t, in_(b, 3));
 	*y = act(b, t, &rc);
 	return rc;

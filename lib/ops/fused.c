@@ -38,14 +38,27 @@ static const struct {
 #undef ROW
 };
 
-int
-ml_fused_act(const struct ml_node *n)
+/* act_attr: the activation code named by n's attribute attr ("" or absent: none), or -1 */
+static int
+act_attr(const struct ml_node *n, const char *attr)
 {
-	const char *s = ml_attr_str(n, "activation", "");
+	const char *s = ml_attr_str(n, attr, "");
 	for (int i = 0; i < ML_UN_COUNT; i++)
 		if (unary[i].act && strcmp(s, ml_op_name(unary[i].op)) == 0)
 			return i;
 	return -1;
+}
+
+int
+ml_fused_act(const struct ml_node *n)
+{
+	return act_attr(n, "activation");
+}
+
+int
+ml_fused_pre_act(const struct ml_node *n)
+{
+	return act_attr(n, "pre_activation");
 }
 
 const char *

@@ -14,6 +14,8 @@
  * ml_fused_act: the activation code of node n, -1 when its attribute is unknown.
  */
 int ml_fused_act(const struct ml_node *n);
+/* ml_fused_pre_act: the same for a ConvNHWC prologue's pre_activation attribute. */
+int ml_fused_pre_act(const struct ml_node *n);
 /* ml_fused_act_name: the activation attribute's value for code act ("" for none), NULL if none. */
 const char *ml_fused_act_name(int act);
 

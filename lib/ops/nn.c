@@ -496,8 +496,19 @@ flops_conv(const struct ml_opctx *c)
  * ConvNHWC (domain ml, made by mlopt's layout pass): Conv on channels-last
  * data, X [N, H, W, C] and Y [N, OH, OW, M], with Conv's attributes and
  * FusedConv's additions (a residual Z of Y's shape, then activation).
- * Inference runs Conv's on the NCHW view of the shapes.
+ * Inference runs Conv's on the NCHW view of the shapes. A depthwise one
+ * may have a pointwise prologue instead of Z (mlopt's fuse-expand,
+ * attribute prologue 1): inputs 3 and 4, Wp [1, 1, Cx, C] and Bp [C],
+ * make its input pre_activation(X Wp + Bp) for an X of [N, H, W, Cx]. (Not
+ * inputs 4 and 5 after an absent Z: an ONNX function call cannot leave an
+ * input out before one it passes.)
  */
+bool
+ml_conv_nhwc_pre(const struct ml_node *n)
+{
+	return ml_attr_int(n, "prologue", 0) != 0;
+}
+
 int
 ml_conv_nhwc_view(const struct ml_opctx *c, struct ml_opctx *nc, struct ml_node *node,
 		  struct ml_tval **ins, struct ml_tval *xv, struct ml_tval *wv, bool *known)
@@ -520,8 +531,23 @@ ml_conv_nhwc_view(const struct ml_opctx *c, struct ml_opctx *nc, struct ml_node 
 		return ml_opfail((struct ml_opctx *)c, ML_EINVAL,
 				 "X must be [N, H, W, C] and W %s", pn > 0 ?
 				 "[ceil(M / 32), K, 32] (packed_n)" : "[kH, kW, C / group, M]");
+	const struct ml_tval *wp = ml_conv_nhwc_pre(c->node) ? ML_IN(c, ML_NHWC_WP) : NULL;
+	if (ml_conv_nhwc_pre(c->node) && wp == NULL)
+		return ml_opfail((struct ml_opctx *)c, ML_EINVAL, "a prologue needs Wp (input 3)");
+	if (wp != NULL && wp->rank < 0) {
+		*known = false;
+		return 0;
+	}
+	if (wp != NULL && (wp->rank != 4 || wp->dims[0] != 1 || wp->dims[1] != 1 ||
+			   (x->dims[3] >= 0 && wp->dims[2] >= 0 && wp->dims[2] != x->dims[3]) ||
+			   pn > 0 || w->rank != 4 || w->dims[2] != 1 ||
+			   ml_attr_int(c->node, "group", 1) != wp->dims[3]))
+		return ml_opfail((struct ml_opctx *)c, ML_EINVAL,
+				 "a prologue needs a depthwise W [kH, kW, 1, C] and Wp [1, 1, Cx, C] "
+				 "for X [N, H, W, Cx]");
 	*xv = (struct ml_tval){ .dtype = x->dtype, .rank = 4,
-				.dims = { x->dims[0], x->dims[3], x->dims[1], x->dims[2] } };
+				.dims = { x->dims[0], wp != NULL ? wp->dims[3] : x->dims[3], x->dims[1],
+					  x->dims[2] } };
 	*wv = (struct ml_tval){ .dtype = w->dtype, .rank = 4 };
 	if (pn > 0) {
 		const int64_t *ks;
@@ -553,7 +579,8 @@ infer_conv_nhwc(struct ml_opctx *c)
 	struct ml_opctx nc;
 	struct ml_node node;
 	struct ml_tval *ins[3], xv, wv;
-	const struct ml_tval *z = ML_IN(c, 3);
+	bool pre = ml_conv_nhwc_pre(c->node);
+	const struct ml_tval *z = pre ? NULL : ML_IN(c, 3);
 	struct ml_tval *y = c->out[0];
 	bool known;
 
@@ -566,6 +593,16 @@ infer_conv_nhwc(struct ml_opctx *c)
 	if (ml_fused_act(c->node) < 0)
 		return ml_opfail(c, ML_EINVAL, "unknown activation '%s'",
 				 ml_attr_str(c->node, "activation", ""));
+	if (ml_fused_pre_act(c->node) < 0)
+		return ml_opfail(c, ML_EINVAL, "unknown pre_activation '%s'",
+				 ml_attr_str(c->node, "pre_activation", ""));
+	const struct ml_tval *wp = pre ? ML_IN(c, ML_NHWC_WP) : NULL;
+	const struct ml_tval *bp = pre ? ML_IN(c, ML_NHWC_BP) : NULL;
+	if (!pre && c->n_in > 4)
+		return ml_opfail(c, ML_EINVAL, "ConvNHWC takes 5 inputs only with a prologue");
+	if (bp != NULL && bp->rank >= 0 && wp != NULL && wp->rank == 4 && wp->dims[3] >= 0 &&
+	    ml_tval_numel(bp) != wp->dims[3])
+		return ml_opfail(c, ML_EINVAL, "Bp must have C values");
 	ML_TRY(ml_conv_nhwc_view(c, &nc, &node, ins, &xv, &wv, &known));
 	if (!known) {
 		ml_set_shape(y, ML_F32, -1, NULL);
@@ -599,7 +636,12 @@ flops_conv_nhwc(const struct ml_opctx *c)
 
 	if (ml_conv_nhwc_view(c, &nc, &node, ins, &xv, &wv, &known) < 0 || !known)
 		return 0;
-	return flops_conv(&nc) + ML_MAX(ml_tval_numel(c->out[0]), 0);
+	int64_t pre = 0;
+	const struct ml_tval *wp = ml_conv_nhwc_pre(c->node) ? ML_IN(c, ML_NHWC_WP) : NULL;
+	if (wp != NULL && wp->rank == 4 && wp->dims[2] > 0 && ml_tval_numel(c->in[0]) > 0 &&
+	    ml_tval_numel(wp) > 0)
+		pre = 2 * (ml_tval_numel(c->in[0]) / wp->dims[2]) * ml_tval_numel(wp);
+	return flops_conv(&nc) + ML_MAX(ml_tval_numel(c->out[0]), 0) + pre;
 }
 
 /* MaxPool, AveragePool, LpPool: Y [n, c, out...]; MaxPool's Indices are int64. */
@@ -942,6 +984,6 @@ const struct ml_opdef ml_opdefs_nn[] = {
 	{ ML_OP_LP_NORM, 1, 1, 1, 1, infer_lpnorm, flops_x2 },
 	{ ML_OP_MVN, 1, 1, 1, 1, infer_mvn, flops_x8 },
 	{ ML_OP_DROPOUT, 1, 3, 1, 2, infer_dropout, NULL, .host_in = ML_HOST_REST },
-	{ ML_OP_CONV_NHWC, 2, 4, 1, 1, infer_conv_nhwc, flops_conv_nhwc, ML_OPF_HALF_WEIGHT },
+	{ ML_OP_CONV_NHWC, 2, 5, 1, 1, infer_conv_nhwc, flops_conv_nhwc, ML_OPF_HALF_WEIGHT },
 	{ .op = ML_OP_NONE },
 };

@@ -47,6 +47,14 @@ int ml_conv_geom(struct ml_opctx *c, struct ml_conv_geom *g);
  * xv, wv; no data). ML_EINVAL when W does not fit the kernel_shape the packed
  * form needs; *known is false when X's or W's rank is not known yet.
  */
+/*
+ * ml_conv_nhwc_pre: node n (a ConvNHWC) has a pointwise prologue (INT
+ * attribute prologue 1, mlopt's fuse-expand): its inputs are then X, W, B,
+ * Wp [1, 1, Cx, C] and optionally Bp [C], and it has no residual Z.
+ */
+#define ML_NHWC_WP 3
+#define ML_NHWC_BP 4
+bool ml_conv_nhwc_pre(const struct ml_node *n);
 int ml_conv_nhwc_view(const struct ml_opctx *c, struct ml_opctx *nc, struct ml_node *node,
 		      struct ml_tval **ins, struct ml_tval *xv, struct ml_tval *wv, bool *known);
 

@@ -18,6 +18,7 @@
 
 #include "opt/opt.h"
 #include "ops/fused.h"
+#include "ops/nn.h"
 
 static const int64_t to_nhwc[4] = { 0, 2, 3, 1 }, to_nchw[4] = { 0, 3, 1, 2 };
 
@@ -620,4 +621,108 @@ out:
 	ml_free(l.logical);
 	ml_free(l.psink);
 	return rc;
+}
+
+/* ints_all: n's INTS attribute name is absent or every value is v */
+static bool
+ints_all(const struct ml_node *n, const char *name, int64_t v)
+{
+	const int64_t *a;
+	int k = ml_attr_ints(n, name, &a);
+	for (int i = 0; i < k; i++)
+		if (a[i] != v)
+			return false;
+	return true;
+}
+
+/*
+ * fuse-expand: a pointwise ConvNHWC (1x1, stride 1, no padding, one
+ * group, constant W [1, 1, Cx, C], no residual) whose output only a
+ * depthwise ConvNHWC without a residual reads becomes that node's
+ * prologue: ConvNHWC(X, W, B, Wp, Bp) with prologue 1 and pre_activation
+ * (and pre_clip_min, pre_clip_max) from the pointwise node. The expansion of an inverted residual block
+ * (MobileNet-V2's 16 -> 96 channels at 112x112, EfficientNet's) is then
+ * computed row by row as the depthwise window needs it (lib/cpu/nn_nhwc.c),
+ * and the C-channel tensor is never written to memory whole. Only for
+ * short windows (EXPAND_MAX_KH) and where
+ * that tensor is large (EXPAND_MIN_BYTES, all images: smaller ones stay in
+ * L2 between the two nodes anyway) and its rows wide (EXPAND_MIN_W: the
+ * rows' products of 14 or 7 pixels ran 1.1 to 1.6 times slower than one
+ * product of the plane, MobileNet-V2's 14x14 and 7x7 blocks on AVX2).
+ */
+#define EXPAND_MIN_BYTES ((int64_t)1 << 20)
+#define EXPAND_MIN_W 28
+/*
+ * Windows of at most this many rows: a taller one's runs of output rows
+ * compute more input rows twice (EfficientNet-B0's 5x5 stride 2 at 56x56
+ * lost 15-25% fused).
+ */
+#define EXPAND_MAX_KH 3
+int
+ml_pass_fuse_expand(struct opt *o)
+{
+	struct ml_graph *g = o->g;
+	if (g->train != NULL)
+		return 0;
+	for (int i = 0; i < g->n_nodes; i++) {
+		if (o->dead[i] || g->nodes[i].op != ML_OP_CONV_NHWC)
+			continue;
+		const struct ml_node *d = &g->nodes[i];
+		int64_t grp = ml_attr_int(d, "group", 1);
+		if (d->n_in < 2 || d->n_in > 3 || d->in[0] < 0 || d->in[1] < 0 ||
+		    ml_attr_find(d, "packed_n") != NULL || ml_conv_nhwc_pre(d) || ml_fused_act(d) < 0)
+			continue;
+		const struct ml_tensor *dw = g->tensors[d->in[1]];
+		if (dw->rank != 4 || dw->dims[0] > EXPAND_MAX_KH || dw->dims[2] != 1 ||
+		    dw->dims[3] != grp || grp < 1 || dw->dtype != ML_F32)
+			continue;
+		int x = d->in[0], pi = mlopt_prod(o, x);
+		if (pi < 0 || g->nodes[pi].op != ML_OP_CONV_NHWC || mlopt_sole(o, x) != i)
+			continue;
+		const struct ml_node *p = &g->nodes[pi];
+		if (p->n_in < 2 || p->n_in > 3 || p->in[0] < 0 || p->n_out != 1 ||
+		    ml_attr_int(p, "group", 1) != 1 || ml_attr_find(p, "packed_n") != NULL ||
+		    !ints_all(p, "strides", 1) || !ints_all(p, "pads", 0) ||
+		    strcmp(ml_attr_str(p, "auto_pad", "NOTSET"), "NOTSET") != 0 ||
+		    ml_fused_act(p) < 0 || !mlopt_f32(o, p->in[0]) ||
+		    mlopt_const(o, p->in[1], ML_F32) == NULL)
+			continue;
+		const struct ml_tensor *pw = g->tensors[p->in[1]], *xt = g->tensors[x];
+		if (numel(o, x) * 4 < EXPAND_MIN_BYTES || xt->rank != 4 || xt->dims[2] < EXPAND_MIN_W)
+			continue;
+		if (pw->rank != 4 || pw->dims[0] != 1 || pw->dims[1] != 1 || pw->dims[3] != grp ||
+		    (p->n_in > 2 && p->in[2] >= 0 && mlopt_const(o, p->in[2], ML_F32) == NULL))
+			continue;
+		/* ConvNHWC(X, W, B, Wp, [Bp]): a zero B where the depthwise node has none */
+		int in[5] = { p->in[0], d->in[1], d->n_in > 2 ? d->in[2] : -1, p->in[1],
+			      p->n_in > 2 ? p->in[2] : -1 };
+		if (in[2] < 0) {
+			float *zb = ml_calloc((size_t)grp, sizeof(float));
+			if (zb == NULL)
+				return ml_fail(o->e, ML_ENOMEM, "out of memory");
+			char base[300];
+			snprintf(base, sizeof base, "%.280s_bias", dw->name);
+			in[2] = mlopt_new_const(o, base, ML_F32, 1, &grp, zb);
+			ml_free(zb);
+			if (in[2] < 0)
+				return in[2];
+		}
+		int out = d->out[0], srcs[2] = { pi, i };
+		const char *name = d->name, *act = ml_attr_str(p, "activation", "");
+		double lo = ml_attr_float(p, "clip_min", -INFINITY);
+		double hi = ml_attr_float(p, "clip_max", INFINITY);
+		mlopt_kill(o, pi);
+		ML_TRY(mlopt_rewrite(o, i, "ConvNHWC", "ml", in[4] >= 0 ? 5 : 4, in, 1, &out, i, srcs,
+				     2));
+		g->nodes[i].name = (char *)name;
+		ML_TRY(ml_node_set_int(g, i, "prologue", 1));
+		if (act[0] != '\0')
+			ML_TRY(ml_node_set_string(g, i, "pre_activation", act));
+		if (lo != -INFINITY)
+			ML_TRY(ml_node_set_float(g, i, "pre_clip_min", lo));
+		if (hi != INFINITY)
+			ML_TRY(ml_node_set_float(g, i, "pre_clip_max", hi));
+		mlopt_note(o, "pointwise ConvNHWC into depthwise");
+	}
+	return o->changes;
 }

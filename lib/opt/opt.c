@@ -38,6 +38,8 @@ static const struct {
 	  ml_pass_fuse_bias_act },
 	{ { "layout", 2, "run convolutions in NHWC regions where the transposes saved outweigh the new ones" },
 	  ml_pass_layout },
+	{ { "fuse-expand", 2, "a pointwise ConvNHWC read only by a depthwise one, computed inside it row by row" },
+	  ml_pass_fuse_expand },
 	{ { "fuse-elementwise", 2, "chains of elementwise ops to one ml.FusedElementwise loop" },
 	  ml_pass_fuse_elementwise },
 	{ { "pack-weights", 2, "store the weights of large FusedMatMuls in the CPU SGEMM's panels" },

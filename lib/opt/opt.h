@@ -88,6 +88,7 @@ int ml_pass_fold_scale(struct opt *o);
 int ml_pass_fuse_attention(struct opt *o);
 int ml_pass_fuse_bias_act(struct opt *o);
 int ml_pass_layout(struct opt *o);
+int ml_pass_fuse_expand(struct opt *o);
 int ml_pass_fuse_elementwise(struct opt *o);
 int ml_pass_pack_weights(struct opt *o);
 int ml_pass_plan_memory(struct opt *o);

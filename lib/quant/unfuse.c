@@ -11,11 +11,14 @@
  * fused node with another activation (Sigmoid, Tanh, Silu, Gelu) stays
  * float, as mlquant(1) says. A channels-last ConvNHWC (mlopt's layout
  * pass) goes back to NCHW first, as a FusedConv between two Transposes,
- * which cancel in pairs between neighbouring convolutions.
+ * which cancel in pairs between neighbouring convolutions; one with a
+ * pointwise prologue (mlopt's fuse-expand) is two ConvNHWC nodes again
+ * before that.
  */
 #include <stdio.h>
 
 #include "ops/fused.h"
+#include "ops/nn.h"
 #include "quant/quant.h"
 
 /* const_f32: t is a constant f32 tensor with data */
@@ -386,6 +389,60 @@ split(struct ml_graph *c, int ni, struct ml_err *e)
 	return add1(c, "Clip", an, 3, in, y, e);
 }
 
+/*
+ * split_pre: ConvNHWC node ni's prologue (mlopt's fuse-expand: inputs Wp,
+ * Bp and the pre_ attributes) back into a pointwise ConvNHWC of its own,
+ * which the depthwise node then reads.
+ */
+static int
+split_pre(struct ml_graph *c, int ni, struct ml_err *e)
+{
+	const struct ml_node *n = &c->nodes[ni];
+	char base[512], name[600];
+	snprintf(base, sizeof base, "%s", ml_graph_t(c, n->out[0])->name);
+	snprintf(name, sizeof name, "%s_expand", n->name != NULL ? n->name : "conv");
+	int t = fresh_t(c, base, ".expanded");
+	if (t < 0)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	/* its shape, which unlayout needs before inference runs: X's with Wp's C channels */
+	const struct ml_tensor *x = ml_graph_t(c, n->in[0]), *wp = ml_graph_t(c, n->in[ML_NHWC_WP]);
+	struct ml_tensor *tt = ml_graph_t(c, t);
+	tt->dtype = x->dtype;
+	tt->rank = x->rank;
+	for (int d = 0; d < x->rank && d < ML_MAX_RANK; d++)
+		tt->dims[d] = d == 3 && wp->rank == 4 ? wp->dims[3] : x->dims[d];
+	const char *inn[3] = { ml_graph_t(c, n->in[0])->name, ml_graph_t(c, n->in[ML_NHWC_WP])->name,
+			       n->n_in > ML_NHWC_BP && n->in[ML_NHWC_BP] >= 0 ?
+			       ml_graph_t(c, n->in[ML_NHWC_BP])->name : "" };
+	const char *outn[1] = { ml_graph_t(c, t)->name };
+	const char *act = ml_attr_str(n, "pre_activation", "");
+	double lo = ml_attr_float(n, "pre_clip_min", -INFINITY);
+	double hi = ml_attr_float(n, "pre_clip_max", INFINITY);
+	int k = ml_graph_add_node(c, "ConvNHWC", "ml", name, inn[2][0] != '\0' ? 3 : 2, inn, 1, outn,
+				  e);
+	if (k < 0)
+		return k;
+	int rc = ml_node_set_ints(c, k, "kernel_shape", 2, (int64_t[]){ 1, 1 });
+	if (rc == 0 && act[0] != '\0')
+		rc = ml_node_set_string(c, k, "activation", act);
+	if (rc == 0 && lo != -INFINITY)
+		rc = ml_node_set_float(c, k, "clip_min", lo);
+	if (rc == 0 && hi != INFINITY)
+		rc = ml_node_set_float(c, k, "clip_max", hi);
+	if (rc < 0)
+		return ml_fail(e, ML_ENOMEM, "out of memory");
+	/* the depthwise node reads the new tensor and loses the prologue */
+	struct ml_node *d = &c->nodes[ni];
+	d->in[0] = t;
+	d->n_in = 3;
+	int na = 0;
+	for (int a = 0; a < d->n_attr; a++)
+		if (strncmp(d->attrs[a].name, "pre_", 4) != 0 && strcmp(d->attrs[a].name, "prologue") != 0)
+			d->attrs[na++] = d->attrs[a];
+	d->n_attr = na;
+	return 0;
+}
+
 int
 mlq_unfuse(const struct ml_graph *g, struct ml_graph **out, struct ml_err *e)
 {
@@ -399,6 +456,10 @@ mlq_unfuse(const struct ml_graph *g, struct ml_graph **out, struct ml_err *e)
 		return 0;
 	if ((rc = mlq_copy_graph(&c, g, e)) < 0)
 		return rc;
+	for (int i = 0, n1 = c->n_nodes; i < n1 && rc == 0; i++)
+		if (c->nodes[i].op == ML_OP_CONV_NHWC && ml_conv_nhwc_pre(&c->nodes[i]) &&
+		    c->nodes[i].n_in > ML_NHWC_WP && c->nodes[i].in[ML_NHWC_WP] >= 0)
+			rc = split_pre(c, i, e) < 0 ? -1 : 0;
 	int n0 = c->n_nodes, nl = 0;
 	for (int i = 0; i < n0 && rc == 0; i++)
 		if (nchw_able(c, &c->nodes[i])) {
