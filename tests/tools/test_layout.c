@@ -6,7 +6,8 @@
  * other groups and channel multipliers, residual and activation, through
  * the AVX-512, AVX2 and portable depthwise loops (ML_NHWC) and, in children,
  * the BLAS fallback (ML_PGEMM=0) and FusedConv's direct kernel on AVX2
- * (ML_CONV_DIRECT=avx2). The pass on small graphs: a
+ * (ML_CONV_DIRECT=avx2); a depthwise one with a pointwise prologue (mlopt's
+ * fuse-expand) against the two nodes apart. The pass on small graphs: a
  * ConvNeXt-like pair of blocks (the transposes inside cancel, two stay at
  * the boundary), a region with no boundary at all, constants re-laid-out,
  * graphs it must leave alone, outputs equal to the original's, and a
@@ -341,6 +342,129 @@ kernel_all(const char *level)
 }
 
 /*
+ * The prologue (mlopt's fuse-expand): ConvNHWC(X, W, B, Wp, [Bp]) with
+ * prologue 1 against the pointwise ConvNHWC(X, Wp, Bp) and the depthwise
+ * one after it: strides, dilation, pads, a window of one row (no ring
+ * rows twice) and one taller than the ring (the whole input first), images
+ * that runs cross, planes too short for a run per thread (groups of
+ * channels), channels past whole blocks of 16, no Bp.
+ */
+struct pcase {
+	int64_t n, cx, c, h, w, kh, kw, s, d;
+	int64_t pads[4];
+	bool bp;
+	const char *pre, *act;
+};
+
+static bool
+prologue_case(const struct pcase *k)
+{
+	int64_t wpd[4] = { 1, 1, k->cx, k->c }, wd[4] = { k->kh, k->kw, 1, k->c }, cd[1] = { k->c };
+	int64_t xd[4] = { k->n, k->h, k->w, k->cx };
+	float *wp = malloc(sizeof(float) * (size_t)(k->cx * k->c));
+	float *w = malloc(sizeof(float) * (size_t)(k->kh * k->kw * k->c));
+	float *b = malloc(sizeof(float) * (size_t)k->c), *bp = malloc(sizeof(float) * (size_t)k->c);
+	struct ml_graph *g[2] = { NULL, NULL };
+	struct ml_tval x = { 0 };
+	float *y[2] = { NULL, NULL };
+	int64_t ny[2] = { 0, 0 };
+	bool good = false;
+
+	for (int64_t i = 0; i < k->cx * k->c; i++)
+		wp[i] = frand();
+	for (int64_t i = 0; i < k->kh * k->kw * k->c; i++)
+		w[i] = frand();
+	for (int64_t i = 0; i < k->c; i++) {
+		b[i] = frand();
+		bp[i] = frand();
+	}
+	rand_tval(&x, 4, xd);
+	for (int pass = 0; pass < 2; pass++) {
+		if (ml_graph_new(&g[pass], &err) < 0)
+			goto out;
+		ml_graph_set_opset(g[pass], "", 13, &err);
+		input(g[pass], "x", 4, xd);
+		cst(g[pass], "wp", 4, wpd, wp);
+		cst(g[pass], "w", 4, wd, w);
+		cst(g[pass], "b", 1, cd, b);
+		cst(g[pass], "bp", 1, cd, bp);
+		int ni;
+		if (pass == 0) {
+			const char *pin[3] = { "x", "wp", "bp" }, *din[3] = { "e", "w", "b" };
+			int pi = node(g[0], "ConvNHWC", "ml", k->bp ? 3 : 2, pin, "e");
+			ml_node_set_ints(g[0], pi, "kernel_shape", 2, (int64_t[]){ 1, 1 });
+			ml_node_set_string(g[0], pi, "activation", k->pre);
+			ml_node_set_float(g[0], pi, "clip_min", 0.0);
+			ml_node_set_float(g[0], pi, "clip_max", 0.75);
+			ni = node(g[0], "ConvNHWC", "ml", 3, din, "y");
+		} else {
+			const char *in[5] = { "x", "w", "b", "wp", "bp" };
+			ni = node(g[1], "ConvNHWC", "ml", k->bp ? 5 : 4, in, "y");
+			ml_node_set_int(g[1], ni, "prologue", 1);
+			ml_node_set_string(g[1], ni, "pre_activation", k->pre);
+			ml_node_set_float(g[1], ni, "pre_clip_min", 0.0);
+			ml_node_set_float(g[1], ni, "pre_clip_max", 0.75);
+		}
+		ml_node_set_ints(g[pass], ni, "kernel_shape", 2, (int64_t[]){ k->kh, k->kw });
+		ml_node_set_ints(g[pass], ni, "strides", 2, (int64_t[]){ k->s, k->s });
+		ml_node_set_ints(g[pass], ni, "dilations", 2, (int64_t[]){ k->d, k->d });
+		ml_node_set_ints(g[pass], ni, "pads", 4, k->pads);
+		ml_node_set_int(g[pass], ni, "group", k->c);
+		ml_node_set_string(g[pass], ni, "activation", k->act);
+		if (!finish(g[pass], "y"))
+			goto out;
+		const char *names[1] = { "x" };
+		if ((y[pass] = run(g[pass], 1, names, &x, &ny[pass])) == NULL)
+			goto out;
+	}
+	good = ny[0] == ny[1] && ny[0] > 0;
+	for (int64_t i = 0; good && i < ny[0]; i++)
+		good = fabsf(y[0][i] - y[1][i]) <= 1e-5f * (1.0f + fabsf(y[0][i]));
+out:
+	free(wp);
+	free(w);
+	free(b);
+	free(bp);
+	free(y[0]);
+	free(y[1]);
+	ml_tval_clear(&x);
+	ml_graph_free(g[0]);
+	ml_graph_free(g[1]);
+	return good;
+}
+
+static const struct pcase pcases[] = {
+	{ 1, 16, 96, 30, 29, 3, 3, 1, 1, { 1, 1, 1, 1 }, true, "Clip", "Clip" },
+	{ 1, 24, 144, 31, 30, 3, 3, 2, 1, { 1, 1, 1, 1 }, true, "Silu", "" },
+	{ 3, 8, 37, 9, 11, 3, 3, 1, 1, { 1, 1, 1, 1 }, false, "Relu", "Relu" },
+	{ 2, 5, 40, 13, 12, 5, 5, 2, 1, { 2, 2, 2, 2 }, true, "", "Silu" },
+	{ 1, 7, 33, 10, 9, 3, 3, 1, 2, { 2, 1, 2, 0 }, true, "Clip", "" },
+	{ 1, 6, 20, 25, 24, 3, 3, 1, 9, { 9, 0, 9, 1 }, true, "Relu", "Clip" },
+	{ 2, 9, 48, 7, 8, 1, 1, 1, 1, { 0, 0, 0, 0 }, true, "Clip", "Clip" },
+	{ 1, 4, 64, 2, 40, 3, 3, 1, 1, { 1, 1, 1, 1 }, false, "Silu", "" },
+	{ 1, 12, 17, 3, 5, 3, 3, 2, 1, { 0, 1, 1, 0 }, true, "", "" },
+};
+#define NPCASES ((int)(sizeof pcases / sizeof pcases[0]))
+
+/* prologue_all: every pcase on the depthwise kernel of level (ML_NHWC) */
+static bool
+prologue_all(const char *level)
+{
+	int bad = 0;
+	if (level != NULL)
+		setenv("ML_NHWC", level, 1);
+	else
+		unsetenv("ML_NHWC");
+	for (int i = 0; i < NPCASES; i++)
+		if (!prologue_case(&pcases[i])) {
+			printf("# prologue case %d wrong\n", i);
+			bad++;
+		}
+	unsetenv("ML_NHWC");
+	return bad == 0;
+}
+
+/*
  * The pass. block: a ConvNeXt block on x (NCHW, C channels) into y:
  * depthwise 7x7, Transpose, LayerNormalization, Linear, Gelu, Linear,
  * Transpose, the layer scale, the residual Add.
@@ -664,6 +788,18 @@ main(void)
 	kernel_all(NULL);
 	kernel_all("avx2");
 	kernel_all("0");
+	/* the prologue's rows through the packed SGEMM's kernel, then (a child) the portable loop */
+	ok(prologue_all(NULL), "a prologue = the pointwise and depthwise ConvNHWC apart");
+	ok(prologue_all("avx2"), "the same, depthwise forced to AVX2 (ML_NHWC=avx2)");
+	ok(prologue_all("0"), "the same, the portable depthwise loops (ML_NHWC=0)");
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ML_PGEMM", "0", 1);
+		_exit(prologue_all(NULL) && prologue_all("0") ? 0 : 1);
+	}
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0, "the same, the prologue's portable loop (ML_PGEMM=0)");
 	test_convnext();
 	test_inner();
 	test_se();
