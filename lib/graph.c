@@ -729,6 +729,17 @@ ml_attr_ints(const struct ml_node *n, const char *name, const int64_t **v)
 	return a->n;
 }
 
+bool
+ml_attr_ints_all(const struct ml_node *n, const char *name, int64_t v)
+{
+	const int64_t *a;
+	int na = ml_attr_ints(n, name, &a);
+	for (int i = 0; i < na; i++)
+		if (a[i] != v)
+			return false;
+	return true;
+}
+
 int
 ml_attr_floats(const struct ml_node *n, const char *name, const double **v)
 {

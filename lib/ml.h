@@ -443,6 +443,8 @@ double ml_attr_float(const struct ml_node *n, const char *name, double def);
 const char *ml_attr_str(const struct ml_node *n, const char *name, const char *def);
 /* ml_attr_ints: the INTS value in *v and its count, or -1 when absent. */
 int ml_attr_ints(const struct ml_node *n, const char *name, const int64_t **v);
+/* ml_attr_ints_all: n's INTS attribute name is absent or every value of it is v. */
+bool ml_attr_ints_all(const struct ml_node *n, const char *name, int64_t v);
 int ml_attr_floats(const struct ml_node *n, const char *name, const double **v);
 
 /*

@@ -225,6 +225,13 @@ fsm_panels(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+void
+ml_cpu_pack_panels(const float *b, int64_t k, int64_t n, float *bp)
+{
+	struct fmm f = { .b = b, .bp = bp, .k = k, .n = n, .src = PK_PLAIN };
+	fmm_pack(&f, 0, (n + ML_PG_NR - 1) / ML_PG_NR);
+}
+
 const float *
 ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n, bool trans)
 {
@@ -498,18 +505,6 @@ fpw_whole(struct ml_opctx *c, const struct fpw *f, int64_t nb)
 	return 0;
 }
 
-/* all_eq: the INTS attribute name of n is absent or every value is v. */
-static bool
-all_eq(const struct ml_node *n, const char *name, int64_t v)
-{
-	const int64_t *a;
-	int na = ml_attr_ints(n, name, &a);
-	for (int i = 0; i < na; i++)
-		if (a[i] != v)
-			return false;
-	return true;
-}
-
 int
 ml_cpu_fconv_fast(struct ml_opctx *c)
 {
@@ -520,8 +515,8 @@ ml_cpu_fconv_fast(struct ml_opctx *c)
 	if (!ml_pgemm_ok() || x->dtype != ML_F32 || w->dtype != ML_F32 || r < 3 || w->rank != r ||
 	    y->rank != r || (bias != NULL && bias->dtype != ML_F32) ||
 	    (z != NULL && (z->dtype != ML_F32 || ml_tval_numel(z) != ml_tval_numel(y))) ||
-	    ml_attr_int(c->node, "group", 1) != 1 || !all_eq(c->node, "strides", 1) ||
-	    !all_eq(c->node, "pads", 0) || w->dims[1] != x->dims[1])
+	    ml_attr_int(c->node, "group", 1) != 1 || !ml_attr_ints_all(c->node, "strides", 1) ||
+	    !ml_attr_ints_all(c->node, "pads", 0) || w->dims[1] != x->dims[1])
 		return 1;
 	int64_t hw = 1;
 	for (int d = 2; d < r; d++) {

@@ -71,6 +71,8 @@ bool ml_cpu_wconst(const struct ml_opctx *c);
  * a few rows streaming each panel once.
  */
 const float *ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n, bool trans);
+/* ml_cpu_pack_panels: b [k, n] into bp, ml_pgemm_packed_len(k, n) floats, on this thread. */
+void ml_cpu_pack_panels(const float *b, int64_t k, int64_t n, float *bp);
 void ml_cpu_fmm_panels(int64_t m, int64_t k, int64_t n, const float *a, const float *bp,
 		       const float *bias, const float *z, float *y, int act, float lo, float hi);
 

@@ -52,7 +52,7 @@ struct nhwc {
 	/* a depthwise row's input rows: row ih in ring slot ih % nring (a prologue), else X's */
 	float *ring;
 	int64_t nring;
-	int64_t c0, c1;		/* a depthwise row's channels [c0, c1) (whole panels but the last) */
+	int64_t c0, c1;		/* a depthwise row's channels [c0, c1) (multiples of 16 but C) */
 };
 
 /* in_row: row ih of image n of the input the depthwise taps read */
@@ -658,7 +658,7 @@ direct_rows(void *ctx, int64_t b, int64_t e)
 
 /*
  * A depthwise convolution with a pointwise prologue (mlopt's fuse-expand,
- * inputs 4 and 5): items are runs of output rows, and each keeps a ring of
+ * inputs 3 and 4, ML_NHWC_WP and ML_NHWC_BP): items are runs of output rows, and each keeps a ring of
  * the input rows its window spans, computing a row (the row's pixels' Cx
  * channels times Wp, plus Bp, then pre_activation) when an output row of
  * the run first needs it; so the C-channel input (MobileNet-V2's
@@ -773,14 +773,10 @@ conv_pre(struct ml_opctx *c, const struct ml_conv3 *v, struct nhwc *j)
 		return ml_opfail(c, ML_EINVAL, "the prologue needs X [N, H, W, Cx], Wp [1, 1, Cx, C] "
 				 "and Bp [C]");
 	if (ml_pgemm_ok()) {
-		int64_t np = (C + ML_PG_NR - 1) / ML_PG_NR;
-		float *pan = ml_cpu_scratch(1, sizeof(float) * (size_t)(np * cx * ML_PG_NR));
+		float *pan = ml_cpu_scratch(1, sizeof(float) * (size_t)ml_pgemm_packed_len(cx, C));
 		if (pan == NULL)
 			return ml_opfail(c, ML_ENOMEM, "out of memory for the prologue's weights");
-		for (int64_t k = 0; k < cx; k++)
-			for (int64_t ch = 0; ch < np * ML_PG_NR; ch++)
-				pan[(ch / ML_PG_NR * cx + k) * ML_PG_NR + ch % ML_PG_NR] =
-					ch < C ? p.wp[k * C + ch] : 0.0f;
+		ml_cpu_pack_panels(p.wp, cx, C, pan);
 		p.pan = pan;
 	}
 	int64_t rows = v->n * v->out[1], per = v->out[2] * v->cout * v->ksz * v->cg;

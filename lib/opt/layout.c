@@ -209,14 +209,8 @@ conv_gain(const struct opt *o, int ni)
 	const struct ml_tensor *w = o->g->tensors[n->in[1]], *y = o->g->tensors[n->out[0]];
 	int64_t macs = numel(o, n->out[0]) * w->dims[2] * w->dims[3], ow = ML_MAX(y->dims[3], 1);
 	if (ml_attr_int(n, "group", 1) == 1) {
-		const int64_t *v;
-		bool pw = w->dims[2] == 1 && w->dims[3] == 1;
-		int nv = ml_attr_ints(n, "strides", &v);
-		for (int i = 0; pw && i < nv; i++)
-			pw = v[i] == 1;
-		nv = ml_attr_ints(n, "pads", &v);
-		for (int i = 0; pw && i < nv; i++)
-			pw = v[i] == 0;
+		bool pw = w->dims[2] == 1 && w->dims[3] == 1 && ml_attr_ints_all(n, "strides", 1) &&
+			  ml_attr_ints_all(n, "pads", 0);
 		macs *= w->dims[1];
 		if (!pw)
 			return -macs / DENSE_DIV;
@@ -623,18 +617,6 @@ out:
 	return rc;
 }
 
-/* ints_all: n's INTS attribute name is absent or every value is v */
-static bool
-ints_all(const struct ml_node *n, const char *name, int64_t v)
-{
-	const int64_t *a;
-	int k = ml_attr_ints(n, name, &a);
-	for (int i = 0; i < k; i++)
-		if (a[i] != v)
-			return false;
-	return true;
-}
-
 /*
  * fuse-expand: a pointwise ConvNHWC (1x1, stride 1, no padding, one
  * group, constant W [1, 1, Cx, C], no residual) whose output only a
@@ -682,7 +664,7 @@ ml_pass_fuse_expand(struct opt *o)
 		const struct ml_node *p = &g->nodes[pi];
 		if (p->n_in < 2 || p->n_in > 3 || p->in[0] < 0 || p->n_out != 1 ||
 		    ml_attr_int(p, "group", 1) != 1 || ml_attr_find(p, "packed_n") != NULL ||
-		    !ints_all(p, "strides", 1) || !ints_all(p, "pads", 0) ||
+		    !ml_attr_ints_all(p, "strides", 1) || !ml_attr_ints_all(p, "pads", 0) ||
 		    strcmp(ml_attr_str(p, "auto_pad", "NOTSET"), "NOTSET") != 0 ||
 		    ml_fused_act(p) < 0 || !mlopt_f32(o, p->in[0]) ||
 		    mlopt_const(o, p->in[1], ML_F32) == NULL)
