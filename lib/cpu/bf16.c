@@ -1081,10 +1081,10 @@ ml_cpu_bf16_run(struct ml_opctx *c)
 	    c->in[0]->dtype == ML_F32 && c->in[1]->dtype == ML_F32 && c->n_out >= 1 &&
 	    c->out[0]->dtype == ML_F32 && !in_emulation && ml_node_bf16(c->node)) {
 		/*
-		 * Few output channels (a LeNet's): the f32 direct kernels
-		 * (train_conv.c, nn_conv.c) beat the bf16 GEMM, whose 12-row
-		 * tiles would run mostly empty; they stay f32, as their
-		 * gradients do (grad.c).
+		 * Few output channels (a LeNet's): train_conv.c's kernels,
+		 * bf16 there (nn_conv.c passes the node's precision), beat
+		 * the bf16 GEMM, whose 12-row tiles would run mostly empty;
+		 * so do their gradients (grad.c).
 		 */
 		struct ml_conv3 v;
 		if (ml_cpu_conv3(c, &v) < 0 || ml_train_conv_ok(&v))

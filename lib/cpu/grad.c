@@ -10,7 +10,8 @@
  * adds dy_g [mg, out] x col^T into dW_g, ConvGradInput computes
  * col = W_g^T dy_g and scatters it back (col2im) into dx. f32 stride-1
  * convolutions with few output channels (ml_train_conv_ok) go to
- * lib/cpu/train_conv.c instead, which needs no column matrix.
+ * lib/cpu/train_conv.c instead, which needs no column matrix (in bf16
+ * too, for a step of mltrain --precision bf16).
  *
  * TrainGemm and GemmSGDUpdate (the dense layers of a fused CPU step) go
  * to ml_tgemm in nn_gemm.c, or to the Gemm kernel and a second pass.
@@ -989,8 +990,8 @@ run_conv_grad(struct ml_opctx *c)
 		      v.s[0] * v.s[1] * v.s[2] == 1;
 	/*
 	 * bf16 (on AVX512_BF16, or emulated): the column GEMMs, which round
-	 * their operands; not where train_conv.c's f32 kernels apply, which
-	 * are faster than the bf16 GEMM on so few output channels (bf16.c)
+	 * their operands; where train_conv.c's kernels apply (few output
+	 * channels), those, in the node's precision
 	 */
 	int ty = !f32 ? 0 : ml_node_bf16(c->node) && ml_bf16_train_path() != 0 &&
 				    (direct || !ml_train_conv_ok(&v)) ? 2 : 1;
@@ -1001,8 +1002,8 @@ run_conv_grad(struct ml_opctx *c)
 			memset(dbt->data, 0, (size_t)ml_tval_nbytes(dbt));
 		if (v.n == 0)
 			return 0;
-		return ml_train_conv_grad_f32(c, &v, gi, F32(dy), F32(x), F32(w), F32(c->out[0]),
-					      dbt != NULL ? F32(dbt) : NULL);
+		return ml_train_conv_grad(c, &v, ml_train_conv_mode(c->node, &v), gi, F32(dy), F32(x),
+					  F32(w), F32(c->out[0]), dbt != NULL ? F32(dbt) : NULL);
 	}
 	int64_t per = ML_MAX(rows, v.mg) * v.outsz;
 	int64_t nb = per > 0 ? ML_MAX(1, ML_MIN(v.n, COL_CHUNK / per)) : 1;

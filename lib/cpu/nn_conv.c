@@ -1248,7 +1248,7 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 		return 0;
 	/* batches of few output channels, not depthwise (training a small CNN): train_conv.c */
 	if (v->n >= 2 && (v->group == 1 || v->cg > 1) && ml_train_conv_ok(v))
-		return ml_train_conv_f32(c, v, x, w, bias, y);
+		return ml_train_conv_fwd(c, v, ml_train_conv_mode(c->node, v), x, w, bias, y);
 	int rc = conv_rows(c, v, x, bias, NULL, y);
 	if (rc <= 0)
 		return rc;

@@ -24,6 +24,13 @@
  * The kernels come for AVX-512F, AVX2+FMA and 4-wide GCC vectors (SSE on
  * the x86-64-v2 baseline, plain C elsewhere), picked once at run time
  * (ML_TGEMM=avx2 or ML_TGEMM=0 force the lower ones, for tests).
+ *
+ * bf16 (a step of mltrain --precision bf16, the node's precision "bf16"):
+ * mode ML_TC_BF16 runs train_amx.c's AMX kernels (tdpbf16ps); mode
+ * ML_TC_ROUND is their reference (ML_BF16=f32, the tests): the f32
+ * kernels here on copies and weights rounded to bf16. The two differ by
+ * the order of the f32 sums only. Without AMX a bf16 step runs these in
+ * f32 (vdpbf16ps alone was slower than the f32 FMAs, train_amx.c).
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "no-tree-loop-distribute-patterns")
@@ -190,9 +197,9 @@ typedef void (*nt_fn)(int64_t, int64_t, int64_t, int64_t, const float *, int64_t
 
 /*
  * struct wide: one implicit GEMM's operands. src: the padded planes
- * [kc][n][hp][wp] (+ a zero tail); boff[p]: the offset of row p =
- * (ci, kh, kw) of the kc * kh * kw rows; li: columns of an image's wide
- * output; out: [m][n * li] (nn) or the product [m][rows] (nt).
+ * [kc][n][hp][wp] (+ a zero tail); boff[p]: the offset of row p = (ci,
+ * kh, kw) of the kc * kh * kw rows; li: columns of an image's wide output;
+ * out: [m][n * li] (nn) or the product [m][rows] (nt).
  */
 struct wide {
 	int64_t n, m, rows, hp, wp, li;
@@ -203,6 +210,13 @@ struct wide {
 	int lv, mr, nc;		/* the level; nn: the rows of a tile, its vectors of columns */
 	nn_fn nn;
 };
+
+/* the columns an nn item covers */
+static int
+nn_cols(const struct wide *w)
+{
+	return (w->lv == 2 ? 16 : w->lv == 1 ? 8 : 4) * w->nc;
+}
 
 /* nn_pick: the nn tile of level lv for m rows (the fewest padded rows, then the tallest). */
 static void
@@ -237,14 +251,26 @@ nn_pick(struct wide *w)
 #endif
 }
 
-/* nn_pack: A [m][k] (row stride sam, column stride sak) as tiles pk[tile][p][mr], zero rows past m. */
+/* rnd: x rounded to bf16 (the reference of the bf16 kernels) */
+static inline float
+rnd(float x)
+{
+	return ml_bf16_to_f32(ml_f32_to_bf16(x));
+}
+
+/*
+ * nn_pack: A [m][k] (row stride sam, column stride sak) as tiles
+ * pk[tile][p][mr], zero rows past m; bf ML_TC_ROUND: rounded to bf16.
+ */
 static void
-nn_pack(const float *a, int64_t m, int64_t k, int64_t sam, int64_t sak, int mr, float *pk)
+nn_pack(const float *a, int64_t m, int64_t k, int64_t sam, int64_t sak, int mr, int bf, float *pk)
 {
 	for (int64_t r0 = 0; r0 < m; r0 += mr)
 		for (int64_t p = 0; p < k; p++)
-			for (int i = 0; i < mr; i++)
-				*pk++ = r0 + i < m ? a[(r0 + i) * sam + p * sak] : 0.0f;
+			for (int i = 0; i < mr; i++) {
+				float v = r0 + i < m ? a[(r0 + i) * sam + p * sak] : 0.0f;
+				*pk++ = bf == ML_TC_ROUND ? rnd(v) : v;
+			}
 }
 
 static int64_t
@@ -257,7 +283,7 @@ static void
 nn_items(void *ctx, int64_t b0, int64_t b1)
 {
 	const struct wide *w = ctx;
-	int vw = (w->lv == 2 ? 16 : w->lv == 1 ? 8 : 4) * w->nc;
+	int vw = nn_cols(w);
 	int64_t per = w->li / vw, ldc = w->n * w->li;
 	for (int64_t it = b0; it < b1; it++) {
 		int64_t i = it / per, j0 = (it % per) * vw;
@@ -273,7 +299,7 @@ static void
 nt_items(void *ctx, int64_t b0, int64_t b1)
 {
 	const struct wide *w = ctx;
-	int mr = w->lv == 2 ? 6 : 2, nr = w->lv == 2 ? 4 : w->lv == 1 ? 4 : 2;
+	int mr = w->lv == 2 ? 6 : 2, nr = w->lv >= 1 ? 4 : 2;
 	nt_fn fn = nt128;
 #ifdef HAVE_TG
 	fn = w->lv == 2 ? nt512 : w->lv == 1 ? nt256 : nt128;
@@ -306,14 +332,43 @@ ml_train_conv_ok(const struct ml_conv3 *v)
 	       ML_MAX(v->cg, v->mg) * v->n * (hp + 1) * wp <= ((int64_t)1 << 24);
 }
 
+int
+ml_train_conv_mode(const struct ml_node *n, const struct ml_conv3 *v)
+{
+	if (!ml_node_bf16(n))
+		return ML_TC_F32;
+	switch (ml_bf16_train_path()) {
+	case 2:
+		/* AVX512_BF16 without AMX: vdpbf16ps loses to f32 here, so f32 */
+		return ml_train_amx_ok(v) ? ML_TC_BF16 : ML_TC_F32;
+	case 1:
+		return ml_bf16_path_ok(ML_BF16_AMX) ? ML_TC_ROUND : ML_TC_F32;
+	default:
+		return ML_TC_F32;
+	}
+}
+
+/* put_row: n floats of s into d, rounded to bf16 where bf is ML_TC_ROUND */
+static void
+put_row(const float *s, int64_t n, int bf, float *d)
+{
+	if (bf == ML_TC_ROUND)
+		for (int64_t q = 0; q < n; q++)
+			d[q] = rnd(s[q]);
+	else
+		for (int64_t q = 0; q < n; q++)
+			d[q] = s[q];
+}
+
 /*
  * pad_planes: channels [c0, c0 + kc) of src [n][ctot][h][w] into dst
  * [kc][n][hp][wp] at row pt and column pl of each plane, zeros around,
- * and tail more zeros after.
+ * and tail more zeros after; bf as put_row.
  */
 static void
 pad_planes(const float *src, int64_t n, int64_t ctot, int64_t c0, int64_t kc, int64_t h,
-	   int64_t w, int64_t hp, int64_t wp, int64_t pt, int64_t pl, int64_t tail, float *dst)
+	   int64_t w, int64_t hp, int64_t wp, int64_t pt, int64_t pl, int64_t tail, int bf,
+	   float *dst)
 {
 	int64_t plane = hp * wp, pr = wp - pl - w;
 	for (int64_t c = 0; c < kc; c++)
@@ -323,8 +378,7 @@ pad_planes(const float *src, int64_t n, int64_t ctot, int64_t c0, int64_t kc, in
 			memset(d, 0, sizeof(float) * (size_t)(pt * wp + pl));
 			d += pt * wp + pl;
 			for (int64_t y = 0; y < h; y++, d += wp, s += w) {
-				for (int64_t q = 0; q < w; q++)
-					d[q] = s[q];
+				put_row(s, w, bf, d);
 				for (int64_t q = 0; q < pr + (y + 1 < h ? pl : 0); q++)
 					d[w + q] = 0.0f;
 			}
@@ -371,9 +425,11 @@ li_of(int64_t oh, int64_t wp)
 }
 
 int
-ml_train_conv_f32(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
-		  const float *bias, float *y)
+ml_train_conv_fwd(struct ml_opctx *c, const struct ml_conv3 *v, int bf, const float *x,
+		  const float *w, const float *bias, float *y)
 {
+	if (bf == ML_TC_BF16)
+		return ml_train_amx_fwd(c, v, x, w, bias, y);
 	int64_t H = v->in[1], W = v->in[2], kh = v->k[1], kw = v->k[2];
 	int64_t hp = H + v->p[1] + v->pe[1], wp = W + v->p[2] + v->pe[2];
 	int64_t oh = v->out[1], ow = v->out[2], K = v->cg * kh * kw, li = li_of(oh, wp);
@@ -385,11 +441,11 @@ ml_train_conv_f32(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, 
 	offsets(boff, v->cg, v->n, hp, wp, kh, kw);
 	struct wide j = { v->n, v->mg, K, hp, wp, li, a, src, boff, out, tg_level(), 0, 1, NULL };
 	nn_pick(&j);
-	int vw = (j.lv == 2 ? 16 : j.lv == 1 ? 8 : 4) * j.nc;
+	int vw = nn_cols(&j);
 	for (int64_t g = 0; g < v->group; g++) {
 		pad_planes(x, v->n, v->cin, g * v->cg, v->cg, H, W, hp, wp, v->p[1], v->p[2], tail,
-			   src);
-		nn_pack(w + g * v->mg * K, v->mg, K, K, 1, j.mr, a);
+			   bf, src);
+		nn_pack(w + g * v->mg * K, v->mg, K, K, 1, j.mr, bf, a);
 		int64_t items = v->n * (li / vw);
 		ml_parallel_for(items, ML_MAX(1, 8192 / ML_MAX(1, v->mg * K)), nn_items, &j);
 		for (int64_t i = 0; i < v->n; i++)
@@ -406,8 +462,8 @@ ml_train_conv_f32(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, 
 }
 
 int
-ml_train_conv_grad_f32(struct ml_opctx *c, const struct ml_conv3 *v, bool gi, const float *dy,
-		       const float *x, const float *w, float *out, float *db)
+ml_train_conv_grad(struct ml_opctx *c, const struct ml_conv3 *v, int bf, bool gi,
+		   const float *dy, const float *x, const float *w, float *out, float *db)
 {
 	int64_t H = v->in[1], W = v->in[2], kh = v->k[1], kw = v->k[2];
 	int64_t oh = v->out[1], ow = v->out[2], rows = v->cg * kh * kw;
@@ -434,6 +490,8 @@ ml_train_conv_grad_f32(struct ml_opctx *c, const struct ml_conv3 *v, bool gi, co
 			}
 			db[m] = (float)s;
 		}
+	if (bf == ML_TC_BF16)
+		return ml_train_amx_grad(c, v, gi, dy, x, w, out);
 	if (gi) {
 		/* dx = conv(dy padded by k - 1 - pad, W flipped, channels swapped) */
 		int64_t hp = H + kh - 1, wp = W + kw - 1, li = li_of(H, wp);
@@ -449,7 +507,7 @@ ml_train_conv_grad_f32(struct ml_opctx *c, const struct ml_conv3 *v, bool gi, co
 		vw *= j.nc;
 		for (int64_t g = 0; g < v->group; g++) {
 			pad_planes(dy, v->n, v->cout, g * v->mg, v->mg, oh, ow, hp, wp,
-				   kh - 1 - v->p[1], kw - 1 - v->p[2], tail, src);
+				   kh - 1 - v->p[1], kw - 1 - v->p[2], tail, bf, src);
 			/* a[ci][(m, p, q)] = w[g * mg + m][ci][kh - 1 - p][kw - 1 - q] */
 			const float *wg = w + g * wsz;
 			for (int64_t ci = 0; ci < v->cg; ci++)
@@ -459,7 +517,7 @@ ml_train_conv_grad_f32(struct ml_opctx *c, const struct ml_conv3 *v, bool gi, co
 							a[ci * K + (m * kh + p) * kw + q] =
 								wg[((m * v->cg + ci) * kh + kh - 1 - p) * kw +
 								   kw - 1 - q];
-			nn_pack(a, v->cg, K, K, 1, j.mr, pk);
+			nn_pack(a, v->cg, K, K, 1, j.mr, bf, pk);
 			ml_parallel_for(v->n * (li / vw), ML_MAX(1, 8192 / ML_MAX(1, v->cg * K)),
 					nn_items, &j);
 			for (int64_t i = 0; i < v->n; i++)
@@ -483,14 +541,13 @@ ml_train_conv_grad_f32(struct ml_opctx *c, const struct ml_conv3 *v, bool gi, co
 	struct wide j = { v->n, v->mg, rows, hp, wp, li, buf, src, boff, NULL, lv, 0, 1, NULL };
 	for (int64_t g = 0; g < v->group; g++) {
 		pad_planes(x, v->n, v->cin, g * v->cg, v->cg, H, W, hp, wp, v->p[1], v->p[2], tail,
-			   src);
+			   bf, src);
 		for (int64_t m = 0; m < v->mg; m++)
 			for (int64_t i = 0; i < v->n; i++) {
 				const float *s = dy + (i * v->cout + g * v->mg + m) * v->outsz;
 				float *d = buf + m * v->n * li + i * li;
 				for (int64_t r = 0; r < oh; r++, d += wp, s += ow) {
-					for (int64_t q = 0; q < ow; q++)
-						d[q] = s[q];
+					put_row(s, ow, bf, d);
 					for (int64_t q = ow; q < wp; q++)
 						d[q] = 0.0f;
 				}

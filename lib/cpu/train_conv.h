@@ -1,9 +1,9 @@
 /*
- * train_conv.h: the small-channel f32 convolution kernels of training
+ * train_conv.h: the small-channel convolution kernels of training
  * (lib/cpu/train_conv.c): the forward convolution and both gradients,
  * as GEMMs over a padded copy of the input instead of a column matrix, for
  * a handful of channels (a LeNet's 6 or 16), which BLAS and ml_pgemm run
- * poorly.
+ * poorly; in f32, and in bf16 for mltrain --precision bf16.
  */
 #ifndef ML_CPU_TRAIN_CONV_H
 #define ML_CPU_TRAIN_CONV_H
@@ -19,19 +19,48 @@
 bool ml_train_conv_ok(const struct ml_conv3 *v);
 
 /*
- * ml_train_conv_f32: y = conv(x, w) + bias (NULL: none). 0, or ML_ENOMEM
- * (set on c).
+ * The precision of a call: ML_TC_F32, the f32 kernels; ML_TC_ROUND, the
+ * f32 kernels on operands rounded to bf16 (the reference, ML_BF16=f32);
+ * ML_TC_BF16, AMX on bf16 operands with f32 sums (train_amx.c).
  */
-int ml_train_conv_f32(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
+enum { ML_TC_F32 = 0, ML_TC_ROUND = 1, ML_TC_BF16 = 2 };
+
+/*
+ * ml_train_conv_mode: the precision of node n's convolution v: ML_TC_F32
+ * unless n says precision "bf16"; then ML_TC_BF16 where AMX takes v
+ * (ml_train_amx_ok), else ML_TC_F32 (no AVX512_BF16, or vdpbf16ps alone,
+ * which is slower here than f32); where bf16 products are emulated
+ * (ml_bf16_train_path 1), ML_TC_ROUND if this CPU has AMX (what its
+ * native path rounds), else ML_TC_F32.
+ */
+int ml_train_conv_mode(const struct ml_node *n, const struct ml_conv3 *v);
+
+/*
+ * ml_train_conv_fwd: y = conv(x, w) + bias (NULL: none) in precision bf.
+ * 0, or ML_ENOMEM (set on c).
+ */
+int ml_train_conv_fwd(struct ml_opctx *c, const struct ml_conv3 *v, int bf, const float *x,
 		      const float *w, const float *bias, float *y);
 
 /*
- * ml_train_conv_grad_f32: ConvGradInput (gi: out = dx, all of it written)
- * or ConvGradFilter (out = dW; db, when not NULL, the bias gradient) of
- * the convolution v. 0, or ML_ENOMEM (set on c).
+ * ml_train_conv_grad: ConvGradInput (gi: out = dx, all of it written) or
+ * ConvGradFilter (out = dW; db, when not NULL, the bias gradient, always
+ * f32 sums) of the convolution v in precision bf. 0, or ML_ENOMEM (set
+ * on c).
  */
-int ml_train_conv_grad_f32(struct ml_opctx *c, const struct ml_conv3 *v, bool gi,
-			   const float *dy, const float *x, const float *w, float *out,
-			   float *db);
+int ml_train_conv_grad(struct ml_opctx *c, const struct ml_conv3 *v, int bf, bool gi,
+		       const float *dy, const float *x, const float *w, float *out, float *db);
+
+/*
+ * train_amx.c: ml_train_amx_ok, whether the AMX kernels take v (this
+ * build has them, ml_bf16_path() is AMX, at most 64 channels a group
+ * and a window at most 32 wide); ml_train_amx_fwd and ml_train_amx_grad:
+ * ml_train_conv_fwd and ml_train_conv_grad (without db) in bf16 on AMX.
+ */
+bool ml_train_amx_ok(const struct ml_conv3 *v);
+int ml_train_amx_fwd(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
+		     const float *w, const float *bias, float *y);
+int ml_train_amx_grad(struct ml_opctx *c, const struct ml_conv3 *v, bool gi, const float *dy,
+		      const float *x, const float *w, float *out);
 
 #endif

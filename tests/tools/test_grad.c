@@ -12,6 +12,9 @@
 #include <string.h>
 
 #include "ml.h"
+#include "ml_train.h"
+#include "cpu/nn.h"
+#include "train/train.h"
 
 static int ntest, nfail;
 
@@ -638,6 +641,13 @@ static const char *p_lenet1(struct tc *t) { return conv_geo(t, 3, 1, 12, 12, 6, 
 static const char *p_lenet2(struct tc *t) { return conv_geo(t, 3, 6, 9, 9, 16, 5, 5, 1, D(0, 0, 0, 0)); }
 static const char *p_group(struct tc *t) { return conv_geo(t, 2, 4, 7, 6, 6, 3, 2, 2, D(1, 0, 0, 1)); }
 static const char *p_odd(struct tc *t) { return conv_geo(t, 2, 3, 8, 11, 13, 3, 3, 1, D(1, 1, 1, 1)); }
+/* one channel, a 3x7 window over rows of 40 (two tiles of columns, two runs of 32) */
+static const char *p_wide1(struct tc *t) { return conv_geo(t, 3, 1, 7, 40, 16, 3, 7, 1, D(1, 3, 0, 2)); }
+/* 20 input channels: the input gradient's 20 rows in tiles of 16 */
+static const char *p_cg20(struct tc *t) { return conv_geo(t, 2, 20, 5, 6, 5, 3, 3, 1, D(1, 1, 1, 1)); }
+
+/* parity_prec: ML_PREC_BF16 marks the products of parity_run's graph precision bf16 */
+static int parity_prec = ML_PREC_F32;
 
 /* 2 x 2 max pools that tile the input: the branch-free f32 gradient, 8 windows at once and a tail */
 static const char *
@@ -680,6 +690,7 @@ parity_run(build_fn fn, enum ml_dtype dt, uint64_t seed, int64_t *len)
 	for (int i = 0; i < t.ndiff; i++)
 		ml_graph_add_output(g, gx[i], &t.e);
 	if (ml_graph_toposort(g, &t.e) < 0 || ml_graph_infer(g, &t.e) < 0 ||
+	    ml_train_mark_precision(g, parity_prec, &t.e) < 0 ||
 	    ml_session_new(&s, g, NULL, &t.e) < 0 || ml_session_run(s, &t.e) < 0)
 		goto done;
 	int64_t total = 0;
@@ -737,6 +748,67 @@ conv_parity(bool report)
 		free(b);
 	}
 	return bad;
+}
+
+/*
+ * The same convolutions marked precision bf16 (mltrain --precision bf16):
+ * on AMX (train_amx.c) against their reference, the f32 kernels on
+ * operands rounded to bf16 (ML_BF16=f32), which differs by the order of
+ * the f32 sums only; both against f64 within bf16's rounding, and not
+ * equal to the f32 results (the operands did round).
+ */
+static void
+bf16_parity(void)
+{
+	static const struct {
+		const char *name;
+		build_fn fn;
+	} pc[] = {
+		{ "Conv 5x5 pad 2, 1 -> 6 channels (LeNet conv1)", p_lenet1 },
+		{ "Conv 5x5, 6 -> 16 channels (LeNet conv2)", p_lenet2 },
+		{ "Conv with groups, a 3x2 window, uneven pads", p_group },
+		{ "Conv 3x3 pad 1, 13 output channels", p_odd },
+		{ "Conv 3x7, 1 channel, rows of 40", p_wide1 },
+		{ "Conv 3x3, 20 -> 5 channels", p_cg20 },
+	};
+	bool amx = ml_bf16_path_ok(ML_BF16_AMX);
+	for (size_t i = 0; i < sizeof pc / sizeof pc[0]; i++) {
+		char msg[200];
+		snprintf(msg, sizeof msg, "bf16 %s on AMX: the rounded f32 reference's sums, within "
+			 "bf16 of f64's, not f32's", pc[i].name);
+		if (!amx) {
+			printf("ok %d - %s # SKIP no AMX-BF16 here\n", ++ntest, msg);
+			continue;
+		}
+		uint64_t seed = rng;
+		int64_t n64 = 0, n32 = 0, nb = 0, nr = 0;
+		double *a = parity_run(pc[i].fn, ML_F64, seed, &n64);
+		double *f = parity_run(pc[i].fn, ML_F32, seed, &n32);
+		parity_prec = ML_PREC_BF16;
+		ml_bf16_set_path(ML_BF16_AUTO);
+		double *b = parity_run(pc[i].fn, ML_F32, seed, &nb);
+		ml_bf16_set_path(ML_BF16_F32);
+		double *r = parity_run(pc[i].fn, ML_F32, seed, &nr);
+		ml_bf16_set_path(ML_BF16_AUTO);
+		parity_prec = ML_PREC_F32;
+		bool same = a != NULL && f != NULL && b != NULL && r != NULL && n64 == n32 &&
+			    n64 == nb && n64 == nr && n64 > 0;
+		double scale = 1e-3, dr = 0, d64 = 0, d32 = 0;
+		for (int64_t k = 0; same && k < n64; k++)
+			scale = fmax(scale, fabs(a[k]));
+		for (int64_t k = 0; same && k < n64; k++) {
+			dr = fmax(dr, fabs(b[k] - r[k]) / scale);
+			d64 = fmax(d64, fabs(b[k] - a[k]) / scale);
+			d32 = fmax(d32, fabs(b[k] - f[k]) / scale);
+		}
+		printf("# bf16 %s: against the rounded reference %.2g, f64 %.2g, f32 %.2g\n",
+		       pc[i].name, dr, d64, d32);
+		ok(same && dr < 1e-5 && d64 < 2e-2 && d32 > 1e-5, "%s", msg);
+		free(a);
+		free(f);
+		free(b);
+		free(r);
+	}
 }
 
 int
@@ -799,6 +871,7 @@ main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof f32_cases / sizeof f32_cases[0]; i++)
 		run_case_dt(f32_cases[i].name, f32_cases[i].fn, true);
 	conv_parity(true);
+	bf16_parity();
 	/* the AVX2 and baseline kernels of train_conv.c, in children (the level is chosen once) */
 	for (int lv = 0; lv < 2; lv++) {
 		const char *name = lv == 0 ? "avx2" : "0";
