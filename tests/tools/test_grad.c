@@ -811,6 +811,31 @@ bf16_parity(void)
 	}
 }
 
+/*
+ * bf16_fallback: without AMX (ML_AMX=0, or a CPU with vdpbf16ps only) the
+ * few-channel convolutions marked bf16 run the f32 kernels: the same bits
+ * as unmarked. The number of cases that differ.
+ */
+static int
+bf16_fallback(void)
+{
+	build_fn fns[] = { p_lenet1, p_lenet2, p_group, p_wide1, p_cg20 };
+	int bad = 0;
+	for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+		uint64_t seed = rng;
+		int64_t n32 = 0, nb = 0;
+		double *f = parity_run(fns[i], ML_F32, seed, &n32);
+		parity_prec = ML_PREC_BF16;
+		double *b = parity_run(fns[i], ML_F32, seed, &nb);
+		parity_prec = ML_PREC_F32;
+		bad += f == NULL || b == NULL || n32 != nb || n32 == 0 ||
+		       memcmp(f, b, sizeof(double) * (size_t)n32) != 0;
+		free(f);
+		free(b);
+	}
+	return bad;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -866,12 +891,24 @@ main(int argc, char **argv)
 	ml_set_threads(1);
 	if (argc > 1 && strcmp(argv[1], "--conv-parity") == 0)
 		return conv_parity(false) ? 1 : 0;
+	if (argc > 1 && strcmp(argv[1], "--bf16-fallback") == 0)
+		return ml_bf16_path() != ML_BF16_AMX && bf16_fallback() == 0 ? 0 : 1;
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
 		run_case(cases[i].name, cases[i].fn);
 	for (size_t i = 0; i < sizeof f32_cases / sizeof f32_cases[0]; i++)
 		run_case_dt(f32_cases[i].name, f32_cases[i].fn, true);
 	conv_parity(true);
 	bf16_parity();
+	/* their fallback, in a child: the AMX probe runs once */
+	if (ml_bf16_path_ok(ML_BF16_DP)) {
+		char cmd[4200];
+		snprintf(cmd, sizeof cmd, "ML_AMX=0 '%s' --bf16-fallback >/dev/null 2>&1", argv[0]);
+		int st = strlen(argv[0]) < 4000 ? system(cmd) : -1;
+		ok(st == 0, "%s", "bf16 Conv without AMX (ML_AMX=0): the f32 kernels' bits");
+	} else {
+		printf("ok %d - bf16 Conv without AMX: the f32 kernels' bits # SKIP no AVX512_BF16\n",
+		       ++ntest);
+	}
 	/* the AVX2 and baseline kernels of train_conv.c, in children (the level is chosen once) */
 	for (int lv = 0; lv < 2; lv++) {
 		const char *name = lv == 0 ? "avx2" : "0";
