@@ -217,6 +217,24 @@ PYEOF
 	[ "$(grep -c 'ml.ConvNHWC' h.mlt)" -ge 3 ]
 	mlrun h.mlg -i x=x1.npy -o h
 	[ "$(sqnr f/y.npy h/y.npy)" -ge 50 ]
+	# bf16: the pointwise ConvNHWC nodes (one GEMM each) get bf16 weights, multiplied as
+	# they are (AMX, or vdpbf16ps with ML_BF16=dp) or widened once (ML_BF16=f32); the
+	# stem (3x3) and the depthwise weights stay f32
+	run -0 --separate-stderr mlquant --dtype bf16 o.mlg -o b.mlg
+	mlconvert b.mlg -o b.mlt
+	grep -q '^bfloat16\[1,1,32,96\]' b.mlt
+	grep -q '^bfloat16\[1,1,96,32\]' b.mlt
+	grep -q '^float\[3,3,3,32\]' b.mlt
+	grep -q '^float\[3,3,1,96\]' b.mlt
+	mlrun b.mlg -i x=x1.npy -o b
+	ML_BF16=f32 mlrun b.mlg -i x=x1.npy -o bw
+	ML_BF16=dp mlrun b.mlg -i x=x1.npy -o bd
+	mlrun mb.onnx -i x=x1.npy -o f8
+	[ "$(sqnr f8/y.npy b/y.npy)" -ge 30 ]
+	[ "$(sqnr f8/y.npy bw/y.npy)" -ge 30 ]
+	[ "$(sqnr b/y.npy bd/y.npy)" -ge 60 ]
+	run -0 mlconvert b.mlg -o b.onnx
+	run -0 "$PY" "$TOOLS_DIR/onnxrt.py" check b.onnx
 	# a file of an older mlopt, its one-group ConvNHWC weights packed in panels (packed_n):
 	# it runs, and quantises to the same int8 model
 	"$PY" - <<'PYEOF'

@@ -288,6 +288,15 @@ ml_bf16_from_f32(uint16_t *dst, const float *src, int64_t n)
 
 /* ---- the GEMM ---- */
 
+/* a product's epilogue: ml_fused_tile_epi's bias of n columns, Z, activation */
+struct epi_job {
+	float *y;
+	const float *bias, *z;
+	int64_t n;
+	int act;
+	float lo, hi;
+};
+
 #ifdef HAVE_BF16
 /* ld_pair: the 32-bit word of the pair of a at k index 2q (a[2q + 1] = 0 when odd says so) */
 static inline uint32_t
@@ -353,6 +362,7 @@ struct bg_job {
 	const uint16_t *a, *bp;
 	const float *bias;
 	float *c;
+	const struct epi_job *epi;	/* AMX: each block's epilogue (NULL: none) */
 };
 
 /* bg_block: rows [i0, i1) of C by panels [p0, p1), k block by k block, on this thread. */
@@ -538,8 +548,14 @@ amx_block(const struct bg_job *j, int64_t i0, int64_t i1, int64_t p0, int64_t p1
 					_tile_dpbf16ps(3, 5, 7);
 				}
 			}
-			amx_store(j->c + i * j->ldc + n0, j->ldc, mr,
-				  (int)ML_MIN(ML_BF_NR, j->n - n0), ct);
+			int w = (int)ML_MIN(ML_BF_NR, j->n - n0);
+			amx_store(j->c + i * j->ldc + n0, j->ldc, mr, w, ct);
+			/* the epilogue on the block while it is in L1, not in a pass over C */
+			if (j->epi != NULL)
+				ml_fused_tile_epi(j->c + i * j->ldc + n0, mr, w, j->ldc,
+						  j->epi->bias != NULL ? j->epi->bias + n0 : NULL,
+						  j->epi->z != NULL ? j->epi->z + i * j->ldc + n0 : NULL,
+						  j->epi->act, j->epi->lo, j->epi->hi);
 		}
 	}
 	_tile_release();
@@ -592,23 +608,41 @@ ml_bf16_gemm_here(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t ld
 	ml_bf16_gemm(m, n, k, a, lda, bp, bias, c, ldc);
 }
 
+/*
+ * gemm_epi: ml_bf16_gemm, with epi (columns' bias, Z of C's strides,
+ * activation; NULL: none) applied to each block on AMX: true, or false
+ * when epi is left to the caller (not on AMX).
+ */
+static bool
+gemm_epi(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, const uint16_t *bp,
+	 const float *bias, float *c, int64_t ldc, const struct epi_job *epi);
+
 void
 ml_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, const uint16_t *bp,
 	     const float *bias, float *c, int64_t ldc)
 {
+	gemm_epi(m, n, k, a, lda, bp, bias, c, ldc, NULL);
+}
+
+static bool
+gemm_epi(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, const uint16_t *bp,
+	 const float *bias, float *c, int64_t ldc, const struct epi_job *epi)
+{
+	(void)epi;	/* used on AMX only */
 	if (m <= 0 || n <= 0)
-		return;
+		return true;
 	if (k <= 0) {
 		for (int64_t i = 0; i < m; i++)
 			for (int64_t jj = 0; jj < n; jj++)
 				c[i * ldc + jj] = bias != NULL ? bias[i] : 0.0f;
-		return;
+		return false;
 	}
 #ifdef HAVE_BF16
 	if (ml_bf16_path() >= ML_BF16_DP) {
 		struct bg_job j = { .m = m, .n = n, .k = k, .kp = (k + 1) / 2, .lda = lda,
 				    .ldc = ldc, .a = a, .bp = bp, .bias = bias, .c = c };
 		j.amx = use_amx(m);
+		j.epi = j.amx ? epi : NULL;
 		j.rb = j.amx ? AMX_RB : 12;
 		j.nblk = (m + j.rb - 1) / j.rb;
 		j.ngroups = (j.nblk + MB / j.rb - 1) / (MB / j.rb);
@@ -618,7 +652,7 @@ ml_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, co
 		int64_t work = ML_MAX(1, m / j.ngroups * ML_BF_NR * j.npan / j.npchunks * k);
 		ml_parallel_for(j.ngroups * j.npchunks, ML_MAX(1, (int64_t)(1 << 20) / work),
 				bg_items, &j);
-		return;
+		return j.epi != NULL;
 	}
 #endif
 	/* the reference: the same bf16 products, f32 sums in k order */
@@ -633,6 +667,7 @@ ml_bf16_gemm(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda, co
 				     ml_bf16_to_f32(pan[kk / 2 * 2 * ML_BF_NR + (kk & 1)]);
 			c[i * ldc + jj] = s + (bias != NULL ? bias[i] : 0.0f);
 		}
+	return false;
 }
 
 /* ---- f32 operands rounded while packing (mltrain --precision bf16) ---- */
@@ -913,13 +948,6 @@ rows_items(void *ctx, int64_t b, int64_t e)
 		ml_bf16_from_f32(j->d + i * j->k, j->a + i * j->k, j->k);
 }
 
-struct epi_job {
-	float *y;
-	const float *bias, *z;
-	int64_t n;
-	int act;
-	float lo, hi;
-};
 
 static void
 epi_items(void *ctx, int64_t b, int64_t e)
@@ -929,7 +957,11 @@ epi_items(void *ctx, int64_t b, int64_t e)
 			  j->z != NULL ? j->z + b * j->n : NULL, j->act, j->lo, j->hi);
 }
 
-/* mm_dp: MatMul, Gemm and their fused forms with B a bf16 matrix (not batched). */
+/*
+ * mm_dp: MatMul, Gemm and their fused forms with B a bf16 matrix (not
+ * batched), and a pointwise ConvNHWC (ml_conv_nhwc_pointwise: X as [NHW,
+ * C] times W as [C, M], with FusedMatMul's bias, Z and activation).
+ */
 static int
 mm_dp(struct ml_opctx *c)
 {
@@ -937,15 +969,18 @@ mm_dp(struct ml_opctx *c)
 	struct ml_tval *y = c->out[0];
 	enum ml_op op = c->node->op;
 	bool gemm = op == ML_OP_GEMM || op == ML_OP_FUSED_GEMM;
+	bool nhwc = op == ML_OP_CONV_NHWC;
 	bool tb = gemm && ml_attr_int(c->node, "transB", 0) != 0;
 	int64_t pn = op == ML_OP_FUSED_MATMUL ? ml_attr_int(c->node, "packed_n", 0) : 0;
 	const struct ml_tval *bias = NULL, *z = NULL;
 	struct epi_job ej = { .act = ML_ACT_NONE };
 
-	if (a->rank < 2 || b->rank != (pn > 0 ? 3 : 2))
+	if (nhwc && (a->rank != 4 || !ml_conv_nhwc_pointwise(c->node, b->rank, b->dims)))
 		return 1;
-	int64_t k = pn > 0 ? b->dims[1] : b->dims[tb ? 1 : 0];
-	int64_t n = pn > 0 ? pn : b->dims[tb ? 0 : 1];
+	if (a->rank < 2 || b->rank != (nhwc ? 4 : pn > 0 ? 3 : 2))
+		return 1;
+	int64_t k = nhwc ? b->dims[2] : pn > 0 ? b->dims[1] : b->dims[tb ? 1 : 0];
+	int64_t n = nhwc ? b->dims[3] : pn > 0 ? pn : b->dims[tb ? 0 : 1];
 	if (k <= 0 || n <= 0 || a->dims[a->rank - 1] != k || ml_tval_numel(a) % k != 0)
 		return 1;
 	int64_t m = ml_tval_numel(a) / k;
@@ -967,14 +1002,14 @@ mm_dp(struct ml_opctx *c)
 				return 1;
 			bias = cc;
 		}
-	} else if (op == ML_OP_FUSED_MATMUL) {
+	} else if (op == ML_OP_FUSED_MATMUL || nhwc) {
 		bias = ML_IN(c, 2);
 		z = ML_IN(c, 3);
 		if ((bias != NULL && (bias->dtype != ML_F32 || ml_tval_numel(bias) != n)) ||
 		    (z != NULL && (z->dtype != ML_F32 || ml_tval_numel(z) != m * n)))
 			return 1;
 	}
-	if (op == ML_OP_FUSED_MATMUL || op == ML_OP_FUSED_GEMM) {
+	if (op == ML_OP_FUSED_MATMUL || op == ML_OP_FUSED_GEMM || nhwc) {
 		ej.act = ml_fused_act(c->node);
 		ej.lo = (float)ml_attr_float(c->node, "clip_min", -INFINITY);
 		ej.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
@@ -1000,13 +1035,14 @@ mm_dp(struct ml_opctx *c)
 	}
 	struct rows_job rj = { a->data, ab, k };
 	ml_parallel_for(m, ML_MAX(1, (1 << 15) / k), rows_items, &rj);
-	ml_bf16_gemm(m, n, k, ab, k, bp, NULL, y->data, n);
-	ml_free(tmp);
 	ej.y = y->data;
 	ej.bias = bias != NULL ? bias->data : NULL;
 	ej.z = z != NULL ? z->data : NULL;
 	ej.n = n;
-	if (ej.bias != NULL || ej.z != NULL || ej.act > ML_ACT_NONE)
+	bool epi = ej.bias != NULL || ej.z != NULL || ej.act > ML_ACT_NONE;
+	bool done = gemm_epi(m, n, k, ab, k, bp, NULL, y->data, n, epi ? &ej : NULL);
+	ml_free(tmp);
+	if (epi && !done)
 		ml_parallel_for(m, ML_MAX(1, 16384 / n), epi_items, &ej);
 	return 0;
 }
@@ -1120,6 +1156,7 @@ ml_cpu_bf16_run(struct ml_opctx *c)
 		case ML_OP_FUSED_MATMUL:
 		case ML_OP_GEMM:
 		case ML_OP_FUSED_GEMM:
+		case ML_OP_CONV_NHWC:
 			rc = mm_dp(c);
 			break;
 		default:

@@ -509,6 +509,15 @@ ml_conv_nhwc_pre(const struct ml_node *n)
 	return ml_attr_int(n, "prologue", 0) != 0;
 }
 
+bool
+ml_conv_nhwc_pointwise(const struct ml_node *n, int wrank, const int64_t *wd)
+{
+	return n->op == ML_OP_CONV_NHWC && wrank == 4 && wd[0] == 1 && wd[1] == 1 &&
+	       ml_attr_int(n, "group", 1) == 1 && ml_attr_int(n, "packed_n", 0) == 0 &&
+	       ml_attr_ints_all(n, "strides", 1) && ml_attr_ints_all(n, "pads", 0) &&
+	       !ml_conv_nhwc_pre(n);
+}
+
 int
 ml_conv_nhwc_view(const struct ml_opctx *c, struct ml_opctx *nc, struct ml_node *node,
 		  struct ml_tval **ins, struct ml_tval *xv, struct ml_tval *wv, bool *known)
@@ -584,10 +593,10 @@ infer_conv_nhwc(struct ml_opctx *c)
 	struct ml_tval *y = c->out[0];
 	bool known;
 
-	/* the weight may be fp16 (mlquant --dtype fp16) */
+	/* the weight may be fp16 or bf16 (mlquant --dtype fp16, bf16) */
 	for (int i = 0; i < c->n_in; i++)
 		if (c->in[i] != NULL && c->in[i]->dtype != ML_UNDEF && c->in[i]->dtype != ML_F32 &&
-		    (i != 1 || c->in[i]->dtype != ML_F16))
+		    (i != 1 || (c->in[i]->dtype != ML_F16 && c->in[i]->dtype != ML_BF16)))
 			return ml_opfail(c, ML_ENOTSUP, "input %d is %s; ConvNHWC takes f32", i,
 					 ml_dtype_name(c->in[i]->dtype));
 	if (ml_fused_act(c->node) < 0)

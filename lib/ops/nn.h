@@ -55,6 +55,13 @@ int ml_conv_geom(struct ml_opctx *c, struct ml_conv_geom *g);
 #define ML_NHWC_WP 3
 #define ML_NHWC_BP 4
 bool ml_conv_nhwc_pre(const struct ml_node *n);
+/*
+ * ml_conv_nhwc_pointwise: node n is a ConvNHWC that is one GEMM: W (wrank
+ * dims wd) [1, 1, C, M], one group, stride 1, no pads, no packed_n and no
+ * prologue, so X [N, H, W, C] as [NHW, C] times W as [C, M] (+ B, Z, the
+ * activation) is its output.
+ */
+bool ml_conv_nhwc_pointwise(const struct ml_node *n, int wrank, const int64_t *wd);
 int ml_conv_nhwc_view(const struct ml_opctx *c, struct ml_opctx *nc, struct ml_node *node,
 		      struct ml_tval **ins, struct ml_tval *xv, struct ml_tval *wv, bool *known);
 

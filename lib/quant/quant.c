@@ -7,6 +7,7 @@
  */
 #include "quant/quant.h"
 #include "cpu/quant_q8.h"
+#include "ops/nn.h"
 
 /* A layer: a node the int8 forms can take, with the Relu or Clip fused after it. */
 enum lkind { L_NONE, L_CONV, L_DW, L_GEMM, L_ADD, L_MAXPOOL, L_GAP, L_FLAT };
@@ -985,10 +986,13 @@ half_weights(struct rw *r, bool bf)
 			if (bf && j == 1 && ml_attr_int(n, "group", 1) != 1)
 				bad[t] = true;
 			/*
-			 * mlopt's channels-last convolution has no bf16 kernel:
-			 * its weight stays f32 for bf16 (fp16's is converted once)
+			 * mlopt's channels-last convolution multiplies in bf16
+			 * where it is one GEMM (pointwise: bf16.c); other ones
+			 * have no bf16 kernel, and their weight stays f32 for
+			 * bf16 (fp16's is converted once)
 			 */
-			if (bf && n->op == ML_OP_CONV_NHWC)
+			if (bf && n->op == ML_OP_CONV_NHWC &&
+			    !ml_conv_nhwc_pointwise(n, ml_graph_t(q, t)->rank, ml_graph_t(q, t)->dims))
 				bad[t] = true;
 		}
 	}
