@@ -62,25 +62,59 @@ struct qjob {
 	int64_t c, h, w;
 	float scale, inv;
 	int32_t zero;
+	void (*flat)(void *, int64_t, int64_t);	/* Q8Quantize: quant_flat or its AVX2 form */
 };
 
-Q8_CLONES static void
+/*
+ * quant_rows: (n, h) rows of NCHW x into NHWC y: each channel's row
+ * quantised by j->flat into a contiguous run (vector code), then the runs
+ * interleaved (3 or 4 channels, an RGB image: a 32-bit store a pixel).
+ */
+static void
 quant_rows(void *ctx, int64_t b, int64_t e)
 {
 	const struct qjob *j = ctx;
 	const float *x = j->x;
-	uint8_t *y = j->y;
+	uint8_t *y = j->y, *t = ml_cpu_scratch(0, (size_t)(j->c * j->w) + 64);
+	int64_t W = j->w, C = j->c;
 
 	for (int64_t r = b; r < e; r++) {
 		int64_t n = r / j->h, h = r % j->h;
-		for (int64_t ch = 0; ch < j->c; ch++) {
-			const float *xr = x + ((n * j->c + ch) * j->h + h) * j->w;
-			uint8_t *yr = y + (n * j->h + h) * j->w * j->c + ch;
-			for (int64_t w = 0; w < j->w; w++) {
+		uint8_t *yr = y + (n * j->h + h) * W * C;
+		for (int64_t ch = 0; ch < C; ch++) {
+			struct qjob q = *j;
+			q.x = x + ((n * C + ch) * j->h + h) * W;
+			q.y = t != NULL ? t + ch * W : NULL;
+			if (t != NULL) {
+				j->flat(&q, 0, W);
+				continue;
+			}
+			/* no scratch: element by element, as quant_flat */
+			const float *xr = q.x;
+			for (int64_t w = 0; w < W; w++) {
 				float v = xr[w] * j->inv;
 				v = v != v ? 0.0f : v;
-				yr[w * j->c] = q8_clamp(q8_round(v) + j->zero, 0, 255);
+				yr[w * C + ch] = q8_clamp(q8_round(v) + j->zero, 0, 255);
 			}
+		}
+		if (t == NULL)
+			continue;
+		if (C == 3 || C == 4) {
+			/* pixel w's bytes as one word; for 3 channels the next word overwrites the 4th byte */
+			int64_t w = 0;
+			for (; w + (C == 3) < W; w++) {
+				uint32_t v = (uint32_t)t[w] | (uint32_t)t[W + w] << 8 |
+					     (uint32_t)t[2 * W + w] << 16 |
+					     (C == 4 ? (uint32_t)t[3 * W + w] << 24 : 0u);
+				memcpy(yr + w * C, &v, 4);
+			}
+			for (; w < W; w++)
+				for (int64_t ch = 0; ch < C; ch++)
+					yr[w * C + ch] = t[ch * W + w];
+		} else {
+			for (int64_t w = 0; w < W; w++)
+				for (int64_t ch = 0; ch < C; ch++)
+					yr[w * C + ch] = t[ch * W + w];
 		}
 	}
 }
@@ -213,6 +247,7 @@ ml_q8_run_quantize(struct ml_opctx *c)
 	if (ml_q8_path() >= ML_Q8_AVX2)
 		flat = quant_flat_avx2;
 #endif
+	j.flat = flat;
 	if (x->rank != 4)
 		ml_parallel_for(ml_tval_numel(x), 16384, flat, &j);
 	else

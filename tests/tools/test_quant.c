@@ -240,11 +240,32 @@ dw_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k
  * q8_round (|v| <= 4e6, NaN to the zero point). True when equal byte for byte.
  */
 static bool
+quant_case4(enum ml_q8_path p, int64_t rows, int64_t cols, int64_t ch, int64_t hh, float sc,
+	    int32_t zp);
+
+static bool
 quant_case(enum ml_q8_path p, int64_t rows, int64_t cols, float sc, int32_t zp)
+{
+	return quant_case4(p, rows, cols, 0, 0, sc, zp);
+}
+
+/*
+ * quant_case4: as quant_case; with ch > 0 an NCHW image [rows, ch, hh,
+ * cols] quantised into NHWC [rows, hh, cols, ch].
+ */
+static bool
+quant_case4(enum ml_q8_path p, int64_t rows, int64_t cols, int64_t ch, int64_t hh, float sc,
+	    int32_t zp)
 {
 	struct ml_err e = { 0 };
 	struct ml_graph *g = NULL;
-	int64_t n = rows * cols, xd[2] = { rows, cols };
+	int rank = ch > 0 ? 4 : 2;
+	int64_t n = rows * cols * (ch > 0 ? ch * hh : 1), xd[4] = { rows, cols, 0, 0 };
+	if (ch > 0) {
+		xd[1] = ch;
+		xd[2] = hh;
+		xd[3] = cols;
+	}
 	float *x = malloc(sizeof *x * (size_t)n);
 	uint8_t *ref = malloc((size_t)n);
 	bool good = false;
@@ -262,15 +283,22 @@ quant_case(enum ml_q8_path p, int64_t rows, int64_t cols, float sc, int32_t zp)
 		float v = x[i] * (1.0f / sc);
 		v = v != v ? 0.0f : v > 4e6f ? 4e6f : v < -4e6f ? -4e6f : v;
 		int32_t q = (int32_t)nearbyintf(v) + zp;
-		ref[i] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+		int64_t o = i;
+		if (ch > 0) {
+			/* NCHW element i at NHWC */
+			int64_t xw = i % cols, y = i / cols % hh, c = i / (cols * hh) % ch,
+				b = i / (cols * hh * ch);
+			o = ((b * hh + y) * cols + xw) * ch + c;
+		}
+		ref[o] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
 	}
 	ml_graph_new(&g, &e);
 	ml_graph_set_opset(g, "", 13, &e);
 	int tx = ml_graph_tensor(g, "x");
 	g->tensors[tx]->dtype = ML_F32;
-	g->tensors[tx]->rank = 2;
+	g->tensors[tx]->rank = rank;
 	g->tensors[tx]->kind = ML_TK_INPUT;
-	memcpy(g->tensors[tx]->dims, xd, sizeof xd);
+	memcpy(g->tensors[tx]->dims, xd, sizeof(int64_t) * (size_t)rank);
 	ml_graph_add_input(g, tx, &e);
 	const char *in[] = { "x" }, *out[] = { "y" };
 	int ni = ml_graph_add_node(g, "Q8Quantize", "ml", "q", 1, in, 1, out, &e);
@@ -282,7 +310,7 @@ quant_case(enum ml_q8_path p, int64_t rows, int64_t cols, float sc, int32_t zp)
 	struct ml_session *s = NULL;
 	ml_q8_set_path(p);
 	if (e.code == 0 && ml_graph_toposort(g, &e) == 0 && ml_graph_infer(g, &e) == 0 &&
-	    ml_tval_alloc(&xv, ML_F32, 2, xd, &e) == 0 && ml_session_new(&s, g, NULL, &e) == 0) {
+	    ml_tval_alloc(&xv, ML_F32, rank, xd, &e) == 0 && ml_session_new(&s, g, NULL, &e) == 0) {
 		memcpy(xv.data, x, sizeof *x * (size_t)n);
 		if (ml_session_set_input(s, "x", &xv, &e) == 0 && ml_session_run(s, &e) == 0) {
 			const struct ml_tval *y = ml_session_output(s, 0);
@@ -350,8 +378,8 @@ main(void)
 	char what[160];
 	bool noamx = noamx_child();
 
-	/* 7: the depthwise cases; 4: the quantize cases; 3: the checks at the end */
-	printf("1..%d\n", npaths * (nshapes * 4 + 6) + npaths * 7 + npaths * 4 + 3);
+	/* 7: the depthwise cases; 4 and 5: the quantize cases; 3: the checks at the end */
+	printf("1..%d\n", npaths * (nshapes * 4 + 6) + npaths * 7 + npaths * 4 + npaths * 5 + 3);
 	for (int pi = 0; pi < npaths; pi++) {
 		enum ml_q8_path p = paths[pi];
 		bool have = ml_q8_set_path(p);
@@ -428,6 +456,28 @@ main(void)
 			}
 			ok(quant_case(p, qs[d][0], qs[d][1], 0.0371f * (float)(d + 1), (int32_t)qs[d][2]),
 			   what);
+		}
+	}
+	/* Q8Quantize of NCHW images into NHWC: RGB (a word a pixel), 4 channels, others; one column */
+	static const int64_t qi[][5] = {
+		/* images, channels, rows, columns, zero point */
+		{ 2, 3, 5, 37, 128 }, { 1, 3, 2, 1, 0 }, { 1, 4, 3, 33, 7 }, { 2, 1, 4, 19, 255 },
+		{ 1, 6, 3, 11, 64 },
+	};
+	for (int pi = 0; pi < npaths; pi++) {
+		enum ml_q8_path p = paths[pi];
+		for (size_t d = 0; d < sizeof qi / sizeof qi[0]; d++) {
+			snprintf(what, sizeof what, "%s quantize NCHW [%lld, %lld, %lld, %lld] into NHWC",
+				 ml_q8_path_name(p), (long long)qi[d][0], (long long)qi[d][1],
+				 (long long)qi[d][2], (long long)qi[d][3]);
+			if (!ml_q8_path_ok(p)) {
+				ntest++;
+				printf("ok %d - %s # SKIP this CPU lacks %s\n", ntest, what,
+				       ml_q8_path_name(p));
+				continue;
+			}
+			ok(quant_case4(p, qi[d][0], qi[d][3], qi[d][1], qi[d][2], 0.0213f * (float)(d + 1),
+				       (int32_t)qi[d][4]), what);
 		}
 	}
 	ml_q8_set_path(ML_Q8_AUTO);
