@@ -874,6 +874,39 @@ maxpool_rows(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+/*
+ * maxpool2_rows: maxpool_rows for a 2 x 2 window at stride 2 inside x (no
+ * padding, as a LeNet's and ResNet's pools): the two input rows' maximum
+ * over all their bytes (a loop the compiler vectorises), then each output
+ * pixel's C bytes the maximum of its two pixels' there, instead of a call
+ * a window tap and pixel (which at 6 channels cost 3.3 times f32's pool).
+ */
+Q8_CLONES static void
+maxpool2_rows(void *ctx, int64_t b, int64_t e)
+{
+	const struct pooljob *j = ctx;
+	int64_t C = j->c, L = 2 * j->ow * C;
+	uint8_t *restrict t = ml_cpu_scratch(0, (size_t)L + 64);
+
+	if (t == NULL) {
+		maxpool_rows(ctx, b, e);
+		return;
+	}
+	for (int64_t r = b; r < e; r++) {
+		int64_t n = r / j->oh, oy = r % j->oh;
+		const uint8_t *restrict r0 = j->x + (n * j->h + 2 * oy) * j->w * C;
+		const uint8_t *restrict r1 = r0 + j->w * C;
+		uint8_t *restrict yr = j->y + (n * j->oh + oy) * j->ow * C;
+		for (int64_t i = 0; i < L; i++)
+			t[i] = r0[i] > r1[i] ? r0[i] : r1[i];
+		for (int64_t ox = 0; ox < j->ow; ox++) {
+			const uint8_t *p = t + 2 * ox * C;
+			for (int64_t ch = 0; ch < C; ch++)
+				yr[ox * C + ch] = p[ch] > p[C + ch] ? p[ch] : p[C + ch];
+		}
+	}
+}
+
 int
 ml_q8_run_maxpool(struct ml_opctx *c)
 {
@@ -891,6 +924,12 @@ ml_q8_run_maxpool(struct ml_opctx *c)
 		j.pt = pd[0], j.pl = pd[1];
 	if (ml_tval_numel(y) == 0)
 		return 0;
+	if (j.kh == 2 && j.kw == 2 && j.sh == 2 && j.sw == 2 && j.pt == 0 && j.pl == 0 &&
+	    2 * j.oh <= j.h && 2 * j.ow <= j.w) {
+		ml_parallel_for(y->dims[0] * j.oh, ML_MAX(1, 8192 / (2 * j.ow * j.c + 1)),
+				maxpool2_rows, &j);
+		return 0;
+	}
 	ml_parallel_for(y->dims[0] * j.oh, 1, maxpool_rows, &j);
 	return 0;
 }

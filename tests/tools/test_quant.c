@@ -235,6 +235,74 @@ dw_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k
 }
 
 /*
+ * pool_case: Q8MaxPool of a random u8 [n, h, w, c] with window k x k,
+ * stride st and pads pd (top and left; bottom and right the same) against
+ * the plain maximum over the window's taps inside x. True when equal byte
+ * for byte.
+ */
+static bool
+pool_case(int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t st, int64_t pd)
+{
+	struct ml_err e = { 0 };
+	struct ml_graph *g = NULL;
+	int64_t xd[4] = { n, h, w, c }, oh = (h + 2 * pd - k) / st + 1, ow = (w + 2 * pd - k) / st + 1;
+	int64_t nx = n * h * w * c, ny = n * oh * ow * c;
+	uint8_t *x = malloc((size_t)nx), *ref = calloc((size_t)ny, 1);
+	bool good = false;
+
+	for (int64_t i = 0; i < nx; i++)
+		x[i] = (uint8_t)(rnd() % 256);
+	for (int64_t b = 0; b < n; b++)
+		for (int64_t oy = 0; oy < oh; oy++)
+			for (int64_t ox = 0; ox < ow; ox++)
+				for (int64_t ch = 0; ch < c; ch++) {
+					uint8_t m = 0;
+					for (int64_t ky = 0; ky < k; ky++)
+						for (int64_t kx = 0; kx < k; kx++) {
+							int64_t iy = oy * st - pd + ky, ix = ox * st - pd + kx;
+							if (iy >= 0 && iy < h && ix >= 0 && ix < w) {
+								uint8_t v = x[((b * h + iy) * w + ix) * c + ch];
+								m = v > m ? v : m;
+							}
+						}
+					ref[((b * oh + oy) * ow + ox) * c + ch] = m;
+				}
+	ml_graph_new(&g, &e);
+	ml_graph_set_opset(g, "", 13, &e);
+	int tx = ml_graph_tensor(g, "x");
+	g->tensors[tx]->dtype = ML_U8;
+	g->tensors[tx]->rank = 4;
+	g->tensors[tx]->kind = ML_TK_INPUT;
+	memcpy(g->tensors[tx]->dims, xd, sizeof xd);
+	ml_graph_add_input(g, tx, &e);
+	const char *in[] = { "x" }, *out[] = { "y" };
+	int ni = ml_graph_add_node(g, "Q8MaxPool", "ml", "p", 1, in, 1, out, &e);
+	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
+	int64_t ks[2] = { k, k }, ss[2] = { st, st }, ps[4] = { pd, pd, pd, pd };
+	ml_node_set_ints(g, ni, "kernel_shape", 2, ks);
+	ml_node_set_ints(g, ni, "strides", 2, ss);
+	ml_node_set_ints(g, ni, "pads", 4, ps);
+	struct ml_tval xv = { 0 };
+	struct ml_session *s = NULL;
+	if (e.code == 0 && ml_graph_toposort(g, &e) == 0 && ml_graph_infer(g, &e) == 0 &&
+	    ml_tval_alloc(&xv, ML_U8, 4, xd, &e) == 0 && ml_session_new(&s, g, NULL, &e) == 0) {
+		memcpy(xv.data, x, (size_t)nx);
+		if (ml_session_set_input(s, "x", &xv, &e) == 0 && ml_session_run(s, &e) == 0) {
+			const struct ml_tval *y = ml_session_output(s, 0);
+			good = ml_tval_numel(y) == ny && memcmp(y->data, ref, (size_t)ny) == 0;
+		}
+	}
+	if (e.code != 0)
+		printf("# pool case: %s\n", e.msg);
+	ml_session_free(s);
+	ml_tval_clear(&xv);
+	ml_graph_free(g);
+	free(x);
+	free(ref);
+	return good;
+}
+
+/*
  * quant_case: Q8Quantize of an f32 [rows, cols] x with scale sc and zero
  * point zp, one node run on path p, against nearbyintf with the clamps of
  * q8_round (|v| <= 4e6, NaN to the zero point). True when equal byte for byte.
@@ -378,8 +446,8 @@ main(void)
 	char what[160];
 	bool noamx = noamx_child();
 
-	/* 7: the depthwise cases; 4 and 5: the quantize cases; 3: the checks at the end */
-	printf("1..%d\n", npaths * (nshapes * 4 + 6) + npaths * 7 + npaths * 4 + npaths * 5 + 3);
+	/* 7: the depthwise cases; 4 and 5: the quantize cases; 5 pools; 3: the checks at the end */
+	printf("1..%d\n", npaths * (nshapes * 4 + 6) + npaths * 7 + npaths * 4 + npaths * 5 + 5 + 3);
 	for (int pi = 0; pi < npaths; pi++) {
 		enum ml_q8_path p = paths[pi];
 		bool have = ml_q8_set_path(p);
@@ -457,6 +525,19 @@ main(void)
 			ok(quant_case(p, qs[d][0], qs[d][1], 0.0371f * (float)(d + 1), (int32_t)qs[d][2]),
 			   what);
 		}
+	}
+	/* Q8MaxPool: 2 x 2 at stride 2 (its own loop: odd sizes, 1 to 70 channels), others */
+	static const int64_t pl[][7] = {
+		/* n, h, w, c, window, stride, pad */
+		{ 2, 28, 28, 6, 2, 2, 0 }, { 1, 9, 11, 1, 2, 2, 0 }, { 3, 4, 6, 70, 2, 2, 0 },
+		{ 1, 10, 10, 16, 3, 2, 1 }, { 2, 7, 5, 3, 2, 1, 1 },
+	};
+	for (size_t d = 0; d < sizeof pl / sizeof pl[0]; d++) {
+		const int64_t *v = pl[d];
+		snprintf(what, sizeof what, "Q8MaxPool %lldx%lld stride %lld pad %lld of [%lld, %lld, %lld, %lld]",
+			 (long long)v[4], (long long)v[4], (long long)v[5], (long long)v[6],
+			 (long long)v[0], (long long)v[1], (long long)v[2], (long long)v[3]);
+		ok(pool_case(v[0], v[1], v[2], v[3], v[4], v[5], v[6]), what);
 	}
 	/* Q8Quantize of NCHW images into NHWC: RGB (a word a pixel), 4 channels, others; one column */
 	static const int64_t qi[][5] = {
