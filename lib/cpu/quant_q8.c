@@ -375,6 +375,8 @@ struct dwjob {
 	const float *mult;
 	uint8_t *y;
 	const int16_t *wpk;
+	const int8_t *wq;	/* dw_rows_vnni: the 64-channel blocks' weights (dw_pack64) */
+	const int32_t *bq;	/* and their biases, in its order of channels */
 };
 
 /*
@@ -582,24 +584,26 @@ dw_rows_avx2(void *ctx, int64_t b, int64_t e)
  * products into int32 (exact), and the epilogue on 16 lanes (cvtps rounds
  * half to even, as dw_out does). Bit for bit dw_rows'.
  */
-__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vnni"))) static void
-dw_rows_avx512(void *ctx, int64_t b, int64_t e)
+#define DW_TGT512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* dw_epi512: 16 int32 sums of channels through dw_out's epilogue into 16 bytes at y */
+DW_TGT512 static inline void
+dw_epi512(__m512i acc, const float *mult, const struct ml_q8_geom *g, uint8_t *y)
 {
-	const struct dwjob *j = ctx;
+	__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(mult));
+	v = _mm512_max_ps(_mm512_min_ps(v, _mm512_set1_ps(4e6f)), _mm512_set1_ps(-4e6f));
+	__m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), _mm512_set1_epi32(g->yzero));
+	q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(g->lo)), _mm512_set1_epi32(g->hi));
+	_mm_storeu_si128((__m128i *)y, _mm512_cvtepi32_epi8(q));
+}
+
+/* dw_row512: output row r of dw_rows_avx512 for the channels from block cb0 (of 16) on */
+DW_TGT512 static void
+dw_row512(const struct dwjob *j, int64_t r, int64_t cb0, const uint8_t **src, int32_t *acc)
+{
 	const struct ml_q8_geom *g = j->g;
 	int64_t C = g->c, T = g->kh * g->kw, ntp = (T + 1) / 2, nb = C / 16, c0 = nb * 16;
-	const uint8_t **src = ml_malloc(sizeof *src * (size_t)(T + 1));
-	int32_t *acc = ml_malloc(sizeof(int32_t) * (size_t)(C - c0 + 1));
-	const __m512 vmax = _mm512_set1_ps(4e6f), vmin = _mm512_set1_ps(-4e6f);
-	const __m512i zy = _mm512_set1_epi32(g->yzero), lo = _mm512_set1_epi32(g->lo),
-		      hi = _mm512_set1_epi32(g->hi);
-
-	if (src == NULL || acc == NULL) {
-		ml_free(src);
-		ml_free(acc);
-		return;		/* checked by the caller's probe allocation */
-	}
-	for (int64_t r = b; r < e; r++) {
+	{
 		int64_t n = r / g->oh, oy = r % g->oh;
 		for (int64_t ox = 0; ox < g->ow; ox++) {
 			for (int64_t ky = 0; ky < g->kh; ky++) {
@@ -613,7 +617,7 @@ dw_rows_avx512(void *ctx, int64_t b, int64_t e)
 			}
 			src[T] = src[T - 1];	/* the odd tap's partner, against zero weights */
 			uint8_t *y = j->y + ((n * g->oh + oy) * g->ow + ox) * C;
-			for (int64_t cb = 0; cb < nb; cb++) {
+			for (int64_t cb = cb0; cb < nb; cb++) {
 				const int16_t *wp = j->wpk + cb * ntp * 32;
 				__m512i acc = _mm512_loadu_si512((const void *)(j->bias + cb * 16));
 				for (int64_t t = 0; t < ntp; t++, wp += 32) {
@@ -625,12 +629,7 @@ dw_rows_avx512(void *ctx, int64_t b, int64_t e)
 								  _mm512_slli_epi32(x1, 16)),
 								  _mm512_loadu_si512((const void *)wp));
 				}
-				__m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc),
-							 _mm512_loadu_ps(j->mult + cb * 16));
-				v = _mm512_max_ps(_mm512_min_ps(v, vmax), vmin);
-				__m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(v), zy);
-				q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
-				_mm_storeu_si128((__m128i *)(y + cb * 16), _mm512_cvtepi32_epi8(q));
+				dw_epi512(acc, j->mult + cb * 16, g, y + cb * 16);
 			}
 			if (c0 == C)
 				continue;
@@ -640,6 +639,188 @@ dw_rows_avx512(void *ctx, int64_t b, int64_t e)
 			dw_out(y + c0, acc, j->mult + c0, C - c0, g->yzero, g->lo, g->hi);
 		}
 	}
+}
+
+DW_TGT512 static void
+dw_rows_avx512(void *ctx, int64_t b, int64_t e)
+{
+	const struct dwjob *j = ctx;
+	int64_t C = j->g->c, T = j->g->kh * j->g->kw;
+	const uint8_t **src = ml_malloc(sizeof *src * (size_t)(T + 1));
+	int32_t *acc = ml_malloc(sizeof(int32_t) * (size_t)(C % 16 + 1));
+
+	if (src != NULL && acc != NULL)		/* else: checked by the caller's probe allocation */
+		for (int64_t r = b; r < e; r++)
+			dw_row512(j, r, 0, src, acc);
+	ml_free(src);
+	ml_free(acc);
+}
+
+/*
+ * dw_rows_vnni: dw_rows_avx512 for windows of at most 4 rows and 3
+ * columns, dilation 1 (MobileNet's and EfficientNet's 3x3), by blocks of
+ * 64 channels (then one of 32): for each input column the window's (up to
+ * 4) rows' bytes are interleaved once into quads, in 4 vectors of 4-byte
+ * lanes (vpunpck*: lane l of vector a is channel 16 (l / 4) + 4 a + l % 4
+ * of the block), which vpdpbusd multiplies by the quads of weights of a
+ * window column and adds into int32: kw of them an output pixel, where
+ * dw_rows_avx512 widens and interleaves each pixel's 9 taps of every 16
+ * channels anew. The sums are transposed back to channel order (128-bit
+ * blocks) for the epilogue. Exact int32 sums: dw_rows' bytes. Channels
+ * past the blocks go through dw_row512.
+ */
+#define DW_QCOL 256	/* bytes a column of quads of 64 channels: 4 vectors of 64 */
+
+/* dw_blocks: the channels dw_rows_vnni takes in blocks of 64 and 32 */
+static void
+dw_blocks(int64_t C, int64_t *n64, int64_t *n32)
+{
+	*n64 = C / 64;
+	*n32 = C % 64 >= 32;
+}
+
+/* dw_pack64: the weights and biases of each block of dw_rows_vnni, in its order of channels */
+static void
+dw_pack64(int8_t *wq, int32_t *bq, const int8_t *w, const int32_t *bias, const struct ml_q8_geom *g)
+{
+	int64_t C = g->c, n64, n32;
+	dw_blocks(C, &n64, &n32);
+	for (int64_t cb = 0; cb < n64 + n32; cb++) {
+		int bw = cb < n64 ? 64 : 32, lanes = bw / 4;
+		for (int a = 0; a < 4; a++)
+			for (int l = 0; l < lanes; l++) {
+				int64_t ch = cb * 64 + 16 * (l / 4) + 4 * a + l % 4;
+				bq[cb * 64 + a * lanes + l] = bias[ch];
+				for (int64_t kx = 0; kx < g->kw; kx++)
+					for (int ky = 0; ky < 4; ky++)
+						wq[cb * g->kw * DW_QCOL + ((kx * 4 + a) * lanes + l) * 4 + ky] =
+							ky < g->kh ? w[(ky * g->kw + kx) * C + ch] : 0;
+			}
+	}
+}
+
+/* dw_epi4: the sums a0..a3 of 64 channels (two 128-bit blocks each for 32: h 2) to y */
+DW_TGT512 static inline void
+dw_epi4(__m512i a0, __m512i a1, __m512i a2, __m512i a3, int h, const float *mult,
+	const struct ml_q8_geom *g, uint8_t *y)
+{
+	/* a's 128-bit block b holds channels 16 b + 4 a ..: channels 16 b .. as block b of n_b */
+	__m512i t0 = _mm512_shuffle_i32x4(a0, a1, 0x44), t1 = _mm512_shuffle_i32x4(a2, a3, 0x44);
+	dw_epi512(_mm512_shuffle_i32x4(t0, t1, 0x88), mult, g, y);
+	dw_epi512(_mm512_shuffle_i32x4(t0, t1, 0xdd), mult + 16, g, y + 16);
+	if (h == 2)
+		return;
+	__m512i t2 = _mm512_shuffle_i32x4(a0, a1, 0xee), t3 = _mm512_shuffle_i32x4(a2, a3, 0xee);
+	dw_epi512(_mm512_shuffle_i32x4(t2, t3, 0x88), mult + 32, g, y + 32);
+	dw_epi512(_mm512_shuffle_i32x4(t2, t3, 0xdd), mult + 48, g, y + 48);
+}
+
+/* dw_quads: 16 bytes a lane of 4 rows into the 4 vectors of quads at d (128-bit lanes) */
+#define DW_QUADS(VT, SFX, v, d)								\
+	do {										\
+		VT p0_ = _mm##SFX##_unpacklo_epi8(v[0], v[1]);				\
+		VT p1_ = _mm##SFX##_unpackhi_epi8(v[0], v[1]);				\
+		VT p2_ = _mm##SFX##_unpacklo_epi8(v[2], v[3]);				\
+		VT p3_ = _mm##SFX##_unpackhi_epi8(v[2], v[3]);				\
+		d[0] = _mm##SFX##_unpacklo_epi16(p0_, p2_);				\
+		d[1] = _mm##SFX##_unpackhi_epi16(p0_, p2_);				\
+		d[2] = _mm##SFX##_unpacklo_epi16(p1_, p3_);				\
+		d[3] = _mm##SFX##_unpackhi_epi16(p1_, p3_);				\
+	} while (0)
+
+DW_TGT512 static void
+dw_rows_vnni(void *ctx, int64_t b, int64_t e)
+{
+	const struct dwjob *j = ctx;
+	const struct ml_q8_geom *g = j->g;
+	int64_t C = g->c, T = g->kh * g->kw, kw = g->kw, n64, n32;
+	int64_t ncol = (g->ow - 1) * g->sw + kw;	/* input columns from -pl on */
+	uint8_t *qb = ml_malloc((size_t)ncol * DW_QCOL + 64);
+	const uint8_t **src = ml_malloc(sizeof *src * (size_t)(T + 1));
+	int32_t *acc = ml_malloc(sizeof(int32_t) * (size_t)(C % 16 + 1));
+
+	dw_blocks(C, &n64, &n32);
+	if (qb == NULL || src == NULL || acc == NULL)
+		goto out;	/* checked by the caller's probe allocation */
+	uint8_t *q = (uint8_t *)(((uintptr_t)qb + 63) / 64 * 64);
+	for (int64_t r = b; r < e; r++) {
+		int64_t n = r / g->oh, oy = r % g->oh;
+		const uint8_t *row[4];
+		bool in[4];
+		for (int ky = 0; ky < 4; ky++) {
+			int64_t iy = oy * g->sh - g->pt + ky;
+			in[ky] = ky < g->kh && iy >= 0 && iy < g->h;
+			row[ky] = in[ky] ? j->x + (n * g->h + iy) * g->w * C : j->zrow;
+		}
+		for (int64_t cb = 0; cb < n64 + n32; cb++) {
+			bool wide = cb < n64;
+			int64_t qc = wide ? DW_QCOL : DW_QCOL / 2;	/* bytes a column */
+			/* the quads of every input column the row's windows read */
+			for (int64_t c = 0; c < ncol; c++) {
+				int64_t ix = c - g->pl;
+				bool cin = ix >= 0 && ix < g->w;
+				const uint8_t *p[4];
+				for (int ky = 0; ky < 4; ky++)
+					p[ky] = (in[ky] && cin ? row[ky] + ix * C : j->zrow) + cb * 64;
+				if (wide) {
+					__m512i v[4], *d = (__m512i *)(q + c * qc);
+					for (int ky = 0; ky < 4; ky++)
+						v[ky] = ky < g->kh ? _mm512_loadu_si512((const void *)p[ky]) :
+								     _mm512_setzero_si512();
+					DW_QUADS(__m512i, 512, v, d);
+				} else {
+					__m256i v[4], *d = (__m256i *)(q + c * qc);
+					for (int ky = 0; ky < 4; ky++)
+						v[ky] = ky < g->kh ? _mm256_loadu_si256((const __m256i *)p[ky]) :
+								     _mm256_setzero_si256();
+					DW_QUADS(__m256i, 256, v, d);
+				}
+			}
+			const uint8_t *wq = (const uint8_t *)j->wq + cb * kw * DW_QCOL;
+			const int32_t *bq = j->bq + cb * 64;
+			uint8_t *y = j->y + (n * g->oh + oy) * g->ow * C + cb * 64;
+			const float *mult = j->mult + cb * 64;
+			for (int64_t ox = 0; ox < g->ow; ox++, y += C) {
+				const uint8_t *qx = q + ox * g->sw * qc;
+				if (wide) {
+					const __m512i *bv = (const __m512i *)bq, *wv = (const __m512i *)wq;
+					__m512i a0 = _mm512_loadu_si512(bv), a1 = _mm512_loadu_si512(bv + 1);
+					__m512i a2 = _mm512_loadu_si512(bv + 2), a3 = _mm512_loadu_si512(bv + 3);
+					for (int64_t kx = 0; kx < kw; kx++) {
+						const __m512i *qv = (const __m512i *)(qx + kx * qc);
+						a0 = _mm512_dpbusd_epi32(a0, _mm512_load_si512(qv), _mm512_loadu_si512(wv + kx * 4));
+						a1 = _mm512_dpbusd_epi32(a1, _mm512_load_si512(qv + 1),
+									 _mm512_loadu_si512(wv + kx * 4 + 1));
+						a2 = _mm512_dpbusd_epi32(a2, _mm512_load_si512(qv + 2),
+									 _mm512_loadu_si512(wv + kx * 4 + 2));
+						a3 = _mm512_dpbusd_epi32(a3, _mm512_load_si512(qv + 3),
+									 _mm512_loadu_si512(wv + kx * 4 + 3));
+					}
+					dw_epi4(a0, a1, a2, a3, 4, mult, g, y);
+				} else {
+					const __m256i *bv = (const __m256i *)bq, *wv = (const __m256i *)wq;
+					__m256i a0 = _mm256_loadu_si256(bv), a1 = _mm256_loadu_si256(bv + 1);
+					__m256i a2 = _mm256_loadu_si256(bv + 2), a3 = _mm256_loadu_si256(bv + 3);
+					for (int64_t kx = 0; kx < kw; kx++) {
+						const __m256i *qv = (const __m256i *)(qx + kx * qc);
+						a0 = _mm256_dpbusd_epi32(a0, _mm256_load_si256(qv), _mm256_loadu_si256(wv + kx * 4));
+						a1 = _mm256_dpbusd_epi32(a1, _mm256_load_si256(qv + 1),
+									 _mm256_loadu_si256(wv + kx * 4 + 1));
+						a2 = _mm256_dpbusd_epi32(a2, _mm256_load_si256(qv + 2),
+									 _mm256_loadu_si256(wv + kx * 4 + 2));
+						a3 = _mm256_dpbusd_epi32(a3, _mm256_load_si256(qv + 3),
+									 _mm256_loadu_si256(wv + kx * 4 + 3));
+					}
+					dw_epi4(_mm512_castsi256_si512(a0), _mm512_castsi256_si512(a1),
+						_mm512_castsi256_si512(a2), _mm512_castsi256_si512(a3), 2, mult, g, y);
+				}
+			}
+		}
+		if ((n64 * 2 + n32) * 32 < C)
+			dw_row512(j, r, (n64 * 2 + n32) * 2, src, acc);
+	}
+out:
+	ml_free(qb);
 	ml_free(src);
 	ml_free(acc);
 }
@@ -658,6 +839,8 @@ run_dw(struct ml_opctx *c, const struct ml_q8_geom *g, const uint8_t *x, const i
 	int64_t T = g->kh * g->kw;
 	void (*rows)(void *, int64_t, int64_t) = dw_rows;
 	int16_t *wpk = NULL;
+	int8_t *wq = NULL;
+	int32_t *bq = NULL;
 #ifdef Q8_X86
 	if (ml_q8_path() >= ML_Q8_AVX2 && g->c >= 16) {
 		wpk = ml_malloc(sizeof(int16_t) * 32 * (size_t)(g->c / 16) * (size_t)((T + 1) / 2));
@@ -668,23 +851,43 @@ run_dw(struct ml_opctx *c, const struct ml_q8_geom *g, const uint8_t *x, const i
 		rows = ml_q8_path() == ML_Q8_VNNI || ml_q8_path() == ML_Q8_AMX ? dw_rows_avx512 :
 										dw_rows_avx2;
 	}
+	/* windows of up to 4 x 3, dilation 1, 32 channels or more: the quads of dw_rows_vnni */
+	if ((ml_q8_path() == ML_Q8_VNNI || ml_q8_path() == ML_Q8_AMX) && g->c >= 32 &&
+	    g->kh <= 4 && g->kw <= 3 && g->dh == 1 && g->dw == 1 && getenv("ML_Q8_DW64") == NULL) {
+		int64_t nbl = (g->c + 63) / 64;
+		wq = ml_malloc((size_t)nbl * ((size_t)g->kw * DW_QCOL + 64 * sizeof(int32_t)));
+		if (wq == NULL) {
+			ml_free(wpk);
+			return nomem(c);
+		}
+		bq = (int32_t *)(wq + (size_t)nbl * (size_t)g->kw * DW_QCOL);
+		dw_pack64(wq, bq, w, c->in[2]->data, g);
+		rows = dw_rows_vnni;
+	}
 #endif
-	uint8_t *zrow = ml_malloc((size_t)g->c + 16);
-	/* what a worker allocates: dw_rows_avx2's taps of 4 pixels are the most */
-	void *probe = ml_malloc(sizeof(int32_t) * (size_t)g->c + sizeof(void *) * 4 * (size_t)(T + 1));
+	uint8_t *zrow = ml_malloc((size_t)g->c + 64);
+	/* what a worker allocates: dw_rows_avx2's taps of 4 pixels, or dw_rows_vnni's columns */
+	size_t most = sizeof(int32_t) * (size_t)g->c + sizeof(void *) * 4 * (size_t)(T + 1);
+	if (wq != NULL)
+		most += (size_t)((g->ow - 1) * g->sw + g->kw) * DW_QCOL + 64;
+	void *probe = ml_malloc(most);
 	if (zrow == NULL || probe == NULL) {
 		ml_free(zrow);
 		ml_free(probe);
 		ml_free(wpk);
+		ml_free(wq);
 		return nomem(c);
 	}
 	ml_free(probe);
-	memset(zrow, g->xzero, (size_t)g->c + 16);
+	memset(zrow, g->xzero, (size_t)g->c + 64);
 	j.zrow = zrow;
 	j.wpk = wpk;
+	j.wq = wq;
+	j.bq = bq;
 	ml_parallel_for(g->n * g->oh, 1, rows, &j);
 	ml_free(zrow);
 	ml_free(wpk);
+	ml_free(wq);
 	return 0;
 }
 

@@ -446,8 +446,8 @@ main(void)
 	char what[160];
 	bool noamx = noamx_child();
 
-	/* 7: the depthwise cases; 4 and 5: the quantize cases; 5 pools; 3: the checks at the end */
-	printf("1..%d\n", npaths * (nshapes * 4 + 6) + npaths * 7 + npaths * 4 + npaths * 5 + 5 + 3);
+	/* 14: the depthwise cases; 4 and 5: the quantize cases; 5 pools; 3: the checks at the end */
+	printf("1..%d\n", npaths * (nshapes * 4 + 6) + npaths * 14 + npaths * 4 + npaths * 5 + 5 + 3);
 	for (int pi = 0; pi < npaths; pi++) {
 		enum ml_q8_path p = paths[pi];
 		bool have = ml_q8_set_path(p);
@@ -486,6 +486,11 @@ main(void)
 		{ 1, 8, 8, 32, 5, 1, 2, 1, 7 }, { 1, 9, 9, 40, 3, 1, 2, 2, 0 },
 		{ 1, 6, 6, 96, 1, 1, 0, 1, 5 }, { 1, 7, 7, 48, 2, 2, 0, 1, 250 },
 		{ 1, 5, 5, 15, 3, 1, 1, 1, 9 },
+		/* 32 channels and more (VNNI: blocks of 64 and 32 by columns of quads, the rest as above) */
+		{ 2, 9, 11, 64, 3, 1, 1, 1, 77 }, { 1, 10, 9, 144, 3, 2, 1, 1, 3 },
+		{ 1, 7, 8, 200, 2, 2, 0, 1, 250 }, { 1, 5, 6, 128, 3, 1, 0, 1, 0 },
+		{ 1, 6, 6, 70, 3, 2, 1, 1, 1 }, { 2, 8, 10, 32, 3, 2, 1, 1, 40 },
+		{ 1, 6, 7, 112, 3, 1, 1, 1, 200 },
 	};
 	for (int pi = 0; pi < npaths; pi++) {
 		enum ml_q8_path p = paths[pi];
