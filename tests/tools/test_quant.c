@@ -138,6 +138,102 @@ one_case(int64_t p, int64_t m, int64_t k, int mode, bool f32out)
 }
 
 /*
+ * conv_case: a dense Q8Conv (x [n, h, w, c], m outputs, k x k, stride st,
+ * pad pd, zero points xz, yz: the im2col path, its padded copy for a few
+ * channels) on path p against a direct integer reference with dw_out's
+ * epilogue. Whether they agree byte for byte.
+ */
+static bool
+conv_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t m, int64_t k,
+	  int64_t st, int64_t pd, int32_t xz, int32_t yz)
+{
+	struct ml_err e = { 0 };
+	struct ml_graph *g = NULL;
+	int64_t K = k * k * c, xd[4] = { n, h, w, c };
+	int64_t oh = (h + 2 * pd - k) / st + 1, ow = (w + 2 * pd - k) / st + 1;
+	int64_t nx = n * h * w * c, ny = n * oh * ow * m, np = ml_q8_packed_len(K, m);
+	uint8_t *x = malloc((size_t)nx), *ref = malloc((size_t)ny);
+	int8_t *wt = malloc((size_t)(K * m)), *wp = calloc((size_t)np, 1);
+	int32_t *bias = malloc(sizeof *bias * (size_t)m);
+	float *mult = malloc(sizeof *mult * (size_t)m);
+	bool good = false;
+
+	for (int64_t i = 0; i < nx; i++)
+		x[i] = (uint8_t)rnd();
+	for (int64_t i = 0; i < K * m; i++)
+		wt[i] = (int8_t)(ML_Q8_WMIN + (int)(rnd() % (ML_Q8_WMAX - ML_Q8_WMIN + 1)));
+	for (int64_t j = 0; j < m; j++) {
+		bias[j] = (int32_t)(rnd() % 40001) - 20000;
+		mult[j] = (float)(1.0 / (40.0 * (double)K * (1.0 + (double)(rnd() % 100) / 50.0)));
+	}
+	ml_q8_pack(wp, wt, m, K);
+	for (int64_t b = 0; b < n; b++)
+		for (int64_t oy = 0; oy < oh; oy++)
+			for (int64_t ox = 0; ox < ow; ox++)
+				for (int64_t o = 0; o < m; o++) {
+					int32_t acc = bias[o];
+					for (int64_t ky = 0; ky < k; ky++)
+						for (int64_t kx = 0; kx < k; kx++)
+							for (int64_t ch = 0; ch < c; ch++) {
+								int64_t iy = oy * st - pd + ky, ix = ox * st - pd + kx;
+								int32_t a = iy < 0 || iy >= h || ix < 0 || ix >= w ?
+										    xz : x[((b * h + iy) * w + ix) * c + ch];
+								acc += a * wt[o * K + (ky * k + kx) * c + ch];
+							}
+					float v = (float)acc * mult[o];
+					v = v > 4e6f ? 4e6f : v < -4e6f ? -4e6f : v;
+					int32_t q = (int32_t)nearbyintf(v) + yz;
+					ref[((b * oh + oy) * ow + ox) * m + o] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
+				}
+	ml_graph_new(&g, &e);
+	ml_graph_set_opset(g, "", 13, &e);
+	int tx = ml_graph_tensor(g, "x");
+	g->tensors[tx]->dtype = ML_U8;
+	g->tensors[tx]->rank = 4;
+	g->tensors[tx]->kind = ML_TK_INPUT;
+	memcpy(g->tensors[tx]->dims, xd, sizeof xd);
+	ml_graph_add_input(g, tx, &e);
+	ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_CONST, ML_I8, 1, &np, wp, (size_t)np, &e);
+	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_I32, 1, &m, bias,
+			  sizeof *bias * (size_t)m, &e);
+	ml_graph_set_data(g, ml_graph_tensor(g, "m"), ML_TK_CONST, ML_F32, 1, &m, mult,
+			  sizeof *mult * (size_t)m, &e);
+	const char *in[] = { "x", "w", "b", "m" }, *out[] = { "y" };
+	int ni = ml_graph_add_node(g, "Q8Conv", "ml", "cv", 4, in, 1, out, &e);
+	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
+	ml_node_set_ints(g, ni, "kernel_shape", 2, (const int64_t[]){ k, k });
+	ml_node_set_ints(g, ni, "strides", 2, (const int64_t[]){ st, st });
+	ml_node_set_ints(g, ni, "pads", 4, (const int64_t[]){ pd, pd, pd, pd });
+	ml_node_set_int(g, ni, "x_zero_point", xz);
+	ml_node_set_int(g, ni, "y_zero_point", yz);
+
+	struct ml_tval xv = { 0 };
+	struct ml_session *s = NULL;
+	ml_q8_set_path(p);
+	if (e.code == 0 && ml_graph_toposort(g, &e) == 0 && ml_graph_infer(g, &e) == 0 &&
+	    ml_tval_alloc(&xv, ML_U8, 4, xd, &e) == 0 && ml_session_new(&s, g, NULL, &e) == 0) {
+		memcpy(xv.data, x, (size_t)nx);
+		if (ml_session_set_input(s, "x", &xv, &e) == 0 && ml_session_run(s, &e) == 0) {
+			const struct ml_tval *y = ml_session_output(s, 0);
+			good = ml_tval_numel(y) == ny && memcmp(y->data, ref, (size_t)ny) == 0;
+		}
+	}
+	if (e.code != 0)
+		printf("# conv case: %s\n", e.msg);
+	ml_session_free(s);
+	ml_tval_clear(&xv);
+	ml_graph_free(g);
+	ml_q8_set_path(ML_Q8_AUTO);
+	free(x);
+	free(ref);
+	free(wt);
+	free(wp);
+	free(bias);
+	free(mult);
+	return good;
+}
+
+/*
  * dw_case: a depthwise Q8Conv (x [n, h, w, c], k x k, stride st, pad pd,
  * dilation dl, zero points xz, yz) run as a one-node graph on path p,
  * against a direct integer reference with dw_out's epilogue. Returns
@@ -446,8 +542,9 @@ main(void)
 	char what[160];
 	bool noamx = noamx_child();
 
-	/* 14: the depthwise cases; 4 and 5: the quantize cases; 5 pools; 3: the checks at the end */
-	printf("1..%d\n", npaths * (nshapes * 4 + 6) + npaths * 14 + npaths * 4 + npaths * 5 + 5 + 3);
+	/* 14: the depthwise cases; 4 and 5: the quantize cases; 5 convs; 5 pools; 3: the checks at the end */
+	printf("1..%d\n",
+	       npaths * (nshapes * 4 + 6) + npaths * 14 + npaths * 4 + npaths * 5 + npaths * 5 + 5 + 3);
 	for (int pi = 0; pi < npaths; pi++) {
 		enum ml_q8_path p = paths[pi];
 		bool have = ml_q8_set_path(p);
@@ -529,6 +626,31 @@ main(void)
 			}
 			ok(quant_case(p, qs[d][0], qs[d][1], 0.0371f * (float)(d + 1), (int32_t)qs[d][2]),
 			   what);
+		}
+	}
+	/* dense Q8Conv by im2col: few channels padded (the padded copy), and others */
+	static const int64_t cvs[][10] = {
+		/* n, h, w, c, m, k, stride, pad, xzero, yzero */
+		{ 1, 28, 28, 1, 6, 5, 1, 2, 13, 128 }, { 2, 9, 7, 2, 5, 3, 1, 1, 0, 3 },
+		{ 1, 10, 11, 1, 4, 5, 2, 2, 200, 77 }, { 1, 8, 8, 3, 16, 3, 1, 1, 9, 0 },
+		{ 1, 6, 6, 1, 3, 3, 1, 0, 5, 250 },
+	};
+	for (int pi = 0; pi < npaths; pi++) {
+		enum ml_q8_path p = paths[pi];
+		for (size_t d = 0; d < sizeof cvs / sizeof cvs[0]; d++) {
+			const int64_t *v = cvs[d];
+			snprintf(what, sizeof what, "%s conv x[%lld,%lld,%lld,%lld] -> %lld, k %lld s %lld p %lld",
+				 ml_q8_path_name(p), (long long)v[0], (long long)v[1], (long long)v[2],
+				 (long long)v[3], (long long)v[4], (long long)v[5], (long long)v[6],
+				 (long long)v[7]);
+			if (!ml_q8_path_ok(p)) {
+				ntest++;
+				printf("ok %d - %s # SKIP this CPU lacks %s\n", ntest, what,
+				       ml_q8_path_name(p));
+				continue;
+			}
+			ok(conv_case(p, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], (int32_t)v[8],
+				     (int32_t)v[9]), what);
 		}
 	}
 	/* Q8MaxPool: 2 x 2 at stride 2 (its own loop: odd sizes, 1 to 70 channels), others */
