@@ -1138,6 +1138,16 @@ ml_cpu_bf16_run(struct ml_opctx *c)
 	/* an fp16 weight (mlquant --dtype fp16): storage only, the f32 kernel on it */
 	if (c->in[1]->dtype == ML_F16)
 		return as_f32(c);
+	int rc = ml_cpu_bf16_native(c);
+	return rc <= 0 ? rc : as_f32(c);
+}
+
+int
+ml_cpu_bf16_native(struct ml_opctx *c)
+{
+	if (c->n_in < 2 || c->in[0] == NULL || c->in[1] == NULL || c->in[0]->dtype != ML_F32 ||
+	    c->in[1]->dtype != ML_BF16 || c->n_out < 1 || c->out[0]->dtype != ML_F32)
+		return 1;
 	/*
 	 * vdpbf16ps without AMX lost to the f32 kernels (Winograd, the implicit
 	 * GEMM, the streamed products) on every product of ResNet-18: 1.3 to
@@ -1145,25 +1155,19 @@ ml_cpu_bf16_run(struct ml_opctx *c)
 	 * exposed, 1.54 times the f32 model in all; there the weight is
 	 * converted once and the f32 kernels run, unless ML_BF16=dp asks.
 	 */
-	if (ml_bf16_path() == ML_BF16_AMX || (ml_bf16_path() == ML_BF16_DP && dp_asked())) {
-		int rc = 1;
-		switch (c->node->op) {
-		case ML_OP_CONV:
-		case ML_OP_FUSED_CONV:
-			rc = conv_dp(c);
-			break;
-		case ML_OP_MATMUL:
-		case ML_OP_FUSED_MATMUL:
-		case ML_OP_GEMM:
-		case ML_OP_FUSED_GEMM:
-		case ML_OP_CONV_NHWC:
-			rc = mm_dp(c);
-			break;
-		default:
-			break;
-		}
-		if (rc <= 0)
-			return rc;
+	if (ml_bf16_path() != ML_BF16_AMX && (ml_bf16_path() != ML_BF16_DP || !dp_asked()))
+		return 1;
+	switch (c->node->op) {
+	case ML_OP_CONV:
+	case ML_OP_FUSED_CONV:
+		return conv_dp(c);
+	case ML_OP_MATMUL:
+	case ML_OP_FUSED_MATMUL:
+	case ML_OP_GEMM:
+	case ML_OP_FUSED_GEMM:
+	case ML_OP_CONV_NHWC:
+		return mm_dp(c);
+	default:
+		return 1;
 	}
-	return as_f32(c);
 }

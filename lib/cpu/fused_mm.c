@@ -126,8 +126,8 @@ ml_fused_tile_epi(float *y, int64_t m, int64_t n, int64_t ldc, const float *bias
 /*
  * FusedMatMul.
  */
-/* How fmm_pack reads B: [k, n] f32, [n, k] f32 (a convolution's weight), [k, n] fp16. */
-enum { PK_PLAIN, PK_TRANS, PK_HALF };
+/* How fmm_pack reads B: [k, n] f32, [n, k] f32 (a convolution's weight), [k, n] fp16 or bf16. */
+enum { PK_PLAIN, PK_TRANS, PK_HALF, PK_BF16 };
 
 struct fmm {
 	const float *a, *b, *bias, *z, *bp;
@@ -167,9 +167,12 @@ fmm_pack(void *ctx, int64_t b, int64_t e)
 			else if (f->src == PK_TRANS)
 				for (int64_t jj = 0; jj < w; jj++)
 					d[jj] = f->b[(j0 + jj) * f->k + r];
-			else
+			else if (f->src == PK_HALF)
 				for (int64_t jj = 0; jj < w; jj++)
 					d[jj] = ml_f16_to_f32(h[r * f->n + j0 + jj]);
+			else
+				for (int64_t jj = 0; jj < w; jj++)
+					d[jj] = ml_bf16_to_f32(h[r * f->n + j0 + jj]);
 			for (int64_t jj = w; jj < ML_PG_NR; jj++)
 				d[jj] = 0.0f;
 		}
@@ -237,7 +240,7 @@ ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n, bool trans)
 {
 	bool fill;
 	void *tmp;
-	bool half = c->in[1]->dtype == ML_F16;
+	bool bf = c->in[1]->dtype == ML_BF16, half = c->in[1]->dtype == ML_F16 || bf;
 
 	if (!ml_cpu_wconst(c) || (half && trans) || (!half && c->in[1]->dtype != ML_F32))
 		return NULL;
@@ -245,7 +248,7 @@ ml_cpu_wpanels(struct ml_opctx *c, int64_t k, int64_t n, bool trans)
 				  sizeof(float) * (size_t)ml_pgemm_packed_len(k, n), &fill, &tmp);
 	if (bp != NULL && fill) {
 		struct fmm f = { .b = c->in[1]->data, .bp = bp, .k = k, .n = n,
-				 .src = trans ? PK_TRANS : half ? PK_HALF : PK_PLAIN };
+				 .src = trans ? PK_TRANS : bf ? PK_BF16 : half ? PK_HALF : PK_PLAIN };
 		ml_parallel_for((n + ML_PG_NR - 1) / ML_PG_NR,
 				ML_MAX(1, (int64_t)(1 << 16) / (k * ML_PG_NR)), fmm_pack, &f);
 	}

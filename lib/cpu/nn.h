@@ -192,6 +192,12 @@ void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a,
 enum ml_bf16_path { ML_BF16_AUTO = 0, ML_BF16_F32 = 1, ML_BF16_DP = 2, ML_BF16_AMX = 3 };
 #define ML_BF_NR 32
 int ml_cpu_bf16_run(struct ml_opctx *c);
+/*
+ * ml_cpu_bf16_native: ml_cpu_bf16_run's bf16 kernels alone: 1 (nothing
+ * done) where none takes c on this path, for a caller that widens the
+ * weight itself (ConvNHWC into its panels, once).
+ */
+int ml_cpu_bf16_native(struct ml_opctx *c);
 bool ml_bf16_path_ok(enum ml_bf16_path p);
 const char *ml_bf16_path_name(enum ml_bf16_path p);
 enum ml_bf16_path ml_bf16_path(void);

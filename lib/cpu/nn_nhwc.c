@@ -827,13 +827,16 @@ ml_cpu_conv_nhwc(struct ml_opctx *c)
 	bool known;
 
 	/*
-	 * an fp16 weight (mlquant --dtype fp16): one group's widened as it is
-	 * packed into the SGEMM's panels, once (gemm_rows, the stems); others
-	 * converted to f32 once (bf16.c)
+	 * an fp16 or bf16 weight (mlquant --dtype fp16, bf16): one group's
+	 * widened as it is packed into the SGEMM's panels, once (gemm_rows, the
+	 * stems), unless a bf16 kernel takes it (bf16.c: the pointwise ones on
+	 * AMX); others converted to f32 once (bf16.c), whose f32 copy the
+	 * kernel would pack again on every run
 	 */
-	bool half = c->in[1]->dtype == ML_F16 && ml_attr_int(c->node, "group", 1) == 1 &&
+	enum ml_dtype wdt = c->in[1]->dtype;
+	bool half = (wdt == ML_F16 || wdt == ML_BF16) && ml_attr_int(c->node, "group", 1) == 1 &&
 		    ml_attr_int(c->node, "packed_n", 0) <= 0 && ml_cpu_wconst(c) && ml_pgemm_ok();
-	int rc = half ? 1 : ml_cpu_bf16_run(c);
+	int rc = !half ? ml_cpu_bf16_run(c) : wdt == ML_BF16 ? ml_cpu_bf16_native(c) : 1;
 	if (rc <= 0)
 		return rc;
 
