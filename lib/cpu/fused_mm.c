@@ -131,6 +131,7 @@ enum { PK_PLAIN, PK_TRANS, PK_HALF, PK_BF16 };
 
 struct fmm {
 	const float *a, *b, *bias, *z, *bp;
+	const int32_t *boff;		/* fmm_narrow: the panel's rows, ML_PG_NR apart */
 	int src;			/* fmm_pack's PK_* */
 	float *y;
 	int64_t m, n, k;
@@ -176,6 +177,27 @@ fmm_pack(void *ctx, int64_t b, int64_t e)
 			for (int64_t jj = w; jj < ML_PG_NR; jj++)
 				d[jj] = 0.0f;
 		}
+	}
+}
+
+/* fmm_narrow: runs of rows [b, e) (of j->rows) of a product of 16 columns or fewer */
+struct fmm_nj {
+	const struct fmm *f;
+	int64_t rows;
+};
+
+static void
+fmm_narrow(void *ctx, int64_t b, int64_t e)
+{
+	const struct fmm_nj *j = ctx;
+	const struct fmm *f = j->f;
+	for (int64_t t = b; t < e; t++) {
+		int64_t i0 = t * j->rows, r = ML_MIN(j->rows, f->m - i0);
+		float *y = f->y + i0 * f->n;
+		/* inside a pool item ml_pgemm_narrow runs on this thread */
+		ml_pgemm_narrow(r, f->n, f->k, f->a + i0 * f->k, f->k, f->bp, f->boff, NULL, y, f->n);
+		ml_fused_tile_epi(y, r, f->n, f->n, f->bias, f->z != NULL ? f->z + i0 * f->n : NULL,
+				  f->act, f->lo, f->hi);
 	}
 }
 
@@ -344,6 +366,22 @@ fmm_run(struct fmm *fp, const float *bp)
 		return;
 	}
 	f.bp = bp;
+	/*
+	 * 16 columns or fewer (MobileNet-V2's and EfficientNet's 32 -> 16
+	 * projections at 112x112, channels last): ml_pgemm_narrow's one
+	 * 16-lane vector a row of C, reading the panel's rows for 16 floats,
+	 * instead of the 32-wide kernel over a half-empty panel
+	 */
+	int32_t *boff = n <= 16 && k <= (1 << 20) ? ml_malloc(sizeof(int32_t) * (size_t)k) : NULL;
+	if (boff != NULL) {
+		for (int64_t p = 0; p < k; p++)
+			boff[p] = (int32_t)(p * ML_PG_NR);
+		f.boff = boff;
+		int64_t rows = ML_MAX(12, ITEM_WORK / ML_MAX(1, 16 * k) / 12 * 12);
+		ml_parallel_for((m + rows - 1) / rows, 1, fmm_narrow, &(struct fmm_nj){ &f, rows });
+		ml_free(boff);
+		return;
+	}
 	/*
 	 * Tiles: about TILE_M rows (a multiple of 4, a whole number of row
 	 * tiles per thread when there are rows enough) by runs of panels,

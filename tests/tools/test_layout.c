@@ -773,6 +773,18 @@ main(void)
 	int st = 0;
 	bool waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 	ok(waited && WEXITSTATUS(st) == 0, "one-group ConvNHWC through BLAS (ML_PGEMM=0)");
+	/* the packed SGEMM's AVX2 kernels (16 outputs or fewer: ml_pgemm_narrow's), in a child */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ML_PGEMM", "avx2", 1);
+		bool good = true;
+		for (int i = 0; i < NKCASES; i++)
+			good &= kernel_case(&kcases[i]);
+		_exit(good ? 0 : 1);
+	}
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0, "ConvNHWC = FusedConv, the packed SGEMM forced to AVX2 (ML_PGEMM=avx2)");
 	/* FusedConv's few-channel direct kernel on AVX2 (its epilogue in registers), in a child */
 	fflush(stdout);
 	pid = fork();
