@@ -53,6 +53,7 @@ struct nhwc {
 	float *ring;
 	int64_t nring;
 	int64_t c0, c1;		/* a depthwise row's channels [c0, c1) (multiples of 16 but C) */
+	bool actreg;		/* dw_row512 applies the Relu or Clip itself (no residual) */
 };
 
 /* in_row: row ih of image n of the input the depthwise taps read */
@@ -91,6 +92,21 @@ mask32(int64_t rem, __mmask16 *m0, __mmask16 *m1)
  * past C); a tap outside the input is skipped, per pixel.
  */
 #ifdef HAVE_SIMD
+/*
+ * act512: fused_mm.c's Relu (v > 0 ? v : 0: max with 0 as the second
+ * operand, which NaN and -0 yield) or Clip (v < lo ? lo : v > hi ? hi : v,
+ * NaN kept), bit for bit
+ */
+__attribute__((target("avx512f"), always_inline))
+static inline __m512
+act512(__m512 v, int act, __m512 lo, __m512 hi)
+{
+	if (act == ML_ACT_RELU)
+		return _mm512_max_ps(v, _mm512_setzero_ps());
+	__m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), v, hi);
+	return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), r, lo);
+}
+
 __attribute__((target("avx512f")))
 static void
 dw_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
@@ -138,6 +154,13 @@ dw_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 						a1[q] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, xp + 16), w1,
 									a1[q]);
 					}
+				}
+			}
+			if (j->actreg) {
+				__m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+				for (int q = 0; q < 4; q++) {
+					a0[q] = act512(a0[q], j->act, lo, hi);
+					a1[q] = act512(a1[q], j->act, lo, hi);
 				}
 			}
 			_Pragma("GCC unroll 4")
@@ -304,7 +327,8 @@ conv_rows(void *ctx, int64_t b, int64_t e)
 	for (int64_t row = b; row < e; row++) {
 		float *yr = j->y + row * len;
 		j->row(j, row / OH, row % OH, yr);
-		rowepi(j, yr, j->z != NULL ? j->z + row * len : NULL, len);
+		if (!j->actreg)
+			rowepi(j, yr, j->z != NULL ? j->z + row * len : NULL, len);
 	}
 }
 
@@ -874,6 +898,9 @@ ml_cpu_conv_nhwc(struct ml_opctx *c)
 #endif
 		if (pre)
 			return conv_pre(c, &v, &j);
+		/* the Relu or Clip of a depthwise row without residual in dw_row512's registers */
+		j.actreg = j.row != dw_row && j.level == 2 && j.z == NULL &&
+			   (j.act == ML_ACT_RELU || j.act == ML_ACT_CLIP);
 		ml_parallel_for(rows, ML_MAX(1, ITEM_WORK / ML_MAX(per, 1)), conv_rows, &j);
 		return 0;
 	}
