@@ -43,6 +43,7 @@
 #endif
 #include <math.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "ml_impl.h"
 #include "cpu/nn.h"
@@ -107,6 +108,12 @@ dp_asked(void)
 	return atomic_load(&dp_set) || (env != NULL && strcmp(env, "dp") == 0);
 }
 
+bool
+ml_bf16_dp_asked(void)
+{
+	return dp_asked();
+}
+
 static enum ml_bf16_path
 best_path(void)
 {
@@ -149,14 +156,102 @@ ml_bf16_set_path(enum ml_bf16_path p)
  * vdpbf16ps GEMM; 1, the f32 kernels on operands rounded to bf16 (the
  * emulation: ML_BF16=f32, or ml_bf16_set_path(ML_BF16_F32)), the tests'
  * reference, which costs the copies (about 12% of a small MLP's step);
- * 0, on a CPU without AVX512_BF16, the f32 kernels as they are, so that
- * --precision bf16 is never slower there than fp32.
+ * 0, on a CPU without AVX512_BF16, or with it but no AMX and a vdpbf16ps
+ * no faster than its FMAs (ml_bf16_dp_fast; ML_BF16=dp uses it anyway),
+ * the f32 kernels as they are, so that --precision bf16 is never slower
+ * there than fp32.
  */
+#ifdef HAVE_BF16
+/* dp_loop, fma_loop: n rounds of 8 independent vdpbf16ps or FMA chains */
+#define DP8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+BF_TARGET __attribute__((noinline)) static float
+dp_loop(int64_t n)
+{
+#define DP_Z(i) __m512 a##i = _mm512_setzero_ps();
+#define DP_S(i) a##i = _mm512_dpbf16_ps(a##i, x, x);
+#define DP_R(i) +_mm512_reduce_add_ps(a##i)
+	DP8(DP_Z)
+	__m512bh x = (__m512bh)_mm512_set1_epi32(0x3c003c00);
+	for (int64_t k = 0; k < n; k++) {
+		DP8(DP_S)
+		__asm__ volatile("" : "+v"(x));
+	}
+	return 0.0f DP8(DP_R);
+}
+
+__attribute__((target("avx512f"), noinline)) static float
+fma_loop(int64_t n)
+{
+#define FM_S(i) a##i = _mm512_fmadd_ps(y, y, a##i);
+	DP8(DP_Z)
+	__m512 y = _mm512_set1_ps(1e-3f);
+	for (int64_t k = 0; k < n; k++) {
+		DP8(FM_S)
+		__asm__ volatile("" : "+v"(y));
+	}
+	return 0.0f DP8(DP_R);
+}
+
+static double
+now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+#endif
+
+static atomic_int dp_fast_v = -1;
+
+/*
+ * ml_bf16_dp_fast: whether this CPU's vdpbf16ps, two multiply-adds a lane,
+ * issues at close to its FMA's rate (measured once: the best of 5 runs of
+ * 8 chains of each, about 0.2 ms in all). It does on the AMD Zen 4 and 5
+ * cores measured earlier (mltrain's bf16 MLP 1.4-1.56x fp32 there); on the
+ * Sapphire Rapids Xeons here it issues at half the FMA's rate, so products
+ * on it are no faster than f32 ones plus their rounding (the bf16 MLP step
+ * 0.72x fp32 with AMX turned off).
+ */
+bool
+ml_bf16_dp_fast(void)
+{
+	int v = atomic_load_explicit(&dp_fast_v, memory_order_relaxed);
+	if (v >= 0)
+		return v != 0;
+	v = 0;
+#ifdef HAVE_BF16
+	if (ml_bf16_path_ok(ML_BF16_DP)) {
+		double tdp = 1e30, tfm = 1e30;
+		volatile float sink = 0;
+		for (int r = 0; r < 5; r++) {
+			double t0 = now_s();
+			sink += dp_loop(4096);
+			double t1 = now_s();
+			sink += fma_loop(4096);
+			double t2 = now_s();
+			tdp = t1 - t0 < tdp ? t1 - t0 : tdp;
+			tfm = t2 - t1 < tfm ? t2 - t1 : tfm;
+		}
+		(void)sink;
+		v = tdp <= 1.3 * tfm;
+	}
+#endif
+	atomic_store_explicit(&dp_fast_v, v, memory_order_relaxed);
+	return v != 0;
+}
+
 int
 ml_bf16_train_path(void)
 {
-	if (ml_bf16_path() >= ML_BF16_DP)
+	/*
+	 * vdpbf16ps alone: only where it issues at about an FMA's rate (else
+	 * the f32 kernels as they are, never slower than fp32), or asked for
+	 */
+	if (ml_bf16_path() == ML_BF16_AMX ||
+	    (ml_bf16_path() == ML_BF16_DP && (dp_asked() || ml_bf16_dp_fast())))
 		return 2;
+	if (ml_bf16_path() == ML_BF16_DP)
+		return 0;
 	int v = atomic_load_explicit(&emulate, memory_order_relaxed);
 	if (v < 0) {
 		const char *env = getenv("ML_BF16");
@@ -736,7 +831,7 @@ ml_bf16_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
 	if (m <= 0 || n <= 0)
 		return true;
 #ifdef HAVE_BF16
-	if (ml_bf16_path() >= ML_BF16_DP && k > 0) {
+	if (ml_bf16_train_path() == 2 && k > 0) {
 		/* scratch slots 4 to 6: callers (the Gemm kernel, the conv gradients) use 0 to 3 */
 		int64_t kp = (k + 1) / 2, pstride = kp * 2 * ML_BF_NR;
 		size_t abytes = sizeof(uint16_t) * (size_t)(m * k) * (ta ? 2 : 1) + 64;

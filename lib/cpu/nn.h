@@ -230,6 +230,13 @@ bool ml_node_bf16(const struct ml_node *n);
  */
 int ml_bf16_train_path(void);
 /*
+ * ml_bf16_dp_fast: vdpbf16ps issues at about this CPU's FMA rate (measured
+ * once), so products on it beat f32 ones; false without AVX512_BF16.
+ */
+bool ml_bf16_dp_fast(void);
+/* ml_bf16_dp_asked: vdpbf16ps asked for (ML_BF16=dp, or ml_bf16_set_path(ML_BF16_DP)) */
+bool ml_bf16_dp_asked(void);
+/*
  * ml_bf16_rounded: rows x cols floats of src (rows ld apart) rounded to bf16
  * values, kept as f32, dense, in scratch slot (4 or 5, which the kernels
  * that call the GEMMs leave alone); NULL: out of memory. The fallback's

@@ -342,7 +342,8 @@ ml_train_conv_mode(const struct ml_node *n, const struct ml_conv3 *v)
 		/* AVX512_BF16 without AMX: vdpbf16ps loses to f32 here, so f32 */
 		return ml_train_amx_ok(v) ? ML_TC_BF16 : ML_TC_F32;
 	case 1:
-		return ml_bf16_path_ok(ML_BF16_AMX) ? ML_TC_ROUND : ML_TC_F32;
+		/* what the native path would do: AMX's, unless vdpbf16ps is asked for */
+		return ml_bf16_path_ok(ML_BF16_AMX) && !ml_bf16_dp_asked() ? ML_TC_ROUND : ML_TC_F32;
 	default:
 		return ML_TC_F32;
 	}

@@ -30,8 +30,8 @@ enum { ML_TC_F32 = 0, ML_TC_ROUND = 1, ML_TC_BF16 = 2 };
  * unless n says precision "bf16"; then ML_TC_BF16 where AMX takes v
  * (ml_train_amx_ok), else ML_TC_F32 (no AVX512_BF16, or vdpbf16ps alone,
  * which is slower here than f32); where bf16 products are emulated
- * (ml_bf16_train_path 1), ML_TC_ROUND if this CPU has AMX (what its
- * native path rounds), else ML_TC_F32.
+ * (ml_bf16_train_path 1), ML_TC_ROUND if this CPU has AMX and vdpbf16ps
+ * is not asked for (what its native path rounds), else ML_TC_F32.
  */
 int ml_train_conv_mode(const struct ml_node *n, const struct ml_conv3 *v);
 
