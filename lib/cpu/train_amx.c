@@ -466,14 +466,7 @@ ml_train_amx_grad(struct ml_opctx *c, const struct ml_conv3 *v, bool gi, const f
 			float *wt = ml_cpu_scratch(2, sizeof(float) * (size_t)(v->cg * Kt) + 64);
 			if (wt == NULL)
 				return ml_opfail(c, ML_ENOMEM, "out of memory");
-			const float *wg = w + g * v->mg * K;
-			for (int64_t ci = 0; ci < v->cg; ci++)
-				for (int64_t m = 0; m < v->mg; m++)
-					for (int64_t p = 0; p < kh; p++)
-						for (int64_t q = 0; q < kw; q++)
-							wt[ci * Kt + (m * kh + p) * kw + q] =
-								wg[((m * v->cg + ci) * kh + kh - 1 - p) * kw +
-								   kw - 1 - q];
+			ml_train_conv_flip(v, w + g * v->mg * K, wt);
 			ML_TRY(amx_fwd(c, &s, v->n, v->mg, v->in[1] + kh - 1, v->in[2] + kw - 1, kh,
 				       kw, v->cg, wt, NULL, out, v->cin, g * v->cg));
 		} else {

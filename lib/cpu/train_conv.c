@@ -462,6 +462,18 @@ ml_train_conv_fwd(struct ml_opctx *c, const struct ml_conv3 *v, int bf, const fl
 	return 0;
 }
 
+void
+ml_train_conv_flip(const struct ml_conv3 *v, const float *wg, float *a)
+{
+	int64_t kh = v->k[1], kw = v->k[2], K = v->mg * kh * kw;
+	for (int64_t ci = 0; ci < v->cg; ci++)
+		for (int64_t m = 0; m < v->mg; m++)
+			for (int64_t p = 0; p < kh; p++)
+				for (int64_t q = 0; q < kw; q++)
+					a[ci * K + (m * kh + p) * kw + q] =
+						wg[((m * v->cg + ci) * kh + kh - 1 - p) * kw + kw - 1 - q];
+}
+
 int
 ml_train_conv_grad(struct ml_opctx *c, const struct ml_conv3 *v, int bf, bool gi,
 		   const float *dy, const float *x, const float *w, float *out, float *db)
@@ -509,15 +521,7 @@ ml_train_conv_grad(struct ml_opctx *c, const struct ml_conv3 *v, int bf, bool gi
 		for (int64_t g = 0; g < v->group; g++) {
 			pad_planes(dy, v->n, v->cout, g * v->mg, v->mg, oh, ow, hp, wp,
 				   kh - 1 - v->p[1], kw - 1 - v->p[2], tail, bf, src);
-			/* a[ci][(m, p, q)] = w[g * mg + m][ci][kh - 1 - p][kw - 1 - q] */
-			const float *wg = w + g * wsz;
-			for (int64_t ci = 0; ci < v->cg; ci++)
-				for (int64_t m = 0; m < v->mg; m++)
-					for (int64_t p = 0; p < kh; p++)
-						for (int64_t q = 0; q < kw; q++)
-							a[ci * K + (m * kh + p) * kw + q] =
-								wg[((m * v->cg + ci) * kh + kh - 1 - p) * kw +
-								   kw - 1 - q];
+			ml_train_conv_flip(v, w + g * wsz, a);
 			nn_pack(a, v->cg, K, K, 1, j.mr, bf, pk);
 			ml_parallel_for(v->n * (li / vw), ML_MAX(1, 8192 / ML_MAX(1, v->cg * K)),
 					nn_items, &j);

@@ -52,6 +52,13 @@ int ml_train_conv_grad(struct ml_opctx *c, const struct ml_conv3 *v, int bf, boo
 		       const float *dy, const float *x, const float *w, float *out, float *db);
 
 /*
+ * ml_train_conv_flip: the input gradient's kernel of group weights wg
+ * [mg][cg][kh][kw]: a[ci][(m, p, q)] = wg[m][ci][kh - 1 - p][kw - 1 - q],
+ * the forward convolution's of dy with channels swapped.
+ */
+void ml_train_conv_flip(const struct ml_conv3 *v, const float *wg, float *a);
+
+/*
  * train_amx.c: ml_train_amx_ok, whether the AMX kernels take v (this
  * build has them, ml_bf16_path() is AMX, at most 64 channels a group
  * and a window at most 32 wide); ml_train_amx_fwd and ml_train_amx_grad:

@@ -646,6 +646,21 @@ static const char *p_wide1(struct tc *t) { return conv_geo(t, 3, 1, 7, 40, 16, 3
 /* 20 input channels: the input gradient's 20 rows in tiles of 16 */
 static const char *p_cg20(struct tc *t) { return conv_geo(t, 2, 20, 5, 6, 5, 3, 3, 1, D(1, 1, 1, 1)); }
 
+/* the convolutions of the parity checks (f32, bf16 on AMX, bf16's fallback) */
+struct pcase {
+	const char *name;
+	build_fn fn;
+};
+#define NCONV 6
+static const struct pcase conv_cases[NCONV] = {
+	{ "Conv 5x5 pad 2, 1 -> 6 channels (LeNet conv1)", p_lenet1 },
+	{ "Conv 5x5, 6 -> 16 channels (LeNet conv2)", p_lenet2 },
+	{ "Conv with groups, a 3x2 window, uneven pads", p_group },
+	{ "Conv 3x3 pad 1, 13 output channels", p_odd },
+	{ "Conv 3x7, 1 channel, rows of 40", p_wide1 },
+	{ "Conv 3x3, 20 -> 5 channels", p_cg20 },
+};
+
 /* parity_prec: ML_PREC_BF16 marks the products of parity_run's graph precision bf16 */
 static int parity_prec = ML_PREC_F32;
 
@@ -716,16 +731,9 @@ done:
 static int
 conv_parity(bool report)
 {
-	static const struct {
-		const char *name;
-		build_fn fn;
-	} pc[] = {
-		{ "Conv 5x5 pad 2, 1 -> 6 channels (LeNet conv1)", p_lenet1 },
-		{ "Conv 5x5, 6 -> 16 channels (LeNet conv2)", p_lenet2 },
-		{ "Conv with groups, a 3x2 window, uneven pads", p_group },
-		{ "Conv 3x3 pad 1, 13 output channels", p_odd },
-		{ "MaxPool 2x2 tiling its input", p_pool2 },
-	};
+	struct pcase pc[NCONV + 1];
+	memcpy(pc, conv_cases, sizeof conv_cases);
+	pc[NCONV] = (struct pcase){ "MaxPool 2x2 tiling its input", p_pool2 };
 	int bad = 0;
 	for (size_t i = 0; i < sizeof pc / sizeof pc[0]; i++) {
 		uint64_t seed = rng;
@@ -760,19 +768,9 @@ conv_parity(bool report)
 static void
 bf16_parity(void)
 {
-	static const struct {
-		const char *name;
-		build_fn fn;
-	} pc[] = {
-		{ "Conv 5x5 pad 2, 1 -> 6 channels (LeNet conv1)", p_lenet1 },
-		{ "Conv 5x5, 6 -> 16 channels (LeNet conv2)", p_lenet2 },
-		{ "Conv with groups, a 3x2 window, uneven pads", p_group },
-		{ "Conv 3x3 pad 1, 13 output channels", p_odd },
-		{ "Conv 3x7, 1 channel, rows of 40", p_wide1 },
-		{ "Conv 3x3, 20 -> 5 channels", p_cg20 },
-	};
+	const struct pcase *pc = conv_cases;
 	bool amx = ml_bf16_set_path(ML_BF16_AUTO) && ml_bf16_path() == ML_BF16_AMX;
-	for (size_t i = 0; i < sizeof pc / sizeof pc[0]; i++) {
+	for (size_t i = 0; i < NCONV; i++) {
 		char msg[200];
 		snprintf(msg, sizeof msg, "bf16 %s on AMX: the rounded f32 reference's sums, within "
 			 "bf16 of f64's, not f32's", pc[i].name);
@@ -820,14 +818,13 @@ bf16_parity(void)
 static int
 bf16_fallback(void)
 {
-	build_fn fns[] = { p_lenet1, p_lenet2, p_group, p_wide1, p_cg20 };
 	int bad = 0;
-	for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+	for (size_t i = 0; i < NCONV; i++) {
 		uint64_t seed = rng;
 		int64_t n32 = 0, nb = 0;
-		double *f = parity_run(fns[i], ML_F32, seed, &n32);
+		double *f = parity_run(conv_cases[i].fn, ML_F32, seed, &n32);
 		parity_prec = ML_PREC_BF16;
-		double *b = parity_run(fns[i], ML_F32, seed, &nb);
+		double *b = parity_run(conv_cases[i].fn, ML_F32, seed, &nb);
 		parity_prec = ML_PREC_F32;
 		bad += f == NULL || b == NULL || n32 != nb || n32 == 0 ||
 		       memcmp(f, b, sizeof(double) * (size_t)n32) != 0;

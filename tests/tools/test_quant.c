@@ -138,6 +138,63 @@ one_case(int64_t p, int64_t m, int64_t k, int mode, bool f32out)
 }
 
 /*
+ * q8conv_run: a one-node graph of Q8Conv (x u8 [xd], weight w of nw bytes,
+ * bias and mult of m, a k x k window, stride st, pad pd, dilation dl,
+ * group g) run on path p; whether its output is ny bytes equal to ref.
+ */
+static bool
+q8conv_run(enum ml_q8_path p, const int64_t *xd, const uint8_t *x, const int8_t *w, int64_t nw,
+	   const int32_t *bias, const float *mult, int64_t m, int64_t k, int64_t st, int64_t pd,
+	   int64_t dl, int64_t g, int32_t xz, int32_t yz, const uint8_t *ref, int64_t ny)
+{
+	struct ml_err e = { 0 };
+	struct ml_graph *gr = NULL;
+	bool good = false;
+
+	ml_graph_new(&gr, &e);
+	ml_graph_set_opset(gr, "", 13, &e);
+	int tx = ml_graph_tensor(gr, "x");
+	gr->tensors[tx]->dtype = ML_U8;
+	gr->tensors[tx]->rank = 4;
+	gr->tensors[tx]->kind = ML_TK_INPUT;
+	memcpy(gr->tensors[tx]->dims, xd, sizeof(int64_t) * 4);
+	ml_graph_add_input(gr, tx, &e);
+	ml_graph_set_data(gr, ml_graph_tensor(gr, "w"), ML_TK_CONST, ML_I8, 1, &nw, w, (size_t)nw, &e);
+	ml_graph_set_data(gr, ml_graph_tensor(gr, "b"), ML_TK_CONST, ML_I32, 1, &m, bias,
+			  sizeof *bias * (size_t)m, &e);
+	ml_graph_set_data(gr, ml_graph_tensor(gr, "m"), ML_TK_CONST, ML_F32, 1, &m, mult,
+			  sizeof *mult * (size_t)m, &e);
+	const char *in[] = { "x", "w", "b", "m" }, *out[] = { "y" };
+	int ni = ml_graph_add_node(gr, "Q8Conv", "ml", "cv", 4, in, 1, out, &e);
+	ml_graph_add_output(gr, ml_graph_find(gr, "y"), &e);
+	ml_node_set_ints(gr, ni, "kernel_shape", 2, (const int64_t[]){ k, k });
+	ml_node_set_ints(gr, ni, "strides", 2, (const int64_t[]){ st, st });
+	ml_node_set_ints(gr, ni, "pads", 4, (const int64_t[]){ pd, pd, pd, pd });
+	ml_node_set_ints(gr, ni, "dilations", 2, (const int64_t[]){ dl, dl });
+	ml_node_set_int(gr, ni, "group", g);
+	ml_node_set_int(gr, ni, "x_zero_point", xz);
+	ml_node_set_int(gr, ni, "y_zero_point", yz);
+
+	struct ml_tval xv = { 0 };
+	struct ml_session *s = NULL;
+	ml_q8_set_path(p);
+	if (e.code == 0 && ml_graph_toposort(gr, &e) == 0 && ml_graph_infer(gr, &e) == 0 &&
+	    ml_tval_alloc(&xv, ML_U8, 4, xd, &e) == 0 && ml_session_new(&s, gr, NULL, &e) == 0) {
+		memcpy(xv.data, x, (size_t)(xd[0] * xd[1] * xd[2] * xd[3]));
+		if (ml_session_set_input(s, "x", &xv, &e) == 0 && ml_session_run(s, &e) == 0) {
+			const struct ml_tval *y = ml_session_output(s, 0);
+			good = ml_tval_numel(y) == ny && memcmp(y->data, ref, (size_t)ny) == 0;
+		}
+	}
+	if (e.code != 0)
+		printf("# Q8Conv case: %s\n", e.msg);
+	ml_session_free(s);
+	ml_tval_clear(&xv);
+	ml_graph_free(gr);
+	return good;
+}
+
+/*
  * conv_case: a dense Q8Conv (x [n, h, w, c], m outputs, k x k, stride st,
  * pad pd, zero points xz, yz: the im2col path, its padded copy for a few
  * channels) on path p against a direct integer reference with dw_out's
@@ -147,8 +204,6 @@ static bool
 conv_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t m, int64_t k,
 	  int64_t st, int64_t pd, int32_t xz, int32_t yz)
 {
-	struct ml_err e = { 0 };
-	struct ml_graph *g = NULL;
 	int64_t K = k * k * c, xd[4] = { n, h, w, c };
 	int64_t oh = (h + 2 * pd - k) / st + 1, ow = (w + 2 * pd - k) / st + 1;
 	int64_t nx = n * h * w * c, ny = n * oh * ow * m, np = ml_q8_packed_len(K, m);
@@ -156,7 +211,6 @@ conv_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t
 	int8_t *wt = malloc((size_t)(K * m)), *wp = calloc((size_t)np, 1);
 	int32_t *bias = malloc(sizeof *bias * (size_t)m);
 	float *mult = malloc(sizeof *mult * (size_t)m);
-	bool good = false;
 
 	for (int64_t i = 0; i < nx; i++)
 		x[i] = (uint8_t)rnd();
@@ -185,44 +239,7 @@ conv_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t
 					int32_t q = (int32_t)nearbyintf(v) + yz;
 					ref[((b * oh + oy) * ow + ox) * m + o] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
 				}
-	ml_graph_new(&g, &e);
-	ml_graph_set_opset(g, "", 13, &e);
-	int tx = ml_graph_tensor(g, "x");
-	g->tensors[tx]->dtype = ML_U8;
-	g->tensors[tx]->rank = 4;
-	g->tensors[tx]->kind = ML_TK_INPUT;
-	memcpy(g->tensors[tx]->dims, xd, sizeof xd);
-	ml_graph_add_input(g, tx, &e);
-	ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_CONST, ML_I8, 1, &np, wp, (size_t)np, &e);
-	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_I32, 1, &m, bias,
-			  sizeof *bias * (size_t)m, &e);
-	ml_graph_set_data(g, ml_graph_tensor(g, "m"), ML_TK_CONST, ML_F32, 1, &m, mult,
-			  sizeof *mult * (size_t)m, &e);
-	const char *in[] = { "x", "w", "b", "m" }, *out[] = { "y" };
-	int ni = ml_graph_add_node(g, "Q8Conv", "ml", "cv", 4, in, 1, out, &e);
-	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
-	ml_node_set_ints(g, ni, "kernel_shape", 2, (const int64_t[]){ k, k });
-	ml_node_set_ints(g, ni, "strides", 2, (const int64_t[]){ st, st });
-	ml_node_set_ints(g, ni, "pads", 4, (const int64_t[]){ pd, pd, pd, pd });
-	ml_node_set_int(g, ni, "x_zero_point", xz);
-	ml_node_set_int(g, ni, "y_zero_point", yz);
-
-	struct ml_tval xv = { 0 };
-	struct ml_session *s = NULL;
-	ml_q8_set_path(p);
-	if (e.code == 0 && ml_graph_toposort(g, &e) == 0 && ml_graph_infer(g, &e) == 0 &&
-	    ml_tval_alloc(&xv, ML_U8, 4, xd, &e) == 0 && ml_session_new(&s, g, NULL, &e) == 0) {
-		memcpy(xv.data, x, (size_t)nx);
-		if (ml_session_set_input(s, "x", &xv, &e) == 0 && ml_session_run(s, &e) == 0) {
-			const struct ml_tval *y = ml_session_output(s, 0);
-			good = ml_tval_numel(y) == ny && memcmp(y->data, ref, (size_t)ny) == 0;
-		}
-	}
-	if (e.code != 0)
-		printf("# conv case: %s\n", e.msg);
-	ml_session_free(s);
-	ml_tval_clear(&xv);
-	ml_graph_free(g);
+	bool good = q8conv_run(p, xd, x, wp, np, bias, mult, m, k, st, pd, 1, 1, xz, yz, ref, ny);
 	ml_q8_set_path(ML_Q8_AUTO);
 	free(x);
 	free(ref);
@@ -243,8 +260,6 @@ static bool
 dw_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k, int64_t st,
 	int64_t pd, int64_t dl, int32_t xz, int32_t yz)
 {
-	struct ml_err e = { 0 };
-	struct ml_graph *g = NULL;
 	int64_t T = k * k, xd[4] = { n, h, w, c };
 	int64_t oh = (h + 2 * pd - dl * (k - 1) - 1) / st + 1, ow = (w + 2 * pd - dl * (k - 1) - 1) / st + 1;
 	int64_t nx = n * h * w * c, ny = n * oh * ow * c;
@@ -252,7 +267,6 @@ dw_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k
 	int8_t *wt = malloc((size_t)(T * c));
 	int32_t *bias = malloc(sizeof *bias * (size_t)c);
 	float *mult = malloc(sizeof *mult * (size_t)c);
-	bool good = false;
 
 	for (int64_t i = 0; i < nx; i++)
 		x[i] = (uint8_t)rnd();
@@ -280,47 +294,7 @@ dw_case(enum ml_q8_path p, int64_t n, int64_t h, int64_t w, int64_t c, int64_t k
 					ref[((b * oh + oy) * ow + ox) * c + ch] = (uint8_t)(q < 0 ? 0 : q > 255 ? 255 : q);
 				}
 
-	ml_graph_new(&g, &e);
-	ml_graph_set_opset(g, "", 13, &e);
-	int tx = ml_graph_tensor(g, "x");
-	g->tensors[tx]->dtype = ML_U8;
-	g->tensors[tx]->rank = 4;
-	g->tensors[tx]->kind = ML_TK_INPUT;
-	memcpy(g->tensors[tx]->dims, xd, sizeof xd);
-	ml_graph_add_input(g, tx, &e);
-	int64_t nw = T * c;
-	ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_CONST, ML_I8, 1, &nw, wt, (size_t)nw, &e);
-	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_I32, 1, &c, bias,
-			  sizeof *bias * (size_t)c, &e);
-	ml_graph_set_data(g, ml_graph_tensor(g, "m"), ML_TK_CONST, ML_F32, 1, &c, mult,
-			  sizeof *mult * (size_t)c, &e);
-	const char *in[] = { "x", "w", "b", "m" }, *out[] = { "y" };
-	int ni = ml_graph_add_node(g, "Q8Conv", "ml", "dw", 4, in, 1, out, &e);
-	ml_graph_add_output(g, ml_graph_find(g, "y"), &e);
-	ml_node_set_ints(g, ni, "kernel_shape", 2, (const int64_t[]){ k, k });
-	ml_node_set_ints(g, ni, "strides", 2, (const int64_t[]){ st, st });
-	ml_node_set_ints(g, ni, "pads", 4, (const int64_t[]){ pd, pd, pd, pd });
-	ml_node_set_ints(g, ni, "dilations", 2, (const int64_t[]){ dl, dl });
-	ml_node_set_int(g, ni, "group", c);
-	ml_node_set_int(g, ni, "x_zero_point", xz);
-	ml_node_set_int(g, ni, "y_zero_point", yz);
-
-	struct ml_tval xv = { 0 };
-	struct ml_session *s = NULL;
-	ml_q8_set_path(p);
-	if (e.code == 0 && ml_graph_toposort(g, &e) == 0 && ml_graph_infer(g, &e) == 0 &&
-	    ml_tval_alloc(&xv, ML_U8, 4, xd, &e) == 0 && ml_session_new(&s, g, NULL, &e) == 0) {
-		memcpy(xv.data, x, (size_t)nx);
-		if (ml_session_set_input(s, "x", &xv, &e) == 0 && ml_session_run(s, &e) == 0) {
-			const struct ml_tval *y = ml_session_output(s, 0);
-			good = ml_tval_numel(y) == ny && memcmp(y->data, ref, (size_t)ny) == 0;
-		}
-	}
-	if (e.code != 0)
-		printf("# dw case: %s\n", e.msg);
-	ml_session_free(s);
-	ml_tval_clear(&xv);
-	ml_graph_free(g);
+	bool good = q8conv_run(p, xd, x, wt, T * c, bias, mult, c, k, st, pd, dl, c, xz, yz, ref, ny);
 	ml_q8_set_path(ML_Q8_AUTO);
 	free(x);
 	free(ref);
