@@ -656,13 +656,17 @@ att_softmax(float *row, int64_t s, int64_t s8)
 	float mx = -INFINITY;
 	for (int64_t j = 0; j < s; j++)
 		mx = row[j] > mx ? row[j] : mx;
+	/*
+	 * every lane through exp (padded keys score 0: finite) in vector
+	 * registers (vmath.c: an encoder's Attention spent most of its time in
+	 * a scalar exp a score), then the padding zeroed
+	 */
+	for (int64_t j = 0; j < s8; j++)
+		row[j] -= mx;
+	ml_vunary(ML_UN_EXP, row, row, s8);
 	v8f vsum = v8_set(0.0f);
 	for (int64_t j0 = 0; j0 < s8; j0 += AB) {
-		float ex[AB];
-		/* every lane through exp (padded keys score 0: finite), then the padding zeroed */
-		for (int u = 0; u < AB; u++)
-			ex[u] = ml_expf(row[j0 + u] - mx);
-		v8f e8 = v8_load(ex);
+		v8f e8 = v8_load(row + j0);
 		/*
 		 * the padding masked and the lanes summed by whole-vector
 		 * operations: a lane written or read one at a time goes
