@@ -98,20 +98,14 @@ ml_bf16_path_name(enum ml_bf16_path p)
 static atomic_int dp_set;	/* ml_bf16_set_path(ML_BF16_DP) was called */
 
 /*
- * dp_asked: vdpbf16ps for inference too, where AMX is absent: ML_BF16=dp,
+ * ml_bf16_dp_asked: vdpbf16ps for inference too, where AMX is absent: ML_BF16=dp,
  * or ml_bf16_set_path(ML_BF16_DP) (the tests)
  */
-static bool
-dp_asked(void)
-{
-	const char *env = getenv("ML_BF16");
-	return atomic_load(&dp_set) || (env != NULL && strcmp(env, "dp") == 0);
-}
-
 bool
 ml_bf16_dp_asked(void)
 {
-	return dp_asked();
+	const char *env = getenv("ML_BF16");
+	return atomic_load(&dp_set) || (env != NULL && strcmp(env, "dp") == 0);
 }
 
 static enum ml_bf16_path
@@ -248,7 +242,7 @@ ml_bf16_train_path(void)
 	 * the f32 kernels as they are, never slower than fp32), or asked for
 	 */
 	if (ml_bf16_path() == ML_BF16_AMX ||
-	    (ml_bf16_path() == ML_BF16_DP && (dp_asked() || ml_bf16_dp_fast())))
+	    (ml_bf16_path() == ML_BF16_DP && (ml_bf16_dp_asked() || ml_bf16_dp_fast())))
 		return 2;
 	if (ml_bf16_path() == ML_BF16_DP)
 		return 0;
@@ -1250,7 +1244,7 @@ ml_cpu_bf16_native(struct ml_opctx *c)
 	 * exposed, 1.54 times the f32 model in all; there the weight is
 	 * converted once and the f32 kernels run, unless ML_BF16=dp asks.
 	 */
-	if (ml_bf16_path() != ML_BF16_AMX && (ml_bf16_path() != ML_BF16_DP || !dp_asked()))
+	if (ml_bf16_path() != ML_BF16_AMX && (ml_bf16_path() != ML_BF16_DP || !ml_bf16_dp_asked()))
 		return 1;
 	switch (c->node->op) {
 	case ML_OP_CONV:

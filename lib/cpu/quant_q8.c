@@ -99,23 +99,18 @@ quant_rows(void *ctx, int64_t b, int64_t e)
 		}
 		if (t == NULL)
 			continue;
-		if (C == 3 || C == 4) {
-			/* pixel w's bytes as one word; for 3 channels the next word overwrites the 4th byte */
-			int64_t w = 0;
+		/* 3 or 4 channels: pixel w's bytes as one word (for 3, the next word overwrites the 4th) */
+		int64_t w = 0;
+		if (C == 3 || C == 4)
 			for (; w + (C == 3) < W; w++) {
 				uint32_t v = (uint32_t)t[w] | (uint32_t)t[W + w] << 8 |
 					     (uint32_t)t[2 * W + w] << 16 |
 					     (C == 4 ? (uint32_t)t[3 * W + w] << 24 : 0u);
 				memcpy(yr + w * C, &v, 4);
 			}
-			for (; w < W; w++)
-				for (int64_t ch = 0; ch < C; ch++)
-					yr[w * C + ch] = t[ch * W + w];
-		} else {
-			for (int64_t w = 0; w < W; w++)
-				for (int64_t ch = 0; ch < C; ch++)
-					yr[w * C + ch] = t[ch * W + w];
-		}
+		for (; w < W; w++)
+			for (int64_t ch = 0; ch < C; ch++)
+				yr[w * C + ch] = t[ch * W + w];
 	}
 }
 
@@ -289,8 +284,8 @@ struct i2cjob {
 /*
  * i2c_inside: i2c_rows where every window lies inside x (no padding: a
  * padded copy) and its rows are at most 8 bytes (kw c <= 8, stride 1 along
- * rows): per row an 8-byte move a window row, the bytes past k zeroed by
- * one 8-byte store at k (the row is kp >= k + ... long, see the caller).
+ * rows): per row an 8-byte move a window row, then the (at most 3) bytes
+ * from k to kp zeroed; the caller sees that the last move ends in the row.
  */
 static void
 i2c_inside(void *ctx, int64_t b, int64_t e)

@@ -202,14 +202,11 @@ fwd_items(void *ctx, int64_t b, int64_t e)
 	_tile_release();
 }
 
-/* fwd_pack: the A tiles of weights w [m][c][kh][kw] (row stride K) */
+/* fwd_pack: the A tiles of weights w [m][cc][kh][kw] (row stride K) */
 static void
-fwd_pack(const struct fwd *f, const float *w, int64_t kh, int64_t kw, uint32_t *a)
+fwd_pack(const struct fwd *f, const float *w, int64_t cc, int64_t kh, int64_t kw, uint32_t *a)
 {
-	int64_t c = 0;
-	for (int p = 0; p < f->ps.np; p++)
-		c = ML_MAX(c, f->ps.ch[p] + 1);
-	int64_t K = c * kh * kw, mb = (f->m + 15) / 16;
+	int64_t K = cc * kh * kw, mb = (f->m + 15) / 16;
 	for (int64_t blk = 0; blk < mb; blk++)
 		for (int64_t q = 0; q < f->ps.nr; q++)
 			for (int64_t t = 0; t < f->ntt; t++)
@@ -258,7 +255,7 @@ amx_fwd(struct ml_opctx *c, const struct plane *s, int64_t n, int64_t cc, int64_
 	uint32_t *a = f.x + n * f.is;
 	a = (uint32_t *)(((uintptr_t)a + 63) / 64 * 64);
 	f.a = a;
-	fwd_pack(&f, w, kh, kw, a);
+	fwd_pack(&f, w, cc, kh, kw, a);
 	ml_parallel_for(n, 1, fwd_copy, &f);
 	int64_t items = n * mb * f.nyp * f.nxt;
 	int64_t per = ML_MAX(1, f.ps.nr * f.ntt);
@@ -431,15 +428,25 @@ amx_gf(struct ml_opctx *c, const struct plane *s, int64_t n, int64_t cc, int64_t
 }
 #endif
 
+#ifdef HAVE_TAMX
+/* x_plane: group g's input channels of x [n][cin][h][w] as v pads them: rows *hp, columns *wp */
+static struct plane
+x_plane(const struct ml_conv3 *v, const float *x, int64_t g, int64_t *hp, int64_t *wp)
+{
+	*hp = v->in[1] + v->p[1] + v->pe[1];
+	*wp = v->in[2] + v->p[2] + v->pe[2];
+	return (struct plane){ x, v->cin, g * v->cg, v->in[1], v->in[2], v->p[1], v->p[2] };
+}
+#endif
+
 int
 ml_train_amx_fwd(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
 		 const float *bias, float *y)
 {
 #ifdef HAVE_TAMX
-	int64_t K = v->cg * v->ksz;
+	int64_t K = v->cg * v->ksz, hp, wp;
 	for (int64_t g = 0; g < v->group; g++) {
-		struct plane s = { x, v->cin, g * v->cg, v->in[1], v->in[2], v->p[1], v->p[2] };
-		int64_t hp = v->in[1] + v->p[1] + v->pe[1], wp = v->in[2] + v->p[2] + v->pe[2];
+		struct plane s = x_plane(v, x, g, &hp, &wp);
 		ML_TRY(amx_fwd(c, &s, v->n, v->cg, hp, wp, v->k[1], v->k[2], v->mg,
 			       w + g * v->mg * K, bias != NULL ? bias + g * v->mg : NULL, y, v->cout,
 			       g * v->mg));
@@ -470,8 +477,8 @@ ml_train_amx_grad(struct ml_opctx *c, const struct ml_conv3 *v, bool gi, const f
 			ML_TRY(amx_fwd(c, &s, v->n, v->mg, v->in[1] + kh - 1, v->in[2] + kw - 1, kh,
 				       kw, v->cg, wt, NULL, out, v->cin, g * v->cg));
 		} else {
-			struct plane s = { x, v->cin, g * v->cg, v->in[1], v->in[2], v->p[1], v->p[2] };
-			int64_t hp = v->in[1] + v->p[1] + v->pe[1], wp = v->in[2] + v->p[2] + v->pe[2];
+			int64_t hp, wp;
+			struct plane s = x_plane(v, x, g, &hp, &wp);
 			ML_TRY(amx_gf(c, &s, v->n, v->cg, hp, wp, kh, kw, v->mg, dy, v->cout, g * v->mg,
 				      out + g * v->mg * K));
 		}
