@@ -176,63 +176,109 @@ in_regs(const struct djob *j)
 }
 
 #ifdef HAVE_AVX512
-/* block_c with 16 zmm accumulators: 8 channels by two vectors of 16 columns */
-__attribute__((target("avx512f"))) static void
-block_avx512(const struct djob *j, const float *rows, const float *wb, int64_t oc0, int64_t ow0,
-	     int64_t nw, float *yrow)
+/*
+ * block512: block_c's sums for nw <= 16 NV columns (NV vectors of 16) by
+ * OCB channels, 8 NV zmm accumulators: each tap's NV loads and 8
+ * broadcasts feed 8 NV multiply-adds, so three vectors (24 accumulators)
+ * load a third less a multiply-add than two. KW and S as constants (S 0:
+ * the stride and the taps' offsets from j) unroll a window row's taps.
+ */
+__attribute__((target("avx512f"), always_inline)) static inline void
+block512(const struct djob *j, const float *rows, const float *wb, int64_t oc0, int64_t ow0,
+	 int64_t nw, float *yrow, const int NV, const int64_t KW, const int64_t S)
 {
 	const struct ml_conv3 *v = j->v;
-	int64_t KH = v->k[1], KW = v->k[2], s = v->s[2], TW = j->TW;
+	int64_t KH = v->k[1], s = v->s[2], TW = j->TW;
 	int64_t plane = v->outsz;
-	__m512 c0[OCB], c1[OCB];
+	__m512 c[3][OCB];
 
 	for (int o = 0; o < OCB; o++) {
 		float b = j->bias != NULL && oc0 + o < v->cout ? j->bias[oc0 + o] : 0.0f;
-		c0[o] = _mm512_set1_ps(b);
-		c1[o] = c0[o];
+		for (int u = 0; u < NV; u++)
+			c[u][o] = _mm512_set1_ps(b);
 	}
 	for (int64_t ci = 0; ci < v->cin; ci++)
 		for (int64_t kh = 0; kh < KH; kh++) {
 			const float *xb = rows + (ci * KH + kh) * s * TW + ow0;
 			const float *wv = wb + (ci * KH + kh) * KW * OCB;
+			_Pragma("GCC unroll 11")
 			for (int64_t kw = 0; kw < KW; kw++, wv += OCB) {
-				const float *xr = xb + j->koff[kw];
-				__m512 b0 = _mm512_loadu_ps(xr), b1 = _mm512_loadu_ps(xr + 16);
+				const float *xr = xb + (S > 0 ? (kw % S) * TW + kw / S : j->koff[kw]);
+				__m512 b[3];
+				for (int u = 0; u < NV; u++)
+					b[u] = _mm512_loadu_ps(xr + 16 * u);
 				_Pragma("GCC unroll 8")
 				for (int o = 0; o < OCB; o++) {
 					__m512 a = _mm512_set1_ps(wv[o]);
-					c0[o] = _mm512_fmadd_ps(a, b0, c0[o]);
-					c1[o] = _mm512_fmadd_ps(a, b1, c1[o]);
+					for (int u = 0; u < NV; u++)
+						c[u][o] = _mm512_fmadd_ps(a, b[u], c[u][o]);
 				}
 			}
 		}
-	__mmask16 m0 = (__mmask16)(nw >= 16 ? 0xffff : (1u << nw) - 1);
-	__mmask16 m1 = (__mmask16)(nw >= 32 ? 0xffff : nw <= 16 ? 0 : (1u << (nw - 16)) - 1);
+	__mmask16 m[3];
+	for (int u = 0; u < NV; u++) {
+		int64_t left = nw - 16 * u;
+		m[u] = (__mmask16)(left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1);
+	}
 	/* FusedConv's residual, Relu and Clip on the registers (in_regs); the rest after */
 	bool regs = in_regs(j);
 	__m512 lo = _mm512_set1_ps(j->act == ML_ACT_CLIP ? j->lo : 0.0f);
 	__m512 hi = _mm512_set1_ps(j->act == ML_ACT_CLIP ? j->hi : 0.0f);
 	for (int o = 0; o < OCB && oc0 + o < v->cout; o++) {
 		float *yo = yrow + (oc0 + o) * plane + ow0;
-		__m512 r0 = c0[o], r1 = c1[o];
-		if (regs && j->z != NULL) {
-			const float *zo = j->z + (yo - j->y);
-			r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, zo));
-			r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, zo + 16));
+		for (int u = 0; u < NV; u++) {
+			__m512 r = c[u][o];
+			if (regs && j->z != NULL)
+				r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(m[u], j->z + (yo - j->y) +
+									     16 * u));
+			/*
+			 * as ml_fused_tile_epi's scalar loops: Relu takes NaN and -0
+			 * to +0 (vmaxps gives its second operand for those), Clip
+			 * keeps them
+			 */
+			if (regs && j->act == ML_ACT_RELU)
+				r = _mm512_max_ps(r, lo);
+			else if (regs && j->act == ML_ACT_CLIP)
+				r = _mm512_min_ps(hi, _mm512_max_ps(lo, r));
+			_mm512_mask_storeu_ps(yo + 16 * u, m[u], r);
 		}
-		/*
-		 * as ml_fused_tile_epi's scalar loops: Relu takes NaN and -0 to +0
-		 * (vmaxps gives its second operand for those), Clip keeps them
-		 */
-		if (regs && j->act == ML_ACT_RELU) {
-			r0 = _mm512_max_ps(r0, lo);
-			r1 = _mm512_max_ps(r1, lo);
-		} else if (regs && j->act == ML_ACT_CLIP) {
-			r0 = _mm512_min_ps(hi, _mm512_max_ps(lo, r0));
-			r1 = _mm512_min_ps(hi, _mm512_max_ps(lo, r1));
-		}
-		_mm512_mask_storeu_ps(yo, m0, r0);
-		_mm512_mask_storeu_ps(yo + 16, m1, r1);
+	}
+}
+
+/* block512_nv: block512 with NV vectors, the stems' windows (3 and 7, stride 2) unrolled */
+#define BLOCK512_NV(NV)								\
+__attribute__((target("avx512f"))) static void					\
+block512_##NV(const struct djob *j, const float *rows, const float *wb, int64_t oc0,	\
+	      int64_t ow0, int64_t nw, float *yrow)				\
+{										\
+	int64_t KW = j->v->k[2], s = j->v->s[2];				\
+	if (KW == 3 && s == 2)							\
+		block512(j, rows, wb, oc0, ow0, nw, yrow, NV, 3, 2);		\
+	else if (KW == 7 && s == 2)						\
+		block512(j, rows, wb, oc0, ow0, nw, yrow, NV, 7, 2);		\
+	else									\
+		block512(j, rows, wb, oc0, ow0, nw, yrow, NV, KW, 0);		\
+}
+BLOCK512_NV(1)
+BLOCK512_NV(2)
+BLOCK512_NV(3)
+
+/*
+ * block_avx512: the columns [ow0, ow0 + nw) of a row in blocks of three
+ * vectors, or two where that leaves no block of one (112 = 48 + 32 + 32);
+ * the last block reads up to the row's width rounded up to 16
+ */
+static void
+block_avx512(const struct djob *j, const float *rows, const float *wb, int64_t oc0, int64_t ow0,
+	     int64_t nw, float *yrow)
+{
+	for (int64_t at = 0; at < nw;) {
+		int64_t rem = nw - at;
+		int nv = rem <= 16 ? 1 : rem <= 32 || (rem > 48 && rem <= 64) ? 2 : 3;
+		int64_t w = ML_MIN(rem, 16 * nv);
+		(nv == 3 ? block512_3 : nv == 2 ? block512_2 : block512_1)(j, rows, wb, oc0, ow0 + at,
+									    w, yrow);
+		at += w;
 	}
 }
 
@@ -331,8 +377,10 @@ direct_rows(void *ctx, int64_t b, int64_t e)
 		float *yrow = j->y + n * v->cout * v->outsz + oh * OW;
 		for (int64_t ob = 0; ob < j->nob; ob++) {
 			const float *wb = j->wp + ob * CKK * OCB;
-			for (int64_t ow0 = 0; ow0 < OW; ow0 += OWB) {
-				int64_t nw = ML_MIN((int64_t)OWB, OW - ow0);
+			/* AVX-512: the whole row at once, in blocks of its own widths */
+			int64_t step = j->level == 3 ? OW : OWB;
+			for (int64_t ow0 = 0; ow0 < OW; ow0 += step) {
+				int64_t nw = ML_MIN(step, OW - ow0);
 #ifdef HAVE_AVX512
 				if (j->level == 3)
 					block_avx512(j, rows, wb, ob * OCB, ow0, nw, yrow);

@@ -290,6 +290,13 @@ static const struct kcase kcases[] = {
 	{ 1, 1, 9, 12, 16, 5, 5, 1, 1, 2, { 2, 2, 2, 2 }, true, false, "Relu" },
 	{ 1, 4, 30, 31, 24, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, true, true, "" },
 	{ 1, 3, 9, 40, 40, 3, 3, 1, 2, 1, { 1, 1, 1, 1 }, true, false, "Clip" },
+	/*
+	 * rows of stems as wide as ResNet's (112 outputs: blocks of 48, 32, 32)
+	 * and SqueezeNet's (111: 48, 32, 31), the residual and activation in
+	 * registers
+	 */
+	{ 1, 3, 7, 224, 12, 7, 7, 1, 2, 1, { 3, 3, 3, 3 }, true, true, "Relu" },
+	{ 1, 3, 5, 223, 10, 3, 3, 1, 2, 1, { 0, 0, 0, 0 }, true, true, "Clip" },
 	/* W as mlopt writes it ([kH, kW, C, M]), packed once per session: stems, few rows */
 	{ 2, 3, 20, 19, 40, 3, 3, 1, 2, 1, { 1, 1, 1, 1 }, false, true, "Silu" },
 	{ 1, 3, 23, 17, 32, 3, 3, 1, 2, 1, { 0, 1, 1, 0 }, false, false, "Clip" },
