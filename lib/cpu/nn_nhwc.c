@@ -8,8 +8,11 @@
  *   the tap's channel vector of W, so the loops vectorise over channels
  *   whatever the plane size (NCHW's depthwise loops run along rows, which
  *   are 2 to 16 wide in the late stages). AVX-512 and AVX2 kernels keep
- *   2 vectors of channels by 4 output pixels in registers; a portable loop
- *   serves other CPUs (ml_cpu_fma_level("ML_NHWC") picks, per call);
+ *   2 vectors of channels by 4 output pixels in registers; on AVX-512 the
+ *   3x3, 5x5 and 7x7 windows (strides 1 and 2 across) slide in registers,
+ *   each input pixel of a tap row loaded once for all the taps that read
+ *   it (dw_in512); a portable loop serves other CPUs
+ *   (ml_cpu_fma_level("ML_NHWC") picks, per call);
  * - one group: Y [N OH OW, M] = im2col(X) [N OH OW, kH kW C] times W as
  *   a [kH kW C, M] matrix (packed in panels once per session, or already
  *   by an older mlopt: packed_n), through
@@ -107,71 +110,206 @@ act512(__m512 v, int act, __m512 lo, __m512 hi)
 	return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), r, lo);
 }
 
+/*
+ * dw_blk512: output pixels [ow0, ow0 + r) (r <= 4) by the channels [c0,
+ * c0 + 32) (masked past j->c1) of row oh, a tap outside the input skipped
+ * per pixel: any window, stride and dilation
+ */
+__attribute__((target("avx512f"), always_inline))
+static inline void
+dw_blk512(const struct nhwc *j, int64_t n, int64_t oh, float *yr, int64_t ow0, int r, int64_t c0)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, H = v->in[1], W = v->in[2];
+	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+	/* all 4 pixels' taps inside the row: no checks in the tap loop */
+	bool inside = r == 4 && ow0 * sw - pw >= 0 && (ow0 + 3) * sw - pw + (KW - 1) * dw < W;
+	__mmask16 m0, m1;
+	mask32(j->c1 - c0, &m0, &m1);
+	__m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+	if (j->bias != NULL) {
+		b0 = _mm512_maskz_loadu_ps(m0, j->bias + c0);
+		b1 = _mm512_maskz_loadu_ps(m1, j->bias + c0 + 16);
+	}
+	__m512 a0[4], a1[4];
+	for (int q = 0; q < 4; q++) {
+		a0[q] = b0;
+		a1[q] = b1;
+	}
+	for (int64_t kh = 0; kh < KH; kh++) {
+		int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+		if (ih < 0 || ih >= H)
+			continue;
+		const float *xr = in_row(j, n, ih) + c0;
+		const float *wr = j->w + kh * KW * C + c0;
+		for (int64_t kw = 0; kw < KW; kw++) {
+			__m512 w0 = _mm512_maskz_loadu_ps(m0, wr + kw * C);
+			__m512 w1 = _mm512_maskz_loadu_ps(m1, wr + kw * C + 16);
+			int64_t iw0 = ow0 * sw - pw + kw * dw;
+			/* a constant trip count, so that a0 and a1 stay in registers */
+			_Pragma("GCC unroll 4")
+			for (int q = 0; q < 4; q++) {
+				int64_t iw = iw0 + q * sw;
+				if (!inside && (q >= r || iw < 0 || iw >= W))
+					continue;
+				const float *xp = xr + iw * C;
+				a0[q] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, xp), w0, a0[q]);
+				a1[q] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, xp + 16), w1, a1[q]);
+			}
+		}
+	}
+	if (j->actreg) {
+		__m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+		for (int q = 0; q < 4; q++) {
+			a0[q] = act512(a0[q], j->act, lo, hi);
+			a1[q] = act512(a1[q], j->act, lo, hi);
+		}
+	}
+	_Pragma("GCC unroll 4")
+	for (int q = 0; q < 4; q++) {
+		if (q >= r)
+			continue;
+		float *yp = yr + (ow0 + q) * C + c0;
+		_mm512_mask_storeu_ps(yp, m0, a0[q]);
+		_mm512_mask_storeu_ps(yp + 16, m1, a1[q]);
+	}
+}
+
+/*
+ * dw_in512: output pixels [ow0, ow0 + r) (r <= 4) of a row by 32 channels
+ * from c0 (all valid), a KWc-wide window at stride Sc across (no dilation
+ * across; any height), xr[kh] the input row of tap row kh from c0 on (NULL:
+ * padding). The window slides in registers: each input pixel of a tap row
+ * is loaded once and multiplied by every tap that reads it (6 loads of a
+ * 3x3 row at stride 1 for 12 multiply-adds, not 12), and one comparison a
+ * pixel, not a tap, skips the padding, no masks.
+ */
+#define DW_NP 4
+#define DW_MAX_KW 7
+/* the tallest window dw_row512 slides (taller ones: dw_blk512) */
+#define DW_MAX_KH 16
+__attribute__((target("avx512f"), always_inline))
+static inline void
+dw_in512(const struct nhwc *j, const float *const *xr, float *yr, int64_t ow0, int r, int64_t c0,
+	 const int KWc, const int Sc)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, KH = v->k[1], W = v->in[2], base = ow0 * Sc - v->p[2];
+	__m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+	if (j->bias != NULL) {
+		b0 = _mm512_loadu_ps(j->bias + c0);
+		b1 = _mm512_loadu_ps(j->bias + c0 + 16);
+	}
+	__m512 a0[DW_NP], a1[DW_NP];
+	for (int q = 0; q < DW_NP; q++) {
+		a0[q] = b0;
+		a1[q] = b1;
+	}
+	for (int64_t kh = 0; kh < KH; kh++) {
+		if (xr[kh] == NULL)
+			continue;
+		const float *xp = xr[kh] + base * C;
+		const float *wr = j->w + kh * KWc * C + c0;
+		__m512 w0[DW_MAX_KW], w1[DW_MAX_KW];
+		_Pragma("GCC unroll 7")
+		for (int kw = 0; kw < KWc; kw++) {
+			w0[kw] = _mm512_loadu_ps(wr + kw * C);
+			w1[kw] = _mm512_loadu_ps(wr + kw * C + 16);
+		}
+		/* input pixel pos of the block's span feeds pixel q by tap kw where q Sc + kw = pos */
+		_Pragma("GCC unroll 16")
+		for (int pos = 0; pos < (DW_NP - 1) * Sc + KWc; pos++) {
+			if (base + pos < 0 || base + pos >= W)
+				continue;
+			__m512 x0 = _mm512_loadu_ps(xp + pos * C);
+			__m512 x1 = _mm512_loadu_ps(xp + pos * C + 16);
+			_Pragma("GCC unroll 7")
+			for (int kw = 0; kw < KWc; kw++) {
+				int d = pos - kw;
+				if (d < 0 || d % Sc != 0 || d / Sc >= DW_NP)
+					continue;
+				a0[d / Sc] = _mm512_fmadd_ps(x0, w0[kw], a0[d / Sc]);
+				a1[d / Sc] = _mm512_fmadd_ps(x1, w1[kw], a1[d / Sc]);
+			}
+		}
+	}
+	if (j->actreg) {
+		__m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+		for (int q = 0; q < DW_NP; q++) {
+			a0[q] = act512(a0[q], j->act, lo, hi);
+			a1[q] = act512(a1[q], j->act, lo, hi);
+		}
+	}
+	_Pragma("GCC unroll 4")
+	for (int q = 0; q < DW_NP; q++) {
+		if (q >= r)
+			continue;
+		float *yp = yr + (ow0 + q) * C + c0;
+		_mm512_storeu_ps(yp, a0[q]);
+		_mm512_storeu_ps(yp + 16, a1[q]);
+	}
+}
+
+/* DW_IN512(K, S): dw_in512 for a K-wide window at stride S, as a function (one copy each) */
+#define DW_IN512(K, S)								\
+__attribute__((target("avx512f"))) static void					\
+dw_in512_##K##_##S(const struct nhwc *j, const float *const *xr, float *yr, int64_t ow0, \
+		   int r, int64_t c0)						\
+{										\
+	dw_in512(j, xr, yr, ow0, r, c0, K, S);					\
+}
+DW_IN512(3, 1)
+DW_IN512(3, 2)
+DW_IN512(5, 1)
+DW_IN512(5, 2)
+DW_IN512(7, 1)
+
+typedef void (*dw_in_fn)(const struct nhwc *, const float *const *, float *, int64_t, int,
+			 int64_t);
+
+/* dw_in_for: the sliding kernel of v's window, or NULL (dilated across, other widths) */
+static dw_in_fn
+dw_in_for(const struct ml_conv3 *v)
+{
+	if (v->d[2] != 1 || v->k[1] > DW_MAX_KH)
+		return NULL;
+	int64_t k = v->k[2], s = v->s[2];
+	return k == 3 && s == 1 ? dw_in512_3_1 : k == 3 && s == 2 ? dw_in512_3_2 :
+	       k == 5 && s == 1 ? dw_in512_5_1 : k == 5 && s == 2 ? dw_in512_5_2 :
+	       k == 7 && s == 1 ? dw_in512_7_1 : NULL;
+}
+
+/*
+ * dw_row512: output row oh of image n. Each run of 32 channels passes
+ * along the row, 4 pixels at a time, through the window's sliding kernel
+ * (dw_in_for); where none fits, and for the last channels short of 32,
+ * through dw_blk512.
+ */
 __attribute__((target("avx512f")))
 static void
 dw_row512(const struct nhwc *j, int64_t n, int64_t oh, float *yr)
 {
 	const struct ml_conv3 *v = j->v;
-	int64_t C = v->cin, H = v->in[1], W = v->in[2], OW = v->out[2];
-	int64_t KH = v->k[1], KW = v->k[2], sw = v->s[2], dw = v->d[2], pw = v->p[2];
+	int64_t H = v->in[1], OW = v->out[2], KH = v->k[1];
+	dw_in_fn in = dw_in_for(v);
+	const float *rows[DW_MAX_KH];
 
-	/* pixels outside, channels inside: the taps of 4 pixels stay in L1 across the channels */
-	for (int64_t ow0 = 0; ow0 < OW; ow0 += 4) {
-		int r = (int)ML_MIN(4, OW - ow0);
-		/* all 4 pixels' taps inside the row: no checks in the tap loop */
-		bool inside = r == 4 && ow0 * sw - pw >= 0 && (ow0 + 3) * sw - pw + (KW - 1) * dw < W;
-		for (int64_t c0 = j->c0; c0 < j->c1; c0 += 32) {
-			__mmask16 m0, m1;
-			mask32(j->c1 - c0, &m0, &m1);
-			__m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
-			if (j->bias != NULL) {
-				b0 = _mm512_maskz_loadu_ps(m0, j->bias + c0);
-				b1 = _mm512_maskz_loadu_ps(m1, j->bias + c0 + 16);
-			}
-			__m512 a0[4], a1[4];
-			for (int q = 0; q < 4; q++) {
-				a0[q] = b0;
-				a1[q] = b1;
-			}
-			for (int64_t kh = 0; kh < KH; kh++) {
-				int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
-				if (ih < 0 || ih >= H)
-					continue;
-				const float *xr = in_row(j, n, ih) + c0;
-				const float *wr = j->w + kh * KW * C + c0;
-				for (int64_t kw = 0; kw < KW; kw++) {
-					__m512 w0 = _mm512_maskz_loadu_ps(m0, wr + kw * C);
-					__m512 w1 = _mm512_maskz_loadu_ps(m1, wr + kw * C + 16);
-					int64_t iw0 = ow0 * sw - pw + kw * dw;
-					/* a constant trip count, so that a0 and a1 stay in registers */
-					_Pragma("GCC unroll 4")
-					for (int q = 0; q < 4; q++) {
-						int64_t iw = iw0 + q * sw;
-						if (!inside && (q >= r || iw < 0 || iw >= W))
-							continue;
-						const float *xp = xr + iw * C;
-						a0[q] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m0, xp), w0, a0[q]);
-						a1[q] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m1, xp + 16), w1,
-									a1[q]);
-					}
-				}
-			}
-			if (j->actreg) {
-				__m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
-				for (int q = 0; q < 4; q++) {
-					a0[q] = act512(a0[q], j->act, lo, hi);
-					a1[q] = act512(a1[q], j->act, lo, hi);
-				}
-			}
-			_Pragma("GCC unroll 4")
-			for (int q = 0; q < 4; q++) {
-				if (q >= r)
-					continue;
-				float *yp = yr + (ow0 + q) * C + c0;
-				_mm512_mask_storeu_ps(yp, m0, a0[q]);
-				_mm512_mask_storeu_ps(yp + 16, m1, a1[q]);
-			}
+	if (in != NULL)
+		for (int64_t kh = 0; kh < KH; kh++) {
+			int64_t ih = oh * v->s[1] - v->p[1] + kh * v->d[1];
+			rows[kh] = ih < 0 || ih >= H ? NULL : in_row(j, n, ih);
 		}
+	for (int64_t c0 = j->c0; c0 < j->c1; c0 += 32) {
+		if (in != NULL && j->c1 - c0 >= 32) {
+			const float *xr[DW_MAX_KH];
+			for (int64_t kh = 0; kh < KH; kh++)
+				xr[kh] = rows[kh] != NULL ? rows[kh] + c0 : NULL;
+			for (int64_t ow = 0; ow < OW; ow += DW_NP)
+				in(j, xr, yr, ow, (int)ML_MIN(DW_NP, OW - ow), c0);
+			continue;
+		}
+		for (int64_t ow = 0; ow < OW; ow += 4)
+			dw_blk512(j, n, oh, yr, ow, (int)ML_MIN(4, OW - ow), c0);
 	}
 }
 

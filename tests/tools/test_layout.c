@@ -270,6 +270,14 @@ static const struct kcase kcases[] = {
 	{ 1, 17, 13, 14, 17, 5, 3, 17, 1, 2, { 2, 0, 3, 1 }, false, true, "Relu" },
 	{ 1, 5, 7, 6, 5, 3, 3, 5, 3, 1, { 0, 1, 2, 0 }, false, false, "Gelu" },
 	{ 1, 1, 5, 5, 1, 3, 3, 1, 1, 1, { 1, 1, 1, 1 }, false, false, "" },
+	/*
+	 * the sliding kernels of whole runs of 32 channels (dw_row512): 5x5 at
+	 * stride 2 with the Relu in registers, 7x7 with a residual and 8
+	 * channels left over, a 5x5 window wider than its 3x3 input
+	 */
+	{ 1, 64, 15, 15, 64, 5, 5, 64, 2, 1, { 2, 2, 2, 2 }, false, false, "Relu" },
+	{ 2, 40, 9, 10, 40, 7, 7, 40, 1, 1, { 3, 3, 3, 3 }, false, true, "Clip" },
+	{ 1, 96, 3, 3, 96, 5, 5, 96, 1, 1, { 2, 2, 2, 2 }, false, false, "" },
 	/* 3x3 and 5x5, strides 1 and 2, whole blocks of 16 channels (the kernels' constant windows) */
 	{ 1, 32, 12, 13, 32, 3, 3, 32, 1, 1, { 1, 1, 1, 1 }, false, true, "Clip" },
 	{ 1, 48, 14, 25, 48, 3, 3, 48, 2, 1, { 1, 1, 1, 1 }, false, false, "Silu" },
