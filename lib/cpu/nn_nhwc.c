@@ -827,7 +827,11 @@ direct_rows(void *ctx, int64_t b, int64_t e)
  * 112x112x96 after the expansion) is never written out whole, and the
  * taps read it from L2. A run's first rows may compute (KH - 1) input rows
  * its neighbour computes too. Windows taller than PRE_RING rows compute the
- * whole input first (the plain path, no saving).
+ * whole input first (the plain path, no saving). On AVX-512 a row is 4
+ * pixels by up to 96 channels at a time, Wp read as it is and Bp and a
+ * Relu or Clip applied in registers (pre_row512: MobileNet-V2's first
+ * expansion 17% faster than through the SGEMM's panels of 32 and a second
+ * pass); elsewhere the packed SGEMM's panel kernel, then the epilogue.
  */
 #define PRE_RING 16
 
@@ -839,7 +843,113 @@ struct pre {
 	float *rings;
 	int act;
 	float lo, hi;
+	int level;			/* ml_cpu_fma_level("ML_NHWC"): 2 pre_row512 */
 };
+
+#ifdef HAVE_SIMD
+/*
+ * pre_blk512: pixels [w0, w0 + r) (r <= 4) of an input row x (Cx channels a
+ * pixel) times Wp's columns [c0, c0 + 16 NV) (masked past c1), plus Bp,
+ * then a Relu or Clip in registers (act, else none here), into dst [W, C]:
+ * 4 pixels by up to 96 channels in 24 zmm accumulators, Wp's rows read in
+ * place (Cx of them, L1), each of a pixel's Cx values broadcast once for
+ * NV multiply-adds.
+ */
+__attribute__((target("avx512f"), always_inline))
+static inline void
+pre_blk512(const struct pre *p, const float *x, float *dst, int64_t w0, int r, int64_t c0,
+	   int64_t c1, int act, const int NV)
+{
+	int64_t C = p->j->v->cin, cx = p->cx;
+	__mmask16 m[6];
+	__m512 a0[6], a1[6], a2[6], a3[6];
+	const float *xq[4];
+
+	_Pragma("GCC unroll 6")
+	for (int u = 0; u < NV; u++) {
+		int64_t left = c1 - c0 - 16 * u;
+		m[u] = (__mmask16)(left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1);
+		__m512 b = p->bp != NULL ? _mm512_maskz_loadu_ps(m[u], p->bp + c0 + 16 * u) :
+					   _mm512_setzero_ps();
+		a0[u] = a1[u] = a2[u] = a3[u] = b;
+	}
+	/* pixels past r read the last valid one's values (their sums are not stored) */
+	for (int q = 0; q < 4; q++)
+		xq[q] = x + (w0 + (q < r ? q : r - 1)) * cx;
+	for (int64_t k = 0; k < cx; k++) {
+		const float *wr = p->wp + k * C + c0;
+		__m512 b[6];
+		_Pragma("GCC unroll 6")
+		for (int u = 0; u < NV; u++)
+			b[u] = _mm512_maskz_loadu_ps(m[u], wr + 16 * u);
+		__m512 x0 = _mm512_set1_ps(xq[0][k]), x1 = _mm512_set1_ps(xq[1][k]);
+		__m512 x2 = _mm512_set1_ps(xq[2][k]), x3 = _mm512_set1_ps(xq[3][k]);
+		_Pragma("GCC unroll 6")
+		for (int u = 0; u < NV; u++) {
+			a0[u] = _mm512_fmadd_ps(x0, b[u], a0[u]);
+			a1[u] = _mm512_fmadd_ps(x1, b[u], a1[u]);
+			a2[u] = _mm512_fmadd_ps(x2, b[u], a2[u]);
+			a3[u] = _mm512_fmadd_ps(x3, b[u], a3[u]);
+		}
+	}
+	__m512 lo = _mm512_set1_ps(p->lo), hi = _mm512_set1_ps(p->hi);
+	_Pragma("GCC unroll 4")
+	for (int q = 0; q < 4; q++) {
+		if (q >= r)
+			continue;
+		float *d = dst + (w0 + q) * C + c0;
+		_Pragma("GCC unroll 6")
+		for (int u = 0; u < NV; u++) {
+			__m512 v = q == 0 ? a0[u] : q == 1 ? a1[u] : q == 2 ? a2[u] : a3[u];
+			if (act == ML_ACT_RELU || act == ML_ACT_CLIP)
+				v = act512(v, act, lo, hi);
+			_mm512_mask_storeu_ps(d + 16 * u, m[u], v);
+		}
+	}
+}
+
+/* PRE_BLK512(NV): pre_blk512 with NV vectors of channels, as a function */
+#define PRE_BLK512(NV)								\
+__attribute__((target("avx512f"))) static void					\
+pre_blk512_##NV(const struct pre *p, const float *x, float *dst, int64_t w0, int r,	\
+		int64_t c0, int64_t c1, int act)				\
+{										\
+	pre_blk512(p, x, dst, w0, r, c0, c1, act, NV);				\
+}
+PRE_BLK512(1)
+PRE_BLK512(2)
+PRE_BLK512(3)
+PRE_BLK512(4)
+PRE_BLK512(5)
+PRE_BLK512(6)
+
+typedef void (*pre_blk_fn)(const struct pre *, const float *, float *, int64_t, int, int64_t,
+			   int64_t, int);
+
+/*
+ * pre_row512: channels [c0, c1) of the W pixels of x into dst, in runs of
+ * up to 96 channels by 4 pixels; Relu and Clip in registers, the other
+ * activations over the row after (1: they remain to apply, 0: done)
+ */
+__attribute__((target("avx512f")))
+static int
+pre_row512(const struct pre *p, const float *x, float *dst, int64_t c0, int64_t c1)
+{
+	static const pre_blk_fn fn[7] = { NULL, pre_blk512_1, pre_blk512_2, pre_blk512_3,
+					   pre_blk512_4, pre_blk512_5, pre_blk512_6 };
+	int64_t W = p->j->v->in[2];
+	bool regs = p->act == ML_ACT_NONE || p->act == ML_ACT_RELU || p->act == ML_ACT_CLIP;
+
+	for (int64_t cb = c0; cb < c1; cb += 96) {
+		int64_t ce = ML_MIN(c1, cb + 96);
+		int nv = (int)((ce - cb + 15) / 16);
+		for (int64_t w = 0; w < W; w += 4)
+			fn[nv](p, x, dst, w, (int)ML_MIN(4, W - w), cb, ce,
+			       regs ? p->act : ML_ACT_NONE);
+	}
+	return regs ? 0 : 1;
+}
+#endif
 
 /* pre_row: channels [c0, c1) of input row ih of image n into dst [W, C] */
 static void
@@ -849,6 +959,15 @@ pre_row(const struct pre *p, int64_t n, int64_t ih, float *dst, int64_t c0, int6
 	int64_t W = v->in[2], C = v->cin, cx = p->cx;
 	const float *x = p->x0 + (n * v->in[1] + ih) * W * cx;
 
+#ifdef HAVE_SIMD
+	/* AVX-512: Wp as it is, the bias and a Relu or Clip in registers */
+	if (p->level == 2) {
+		if (pre_row512(p, x, dst, c0, c1) != 0)
+			ml_fused_tile_epi(dst + c0, W, c1 - c0, C, NULL, NULL, p->act, p->lo,
+					  p->hi);
+		return;
+	}
+#endif
 	if (p->pan != NULL) {
 		/* c0 and c1 are multiples of 16: a run may start in a panel's second half */
 		for (int64_t c = c0; c < c1;) {
@@ -934,7 +1053,9 @@ conv_pre(struct ml_opctx *c, const struct ml_conv3 *v, struct nhwc *j)
 	if (c->in[0]->dims[3] != cx || wp->dims[3] != C || (bp != NULL && ml_tval_numel(bp) != C))
 		return ml_opfail(c, ML_EINVAL, "the prologue needs X [N, H, W, Cx], Wp [1, 1, Cx, C] "
 				 "and Bp [C]");
-	if (ml_pgemm_ok()) {
+	/* AVX-512 (and the packed SGEMM not turned off): pre_row512; else Wp in the SGEMM's panels */
+	p.level = ml_pgemm_ok() ? j->level : 0;
+	if (ml_pgemm_ok() && p.level != 2) {
 		float *pan = ml_cpu_scratch(1, sizeof(float) * (size_t)ml_pgemm_packed_len(cx, C));
 		if (pan == NULL)
 			return ml_opfail(c, ML_ENOMEM, "out of memory for the prologue's weights");

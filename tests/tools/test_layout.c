@@ -362,7 +362,7 @@ kernel_all(const char *level)
  * one after it: strides, dilation, pads, a window of one row (no ring
  * rows twice) and one taller than the ring (the whole input first), images
  * that runs cross, planes too short for a run per thread (groups of
- * channels), channels past whole blocks of 16, no Bp.
+ * channels), channels past whole blocks of 16, runs of 96 channels, no Bp.
  */
 struct pcase {
 	int64_t n, cx, c, h, w, kh, kw, s, d;
@@ -458,6 +458,8 @@ static const struct pcase pcases[] = {
 	{ 2, 9, 48, 7, 8, 1, 1, 1, 1, { 0, 0, 0, 0 }, true, "Clip", "Clip" },
 	{ 1, 4, 64, 2, 40, 3, 3, 1, 1, { 1, 1, 1, 1 }, false, "Silu", "" },
 	{ 1, 12, 17, 3, 5, 3, 3, 2, 1, { 0, 1, 1, 0 }, true, "", "" },
+	/* runs of 96 channels and one of 8 (pre_row512), 3 inputs, a row of 7 pixels */
+	{ 1, 3, 200, 6, 7, 3, 3, 1, 1, { 1, 1, 1, 1 }, true, "Relu", "" },
 };
 #define NPCASES ((int)(sizeof pcases / sizeof pcases[0]))
 
