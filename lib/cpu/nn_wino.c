@@ -540,7 +540,9 @@ wino_out(const struct wino *j, const struct seg *s, const float *Mo, int64_t m0,
 }
 
 /*
- * wino_items: items [b, e): tile group it / nmr, filter run it % nmr. A
+ * wino_items: items [b, e): filter run it / ngroups, tile group it %
+ * ngroups, so that the pool's contiguous runs of items (one a thread) are
+ * alike when the last group is short (ResNet's 28x28: 32 tiles and 17). A
  * thread's V, M (scratch slots 0 and 1, the thread's own) and the tile
  * group it transformed last, which a following item with the same tiles
  * reuses.
@@ -560,7 +562,7 @@ wino_items(void *ctx, int64_t b, int64_t e)
 		return;
 	}
 	for (int64_t it = b; it < e; it++) {
-		int64_t g = it / j->nmr, r = it % j->nmr;
+		int64_t g = it % j->ngroups, r = it / j->ngroups;
 		int64_t t0 = g * WG, t1 = ML_MIN(j->v->n * j->T, t0 + WG);
 		int64_t m0 = r * j->mr, m1 = ML_MIN(j->M, m0 + j->mr);
 		if (m0 >= m1)

@@ -18,6 +18,7 @@
  * Prints TAP.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +87,26 @@ pjob_fn(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+/* which thread ran each index (slow enough that the workers take chunks) */
+struct tjob {
+	int n;
+	atomic_int count;
+	pthread_t who[64];
+};
+
+static void
+tjob_fn(void *ctx, int64_t b, int64_t e)
+{
+	struct tjob *t = ctx;
+	for (int64_t i = b; i < e; i++) {
+		volatile float x = 1;
+		for (int k = 0; k < 2000; k++)
+			x = x * 1.0001f;
+		t->who[i] = pthread_self();
+		atomic_fetch_add(&t->count, 1);
+	}
+}
+
 static void
 test_pool(void)
 {
@@ -113,7 +134,28 @@ test_pool(void)
 	}
 	free(hits);
 	ok(good && jobs == 400, "thread pool: 400 jobs, each index once, with sleeps between some");
+
+	/* fewer threads than workers started: the workers beyond the count sit the jobs out */
 	ml_set_threads(2);
+	int most = 0;
+	good = true;
+	for (int r = 0; r < 200; r++) {
+		struct tjob t = { .n = 64 };
+		ml_parallel_for(t.n, 1, tjob_fn, &t);
+		int distinct = 0;
+		for (int i = 0; i < t.n; i++) {
+			bool seen = false;
+			for (int k = 0; k < i; k++)
+				seen = seen || pthread_equal(t.who[k], t.who[i]);
+			distinct += !seen;
+		}
+		most = distinct > most ? distinct : most;
+		good = good && atomic_load(&t.count) == t.n;
+	}
+	char what[160];
+	snprintf(what, sizeof what, "thread pool: 3 threads then 2: each job on at most 2 threads "
+		 "(at most %d seen in 200 jobs)", most);
+	ok(good && most >= 1 && most <= 2, what);
 }
 
 /* each index: a subnormal product of normal operands, or zero where they are flushed */
