@@ -23,6 +23,15 @@
  * positions are columns of one GEMM and the filter is read once for
  * several images.
  *
+ * Every thread of the product pads the planes into a buffer of its own
+ * (ml_pgemm_rows_own) rather than each padding some channels for all: the
+ * threads split C by rows, so each reads all of B, and the lines another
+ * core had written missed in its cache on every pass over a panel
+ * (ResNet-18's 64 -> 128 stride-2 layer alone 604 -> 446 us, the model 3%
+ * and DenseNet-121 5% faster; 2 threads, Xeon AMX). The copy is one pass
+ * over the input per thread. Products of 16 columns or fewer
+ * (ml_pgemm_narrow) and the portable loop keep one shared copy.
+ *
  * It needs AVX-512 or AVX2 with FMA (ml_pgemm_rows_ok: the 12 x 32 or the
  * 6 x 16 micro-kernel); elsewhere the convolutions go through im2col and
  * BLAS. ML_CONV_FLAT=c forces a portable loop over the same planes
@@ -135,18 +144,17 @@ struct flat {
 	int64_t N, ldc;			/* GEMM columns, and cf's row length */
 };
 
-/* pad_planes: the phase planes of channels [b, e) of the chunk's images, zeros where padding */
+/* pad_range: the phase planes of channels [b, e) of the chunk's images into xp, zeros where padding */
 ML_CLONES static void
-pad_planes(void *ctx, int64_t b, int64_t e)
+pad_range(const struct flat *j, float *xp, int64_t b, int64_t e)
 {
-	const struct flat *j = ctx;
 	const struct ml_conv3 *v = j->v;
 	int64_t H = v->in[1], W = v->in[2], s = j->g.s, Wq = j->g.Wq;
 
 	for (int64_t ci = b; ci < e; ci++)
 		for (int64_t ph = 0; ph < s * s; ph++) {
 			int64_t a = ph / s, bb = ph % s;
-			float *q = j->xp + ci * j->CS + ph * j->PP;
+			float *q = xp + ci * j->CS + ph * j->PP;
 			/* a phase no tap reads (a 1x1 window's odd ones) */
 			if (a >= v->k[1] || bb >= v->k[2])
 				continue;
@@ -170,6 +178,22 @@ pad_planes(void *ctx, int64_t b, int64_t e)
 				}
 			}
 		}
+}
+
+/* pad_planes: pad_range over the pool, into the planes all threads read */
+static void
+pad_planes(void *ctx, int64_t b, int64_t e)
+{
+	const struct flat *j = ctx;
+	pad_range(j, j->xp, b, e);
+}
+
+/* pad_own: every channel's planes, into a thread's own copy (ml_pgemm_rows_own) */
+static void
+pad_own(void *ctx, float *xp)
+{
+	const struct flat *j = ctx;
+	pad_range(j, xp, 0, j->v->cin);
 }
 
 /*
@@ -236,10 +260,13 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	j.PP = (per * j.g.PS + j.g.tail + 15) / 16 * 16;
 	j.CS = s * s * j.PP;
 	int64_t ldc_max = (per * j.g.PS + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
-	j.xp = ml_cpu_scratch(0, sizeof(float) * (size_t)(v->cin * j.CS));
+	size_t xbytes = sizeof(float) * (size_t)(v->cin * j.CS);
+	/* each thread pads the planes for itself (ml_pgemm_rows_own) but for the other products */
+	bool own = flat_level() == 2 && (v->n - 1) * j.g.PS + v->out[1] * j.g.Wq > 16;
+	j.xp = own ? NULL : ml_cpu_scratch(0, xbytes);
 	int32_t *off = ml_cpu_scratch(1, sizeof(int32_t) * (size_t)ML_MAX(K, 1));
 	j.cf = ml_cpu_scratch(2, sizeof(float) * (size_t)(v->cout * ldc_max));
-	if (j.xp == NULL || off == NULL || j.cf == NULL)
+	if ((!own && j.xp == NULL) || off == NULL || j.cf == NULL)
 		return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's padded planes");
 	/* the taps' offsets within a channel, then every channel's */
 	for (int64_t kh = 0; kh < KH; kh++)
@@ -257,13 +284,19 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 		/* the last image's rows past OH are not outputs */
 		j.N = (j.nimg - 1) * j.g.PS + v->out[1] * j.g.Wq;
 		j.ldc = (j.N + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
-		ml_parallel_for(v->cin, ML_MAX(1, 16384 / j.CS), pad_planes, &j);
-		if (flat_level() == 2 && j.N <= 16)
-			ml_pgemm_narrow(v->cout, j.N, K, w, K, j.xp, off, NULL, j.cf, j.ldc);
-		else if (flat_level() == 2)
-			ml_pgemm_rows(v->cout, j.N, K, w, K, j.xp, off, NULL, j.cf, j.ldc);
-		else
-			ml_parallel_for(v->cout, 1, rows_c, &j);
+		if (own && j.N > 16) {
+			if (ml_pgemm_rows_own(v->cout, j.N, K, w, K, pad_own, &j, xbytes, 0, off, NULL,
+					      j.cf, j.ldc) < 0)
+				return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's padded planes");
+		} else {
+			if (j.xp == NULL && (j.xp = ml_cpu_scratch(0, xbytes)) == NULL)
+				return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's padded planes");
+			ml_parallel_for(v->cin, ML_MAX(1, 16384 / j.CS), pad_planes, &j);
+			if (flat_level() == 2)
+				ml_pgemm_narrow(v->cout, j.N, K, w, K, j.xp, off, NULL, j.cf, j.ldc);
+			else
+				ml_parallel_for(v->cout, 1, rows_c, &j);
+		}
 		ml_parallel_for(j.nimg * v->cout, ML_MAX(1, 16384 / ML_MAX(v->outsz, 1)), copy_out,
 				&j);
 	}

@@ -315,6 +315,13 @@ struct pg_job {
 	int64_t sa, sb, sc;		/* batch strides of A, B (packed) and C */
 	int level;			/* pgemm_level() */
 	const int32_t *boff;		/* ml_pgemm_rows: B's row k at bp + boff[k], else NULL */
+	/* ml_pgemm_rows_own: each thread's B, built by fill into its scratch slot */
+	void (*fill)(void *ctx, float *b);
+	void *fctx;
+	size_t fbytes;
+	int fslot;
+	uint64_t fid;			/* the call, so that a thread builds its B once for it */
+	atomic_int *nomem;
 };
 
 /*
@@ -382,7 +389,22 @@ static void
 pg_items(void *ctx, int64_t b, int64_t e)
 {
 	const struct pg_job *j = ctx;
+	const float *bbase = j->bp;
 
+	if (j->fill != NULL) {
+		/* the call whose B this thread's slot holds */
+		static _Thread_local uint64_t built;
+		float *own = ml_cpu_scratch(j->fslot, j->fbytes);
+		if (own == NULL) {
+			atomic_store(j->nomem, 1);
+			return;
+		}
+		if (built != j->fid) {
+			j->fill(j->fctx, own);
+			built = j->fid;
+		}
+		bbase = own;
+	}
 	for (int64_t it0 = b; it0 < e; it0++) {
 		int64_t bi = it0 / j->per, it = it0 % j->per;
 		int64_t g = it / j->npchunks, pc = it % j->npchunks;
@@ -395,8 +417,8 @@ pg_items(void *ctx, int64_t b, int64_t e)
 		for (int64_t kc = 0; kc < j->k; kc += kcb) {
 			int64_t kk = ML_MIN(kcb, j->k - kc);
 			for (int64_t jp = p0; jp < p1; jp++) {
-				const float *panel = j->boff != NULL ? j->bp + jp * ML_PG_NR :
-						     j->bp + bi * j->sb + jp * ML_PG_NR * j->k;
+				const float *panel = j->boff != NULL ? bbase + jp * ML_PG_NR :
+						     bbase + bi * j->sb + jp * ML_PG_NR * j->k;
 				pg_block(j, A, panel, Cb, jp, i0, i1, kc, kk);
 			}
 		}
@@ -550,6 +572,38 @@ ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
 	(void)ldc;
 	ML_ASSERT(!"ml_pgemm_rows without AVX-512 or AVX2");
+#endif
+}
+
+int
+ml_pgemm_rows_own(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+		  void (*fill)(void *ctx, float *b), void *ctx, size_t bbytes, int slot,
+		  const int32_t *boff, const float *bias, float *c, int64_t ldc)
+{
+#ifdef HAVE_PGEMM
+	static atomic_uint_fast64_t calls;
+	atomic_int nomem;
+
+	ML_ASSERT(pgemm_level() > 0 && slot >= 0 && slot < ML_SCRATCH_SLOTS);
+	if (m <= 0 || n <= 0)
+		return 0;
+	atomic_init(&nomem, 0);
+	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bias = bias,
+			    .c = c, .boff = boff, .fill = fill, .fctx = ctx, .fbytes = bbytes,
+			    .fslot = slot, .fid = atomic_fetch_add(&calls, 1) + 1, .nomem = &nomem };
+	if (k <= 0) {
+		pg_empty(&j, 1);
+		return 0;
+	}
+	pg_setup(&j, ml_get_threads());
+	int64_t work = ML_MAX(1, m / j.ngroups * ML_PG_NR * j.npan / j.npchunks * k);
+	ml_parallel_for(j.per, ML_MAX(1, (int64_t)(1 << 20) / work), pg_items, &j);
+	return atomic_load(&nomem) ? -1 : 0;
+#else
+	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)fill, (void)ctx, (void)bbytes;
+	(void)slot, (void)boff, (void)bias, (void)c, (void)ldc;
+	ML_ASSERT(!"ml_pgemm_rows_own without AVX-512 or AVX2");
+	return -1;
 #endif
 }
 
