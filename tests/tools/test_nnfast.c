@@ -826,9 +826,12 @@ main(void)
 		   k == 0 ? "Conv, implicit GEMM's portable loop (ML_CONV_FLAT=c): 3x3, 5x5, stride 2, batches" :
 			    "Conv through im2col (ML_CONV_FLAT=0): 3x3, 5x5, stride 2, batches");
 	}
-	/* the portable and AVX2 direct kernels (ML_CONV_DIRECT=c, avx2), im2col instead (0) */
-	for (int k = 0; k < 3; k++) {
-		static const char *const lv[] = { "c", "avx2", "0" };
+	/*
+	 * the portable and AVX2 direct kernels (ML_CONV_DIRECT=c, avx2), the
+	 * input rows copied per output row (rows), im2col instead (0)
+	 */
+	for (int k = 0; k < 4; k++) {
+		static const char *const lv[] = { "c", "avx2", "0", "rows" };
 		fflush(stdout);
 		pid = fork();
 		if (pid == 0) {
@@ -839,7 +842,8 @@ main(void)
 		ok(waited && WEXITSTATUS(st) == 0,
 		   k == 0 ? "Conv with few input channels, portable kernel (ML_CONV_DIRECT=c)" :
 		   k == 1 ? "Conv with few input channels, AVX2 kernel (ML_CONV_DIRECT=avx2)" :
-			    "Conv with few input channels through im2col (ML_CONV_DIRECT=0)");
+		   k == 2 ? "Conv with few input channels through im2col (ML_CONV_DIRECT=0)" :
+			    "Conv with few input channels, input rows per output row (ML_CONV_DIRECT=rows)");
 	}
 	if (ml_pgemm_ok()) {
 		fails = gemm_all(&n);
