@@ -146,16 +146,17 @@ bool ml_pgemm_rows_ok(void);
 void ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
 		   const int32_t *boff, const float *bias, float *c, int64_t ldc);
 /*
- * ml_pgemm_rows_own: ml_pgemm_rows where each thread that takes part
- * builds B for itself, once per call: fill(ctx, b) writes it (bbytes) into
- * the thread's scratch slot `slot`, and B's row p is at b + boff[p]. A B
- * that one thread writes and every thread reads (the padded planes of
- * nn_flat.c, the row groups of C split over the threads) costs each
- * thread a miss in the other core's cache for half its lines, again and
- * again; a copy of its own costs one pass. -1 when a thread's buffer
- * could not be allocated (C then holds anything), else 0.
+ * ml_pgemm_own: ml_pgemm_rows (boff NULL: ml_pgemm, B packed) where each
+ * thread that takes part builds B for itself, once per call: fill(ctx, b)
+ * writes it (bbytes) into the thread's scratch slot `slot`, and B's row p
+ * is at b + boff[p] (or B's panels are at b). A B that one thread writes
+ * and every thread reads (the padded planes of nn_flat.c, the packed X of
+ * a pointwise convolution; the row groups of C split over the threads)
+ * costs each thread a miss in the other core's cache for half its lines,
+ * again and again; a copy of its own costs one pass. -1 when a thread's
+ * buffer could not be allocated (C then holds anything), else 0.
  */
-int ml_pgemm_rows_own(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+int ml_pgemm_own(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 		      void (*fill)(void *ctx, float *b), void *ctx, size_t bbytes, int slot,
 		      const int32_t *boff, const float *bias, float *c, int64_t ldc);
 /*

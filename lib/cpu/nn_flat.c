@@ -24,7 +24,7 @@
  * several images.
  *
  * Every thread of the product pads the planes into a buffer of its own
- * (ml_pgemm_rows_own) rather than each padding some channels for all: the
+ * (ml_pgemm_own) rather than each padding some channels for all: the
  * threads split C by rows, so each reads all of B, and the lines another
  * core had written missed in its cache on every pass over a panel
  * (ResNet-18's 64 -> 128 stride-2 layer alone 604 -> 446 us, the model 3%
@@ -188,7 +188,7 @@ pad_planes(void *ctx, int64_t b, int64_t e)
 	pad_range(j, j->xp, b, e);
 }
 
-/* pad_own: every channel's planes, into a thread's own copy (ml_pgemm_rows_own) */
+/* pad_own: every channel's planes, into a thread's own copy (ml_pgemm_own) */
 static void
 pad_own(void *ctx, float *xp)
 {
@@ -261,7 +261,7 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	j.CS = s * s * j.PP;
 	int64_t ldc_max = (per * j.g.PS + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
 	size_t xbytes = sizeof(float) * (size_t)(v->cin * j.CS);
-	/* each thread pads the planes for itself (ml_pgemm_rows_own) but for the other products */
+	/* each thread pads the planes for itself (ml_pgemm_own) but for the other products */
 	bool own = flat_level() == 2 && (v->n - 1) * j.g.PS + v->out[1] * j.g.Wq > 16;
 	j.xp = own ? NULL : ml_cpu_scratch(0, xbytes);
 	int32_t *off = ml_cpu_scratch(1, sizeof(int32_t) * (size_t)ML_MAX(K, 1));
@@ -285,7 +285,7 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 		j.N = (j.nimg - 1) * j.g.PS + v->out[1] * j.g.Wq;
 		j.ldc = (j.N + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
 		if (own && j.N > 16) {
-			if (ml_pgemm_rows_own(v->cout, j.N, K, w, K, pad_own, &j, xbytes, 0, off, NULL,
+			if (ml_pgemm_own(v->cout, j.N, K, w, K, pad_own, &j, xbytes, 0, off, NULL,
 					      j.cf, j.ldc) < 0)
 				return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's padded planes");
 		} else {

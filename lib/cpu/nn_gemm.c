@@ -315,7 +315,7 @@ struct pg_job {
 	int64_t sa, sb, sc;		/* batch strides of A, B (packed) and C */
 	int level;			/* pgemm_level() */
 	const int32_t *boff;		/* ml_pgemm_rows: B's row k at bp + boff[k], else NULL */
-	/* ml_pgemm_rows_own: each thread's B, built by fill into its scratch slot */
+	/* ml_pgemm_own: each thread's B, built by fill into its scratch slot */
 	void (*fill)(void *ctx, float *b);
 	void *fctx;
 	size_t fbytes;
@@ -576,7 +576,7 @@ ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 }
 
 int
-ml_pgemm_rows_own(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+ml_pgemm_own(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 		  void (*fill)(void *ctx, float *b), void *ctx, size_t bbytes, int slot,
 		  const int32_t *boff, const float *bias, float *c, int64_t ldc)
 {
@@ -602,7 +602,7 @@ ml_pgemm_rows_own(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 #else
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)fill, (void)ctx, (void)bbytes;
 	(void)slot, (void)boff, (void)bias, (void)c, (void)ldc;
-	ML_ASSERT(!"ml_pgemm_rows_own without AVX-512 or AVX2");
+	ML_ASSERT(!"ml_pgemm_own without AVX-512 or AVX2");
 	return -1;
 #endif
 }

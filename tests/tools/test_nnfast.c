@@ -534,6 +534,26 @@ narrow_cases(void)
 }
 
 /*
+ * pw_cases: pointwise convolutions of one image on planes of 17 to 512
+ * positions (fused_mm.c's fpw_whole: each thread packs X for itself, then
+ * one SGEMM over the pool): DenseNet's 256 -> 128 on 16x16, 70 outputs
+ * (row blocks of 12 and a short one) on 8x8, SqueezeNet's 13x13 (a
+ * partial panel); constant weights and weights as an input.
+ */
+static bool
+pw_cases(void)
+{
+	bool good = true;
+	for (int k = 0; k < 2 && good; k++) {
+		conv_w_in = k == 1;
+		good = conv_nks(1, 256, 128, 16, 16, 1, 1, 0) && conv_nks(1, 240, 70, 8, 8, 1, 1, 0) &&
+		       conv_nks(1, 128, 64, 13, 13, 1, 1, 0);
+	}
+	conv_w_in = false;
+	return good;
+}
+
+/*
  * rows_cases: outputs of 8 positions or fewer in all (nn_conv.c's
  * conv_rows: positions as the product's rows against W^T packed once):
  * DenseNet's 1x1 1024 -> 128 and 3x3 128 -> 32 on 2x2, two images of 1x2,
@@ -662,6 +682,7 @@ test_conv(void)
 	ok(conv_case(130, 50, 30, 29, 0), "Conv 3x3 130->50 on 30x29, no pads (Winograd, partial tiles)");
 	ok(wino_cases(), "Conv 3x3 by Winograd: filters split across threads, weights not constant");
 	ok(narrow_cases(), "Conv on planes of 16 positions or fewer (narrow GEMM where AVX-512)");
+	ok(pw_cases(), "pointwise Conv of one image on planes of 17 to 512 positions");
 	ok(dw_cases(), "depthwise Conv: 3x3, 5x5, 7x7, strides 1 and 2, edges, multiplier 2");
 	ok(conv_case(8, 5, 9, 7, 1), "Conv 3x3 8->5 on 9x7 (im2col)");
 }
