@@ -157,8 +157,8 @@ void ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
  * buffer could not be allocated (C then holds anything), else 0.
  */
 int ml_pgemm_own(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-		      void (*fill)(void *ctx, float *b), void *ctx, size_t bbytes, int slot,
-		      const int32_t *boff, const float *bias, float *c, int64_t ldc);
+		 void (*fill)(void *ctx, float *b), void *ctx, size_t bbytes, int slot,
+		 const int32_t *boff, const float *bias, float *c, int64_t ldc);
 /*
  * ml_pgemm_narrow: the same for n <= 16 (planes of 16 positions or fewer),
  * each B row read for 16 floats (the caller leaves slack past n): one

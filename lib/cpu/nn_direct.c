@@ -13,12 +13,13 @@
  * whose windows read those rows where they lie. (Copying each item's
  * input rows for it instead, as inputs past P_MAX still do, copied a 7x7
  * stride-2 window's rows three and a half times: 15% of ResNet-18's first
- * layer, 808 -> 719 us on 2 threads with the copy done once.) A block of 8 output channels by 32 output columns
- * then sums all cin * KH * KW taps in registers (the weights packed per
- * block so that each tap's 8 values are adjacent and broadcast from
- * memory) and stores once, bias included; on AVX-512 the blocks are 48
- * columns wide where the row allows (block512: 24 zmm accumulators, a
- * third fewer loads a multiply-add than 32 columns). For FusedConv
+ * layer, 808 -> 719 us on 2 threads with the copy done once.) A block of
+ * 8 output channels by 32 output columns then sums all cin * KH * KW taps
+ * in registers (the weights packed per block so that each tap's 8 values
+ * are adjacent and broadcast from memory) and stores once, bias
+ * included; on AVX-512 the blocks are 48 columns wide where the row allows
+ * (block512: 24 zmm accumulators, a third fewer loads a multiply-add than
+ * 32 columns). For FusedConv
  * (struct ml_conv_epi) the residual and the activation are applied to
  * the block as it is stored, while it is in L1, instead of in another
  * pass over the output: by the SIMD kernels on their registers for Relu
@@ -58,13 +59,17 @@
 #define DIRECT_MAX_S 4		/* the largest stride */
 #define P_MAX ((int64_t)1 << 23)	/* the most floats of the input split by phase (32 MB) */
 
-/* direct_level: 0 off, 1 the portable kernel, 2 AVX2, 3 AVX-512; computed once. */
+/*
+ * direct_env: ML_CONV_DIRECT read once: the kernel level (0 off, 1 the
+ * portable kernel, 2 AVX2, 3 AVX-512) and, by 4, whether it says rows
+ * (each output row's input rows copied anew, as past P_MAX).
+ */
 static int
-direct_level(void)
+direct_env(void)
 {
 	/* -1 until known; racing first callers compute the same value */
-	static atomic_int level = -1;
-	int v = atomic_load_explicit(&level, memory_order_relaxed);
+	static atomic_int env = -1;
+	int v = atomic_load_explicit(&env, memory_order_relaxed);
 
 	if (v < 0) {
 		const char *e = getenv("ML_CONV_DIRECT");
@@ -77,24 +82,23 @@ direct_level(void)
 			v = 1;
 		if (e != NULL && strcmp(e, "0") == 0)
 			v = 0;
-		atomic_store_explicit(&level, v, memory_order_relaxed);
+		if (e != NULL && strcmp(e, "rows") == 0)
+			v |= 4;
+		atomic_store_explicit(&env, v, memory_order_relaxed);
 	}
 	return v;
 }
 
-/* rows_forced: ML_CONV_DIRECT=rows, each output row's input rows copied anew (as past P_MAX) */
+static int
+direct_level(void)
+{
+	return direct_env() & 3;
+}
+
 static bool
 rows_forced(void)
 {
-	static atomic_int forced = -1;
-	int v = atomic_load_explicit(&forced, memory_order_relaxed);
-
-	if (v < 0) {
-		const char *e = getenv("ML_CONV_DIRECT");
-		v = e != NULL && strcmp(e, "rows") == 0;
-		atomic_store_explicit(&forced, v, memory_order_relaxed);
-	}
-	return v != 0;
+	return (direct_env() & 4) != 0;
 }
 
 bool

@@ -144,7 +144,7 @@ struct flat {
 	int64_t N, ldc;			/* GEMM columns, and cf's row length */
 };
 
-/* pad_range: the phase planes of channels [b, e) of the chunk's images into xp, zeros where padding */
+/* pad_range: the phase planes of channels [b, e) of the chunk's images into xp (zero padding) */
 ML_CLONES static void
 pad_range(const struct flat *j, float *xp, int64_t b, int64_t e)
 {
@@ -260,13 +260,11 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	j.PP = (per * j.g.PS + j.g.tail + 15) / 16 * 16;
 	j.CS = s * s * j.PP;
 	int64_t ldc_max = (per * j.g.PS + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
+	/* the planes: each thread's own (ml_pgemm_own), else one copy, made at first need */
 	size_t xbytes = sizeof(float) * (size_t)(v->cin * j.CS);
-	/* each thread pads the planes for itself (ml_pgemm_own) but for the other products */
-	bool own = flat_level() == 2 && (v->n - 1) * j.g.PS + v->out[1] * j.g.Wq > 16;
-	j.xp = own ? NULL : ml_cpu_scratch(0, xbytes);
 	int32_t *off = ml_cpu_scratch(1, sizeof(int32_t) * (size_t)ML_MAX(K, 1));
 	j.cf = ml_cpu_scratch(2, sizeof(float) * (size_t)(v->cout * ldc_max));
-	if ((!own && j.xp == NULL) || off == NULL || j.cf == NULL)
+	if (off == NULL || j.cf == NULL)
 		return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's padded planes");
 	/* the taps' offsets within a channel, then every channel's */
 	for (int64_t kh = 0; kh < KH; kh++)
@@ -284,13 +282,15 @@ ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 		/* the last image's rows past OH are not outputs */
 		j.N = (j.nimg - 1) * j.g.PS + v->out[1] * j.g.Wq;
 		j.ldc = (j.N + ML_PG_NR - 1) / ML_PG_NR * ML_PG_NR;
-		if (own && j.N > 16) {
-			if (ml_pgemm_own(v->cout, j.N, K, w, K, pad_own, &j, xbytes, 0, off, NULL,
-					      j.cf, j.ldc) < 0)
-				return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's padded planes");
+		if (flat_level() == 2 && j.N > 16) {
+			if (ml_pgemm_own(v->cout, j.N, K, w, K, pad_own, &j, xbytes, 0, off, NULL, j.cf,
+					 j.ldc) < 0)
+				return ml_opfail(c, ML_ENOMEM,
+						 "cannot allocate the convolution's padded planes");
 		} else {
 			if (j.xp == NULL && (j.xp = ml_cpu_scratch(0, xbytes)) == NULL)
-				return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's padded planes");
+				return ml_opfail(c, ML_ENOMEM,
+						 "cannot allocate the convolution's padded planes");
 			ml_parallel_for(v->cin, ML_MAX(1, 16384 / j.CS), pad_planes, &j);
 			if (flat_level() == 2)
 				ml_pgemm_narrow(v->cout, j.N, K, w, K, j.xp, off, NULL, j.cf, j.ldc);

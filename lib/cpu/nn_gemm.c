@@ -457,6 +457,19 @@ pg_empty(const struct pg_job *j, int64_t nb)
 			for (int64_t jj = 0; jj < j->n; jj++)
 				j->c[bi * j->sc + i * j->ldc + jj] = j->bias != NULL ? j->bias[i] : 0.0f;
 }
+
+/* pg_one: the product j (one, B packed or by rows) over the pool */
+static void
+pg_one(struct pg_job *j)
+{
+	if (j->k <= 0) {
+		pg_empty(j, 1);
+		return;
+	}
+	pg_setup(j, ml_get_threads());
+	int64_t work = ML_MAX(1, j->m / j->ngroups * ML_PG_NR * j->npan / j->npchunks * j->k);
+	ml_parallel_for(j->per, ML_MAX(1, (int64_t)(1 << 20) / work), pg_items, j);
+}
 #endif
 
 void
@@ -561,13 +574,7 @@ ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 		return;
 	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bp = b,
 			    .bias = bias, .c = c, .boff = boff };
-	if (k <= 0) {
-		pg_empty(&j, 1);
-		return;
-	}
-	pg_setup(&j, ml_get_threads());
-	int64_t work = ML_MAX(1, m / j.ngroups * ML_PG_NR * j.npan / j.npchunks * k);
-	ml_parallel_for(j.per, ML_MAX(1, (int64_t)(1 << 20) / work), pg_items, &j);
+	pg_one(&j);
 #else
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
 	(void)ldc;
@@ -577,8 +584,8 @@ ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 
 int
 ml_pgemm_own(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-		  void (*fill)(void *ctx, float *b), void *ctx, size_t bbytes, int slot,
-		  const int32_t *boff, const float *bias, float *c, int64_t ldc)
+	     void (*fill)(void *ctx, float *b), void *ctx, size_t bbytes, int slot,
+	     const int32_t *boff, const float *bias, float *c, int64_t ldc)
 {
 #ifdef HAVE_PGEMM
 	static atomic_uint_fast64_t calls;
@@ -591,13 +598,7 @@ ml_pgemm_own(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bias = bias,
 			    .c = c, .boff = boff, .fill = fill, .fctx = ctx, .fbytes = bbytes,
 			    .fslot = slot, .fid = atomic_fetch_add(&calls, 1) + 1, .nomem = &nomem };
-	if (k <= 0) {
-		pg_empty(&j, 1);
-		return 0;
-	}
-	pg_setup(&j, ml_get_threads());
-	int64_t work = ML_MAX(1, m / j.ngroups * ML_PG_NR * j.npan / j.npchunks * k);
-	ml_parallel_for(j.per, ML_MAX(1, (int64_t)(1 << 20) / work), pg_items, &j);
+	pg_one(&j);
 	return atomic_load(&nomem) ? -1 : 0;
 #else
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)fill, (void)ctx, (void)bbytes;
