@@ -72,7 +72,8 @@ static const char help_text[] =
 	"                          or lines 'NODE DEVICE')\n"
 	"  -q, --quiet             print nothing but errors\n"
 	"  -v, --verbose           print more on stderr (each timed run's time, the arena\n"
-	"                          size, the OpenCL set-up times)\n"
+	"                          size, how the CPU runs bf16 weights' products, the\n"
+	"                          OpenCL set-up times)\n"
 	"  -h, --help              print this help and exit\n"
 	"  -V, --version           print the version and exit\n";
 
@@ -654,6 +655,11 @@ print_text(struct ml_session *s, const struct ml_graph *g, const struct opts *o,
 	fprintf(stderr, "%s: arena %lld bytes\n", progname, (long long)ml_session_arena_bytes(s));
 	if (ml_session_note(s) != NULL)
 		fprintf(stderr, "%s: %s\n", progname, ml_session_note(s));
+	for (int i = 0; strcmp(o->device, "cpu") == 0 && i < g->n_tensors; i++)
+		if (g->tensors[i]->dtype == ML_BF16) {
+			fprintf(stderr, "%s: %s\n", progname, ml_bf16_note());
+			break;
+		}
 	if (strcmp(o->device, "cpu") != 0) {
 		struct ml_session_devstats ds;
 		ml_session_device_stats(s, &ds);

@@ -600,6 +600,11 @@ int ml_session_run(struct ml_session *s, struct ml_err *e);
 const struct ml_tval *ml_session_output(const struct ml_session *s, int i);
 /* ml_session_arena_bytes: the planned arena size of the last run; -1 when unplanned. */
 int64_t ml_session_arena_bytes(const struct ml_session *s);
+/*
+ * ml_bf16_note: how this CPU runs the products of bf16 weights (mlquant
+ * --dtype bf16), one phrase for -v.
+ */
+const char *ml_bf16_note(void);
 /* ml_session_node_time: seconds node i took in the last run (with opts.profile). */
 double ml_session_node_time(const struct ml_session *s, int i);
 /*

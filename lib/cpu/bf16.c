@@ -156,12 +156,17 @@ ml_bf16_set_path(enum ml_bf16_path p)
  * there than fp32.
  */
 #ifdef HAVE_BF16
-/* dp_loop, fma_loop: n rounds of 8 independent vdpbf16ps or FMA chains */
+/*
+ * dp_loop, fma_loop: n rounds of 8 independent vdpbf16ps or FMA chains.
+ * Each chain starts from its own value: from the same zero, the compiler
+ * merged the 8 into one and the ratio measured was the latencies' (1.5 on
+ * a Zen 4 whose vdpbf16ps issues at the FMA's rate).
+ */
 #define DP8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 BF_TARGET __attribute__((noinline)) static float
 dp_loop(int64_t n)
 {
-#define DP_Z(i) __m512 a##i = _mm512_setzero_ps();
+#define DP_Z(i) __m512 a##i = _mm512_set1_ps((float)(i));
 #define DP_S(i) a##i = _mm512_dpbf16_ps(a##i, x, x);
 #define DP_R(i) +_mm512_reduce_add_ps(a##i)
 	DP8(DP_Z)
@@ -232,6 +237,28 @@ ml_bf16_dp_fast(void)
 #endif
 	atomic_store_explicit(&dp_fast_v, v, memory_order_relaxed);
 	return v != 0;
+}
+
+const char *
+ml_bf16_note(void)
+{
+	switch (ml_bf16_path()) {
+	case ML_BF16_AMX:
+		return "bf16 products on AMX tiles (tdpbf16ps; under 16 rows vdpbf16ps)";
+	case ML_BF16_DP:
+		if (ml_bf16_dp_asked())
+			return "bf16 products on vdpbf16ps (AVX512_BF16; ML_BF16=dp: all of them)";
+		if (ml_bf16_dp_fast())
+			return "bf16 products on vdpbf16ps (AVX512_BF16), but for Winograd's 3x3, "
+			       "the few-channel stems and products of 16 columns or fewer: their "
+			       "weights widened to f32 once";
+		return "bf16 weights widened to f32 once: this CPU's vdpbf16ps is no faster "
+		       "than its f32 FMAs (measured; ML_BF16=dp uses it)";
+	default:
+		return ml_bf16_path_ok(ML_BF16_DP) ?
+			       "bf16 weights widened to f32 once (ML_BF16=f32)" :
+			       "bf16 weights widened to f32 once: this CPU has no AVX512_BF16";
+	}
 }
 
 int
@@ -407,7 +434,7 @@ ld_pair(const uint16_t *a, bool last_odd)
 BF_TARGET static void								\
 bk##R(int64_t kq, const uint16_t *a, int64_t lda, const uint16_t *bp, float *c,	\
       int64_t ldc, int mr, __mmask16 m0, __mmask16 m1, const float *bias, int mode, \
-      bool odd)									\
+      bool odd, const uint16_t *pf, int64_t npf)				\
 {										\
 	const uint16_t *ar[R];							\
 	__m512 c0[R], c1[R];							\
@@ -420,6 +447,10 @@ bk##R(int64_t kq, const uint16_t *a, int64_t lda, const uint16_t *bp, float *c,	
 	for (int64_t q = 0; q < full; q++) {					\
 		__m512bh b0 = (__m512bh)_mm512_load_si512(bp + q * 64);		\
 		__m512bh b1 = (__m512bh)_mm512_load_si512(bp + q * 64 + 32);	\
+		if (q < npf) {							\
+			_mm_prefetch((const char *)(pf + q * 64), _MM_HINT_T1);	\
+			_mm_prefetch((const char *)(pf + q * 64 + 32), _MM_HINT_T1); \
+		}								\
 		_Pragma("GCC unroll 12")					\
 		for (int i = 0; i < R; i++) {					\
 			__m512bh av = (__m512bh)_mm512_set1_epi32((int)ld_pair(ar[i] + 2 * q, false)); \
@@ -468,6 +499,8 @@ bg_block(const struct bg_job *j, int64_t i0, int64_t i1, int64_t p0, int64_t p1)
 			__mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 :
 						   (1u << (w - 16)) - 1);
 			const uint16_t *bpk = j->bp + (jp * j->kp + q0) * 2 * ML_BF_NR;
+			/* the panel's next k block, into L2 while the first row block runs */
+			int64_t npf = ML_MIN(KCP, j->kp - q0 - kq);
 			for (int64_t i = i0; i < i1;) {
 				int64_t rem = i1 - i;
 				const uint16_t *a = j->a + i * j->lda + 2 * q0;
@@ -481,11 +514,14 @@ bg_block(const struct bg_job *j, int64_t i0, int64_t i1, int64_t p0, int64_t p1)
 				if (rem > 12 && rem % 12 != 0 && rem % 12 <= 4)
 					mr = 8;
 				if (mr > 8)
-					bk12(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd);
+					bk12(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd,
+					     bpk + kq * 2 * ML_BF_NR, i == i0 ? npf : 0);
 				else if (mr > 4)
-					bk8(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd);
+					bk8(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd,
+					     bpk + kq * 2 * ML_BF_NR, i == i0 ? npf : 0);
 				else
-					bk4(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd);
+					bk4(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd,
+					     bpk + kq * 2 * ML_BF_NR, i == i0 ? npf : 0);
 				i += mr;
 			}
 		}
@@ -960,6 +996,21 @@ cpair_order(uint16_t *d, const uint16_t *w, const struct ml_conv3 *v)
 				d[m * k2 + kk * c2 + ci] = ci < v->cin ? w[(m * v->cin + ci) * v->ksz + kk] : 0;
 }
 
+/*
+ * dp_only: vdpbf16ps runs every product it can (AMX, or ML_BF16=dp asks);
+ * else, at the FMA's rate alone, only those where twice the multiply-adds
+ * a cycle are not lost elsewhere: the f32 kernels keep Winograd's 3x3
+ * (ResNet-18's 56x56 layers 0.51-0.58 ms in f32, 0.75-0.78 on vdpbf16ps;
+ * 28x28 even), the few-channel stem (1.19 against 1.31 ms) and products of
+ * at most 16 columns, half a panel (MobileNet-V2's 32 -> 16 on 112x112: 93
+ * against 136 us; AMD EPYC Zen 4, 2 threads).
+ */
+static bool
+dp_only(void)
+{
+	return ml_bf16_path() == ML_BF16_AMX || ml_bf16_dp_asked();
+}
+
 static int
 conv_dp(struct ml_opctx *c)
 {
@@ -971,6 +1022,8 @@ conv_dp(struct ml_opctx *c)
 		return 1;
 	/* depthwise: a few multiply-adds per weight, which the f32 kernels do best */
 	if (v.cg == 1 && v.group > 1)
+		return 1;
+	if (!dp_only() && (ml_wino_ok(&v) || ml_direct_ok(&v) || v.cout <= 16))
 		return 1;
 	if ((b != NULL && (b->dtype != ML_F32 || ml_tval_numel(b) != v.cout)) ||
 	    (fused && z != NULL && (z->dtype != ML_F32 ||
@@ -1073,7 +1126,7 @@ mm_dp(struct ml_opctx *c)
 	if (k <= 0 || n <= 0 || a->dims[a->rank - 1] != k || ml_tval_numel(a) % k != 0)
 		return 1;
 	int64_t m = ml_tval_numel(a) / k;
-	if (m * n != ml_tval_numel(y) || m <= 0)
+	if (m * n != ml_tval_numel(y) || m <= 0 || (n <= 16 && !dp_only()))
 		return 1;
 	if (pn > 0 && (b->dims[0] != (n + ML_BF_NR - 1) / ML_BF_NR || b->dims[2] != ML_BF_NR))
 		return 1;
@@ -1238,13 +1291,15 @@ ml_cpu_bf16_native(struct ml_opctx *c)
 	    c->in[1]->dtype != ML_BF16 || c->n_out < 1 || c->out[0]->dtype != ML_F32)
 		return 1;
 	/*
-	 * vdpbf16ps without AMX lost to the f32 kernels (Winograd, the implicit
-	 * GEMM, the streamed products) on every product of ResNet-18: 1.3 to
-	 * 3.5 times slower on a Xeon with AVX512_BF16 whose AMX was not
-	 * exposed, 1.54 times the f32 model in all; there the weight is
-	 * converted once and the f32 kernels run, unless ML_BF16=dp asks.
+	 * vdpbf16ps without AMX: where it issues at half the FMA's rate (the
+	 * Sapphire Rapids Xeons with AMX hidden) it lost to the f32 kernels on
+	 * every product of ResNet-18, 1.3 to 3.5 times slower, so the weight is
+	 * converted once and the f32 kernels run, unless ML_BF16=dp asks. Where
+	 * it issues at the FMA's rate (ml_bf16_dp_fast: AMD Zen 4 and 5) it
+	 * runs the products that it does faster (dp_pays).
 	 */
-	if (ml_bf16_path() != ML_BF16_AMX && (ml_bf16_path() != ML_BF16_DP || !ml_bf16_dp_asked()))
+	if (ml_bf16_path() != ML_BF16_AMX &&
+	    (ml_bf16_path() != ML_BF16_DP || !(ml_bf16_dp_asked() || ml_bf16_dp_fast())))
 		return 1;
 	switch (c->node->op) {
 	case ML_OP_CONV:

@@ -1017,6 +1017,36 @@ struct bf_rows_job {
 	int64_t ncp, k2;
 };
 
+#ifdef HAVE_BF_IM2COL
+/*
+ * bf_rows_xq: positions [b, e) of xq, 16 at a time: two channels' runs
+ * rounded (vcvtneps2bf16) and paired
+ */
+BF_TARGET static void
+bf_rows_xq(void *ctx, int64_t b, int64_t e)
+{
+	const struct bf_rows_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	uint32_t t[16];
+	for (int64_t p0 = b; p0 < e; p0 += 16) {
+		int w = (int)ML_MIN(16, e - p0);
+		__mmask16 m = (__mmask16)((1u << w) - 1);
+		for (int64_t cp = 0; cp < j->ncp; cp++) {
+			const float *x0 = j->x + 2 * cp * v->insz + p0;
+			__m512i lo = _mm512_cvtepu16_epi32(
+				(__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x0)));
+			__m512i hi = _mm512_setzero_si512();
+			if (2 * cp + 1 < v->cin)
+				hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+					_mm512_maskz_loadu_ps(m, x0 + v->insz)));
+			_mm512_storeu_si512(t, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+			uint32_t *d = j->xq + p0 * j->ncp + cp;
+			for (int i = 0; i < w; i++)
+				d[i * j->ncp] = t[i];
+		}
+	}
+}
+#else
 static void
 bf_rows_xq(void *ctx, int64_t b, int64_t e)
 {
@@ -1030,6 +1060,7 @@ bf_rows_xq(void *ctx, int64_t b, int64_t e)
 			j->xq[pos * j->ncp + cp] = lo | hi << 16;
 		}
 }
+#endif
 
 static void
 bf_rows_a(void *ctx, int64_t b, int64_t e)
