@@ -1015,6 +1015,8 @@ struct bf_rows_job {
 	uint16_t *a;
 	float *t, *y;
 	int64_t ncp, k2;
+	const struct ml_conv_epi *e;	/* FusedConv's residual (z: this image's) and activation */
+	const float *z;
 };
 
 #ifdef HAVE_BF_IM2COL
@@ -1082,6 +1084,71 @@ bf_rows_a(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+#ifdef HAVE_BF_IM2COL
+/* tr16: the 16 x 16 floats of r transposed (r[i] lane k: row i, column k) */
+BF_TARGET static inline void
+tr16(__m512 r[16])
+{
+	__m512 t[16];
+	for (int i = 0; i < 16; i += 2) {
+		t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+		t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+	}
+	/* r[4g + q], 128-bit lane k: rows 4g to 4g + 3 of column 4k + q */
+	for (int i = 0; i < 16; i += 4) {
+		r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+		r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+		r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+		r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+	}
+	for (int q = 0; q < 4; q++) {
+		__m512 u0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);
+		__m512 u1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xee);
+		__m512 u2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
+		__m512 u3 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xee);
+		t[q] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+		t[4 + q] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
+		t[8 + q] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+		t[12 + q] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
+	}
+	for (int i = 0; i < 16; i++)
+		r[i] = t[i];
+}
+
+/*
+ * bf_rows_store: blocks [b, e) of 16 output channels of Y from T
+ * [positions, cout], 16 positions at a time transposed in registers, plus
+ * the bias; then FusedConv's residual and activation on those rows while
+ * they are in cache.
+ */
+BF_TARGET static void
+bf_rows_store(void *ctx, int64_t b, int64_t e)
+{
+	const struct bf_rows_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t P = v->outsz;
+	for (int64_t mb = b; mb < e; mb++) {
+		int64_t m0 = 16 * mb;
+		float *y0 = j->y + m0 * P;
+		for (int64_t p0 = 0; p0 < P; p0 += 16) {
+			int w = (int)ML_MIN(16, P - p0);
+			__mmask16 pm = (__mmask16)((1u << w) - 1);
+			__m512 r[16];
+			for (int i = 0; i < 16; i++)
+				r[i] = i < w ? _mm512_loadu_ps(j->t + (p0 + i) * v->cout + m0)
+					     : _mm512_setzero_ps();
+			tr16(r);
+			for (int c = 0; c < 16; c++) {
+				__m512 bm = _mm512_set1_ps(j->bias != NULL ? j->bias[m0 + c] : 0.0f);
+				_mm512_mask_storeu_ps(y0 + c * P + p0, pm, _mm512_add_ps(r[c], bm));
+			}
+		}
+		if (j->e != NULL)
+			ml_fused_tile_epi(y0, 16, P, P, NULL, j->z != NULL ? j->z + m0 * P : NULL,
+					  j->e->act, j->e->lo, j->e->hi);
+	}
+}
+#else
 static void
 bf_rows_store(void *ctx, int64_t b, int64_t e)
 {
@@ -1093,6 +1160,7 @@ bf_rows_store(void *ctx, int64_t b, int64_t e)
 			ym[p] = j->t[p * v->cout + m] + bm;
 	}
 }
+#endif
 
 bool
 ml_conv_bf16_rows_ok(const struct ml_conv3 *v)
@@ -1128,14 +1196,18 @@ ml_conv_bf16_rows(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
 				 xqsz + asz + tsz);
 	for (int64_t n = 0; n < v->n; n++) {
 		float *yn = y + n * v->cout * v->outsz;
-		struct bf_rows_job j = { v, x + n * v->cin * v->insz, bias, xq, a, t, yn, ncp, k2 };
+		struct bf_rows_job j = { v, x + n * v->cin * v->insz, bias, xq, a, t, yn, ncp, k2,
+					 e, e != NULL && e->z != NULL ? e->z + (yn - y) : NULL };
 		ml_parallel_for(v->insz, ML_MAX(1, 4096 / ncp), bf_rows_xq, &j);
 		ml_parallel_for(v->outsz, ML_MAX(1, 8192 / k2), bf_rows_a, &j);
 		ml_bf16_gemm(v->outsz, v->cout, k2, a, k2, bp, NULL, t, v->cout);
+#ifdef HAVE_BF_IM2COL
+		ml_parallel_for(v->cout / 16, ML_MAX(1, 1024 / v->outsz), bf_rows_store, &j);
+#else
 		ml_parallel_for(v->cout, ML_MAX(1, 16384 / v->outsz), bf_rows_store, &j);
 		if (e != NULL)
-			epi_tile(e, yn, e->z != NULL ? e->z + (yn - y) : NULL, v->cout, v->outsz,
-				 v->outsz);
+			epi_tile(e, yn, j.z, v->cout, v->outsz, v->outsz);
+#endif
 	}
 	return 0;
 }
