@@ -22,9 +22,12 @@ fi
 # ORT's quantize_static (bench_quant.py's ORT int8 column) needs onnx >= 1.14
 # and ml_dtypes, newer than Debian's: pip puts them in $B/ort-path (without
 # its numpy, which would shadow Debian's), prepended to ORT's PYTHONPATH.
+# Pinned to versions that import with Debian 12's numpy 1.24: ml_dtypes 0.7
+# (the latest) fails there with a SystemError; 0.4.1 with onnx 1.17.0 works.
 ORT_PATH=$B/ort-path
 if [ -n "$ORT" ] && [ ! -d "$ORT_PATH/ml_dtypes" ]; then
-	if "$VENV/bin/pip" install -q --target "$ORT_PATH" onnx ml_dtypes >>"$B/bench-pip.log" 2>&1; then
+	if "$VENV/bin/pip" install -q --target "$ORT_PATH" "onnx==1.17.0" "ml_dtypes==0.4.1" \
+		>>"$B/bench-pip.log" 2>&1; then
 		rm -rf "$ORT_PATH"/numpy "$ORT_PATH"/numpy-* "$ORT_PATH"/numpy.libs
 	else
 		echo "bench: pip could not install onnx and ml_dtypes for ORT's quantization (see $B/bench-pip.log)"
