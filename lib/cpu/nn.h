@@ -54,7 +54,7 @@ bool ml_cpu_scratch_fits(int nreq, const int *slot, const size_t *n);
  */
 enum {
 	ML_WC_F32 = 1, ML_WC_PANELS, ML_WC_CPAIR, ML_WC_ROWS, ML_WC_WINO, ML_WC_PANELS_T,
-	ML_WC_PANELS_H
+	ML_WC_PANELS_H, ML_WC_TAPS
 };
 void *ml_cpu_wcache(struct ml_opctx *c, int kind, size_t bytes, bool *fill, void **tmp);
 bool ml_cpu_wconst(const struct ml_opctx *c);
@@ -356,6 +356,15 @@ int ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
  * forces its portable loop, ML_CONV_FLAT=0 turns it off.
  */
 bool ml_flat_ok(const struct ml_conv3 *v);
+/*
+ * lib/cpu/nn_tflat.c: ml_tflat_ok tells whether the transposed implicit
+ * GEMM (output positions as the rows: small planes into at most 64
+ * channels, stride 1, AVX-512) takes v; ml_tflat_conv runs it, with
+ * FusedConv's epilogue e (NULL: none). 0, or an error set on c.
+ */
+bool ml_tflat_ok(const struct ml_conv3 *v);
+int ml_tflat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+		  const float *bias, const struct ml_conv_epi *e, float *y);
 int ml_flat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
 		 const float *bias, const struct ml_conv_epi *e, float *y);
 /* Kernels of lib/cpu/nn_pool.c. */

@@ -614,6 +614,7 @@ struct bf_col_job {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define HAVE_BF_IM2COL 1
 #include <immintrin.h>
+#include "cpu/tile512.h"
 #define BF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 /*
@@ -1085,36 +1086,6 @@ bf_rows_a(void *ctx, int64_t b, int64_t e)
 }
 
 #ifdef HAVE_BF_IM2COL
-/* tr16: the 16 x 16 floats of r transposed (r[i] lane k: row i, column k) */
-BF_TARGET static inline void
-tr16(__m512 r[16])
-{
-	__m512 t[16];
-	for (int i = 0; i < 16; i += 2) {
-		t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-		t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-	}
-	/* r[4g + q], 128-bit lane k: rows 4g to 4g + 3 of column 4k + q */
-	for (int i = 0; i < 16; i += 4) {
-		r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-		r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-		r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-		r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-	}
-	for (int q = 0; q < 4; q++) {
-		__m512 u0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);
-		__m512 u1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xee);
-		__m512 u2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
-		__m512 u3 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xee);
-		t[q] = _mm512_shuffle_f32x4(u0, u2, 0x88);
-		t[4 + q] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
-		t[8 + q] = _mm512_shuffle_f32x4(u1, u3, 0x88);
-		t[12 + q] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
-	}
-	for (int i = 0; i < 16; i++)
-		r[i] = t[i];
-}
-
 /*
  * bf_rows_store: blocks [b, e) of 16 output channels of Y from T
  * [positions, cout], 16 positions at a time transposed in registers, plus
@@ -1137,7 +1108,7 @@ bf_rows_store(void *ctx, int64_t b, int64_t e)
 			for (int i = 0; i < 16; i++)
 				r[i] = i < w ? _mm512_loadu_ps(j->t + (p0 + i) * v->cout + m0)
 					     : _mm512_setzero_ps();
-			tr16(r);
+			tile512_tr16(r);
 			for (int c = 0; c < 16; c++) {
 				__m512 bm = _mm512_set1_ps(j->bias != NULL ? j->bias[m0 + c] : 0.0f);
 				_mm512_mask_storeu_ps(y0 + c * P + p0, pm, _mm512_add_ps(r[c], bm));
@@ -1369,6 +1340,8 @@ conv_f32(struct ml_opctx *c, const struct ml_conv3 *v)
 		return ml_direct_conv(c, v, x, w, bias, NULL, y);
 	if (ml_wino_ok(v))
 		return ml_wino_conv(c, v, x, w, bias, NULL, y);
+	if (ml_tflat_ok(v))
+		return ml_tflat_conv(c, v, x, w, bias, NULL, y);
 	if (ml_flat_ok(v))
 		return ml_flat_conv(c, v, x, w, bias, NULL, y);
 	/* a few output columns would fill little of ml_pgemm's 32-wide panels: BLAS's GEMV wins */
@@ -1508,6 +1481,8 @@ ml_cpu_fconv_conv(struct ml_opctx *c)
 		return ml_direct_conv(c, &v, x->data, w->data, bias, &e, y->data);
 	if (ml_wino_ok(&v))
 		return ml_wino_conv(c, &v, x->data, w->data, bias, &e, y->data);
+	if (ml_tflat_ok(&v))
+		return ml_tflat_conv(c, &v, x->data, w->data, bias, &e, y->data);
 	if (ml_flat_ok(&v))
 		return ml_flat_conv(c, &v, x->data, w->data, bias, &e, y->data);
 	if (ml_pgemm_ok() && v.outsz >= 16)

@@ -396,6 +396,8 @@ static int conv_room;
 static int64_t conv_groups = 1;
 /* conv_nks's weights as a graph input, not a constant (no kernel may cache what it derives) */
 static bool conv_w_in;
+/* conv_nks as a FusedConv with a residual z (a graph input) and Relu */
+static bool conv_fused;
 
 static bool
 conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64_t s, int64_t p)
@@ -405,8 +407,10 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 	struct ml_session *ss = NULL;
 	int64_t G = conv_groups, CG = C / G;
 	int64_t xd[4] = { N, C, H, W }, wd[4] = { M, CG, K, K }, bd[1] = { M };
-	struct ml_tval x = { 0 }, wt = { 0 };
+	struct ml_tval x = { 0 }, wt = { 0 }, zt = { 0 };
 	int64_t KK = K * K;
+	int64_t OH = (H + 2 * p - K) / s + 1, OW = (W + 2 * p - K) / s + 1;
+	int64_t zd[4] = { N, M, OH, OW };
 	float *w = malloc(sizeof(float) * (size_t)(M * CG * KK)), *b = malloc(sizeof(float) * (size_t)M);
 	bool good = false;
 
@@ -435,8 +439,19 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 	}
 	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_F32, 1, bd, b,
 			  sizeof(float) * (size_t)M, &e);
-	const char *in[] = { "x", "w", "b" }, *outn[] = { "y" };
-	int nd = ml_graph_add_node(g, "Conv", "", "", 3, in, 1, outn, &e);
+	if (conv_fused) {
+		int zi = ml_graph_tensor(g, "z");
+		g->tensors[zi]->dtype = ML_F32;
+		g->tensors[zi]->rank = 4;
+		g->tensors[zi]->kind = ML_TK_INPUT;
+		memcpy(g->tensors[zi]->dims, zd, sizeof zd);
+		ml_graph_add_input(g, zi, &e);
+	}
+	const char *in[] = { "x", "w", "b", "z" }, *outn[] = { "y" };
+	int nd = ml_graph_add_node(g, conv_fused ? "FusedConv" : "Conv", conv_fused ? "ml" : "", "",
+				   conv_fused ? 4 : 3, in, 1, outn, &e);
+	if (conv_fused)
+		ml_node_set_string(g, nd, "activation", "Relu");
 	ml_node_set_ints(g, nd, "kernel_shape", 2, (int64_t[]){ K, K });
 	ml_node_set_ints(g, nd, "strides", 2, (int64_t[]){ s, s });
 	ml_node_set_ints(g, nd, "pads", 4, (int64_t[]){ p, p, p, p });
@@ -465,12 +480,19 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 		if (ml_session_set_input(ss, "w", &wt, &e) < 0)
 			goto out;
 	}
+	if (conv_fused) {
+		if (ml_tval_alloc(&zt, ML_F32, 4, zd, &e) < 0)
+			goto out;
+		for (int64_t i = 0; i < ml_tval_numel(&zt); i++)
+			((float *)zt.data)[i] = frand();
+		if (ml_session_set_input(ss, "z", &zt, &e) < 0)
+			goto out;
+	}
 	/* twice: a kernel's cache, made by the first run, serves the second */
 	if (ml_session_set_input(ss, "x", &x, &e) < 0 || ml_session_run(ss, &e) < 0 ||
 	    ml_session_run(ss, &e) < 0)
 		goto out;
 	const struct ml_tval *y = ml_session_output(ss, 0);
-	int64_t OH = (H + 2 * p - K) / s + 1, OW = (W + 2 * p - K) / s + 1;
 	if (y->rank != 4 || y->dims[0] != N || y->dims[1] != M || y->dims[2] != OH ||
 	    y->dims[3] != OW)
 		goto out;
@@ -491,7 +513,13 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 							sum += t;
 							mag += fabs(t);
 						}
-				float got = ((const float *)y->data)[((n * M + m) * OH + oh) * OW + ow];
+				int64_t at = ((n * M + m) * OH + oh) * OW + ow;
+				if (conv_fused) {
+					sum += ((const float *)zt.data)[at];
+					mag += fabs(((const float *)zt.data)[at]);
+					sum = sum > 0 ? sum : 0;
+				}
+				float got = ((const float *)y->data)[at];
 				if (!(fabs(got - sum) <= 1e-5 * mag + 1e-6))
 					good = false;
 			}
@@ -500,6 +528,7 @@ out:
 	free(b);
 	ml_tval_clear(&x);
 	ml_tval_clear(&wt);
+	ml_tval_clear(&zt);
 	ml_session_free(ss);
 	ml_graph_free(g);
 	return good;
@@ -664,15 +693,29 @@ conv_flat_cases(void)
 		       conv_nks(1, 20, 16, 1, 1, 3, 1, 1) && conv_nks(2, 24, 24, 4, 7, 3, 1, 1) &&
 		       conv_nks(1, 16, 48, 13, 5, 3, 1, 1) && conv_nks(1, 9, 8, 30, 30, 3, 1, 1) &&
 		       conv_nks(3, 8, 40, 7, 7, 3, 1, 1) && conv_nks(1, 512, 512, 7, 7, 3, 1, 1);
+		/*
+		 * nn_tflat.c's (positions as rows, where AVX-512): channel counts
+		 * that are not multiples of 16, 5x5, no padding, two panels of
+		 * channels, rows wider than 16, batches
+		 */
+		good = good && conv_nks(1, 17, 20, 9, 11, 3, 1, 1) &&
+		       conv_nks(2, 32, 64, 6, 5, 5, 1, 2) && conv_nks(1, 16, 40, 16, 16, 3, 1, 0) &&
+		       conv_nks(1, 24, 48, 12, 20, 3, 1, 1) && conv_nks(3, 33, 7, 4, 4, 3, 1, 1);
 	}
 	conv_w_in = false;
+	/* with FusedConv's residual and Relu */
+	conv_fused = true;
+	good = good && conv_nks(1, 128, 32, 8, 8, 3, 1, 1) && conv_nks(2, 17, 20, 9, 11, 3, 1, 1) &&
+	       conv_nks(1, 64, 32, 16, 16, 3, 1, 1) && conv_nks(1, 9, 8, 30, 30, 3, 1, 1);
+	conv_fused = false;
 	return good;
 }
 
 static void
 test_conv(void)
 {
-	ok(conv_flat_cases(), "Conv 3x3 on small planes (implicit GEMM where AVX-512)");
+	ok(conv_flat_cases(), "Conv on small planes (implicit GEMM where AVX-512, positions as rows "
+			      "for few channels), Conv and FusedConv");
 	ok(rows_cases(), "Conv of 8 output positions or fewer: positions as rows, W^T packed once");
 	ok(conv_batch_cases(), "Conv batches: Winograd and im2col over several images");
 	ok(conv_direct_cases(), "Conv with few input channels (direct kernel)");
@@ -840,6 +883,7 @@ main(void)
 		pid = fork();
 		if (pid == 0) {
 			setenv("ML_CONV_FLAT", k == 0 ? "c" : "0", 1);
+			setenv("ML_CONV_TFLAT", "0", 1);
 			_exit(conv_flat_cases() && conv_batch_cases() ? 0 : 1);
 		}
 		waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
@@ -847,6 +891,16 @@ main(void)
 		   k == 0 ? "Conv, implicit GEMM's portable loop (ML_CONV_FLAT=c): 3x3, 5x5, stride 2, batches" :
 			    "Conv through im2col (ML_CONV_FLAT=0): 3x3, 5x5, stride 2, batches");
 	}
+	/* the implicit GEMM's AVX-512 kernel where the transposed one would run (ML_CONV_TFLAT=0) */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		setenv("ML_CONV_TFLAT", "0", 1);
+		_exit(conv_flat_cases() ? 0 : 1);
+	}
+	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+	ok(waited && WEXITSTATUS(st) == 0,
+	   "Conv on small planes, implicit GEMM with the channels as rows (ML_CONV_TFLAT=0)");
 	/*
 	 * the portable and AVX2 direct kernels (ML_CONV_DIRECT=c, avx2), the
 	 * input rows copied per output row (rows), im2col instead (0)

@@ -1,0 +1,285 @@
+/*
+ * nn_tflat.c: the f32 2-D convolution of a small plane into few output
+ * channels (DenseNet's growth layers: 3x3, 128 -> 32 channels on 16x16
+ * down to 4x4 planes) with the output positions as the GEMM's rows.
+ *
+ * nn_flat.c's implicit GEMM puts the output channels on the rows of its
+ * 12 x 32 tiles and the positions on the columns: 32 channels are three
+ * row blocks of 12, 12 and 8, and an 8x8 plane's 72 flat positions three
+ * panels of 32 of which the last holds 8, so half the multiply-adds of
+ * such a layer are waste (94 GFLOP/s on 8x8, 60 on 4x4, against 157 on
+ * 16x16; AMD EPYC Zen 4, 2 threads). Transposed, Y^T [P, M] = sum over
+ * the taps t of X^T shifted by t times W_t^T [C, M]: the M <= 64 channels
+ * fill one or two 32-wide panels, and the positions run in row blocks of
+ * 12.
+ *
+ * The input is copied once, zero-padded and channels last: Xt [Hp * Wp,
+ * C], so that output position p = oh * Wp + ow (ow < OW; the Wp - OW
+ * others are junk rows, computed and dropped) under tap (kh, kw) is row p
+ * + kh * Wp + kw of Xt, and the rows of a block under one tap are rows of
+ * Xt C apart: each tap is a plain GEMM over the block (ml_pgemm_serial,
+ * nn_gemm.c's kernels), the taps summing into the block's result. The
+ * weights are packed once per session, a matrix [C, M] of panels per tap.
+ * The result is transposed back into Y's planes by 16 x 16 blocks in
+ * registers, with the bias, then a FusedConv's residual and activation.
+ *
+ * Stride 1, one group, 2-D, AVX-512 (the copies transpose in registers);
+ * elsewhere nn_flat.c's implicit GEMM. ML_CONV_TFLAT=0 turns it off
+ * (tests, comparisons).
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#include <stdatomic.h>
+
+#include "cpu/nn.h"
+#include "ops/fused.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HAVE_TFLAT 1
+#include <immintrin.h>
+#include "cpu/tile512.h"
+#endif
+
+#define TF_MAX_COUT 64		/* two panels */
+#define TF_MAX_POS 256		/* output positions of an image: 16x16 */
+#define TF_MIN_CIN 16
+#define TF_MAX_K 7
+#define TF_MAX_FLOATS ((int64_t)1 << 22)	/* Xt and the result of all the images */
+
+/* tf_level: 1 where the path runs, 0 off (no AVX-512, or ML_CONV_TFLAT=0); computed once. */
+static int
+tf_level(void)
+{
+	static atomic_int level = -1;
+	int v = atomic_load_explicit(&level, memory_order_relaxed);
+
+	if (v < 0) {
+		v = 0;
+#ifdef HAVE_TFLAT
+		const char *e = getenv("ML_CONV_TFLAT");
+		__builtin_cpu_init();
+		v = __builtin_cpu_supports("avx512f") && ml_pgemm_ok() &&
+		    !(e != NULL && strcmp(e, "0") == 0);
+#endif
+		atomic_store_explicit(&level, v, memory_order_relaxed);
+	}
+	return v;
+}
+
+/* The geometry of v's transposed product. */
+struct tf_geom {
+	int64_t Hp, Wp;		/* the padded plane */
+	int64_t P;		/* flat positions of an image: (OH - 1) Wp + OW */
+	int64_t xs;		/* floats of an image's Xt */
+};
+
+static void
+tf_geom(const struct ml_conv3 *v, struct tf_geom *g)
+{
+	g->Hp = v->in[1] + v->p[1] + v->pe[1];
+	g->Wp = v->in[2] + v->p[2] + v->pe[2];
+	g->P = (v->out[1] - 1) * g->Wp + v->out[2];
+	g->xs = g->Hp * g->Wp * v->cin;
+}
+
+bool
+ml_tflat_ok(const struct ml_conv3 *v)
+{
+	if (tf_level() == 0 || v->group != 1 || v->in[0] != 1 || v->k[0] != 1 ||
+	    v->out[0] != 1 || v->p[0] != 0 || v->pe[0] != 0 || v->ksz < 2 || v->s[1] != 1 ||
+	    v->s[2] != 1 || v->d[1] != 1 || v->d[2] != 1 || v->k[1] > TF_MAX_K ||
+	    v->k[2] > TF_MAX_K || v->cout > TF_MAX_COUT || v->cin < TF_MIN_CIN ||
+	    v->outsz > TF_MAX_POS || v->out[1] < 1 || v->out[2] < 1)
+		return false;
+	for (int i = 1; i < 3; i++)
+		if (v->p[i] < 0 || v->pe[i] < 0 || v->p[i] >= v->k[i] || v->pe[i] >= v->k[i])
+			return false;
+	struct tf_geom g;
+	tf_geom(v, &g);
+	/* the window covers the padded plane exactly (stride 1) */
+	if (g.Hp - v->k[1] + 1 != v->out[1] || g.Wp - v->k[2] + 1 != v->out[2])
+		return false;
+	return v->n * (g.xs + g.P * v->cout) <= TF_MAX_FLOATS;
+}
+
+#ifdef HAVE_TFLAT
+struct tf_job {
+	const struct ml_conv3 *v;
+	struct tf_geom g;
+	const float *x, *wt, *bias;
+	const struct ml_conv_epi *e;
+	float *xt, *t, *y;
+	int64_t plen;		/* floats of a tap's packed [C, M] */
+	int64_t nitems;		/* row runs of an image */
+	int32_t off[TF_MAX_K * TF_MAX_K];	/* each tap's row offset in Xt */
+};
+
+/*
+ * tf_xt: padded rows [b, e) (over all the images) of Xt: zeros, or an
+ * input row's channels transposed 16 by 16 positions into place.
+ */
+__attribute__((target("avx512f"))) static void
+tf_xt(void *ctx, int64_t b, int64_t e)
+{
+	const struct tf_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, W = v->in[2], Wp = j->g.Wp, pl = v->p[2];
+
+	for (int64_t r = b; r < e; r++) {
+		int64_t n = r / j->g.Hp, hp = r % j->g.Hp, h = hp - v->p[1];
+		float *dst = j->xt + n * j->g.xs + hp * Wp * C;
+		if (h < 0 || h >= v->in[1]) {
+			memset(dst, 0, sizeof(float) * (size_t)(Wp * C));
+			continue;
+		}
+		memset(dst, 0, sizeof(float) * (size_t)(pl * C));
+		memset(dst + (pl + W) * C, 0, sizeof(float) * (size_t)((Wp - pl - W) * C));
+		const float *xr = j->x + n * C * v->insz + h * W;
+		for (int64_t w0 = 0; w0 < W; w0 += 16) {
+			int nw = (int)ML_MIN(16, W - w0);
+			__mmask16 wm = (__mmask16)((1u << nw) - 1);
+			for (int64_t c0 = 0; c0 < C; c0 += 16) {
+				int nc = (int)ML_MIN(16, C - c0);
+				__mmask16 cm = (__mmask16)((1u << nc) - 1);
+				__m512 q[16];
+				for (int i = 0; i < 16; i++)
+					q[i] = i < nc ? _mm512_maskz_loadu_ps(
+								wm, xr + (c0 + i) * v->insz + w0) :
+							_mm512_setzero_ps();
+				tile512_tr16(q);
+				for (int i = 0; i < nw; i++)
+					_mm512_mask_storeu_ps(dst + (pl + w0 + i) * C + c0, cm, q[i]);
+			}
+		}
+	}
+}
+
+/* tf_gemm: items [b, e) (image, run of row blocks): every tap's product summed into T's rows */
+static void
+tf_gemm(void *ctx, int64_t b, int64_t e)
+{
+	const struct tf_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, M = v->cout, nblk = (j->g.P + 11) / 12;
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t n = it / j->nitems, q = it % j->nitems;
+		int64_t r0 = q * nblk / j->nitems * 12;
+		int64_t r1 = ML_MIN(j->g.P, (q + 1) * nblk / j->nitems * 12);
+		if (r1 <= r0)
+			continue;
+		const float *xn = j->xt + n * j->g.xs;
+		float *tn = j->t + (n * j->g.P + r0) * M;
+		for (int64_t t = 0; t < v->ksz; t++)
+			ml_pgemm_serial(r1 - r0, M, C, xn + (r0 + j->off[t]) * C, C,
+					j->wt + t * j->plen, NULL, tn, M, t > 0);
+	}
+}
+
+/*
+ * tf_store: items [b, e) (image, block of 16 channels): T's rows of the
+ * output positions transposed into Y's planes 16 at a time, plus the
+ * bias, then the epilogue over those planes.
+ */
+__attribute__((target("avx512f"))) static void
+tf_store(void *ctx, int64_t b, int64_t e)
+{
+	const struct tf_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t M = v->cout, OW = v->out[2], P = v->outsz, nmb = (M + 15) / 16;
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t n = it / nmb, m0 = it % nmb * 16;
+		int nc = (int)ML_MIN(16, M - m0);
+		__mmask16 cm = (__mmask16)((1u << nc) - 1);
+		const float *tn = j->t + n * j->g.P * M;
+		float *y0 = j->y + (n * M + m0) * P;
+		for (int64_t oh = 0; oh < v->out[1]; oh++)
+			for (int64_t w0 = 0; w0 < OW; w0 += 16) {
+				int nw = (int)ML_MIN(16, OW - w0);
+				__mmask16 wm = (__mmask16)((1u << nw) - 1);
+				__m512 q[16];
+				for (int i = 0; i < 16; i++)
+					q[i] = i < nw ? _mm512_maskz_loadu_ps(
+								cm, tn + (oh * j->g.Wp + w0 + i) * M + m0) :
+							_mm512_setzero_ps();
+				tile512_tr16(q);
+				for (int c = 0; c < nc; c++) {
+					__m512 bm = _mm512_set1_ps(j->bias != NULL ? j->bias[m0 + c] : 0.0f);
+					_mm512_mask_storeu_ps(y0 + c * P + oh * OW + w0, wm,
+							      _mm512_add_ps(q[c], bm));
+				}
+			}
+		const struct ml_conv_epi *ep = j->e;
+		if (ep != NULL && (ep->z != NULL || ep->act > ML_ACT_NONE))
+			ml_fused_tile_epi(y0, nc, P, P, NULL,
+					  ep->z != NULL ? ep->z + (y0 - j->y) : NULL, ep->act, ep->lo,
+					  ep->hi);
+	}
+}
+
+/* tf_pack: w [M, C, KH, KW] as one [C, M] matrix of panels per tap */
+static int
+tf_pack(float *wt, const float *w, const struct ml_conv3 *v, int64_t plen)
+{
+	int64_t C = v->cin, M = v->cout, T = v->ksz;
+	float *b = ml_malloc(sizeof(float) * (size_t)(C * M));
+	if (b == NULL)
+		return -1;
+	for (int64_t t = 0; t < T; t++) {
+		for (int64_t c = 0; c < C; c++)
+			for (int64_t m = 0; m < M; m++)
+				b[c * M + m] = w[(m * C + c) * T + t];
+		ml_cpu_pack_panels(b, C, M, wt + t * plen);
+	}
+	ml_free(b);
+	return 0;
+}
+#endif
+
+int
+ml_tflat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
+	      const float *bias, const struct ml_conv_epi *e, float *y)
+{
+#ifdef HAVE_TFLAT
+	struct tf_job j = { .v = v, .x = x, .bias = bias, .e = e, .y = y };
+	tf_geom(v, &j.g);
+	j.plen = ml_pgemm_packed_len(v->cin, v->cout);
+	/* the packed weights: the node's, once, for a constant; else packed on each call */
+	size_t wbytes = sizeof(float) * (size_t)(v->ksz * j.plen);
+	bool fill = true;
+	void *tmp = NULL;
+	float *wt = NULL;
+	if (ml_cpu_wconst(c))
+		wt = ml_cpu_wcache(c, ML_WC_TAPS, wbytes, &fill, &tmp);
+	else if ((tmp = ml_malloc(wbytes + 64)) != NULL)
+		wt = (float *)((char *)tmp + 64);
+	if (wt == NULL)
+		return ml_opfail(c, ML_ENOMEM, "out of memory packing the convolution's weights");
+	if (fill && tf_pack(wt, w, v, j.plen) < 0) {
+		ml_free(tmp);
+		return ml_opfail(c, ML_ENOMEM, "out of memory packing the convolution's weights");
+	}
+	j.wt = wt;
+	j.xt = ml_cpu_scratch(0, sizeof(float) * (size_t)(v->n * j.g.xs));
+	j.t = ml_cpu_scratch(2, sizeof(float) * (size_t)(v->n * j.g.P * v->cout));
+	if (j.xt == NULL || j.t == NULL) {
+		ml_free(tmp);
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's copies");
+	}
+	for (int64_t t = 0; t < v->ksz; t++)
+		j.off[t] = (int32_t)(t / v->k[2] * j.g.Wp + t % v->k[2]);
+	/* runs of row blocks: as many as the threads (at most the blocks) */
+	int64_t nblk = (j.g.P + 11) / 12;
+	j.nitems = ML_MAX(1, ML_MIN(nblk, (ml_get_threads() + v->n - 1) / v->n));
+	ml_parallel_for(v->n * j.g.Hp, ML_MAX(1, 8192 / ML_MAX(j.g.Wp * v->cin, 1)), tf_xt, &j);
+	ml_parallel_for(v->n * j.nitems, 1, tf_gemm, &j);
+	ml_parallel_for(v->n * ((v->cout + 15) / 16), 1, tf_store, &j);
+	ml_free(tmp);
+	return 0;
+#else
+	(void)x, (void)w, (void)bias, (void)e, (void)y, (void)v;
+	return ml_opfail(c, ML_ENOTSUP, "the transposed convolution needs AVX-512");
+#endif
+}
