@@ -13,15 +13,19 @@
  * fill one or two 32-wide panels, and the positions run in row blocks of
  * 12.
  *
- * The input is copied once, zero-padded and channels last: Xt [Hp * Wp,
- * C], so that output position p = oh * Wp + ow (ow < OW; the Wp - OW
- * others are junk rows, computed and dropped) under tap (kh, kw) is row p
- * + kh * Wp + kw of Xt, and the rows of a block under one tap are rows of
- * Xt C apart: each tap is a plain GEMM over the block (ml_pgemm_serial,
- * nn_gemm.c's kernels), the taps summing into the block's result. The
- * weights are packed once per session, a matrix [C, M] of panels per tap.
- * The result is transposed back into Y's planes by 16 x 16 blocks in
- * registers, with the bias, then a FusedConv's residual and activation.
+ * The input is copied zero-padded and channels last: Xt [Hp * Wp, C], so
+ * that output position p = oh * Wp + ow (ow < OW; the Wp - OW others are
+ * junk rows, computed and dropped) under tap (kh, kw) is row p + kh * Wp +
+ * kw of Xt, and the rows of a block under one tap are rows of Xt C apart:
+ * each tap is a plain GEMM over the block (ml_pgemm_serial, nn_gemm.c's
+ * kernels), the taps summing into the block's result. The weights are
+ * packed once per session, a matrix [C, M] of panels per tap. The result
+ * is transposed back into Y's planes by 16 x 16 blocks in registers, with
+ * the bias, then a FusedConv's residual and activation. One pool job does
+ * it all: each thread's run of row blocks copies the rows of Xt it reads
+ * into its own scratch, computes its rows and puts them into Y, so that no
+ * core reads what another wrote, and a layer of 4x4 pays one dispatch,
+ * not three.
  *
  * Stride 1, one group, 2-D, AVX-512 (the copies transpose in registers);
  * elsewhere nn_flat.c's implicit GEMM. ML_CONV_TFLAT=0 turns it off
@@ -45,7 +49,7 @@
 #define TF_MAX_POS 256		/* output positions of an image: 16x16 */
 #define TF_MIN_CIN 16
 #define TF_MAX_K 7
-#define TF_MAX_FLOATS ((int64_t)1 << 22)	/* Xt and the result of all the images */
+#define TF_MAX_FLOATS ((int64_t)1 << 22)	/* an image's Xt and result */
 
 /* tf_level: 1 where the path runs, 0 off (no AVX-512, or ML_CONV_TFLAT=0); computed once. */
 static int
@@ -100,7 +104,7 @@ ml_tflat_ok(const struct ml_conv3 *v)
 	/* the window covers the padded plane exactly (stride 1) */
 	if (g.Hp - v->k[1] + 1 != v->out[1] || g.Wp - v->k[2] + 1 != v->out[2])
 		return false;
-	return v->n * (g.xs + g.P * v->cout) <= TF_MAX_FLOATS;
+	return g.xs + g.P * v->cout <= TF_MAX_FLOATS;
 }
 
 #ifdef HAVE_TFLAT
@@ -109,26 +113,26 @@ struct tf_job {
 	struct tf_geom g;
 	const float *x, *wt, *bias;
 	const struct ml_conv_epi *e;
-	float *xt, *t, *y;
+	float *y;
 	int64_t plen;		/* floats of a tap's packed [C, M] */
 	int64_t nitems;		/* row runs of an image */
+	atomic_int nomem;
 	int32_t off[TF_MAX_K * TF_MAX_K];	/* each tap's row offset in Xt */
 };
 
 /*
- * tf_xt: padded rows [b, e) (over all the images) of Xt: zeros, or an
- * input row's channels transposed 16 by 16 positions into place.
+ * tf_rows: padded rows [h0, h1) of image n's Xt at xt: zeros, or an input
+ * row's channels transposed 16 by 16 positions into place.
  */
 __attribute__((target("avx512f"))) static void
-tf_xt(void *ctx, int64_t b, int64_t e)
+tf_rows(const struct tf_job *j, int64_t n, float *xt, int64_t h0, int64_t h1)
 {
-	const struct tf_job *j = ctx;
 	const struct ml_conv3 *v = j->v;
 	int64_t C = v->cin, W = v->in[2], Wp = j->g.Wp, pl = v->p[2];
 
-	for (int64_t r = b; r < e; r++) {
-		int64_t n = r / j->g.Hp, hp = r % j->g.Hp, h = hp - v->p[1];
-		float *dst = j->xt + n * j->g.xs + hp * Wp * C;
+	for (int64_t hp = h0; hp < h1; hp++) {
+		int64_t h = hp - v->p[1];
+		float *dst = xt + hp * Wp * C;
 		if (h < 0 || h >= v->in[1]) {
 			memset(dst, 0, sizeof(float) * (size_t)(Wp * C));
 			continue;
@@ -155,13 +159,61 @@ tf_xt(void *ctx, int64_t b, int64_t e)
 	}
 }
 
-/* tf_gemm: items [b, e) (image, run of row blocks): every tap's product summed into T's rows */
-static void
-tf_gemm(void *ctx, int64_t b, int64_t e)
+/*
+ * tf_put: flat positions [r0, r1) of image n, T's rows at t (row r0 first),
+ * into Y's planes: 16 positions by 16 channels transposed in registers,
+ * plus the bias; then the epilogue over each output row's run.
+ */
+__attribute__((target("avx512f"))) static void
+tf_put(const struct tf_job *j, int64_t n, const float *t, int64_t r0, int64_t r1)
 {
-	const struct tf_job *j = ctx;
 	const struct ml_conv3 *v = j->v;
-	int64_t C = v->cin, M = v->cout, nblk = (j->g.P + 11) / 12;
+	const struct ml_conv_epi *ep = j->e;
+	int64_t M = v->cout, OW = v->out[2], P = v->outsz, Wp = j->g.Wp;
+	float *yn = j->y + n * M * P;
+
+	for (int64_t oh = r0 / Wp; oh * Wp < r1; oh++) {
+		int64_t lo = ML_MAX(r0, oh * Wp), hi = ML_MIN(r1, oh * Wp + OW);
+		for (int64_t p = lo; p < hi; p += 16) {
+			int nw = (int)ML_MIN(16, hi - p);
+			__mmask16 wm = (__mmask16)((1u << nw) - 1);
+			float *yp = yn + oh * OW + (p - oh * Wp);
+			for (int64_t m0 = 0; m0 < M; m0 += 16) {
+				int nc = (int)ML_MIN(16, M - m0);
+				__mmask16 cm = (__mmask16)((1u << nc) - 1);
+				__m512 q[16];
+				for (int i = 0; i < 16; i++)
+					q[i] = i < nw ? _mm512_maskz_loadu_ps(cm, t + (p - r0 + i) * M + m0) :
+							_mm512_setzero_ps();
+				tile512_tr16(q);
+				for (int c = 0; c < nc; c++) {
+					__m512 bm = _mm512_set1_ps(j->bias != NULL ? j->bias[m0 + c] : 0.0f);
+					_mm512_mask_storeu_ps(yp + (m0 + c) * P, wm, _mm512_add_ps(q[c], bm));
+				}
+			}
+		}
+		if (hi > lo && ep != NULL && (ep->z != NULL || ep->act > ML_ACT_NONE)) {
+			int64_t at = n * M * P + oh * OW + (lo - oh * Wp);
+			ml_fused_tile_epi(j->y + at, M, hi - lo, P, NULL,
+					  ep->z != NULL ? ep->z + at : NULL, ep->act, ep->lo, ep->hi);
+		}
+	}
+}
+
+/*
+ * tf_items: items [b, e), (image, run of row blocks), each all on its
+ * thread: the Xt rows the run reads, copied into the thread's own scratch
+ * (the runs of one image share a few rows, copied twice, and no thread
+ * reads what another core wrote), every tap's product summed into the
+ * run's rows of T, and those positions put into Y.
+ */
+static void
+tf_items(void *ctx, int64_t b, int64_t e)
+{
+	struct tf_job *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, M = v->cout, Wp = j->g.Wp, nblk = (j->g.P + 11) / 12;
+	int32_t offmax = j->off[v->ksz - 1];
 
 	for (int64_t it = b; it < e; it++) {
 		int64_t n = it / j->nitems, q = it % j->nitems;
@@ -169,53 +221,17 @@ tf_gemm(void *ctx, int64_t b, int64_t e)
 		int64_t r1 = ML_MIN(j->g.P, (q + 1) * nblk / j->nitems * 12);
 		if (r1 <= r0)
 			continue;
-		const float *xn = j->xt + n * j->g.xs;
-		float *tn = j->t + (n * j->g.P + r0) * M;
-		for (int64_t t = 0; t < v->ksz; t++)
-			ml_pgemm_serial(r1 - r0, M, C, xn + (r0 + j->off[t]) * C, C,
-					j->wt + t * j->plen, NULL, tn, M, t > 0);
-	}
-}
-
-/*
- * tf_store: items [b, e) (image, block of 16 channels): T's rows of the
- * output positions transposed into Y's planes 16 at a time, plus the
- * bias, then the epilogue over those planes.
- */
-__attribute__((target("avx512f"))) static void
-tf_store(void *ctx, int64_t b, int64_t e)
-{
-	const struct tf_job *j = ctx;
-	const struct ml_conv3 *v = j->v;
-	int64_t M = v->cout, OW = v->out[2], P = v->outsz, nmb = (M + 15) / 16;
-
-	for (int64_t it = b; it < e; it++) {
-		int64_t n = it / nmb, m0 = it % nmb * 16;
-		int nc = (int)ML_MIN(16, M - m0);
-		__mmask16 cm = (__mmask16)((1u << nc) - 1);
-		const float *tn = j->t + n * j->g.P * M;
-		float *y0 = j->y + (n * M + m0) * P;
-		for (int64_t oh = 0; oh < v->out[1]; oh++)
-			for (int64_t w0 = 0; w0 < OW; w0 += 16) {
-				int nw = (int)ML_MIN(16, OW - w0);
-				__mmask16 wm = (__mmask16)((1u << nw) - 1);
-				__m512 q[16];
-				for (int i = 0; i < 16; i++)
-					q[i] = i < nw ? _mm512_maskz_loadu_ps(
-								cm, tn + (oh * j->g.Wp + w0 + i) * M + m0) :
-							_mm512_setzero_ps();
-				tile512_tr16(q);
-				for (int c = 0; c < nc; c++) {
-					__m512 bm = _mm512_set1_ps(j->bias != NULL ? j->bias[m0 + c] : 0.0f);
-					_mm512_mask_storeu_ps(y0 + c * P + oh * OW + w0, wm,
-							      _mm512_add_ps(q[c], bm));
-				}
-			}
-		const struct ml_conv_epi *ep = j->e;
-		if (ep != NULL && (ep->z != NULL || ep->act > ML_ACT_NONE))
-			ml_fused_tile_epi(y0, nc, P, P, NULL,
-					  ep->z != NULL ? ep->z + (y0 - j->y) : NULL, ep->act, ep->lo,
-					  ep->hi);
+		float *xt = ml_cpu_scratch(0, sizeof(float) * (size_t)j->g.xs);
+		float *t = ml_cpu_scratch(2, sizeof(float) * (size_t)((r1 - r0) * M));
+		if (xt == NULL || t == NULL) {
+			atomic_store(&j->nomem, 1);
+			return;
+		}
+		tf_rows(j, n, xt, r0 / Wp, ML_MIN(j->g.Hp, (r1 - 1 + offmax) / Wp + 1));
+		for (int64_t k = 0; k < v->ksz; k++)
+			ml_pgemm_serial(r1 - r0, M, C, xt + (r0 + j->off[k]) * C, C,
+					j->wt + k * j->plen, NULL, t, M, k > 0);
+		tf_put(j, n, t, r0, r1);
 	}
 }
 
@@ -262,21 +278,16 @@ ml_tflat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, cons
 		return ml_opfail(c, ML_ENOMEM, "out of memory packing the convolution's weights");
 	}
 	j.wt = wt;
-	j.xt = ml_cpu_scratch(0, sizeof(float) * (size_t)(v->n * j.g.xs));
-	j.t = ml_cpu_scratch(2, sizeof(float) * (size_t)(v->n * j.g.P * v->cout));
-	if (j.xt == NULL || j.t == NULL) {
-		ml_free(tmp);
-		return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's copies");
-	}
 	for (int64_t t = 0; t < v->ksz; t++)
 		j.off[t] = (int32_t)(t / v->k[2] * j.g.Wp + t % v->k[2]);
 	/* runs of row blocks: as many as the threads (at most the blocks) */
 	int64_t nblk = (j.g.P + 11) / 12;
 	j.nitems = ML_MAX(1, ML_MIN(nblk, (ml_get_threads() + v->n - 1) / v->n));
-	ml_parallel_for(v->n * j.g.Hp, ML_MAX(1, 8192 / ML_MAX(j.g.Wp * v->cin, 1)), tf_xt, &j);
-	ml_parallel_for(v->n * j.nitems, 1, tf_gemm, &j);
-	ml_parallel_for(v->n * ((v->cout + 15) / 16), 1, tf_store, &j);
+	atomic_init(&j.nomem, 0);
+	ml_parallel_for(v->n * j.nitems, 1, tf_items, &j);
 	ml_free(tmp);
+	if (atomic_load(&j.nomem))
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate the convolution's copies");
 	return 0;
 #else
 	(void)x, (void)w, (void)bias, (void)e, (void)y, (void)v;
