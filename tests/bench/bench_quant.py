@@ -294,11 +294,18 @@ def bf16(a, res):
         r["fp16_ratio"] = r["fp16_ms"] / r["fp32_ms"]
         r["bf16_ratio"] = r["bf16_ms"] / r["fp32_ms"]
         r["fallback_ratio"] = r["fallback_ms"] / r["fp32_ms"]
+        # how this CPU runs the bf16 products (AMX, vdpbf16ps, or f32), as mlrun -v says
+        note = [l.split(": ", 1)[1] for l in
+                run([os.path.join(a.bin, "mlrun"), bf, "-i", "%s=%s" % inp, "-v", "-o",
+                     os.path.join(w, "vout")]).stderr.splitlines()
+                if l.startswith("mlrun: ") and "bf16" in l]
+        r["bf16_path"] = note[0] if note else "?"
         res["bf16_" + name] = r
         print("%-14s %8.3f %8.3f %6.3f %9.3f %6.3f %6.3f %8.1f %7.3f %8.3f %6.3f" % (
             name, r["fp32_ms"], r["bf16_ms"], r["bf16_ratio"], r["fallback_ms"],
             r["fallback_ratio"], r["top1_agree"], r["sqnr_db"], r["bf16_size_ratio"],
             r["fp16_ms"], r["fp16_ratio"]))
+        print("%-14s %s" % ("", r["bf16_path"]))
     print("load average after: %s" % loadavg())
 
 
