@@ -330,8 +330,15 @@ pool_simd(void)
  * comparison keeps the current value unless the new one is greater, as
  * maxpool2d_f32 does (NaN never wins).
  */
-/* t where t > acc, else acc (as `t > acc ? t : acc`, lane by lane) */
-#define GT_KEEP(t, acc) _mm512_mask_blend_ps(_mm512_cmp_ps_mask((t), (acc), _CMP_GT_OQ), (acc), (t))
+/*
+ * t where t > acc, else acc (as `t > acc ? t : acc`, lane by lane): vmaxps
+ * is exactly that (its second operand where either is NaN, and where the
+ * two compare equal, -0 and +0), one instruction where a compare into a
+ * mask and a blend were two in the chain (SqueezeNet's first 3x3 stride-2
+ * pool, AMD Zen 4, one thread: 160 -> 148 us; the rest is reading the
+ * 3 MB input).
+ */
+#define GT_KEEP(t, acc) _mm512_max_ps((t), (acc))
 
 __attribute__((target("avx512f"))) static void
 maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
@@ -397,7 +404,7 @@ maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
  * time (stride 2 across: the even elements of two loads by one shuffle
  * and one lane permute), the ragged ends of rows in scalar loops.
  */
-#define GT_KEEP8(t, acc) _mm256_blendv_ps((acc), (t), _mm256_cmp_ps((t), (acc), _CMP_GT_OQ))
+#define GT_KEEP8(t, acc) _mm256_max_ps((t), (acc))
 
 __attribute__((target("avx2"))) static void
 maxpool2d_f32_avx2(void *ctx, int64_t b, int64_t e)
