@@ -13,10 +13,11 @@
  * fill one or two 32-wide panels, and the positions run in row blocks of
  * 12.
  *
- * The input is copied zero-padded and channels last: Xt [Hp * Wp, C], so
- * that output position p = oh * Wp + ow (ow < OW; the Wp - OW others are
- * junk rows, computed and dropped) under tap (kh, kw) is row p + kh * Wp +
- * kw of Xt, and the rows of a block under one tap are rows of Xt C apart:
+ * The input is copied zero-padded and channels last: Xt [Hp * Wp, C], rows
+ * of Wp = W plus the wider of the side pads (the narrower one shared with
+ * the next row), so that output position p = oh * Wp + ow (ow < OW; the
+ * Wp - OW others are junk rows, computed and dropped) under tap (kh, kw)
+ * is row p + kh * Wp + kw of Xt, and the rows of a block under one tap are rows of Xt C apart:
  * each tap is a plain GEMM over the block (ml_pgemm_serial, nn_gemm.c's
  * kernels), the taps summing into the block's result. The weights are
  * packed once per session, a matrix [C, M] of panels per tap. The result
@@ -82,9 +83,15 @@ static void
 tf_geom(const struct ml_conv3 *v, struct tf_geom *g)
 {
 	g->Hp = v->in[1] + v->p[1] + v->pe[1];
-	g->Wp = v->in[2] + v->p[2] + v->pe[2];
+	/*
+	 * Rows W + max(left, right pad) apart: a window's columns past a row's
+	 * end wrap into the next row's left padding (3x3, pad 1: rows of W +
+	 * 1, an 8x8 plane's 71 positions, not 78), and the last row's into a
+	 * row of zeros after it.
+	 */
+	g->Wp = v->in[2] + ML_MAX(v->p[2], v->pe[2]);
 	g->P = (v->out[1] - 1) * g->Wp + v->out[2];
-	g->xs = g->Hp * g->Wp * v->cin;
+	g->xs = (g->Hp + 1) * g->Wp * v->cin;
 }
 
 bool
@@ -102,7 +109,8 @@ ml_tflat_ok(const struct ml_conv3 *v)
 	struct tf_geom g;
 	tf_geom(v, &g);
 	/* the window covers the padded plane exactly (stride 1) */
-	if (g.Hp - v->k[1] + 1 != v->out[1] || g.Wp - v->k[2] + 1 != v->out[2])
+	if (g.Hp - v->k[1] + 1 != v->out[1] ||
+	    v->in[2] + v->p[2] + v->pe[2] - v->k[2] + 1 != v->out[2])
 		return false;
 	return g.xs + g.P * v->cout <= TF_MAX_FLOATS;
 }
@@ -133,7 +141,7 @@ tf_rows(const struct tf_job *j, int64_t n, float *xt, int64_t h0, int64_t h1)
 	for (int64_t hp = h0; hp < h1; hp++) {
 		int64_t h = hp - v->p[1];
 		float *dst = xt + hp * Wp * C;
-		if (h < 0 || h >= v->in[1]) {
+		if (h < 0 || h >= v->in[1]) {	/* padding, or the row of zeros after the plane */
 			memset(dst, 0, sizeof(float) * (size_t)(Wp * C));
 			continue;
 		}
@@ -227,7 +235,7 @@ tf_items(void *ctx, int64_t b, int64_t e)
 			atomic_store(&j->nomem, 1);
 			return;
 		}
-		tf_rows(j, n, xt, r0 / Wp, ML_MIN(j->g.Hp, (r1 - 1 + offmax) / Wp + 1));
+		tf_rows(j, n, xt, r0 / Wp, ML_MIN(j->g.Hp + 1, (r1 - 1 + offmax) / Wp + 1));
 		for (int64_t k = 0; k < v->ksz; k++)
 			ml_pgemm_serial(r1 - r0, M, C, xt + (r0 + j->off[k]) * C, C,
 					j->wt + k * j->plen, NULL, t, M, k > 0);
