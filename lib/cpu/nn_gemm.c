@@ -813,58 +813,10 @@ struct tg_job {
 	int64_t nblk, ngroups, npan, npchunks;
 };
 
-/* tr16: r[0..15] rows of a 16 x 16 block become its columns. */
-__attribute__((target("avx512f"), always_inline))
-static inline void
-tr16(__m512 r[16])
-{
-	__m512 t[16];
-	for (int i = 0; i < 8; i++) {
-		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-	}
-	for (int i = 0; i < 4; i++) {
-		__m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-		__m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-		r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-		r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-		r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-		r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-	}
-	for (int i = 0; i < 4; i++) {
-		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
-		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
-		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
-		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
-	}
-	for (int i = 0; i < 8; i++) {
-		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
-	}
-}
-
 static inline __mmask16
 lanes(int64_t n)
 {
 	return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1);
-}
-
-/*
- * tr_block: dst row q (q < nc, stride ld) = column q of the nr x nc block
- * of src (row stride ls), nr, nc <= 16; with full, all 16 lanes are
- * stored (zeros past nr), else only the first nr.
- */
-__attribute__((target("avx512f")))
-static void
-tr_block(const float *src, int64_t ls, int nr, int nc, float *dst, int64_t ld, bool full)
-{
-	__m512 r[16];
-	__mmask16 mc = lanes(nc), mr = full ? 0xffff : lanes(nr);
-	for (int i = 0; i < 16; i++)
-		r[i] = i < nr ? _mm512_maskz_loadu_ps(mc, src + i * ls) : _mm512_setzero_ps();
-	tr16(r);
-	for (int q = 0; q < nc; q++)
-		_mm512_mask_storeu_ps(dst + q * ld, mr, r[q]);
 }
 
 /* tg_pack: B (k x n, or stored n x k when tb) into 32-column panels, zeros past n. */
@@ -888,7 +840,7 @@ tg_pack(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb, float *bp)
 		for (int64_t p0 = 0; p0 < k; p0 += 16)
 			for (int h = 0; h < 2; h++) {
 				int nr = (int)ML_MAX(0, ML_MIN(16, w - 16 * h));
-				tr_block(nr > 0 ? b + (j0 + 16 * h) * ldb + p0 : b, ldb, nr,
+				tile512_tr_block(nr > 0 ? b + (j0 + 16 * h) * ldb + p0 : b, ldb, nr,
 					 (int)ML_MIN(16, k - p0), panel + p0 * ML_PG_NR + 16 * h,
 					 ML_PG_NR, true);
 			}
@@ -1097,7 +1049,7 @@ ml_tgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int6
 			return false;
 		for (int64_t i0 = 0; i0 < m; i0 += 16)
 			for (int64_t p0 = 0; p0 < k; p0 += 16)
-				tr_block(a + p0 * lda + i0, lda, (int)ML_MIN(16, k - p0),
+				tile512_tr_block(a + p0 * lda + i0, lda, (int)ML_MIN(16, k - p0),
 					 (int)ML_MIN(16, m - i0), at + i0 * k + p0, k, false);
 		ar = at;
 		lda = k;

@@ -148,22 +148,11 @@ tf_rows(const struct tf_job *j, int64_t n, float *xt, int64_t h0, int64_t h1)
 		memset(dst, 0, sizeof(float) * (size_t)(pl * C));
 		memset(dst + (pl + W) * C, 0, sizeof(float) * (size_t)((Wp - pl - W) * C));
 		const float *xr = j->x + n * C * v->insz + h * W;
-		for (int64_t w0 = 0; w0 < W; w0 += 16) {
-			int nw = (int)ML_MIN(16, W - w0);
-			__mmask16 wm = (__mmask16)((1u << nw) - 1);
-			for (int64_t c0 = 0; c0 < C; c0 += 16) {
-				int nc = (int)ML_MIN(16, C - c0);
-				__mmask16 cm = (__mmask16)((1u << nc) - 1);
-				__m512 q[16];
-				for (int i = 0; i < 16; i++)
-					q[i] = i < nc ? _mm512_maskz_loadu_ps(
-								wm, xr + (c0 + i) * v->insz + w0) :
-							_mm512_setzero_ps();
-				tile512_tr16(q);
-				for (int i = 0; i < nw; i++)
-					_mm512_mask_storeu_ps(dst + (pl + w0 + i) * C + c0, cm, q[i]);
-			}
-		}
+		for (int64_t w0 = 0; w0 < W; w0 += 16)
+			for (int64_t c0 = 0; c0 < C; c0 += 16)
+				tile512_tr_block(xr + c0 * v->insz + w0, v->insz,
+						 (int)ML_MIN(16, C - c0), (int)ML_MIN(16, W - w0),
+						 dst + (pl + w0) * C + c0, C, false);
 	}
 }
 

@@ -4,8 +4,9 @@
  * accumulators each, c0[i] and c1[i] (columns 0-15 and 16-31, masked by
  * m0 and m1), added to the current C (mode 1) or to the row's bias (mode
  * 0; bias NULL: 0) and stored to the mr valid rows of c (leading dim ldc).
- * tile512_tr16 transposes 16 x 16 floats in registers (the positions-major
- * results of the transposed convolutions into planes, and back).
+ * tile512_tr16 transposes 16 x 16 floats in registers, tile512_tr_block a
+ * block of up to 16 x 16 through them (the training GEMM's packing, the
+ * positions-major products of the convolutions into planes, and back).
  * Include it after <immintrin.h>, inside code built for avx512f.
  */
 #ifndef ML_CPU_TILE512_H
@@ -25,34 +26,51 @@
 		_mm512_mask_storeu_ps(cr_ + 16, (m1), _mm512_add_ps((c1)[i_], x1_)); \
 	}
 
-/* tr16: the 16 x 16 floats of r transposed (r[i] lane k: row i, column k) */
+/* tile512_tr16: r[0..15] rows of a 16 x 16 block become its columns. */
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile512_tr16(__m512 r[16])
 {
 	__m512 t[16];
-	for (int i = 0; i < 16; i += 2) {
-		t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-		t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
 	}
-	/* r[4g + q], 128-bit lane k: rows 4g to 4g + 3 of column 4k + q */
-	for (int i = 0; i < 16; i += 4) {
-		r[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-		r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-		r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-		r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+	for (int i = 0; i < 4; i++) {
+		__m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+		__m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+		r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+		r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+		r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+		r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
 	}
-	for (int q = 0; q < 4; q++) {
-		__m512 u0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44);
-		__m512 u1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xee);
-		__m512 u2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44);
-		__m512 u3 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xee);
-		t[q] = _mm512_shuffle_f32x4(u0, u2, 0x88);
-		t[4 + q] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
-		t[8 + q] = _mm512_shuffle_f32x4(u1, u3, 0x88);
-		t[12 + q] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
+		t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xdd);
+		t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
+		t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xdd);
 	}
+	for (int i = 0; i < 8; i++) {
+		r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+		r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+	}
+}
+
+/*
+ * tile512_tr_block: dst row q (q < nc, stride ld) = column q of the nr x nc
+ * block of src (row stride ls), nr, nc <= 16; with full, all 16 lanes are
+ * stored (zeros past nr), else only the first nr.
+ */
+__attribute__((target("avx512f"))) static inline void
+tile512_tr_block(const float *src, int64_t ls, int nr, int nc, float *dst, int64_t ld, bool full)
+{
+	__m512 r[16];
+	__mmask16 mc = (__mmask16)(nc >= 16 ? 0xffff : nc <= 0 ? 0 : (1u << nc) - 1);
+	__mmask16 mr = (__mmask16)(full || nr >= 16 ? 0xffff : nr <= 0 ? 0 : (1u << nr) - 1);
 	for (int i = 0; i < 16; i++)
-		r[i] = t[i];
+		r[i] = i < nr ? _mm512_maskz_loadu_ps(mc, src + i * ls) : _mm512_setzero_ps();
+	tile512_tr16(r);
+	for (int q = 0; q < nc; q++)
+		_mm512_mask_storeu_ps(dst + q * ld, mr, r[q]);
 }
 
 #endif
