@@ -513,15 +513,10 @@ bg_block(const struct bg_job *j, int64_t i0, int64_t i1, int64_t p0, int64_t p1)
 				int mr = (int)ML_MIN(rem, 12);
 				if (rem > 12 && rem % 12 != 0 && rem % 12 <= 4)
 					mr = 8;
-				if (mr > 8)
-					bk12(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd,
-					     bpk + kq * 2 * ML_BF_NR, i == i0 ? npf : 0);
-				else if (mr > 4)
-					bk8(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd,
-					     bpk + kq * 2 * ML_BF_NR, i == i0 ? npf : 0);
-				else
-					bk4(kq, a, j->lda, bpk, c, j->ldc, mr, m0, m1, bias, mode, odd,
-					     bpk + kq * 2 * ML_BF_NR, i == i0 ? npf : 0);
+				(mr > 8 ? bk12 : mr > 4 ? bk8 : bk4)(kq, a, j->lda, bpk, c, j->ldc, mr, m0,
+								  m1, bias, mode, odd,
+								  bpk + kq * 2 * ML_BF_NR,
+								  i == i0 ? npf : 0);
 				i += mr;
 			}
 		}
@@ -1296,7 +1291,7 @@ ml_cpu_bf16_native(struct ml_opctx *c)
 	 * every product of ResNet-18, 1.3 to 3.5 times slower, so the weight is
 	 * converted once and the f32 kernels run, unless ML_BF16=dp asks. Where
 	 * it issues at the FMA's rate (ml_bf16_dp_fast: AMD Zen 4 and 5) it
-	 * runs the products that it does faster (dp_pays).
+	 * runs the products that it does faster (dp_only).
 	 */
 	if (ml_bf16_path() != ML_BF16_AMX &&
 	    (ml_bf16_path() != ML_BF16_DP || !(ml_bf16_dp_asked() || ml_bf16_dp_fast())))

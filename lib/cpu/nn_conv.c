@@ -999,6 +999,7 @@ ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const
 	return 0;
 }
 
+#ifdef HAVE_BF_IM2COL
 /*
  * The bf16 convolution of a small plane (few output positions, many
  * channels: 14x14 and 7x7 layers) as Y^T = im2col(X)^T W^T: the output
@@ -1020,7 +1021,6 @@ struct bf_rows_job {
 	const float *z;
 };
 
-#ifdef HAVE_BF_IM2COL
 /*
  * bf_rows_xq: positions [b, e) of xq, 16 at a time: two channels' runs
  * rounded (vcvtneps2bf16) and paired
@@ -1049,21 +1049,6 @@ bf_rows_xq(void *ctx, int64_t b, int64_t e)
 		}
 	}
 }
-#else
-static void
-bf_rows_xq(void *ctx, int64_t b, int64_t e)
-{
-	const struct bf_rows_job *j = ctx;
-	const struct ml_conv3 *v = j->v;
-	for (int64_t pos = b; pos < e; pos++)
-		for (int64_t cp = 0; cp < j->ncp; cp++) {
-			uint32_t lo = ml_f32_to_bf16(j->x[2 * cp * v->insz + pos]);
-			uint32_t hi = 2 * cp + 1 < v->cin ?
-				ml_f32_to_bf16(j->x[(2 * cp + 1) * v->insz + pos]) : 0;
-			j->xq[pos * j->ncp + cp] = lo | hi << 16;
-		}
-}
-#endif
 
 static void
 bf_rows_a(void *ctx, int64_t b, int64_t e)
@@ -1085,7 +1070,6 @@ bf_rows_a(void *ctx, int64_t b, int64_t e)
 	}
 }
 
-#ifdef HAVE_BF_IM2COL
 /*
  * bf_rows_store: blocks [b, e) of 16 output channels of Y from T
  * [positions, cout], 16 positions at a time transposed in registers, plus
@@ -1119,18 +1103,6 @@ bf_rows_store(void *ctx, int64_t b, int64_t e)
 					  j->e->act, j->e->lo, j->e->hi);
 	}
 }
-#else
-static void
-bf_rows_store(void *ctx, int64_t b, int64_t e)
-{
-	const struct bf_rows_job *j = ctx;
-	const struct ml_conv3 *v = j->v;
-	for (int64_t m = b; m < e; m++) {
-		float bm = j->bias != NULL ? j->bias[m] : 0.0f, *ym = j->y + m * v->outsz;
-		for (int64_t p = 0; p < v->outsz; p++)
-			ym[p] = j->t[p * v->cout + m] + bm;
-	}
-}
 #endif
 
 bool
@@ -1155,6 +1127,7 @@ int
 ml_conv_bf16_rows(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
 		  const uint16_t *bp, const float *bias, const struct ml_conv_epi *e, float *y)
 {
+#ifdef HAVE_BF_IM2COL
 	int64_t ncp = (v->cin + 1) / 2, k2 = v->ksz * 2 * ncp;
 	size_t xqsz = sizeof(uint32_t) * (size_t)(v->insz * ncp);
 	size_t asz = sizeof(uint16_t) * (size_t)(v->outsz * k2);
@@ -1172,15 +1145,14 @@ ml_conv_bf16_rows(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
 		ml_parallel_for(v->insz, ML_MAX(1, 4096 / ncp), bf_rows_xq, &j);
 		ml_parallel_for(v->outsz, ML_MAX(1, 8192 / k2), bf_rows_a, &j);
 		ml_bf16_gemm(v->outsz, v->cout, k2, a, k2, bp, NULL, t, v->cout);
-#ifdef HAVE_BF_IM2COL
 		ml_parallel_for(v->cout / 16, ML_MAX(1, 1024 / v->outsz), bf_rows_store, &j);
-#else
-		ml_parallel_for(v->cout, ML_MAX(1, 16384 / v->outsz), bf_rows_store, &j);
-		if (e != NULL)
-			epi_tile(e, yn, j.z, v->cout, v->outsz, v->outsz);
-#endif
 	}
 	return 0;
+#else
+	/* ml_conv_bf16_rows_ok is false without AVX-512's packing */
+	(void)v, (void)x, (void)bp, (void)bias, (void)e, (void)y;
+	return ml_opfail(c, ML_ENOTSUP, "the bf16 small-plane convolution needs AVX-512");
+#endif
 }
 
 /*
