@@ -162,9 +162,10 @@ kern_avx2_w7(int mr, int64_t kq, const uint8_t *a, int64_t lda, const int8_t *b,
 
 /*
  * epi8_avx2: 8 columns' int32 sums s (bias not yet added) through epi_c's
- * epilogue into y (8 bytes, or 8 floats with f32out): the clamp to +-4e6
- * so that out-of-range values saturate alike, and cvtps, which rounds half
- * to even as epi_c does.
+ * epilogue into y (8 bytes, or 8 floats with f32out): clamped to [lo -
+ * zero, hi - zero] before cvtps, which rounds half to even as epi_c does
+ * (the same bytes as epi_c's clamps to +-4e6 and then to [lo, hi]: the
+ * bounds are integers), as epi512_row does.
  */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
 epi8_avx2(__m256i s, __m256i bias, __m256 mult, const struct ml_q8_epi *ep, char *y)
@@ -174,10 +175,9 @@ epi8_avx2(__m256i s, __m256i bias, __m256 mult, const struct ml_q8_epi *ep, char
 		_mm256_storeu_ps((float *)y, v);
 		return;
 	}
-	v = _mm256_max_ps(_mm256_min_ps(v, _mm256_set1_ps(4e6f)), _mm256_set1_ps(-4e6f));
+	v = _mm256_max_ps(_mm256_min_ps(v, _mm256_set1_ps((float)(ep->hi - ep->yzero))),
+			  _mm256_set1_ps((float)(ep->lo - ep->yzero)));
 	__m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(ep->yzero));
-	q = _mm256_min_epi32(_mm256_max_epi32(q, _mm256_set1_epi32(ep->lo)),
-			     _mm256_set1_epi32(ep->hi));
 	__m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
 	_mm_storel_epi64((__m128i *)y, _mm_packus_epi16(w16, w16));
 }
