@@ -304,6 +304,18 @@ static bool pool_avg;
 /* maxpool_case's input with a NaN every 7 values: a NaN never wins (the reference's 'x > m') */
 static bool pool_nan;
 
+/* input4: an f32 graph input NAME of the 4 dims d */
+static void
+input4(struct ml_graph *g, const char *name, const int64_t d[4], struct ml_err *e)
+{
+	int t = ml_graph_tensor(g, name);
+	g->tensors[t]->dtype = ML_F32;
+	g->tensors[t]->rank = 4;
+	g->tensors[t]->kind = ML_TK_INPUT;
+	memcpy(g->tensors[t]->dims, d, sizeof(int64_t) * 4);
+	ml_graph_add_input(g, t, e);
+}
+
 /* A graph with one MaxPool node, run on x [2, 3, H, W]; compared with a naive loop. */
 static bool
 maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_t pad, int64_t dil, int ceil)
@@ -317,12 +329,7 @@ maxpool_case(int64_t H, int64_t W, int64_t k, int64_t s, int64_t pad, int64_t di
 
 	if (ml_graph_new(&g, &e) < 0 || ml_graph_set_opset(g, "", 13, &e) < 0)
 		goto out;
-	int xi = ml_graph_tensor(g, "x");
-	g->tensors[xi]->dtype = ML_F32;
-	g->tensors[xi]->rank = 4;
-	g->tensors[xi]->kind = ML_TK_INPUT;
-	memcpy(g->tensors[xi]->dims, xd, sizeof xd);
-	ml_graph_add_input(g, xi, &e);
+	input4(g, "x", xd, &e);
 	const char *in[] = { "x" }, *outn[] = { "y" };
 	int nd = ml_graph_add_node(g, pool_avg ? "AveragePool" : "MaxPool", "", "", 1, in, 1, outn,
 				   &e);
@@ -422,33 +429,16 @@ conv_nks(int64_t N, int64_t C, int64_t M, int64_t H, int64_t W, int64_t K, int64
 		b[i] = frand();
 	if (ml_graph_new(&g, &e) < 0 || ml_graph_set_opset(g, "", 13, &e) < 0)
 		goto out;
-	int xi = ml_graph_tensor(g, "x");
-	g->tensors[xi]->dtype = ML_F32;
-	g->tensors[xi]->rank = 4;
-	g->tensors[xi]->kind = ML_TK_INPUT;
-	memcpy(g->tensors[xi]->dims, xd, sizeof xd);
-	ml_graph_add_input(g, xi, &e);
-	if (conv_w_in) {
-		int wi = ml_graph_tensor(g, "w");
-		g->tensors[wi]->dtype = ML_F32;
-		g->tensors[wi]->rank = 4;
-		g->tensors[wi]->kind = ML_TK_INPUT;
-		memcpy(g->tensors[wi]->dims, wd, sizeof wd);
-		ml_graph_add_input(g, wi, &e);
-	} else {
+	input4(g, "x", xd, &e);
+	if (conv_w_in)
+		input4(g, "w", wd, &e);
+	else
 		ml_graph_set_data(g, ml_graph_tensor(g, "w"), ML_TK_CONST, ML_F32, 4, wd, w,
 				  sizeof(float) * (size_t)(M * CG * KK), &e);
-	}
 	ml_graph_set_data(g, ml_graph_tensor(g, "b"), ML_TK_CONST, ML_F32, 1, bd, b,
 			  sizeof(float) * (size_t)M, &e);
-	if (conv_fused) {
-		int zi = ml_graph_tensor(g, "z");
-		g->tensors[zi]->dtype = ML_F32;
-		g->tensors[zi]->rank = 4;
-		g->tensors[zi]->kind = ML_TK_INPUT;
-		memcpy(g->tensors[zi]->dims, zd, sizeof zd);
-		ml_graph_add_input(g, zi, &e);
-	}
+	if (conv_fused)
+		input4(g, "z", zd, &e);
 	const char *in[] = { "x", "w", "b", "z" }, *outn[] = { "y" };
 	int nd = ml_graph_add_node(g, conv_fused ? "FusedConv" : "Conv", conv_fused ? "ml" : "", "",
 				   conv_fused ? 4 : 3, in, 1, outn, &e);
