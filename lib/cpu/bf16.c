@@ -202,6 +202,12 @@ now_s(void)
 
 static atomic_int dp_fast_v = -1;
 
+void
+ml_bf16_dp_fast_set(int v)
+{
+	atomic_store(&dp_fast_v, v < 0 ? -1 : v != 0);
+}
+
 /*
  * ml_bf16_dp_fast: whether this CPU's vdpbf16ps, two multiply-adds a lane,
  * issues at close to its FMA's rate (measured once: the best of 5 runs of

@@ -248,6 +248,8 @@ int ml_bf16_train_path(void);
  * once), so products on it beat f32 ones; false without AVX512_BF16.
  */
 bool ml_bf16_dp_fast(void);
+/* ml_bf16_dp_fast_set: the tests' override of ml_bf16_dp_fast (0 or 1; -1: measure) */
+void ml_bf16_dp_fast_set(int v);
 /* ml_bf16_dp_asked: vdpbf16ps asked for (ML_BF16=dp, or ml_bf16_set_path(ML_BF16_DP)) */
 bool ml_bf16_dp_asked(void);
 /*

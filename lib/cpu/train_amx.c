@@ -2,10 +2,11 @@
  * train_amx.c: train_conv.c's convolutions in bf16 on AMX tiles (a step
  * of mltrain --precision bf16 on a CPU with AMX-BF16): the same products
  * as train_conv.c's f32 kernels, with the operands rounded to bf16 as they
- * are copied and the sums in f32 (tdpbf16ps). vdpbf16ps alone gains
- * nothing over the f32 FMAs on the CPUs measured (half the instructions
- * of twice the cost: 0.19 against 0.095 ns each on a Sapphire Rapids
- * Xeon), so the bf16 kernels here are AMX's or none.
+ * are copied and the sums in f32 (tdpbf16ps). On a Sapphire Rapids Xeon
+ * vdpbf16ps alone gains nothing over the f32 FMAs (half the instructions
+ * of twice the cost: 0.19 against 0.095 ns each), so there the bf16
+ * kernels are these; where it issues at the FMA's rate (AMD Zen 4) and
+ * AMX is absent, train_conv.c's ML_TC_DP runs them.
  *
  * A tile product multiplies a 16-row A tile of 16 pairs of bf16 by a B
  * tile of 16 rows (the pairs) of 16 columns, each row read from memory

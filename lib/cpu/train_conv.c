@@ -27,10 +27,13 @@
  *
  * bf16 (a step of mltrain --precision bf16, the node's precision "bf16"):
  * mode ML_TC_BF16 runs train_amx.c's AMX kernels (tdpbf16ps); mode
- * ML_TC_ROUND is their reference (ML_BF16=f32, the tests): the f32
- * kernels here on copies and weights rounded to bf16. The two differ by
- * the order of the f32 sums only. Without AMX a bf16 step runs these in
- * f32 (vdpbf16ps alone was slower than the f32 FMAs, train_amx.c).
+ * ML_TC_DP the nn and nt tiles here on vdpbf16ps, on CPUs whose vdpbf16ps
+ * issues at the FMA's rate (AMD Zen 4: twice the multiply-adds of an
+ * FMA; see dp_prep for the pairs it takes); mode ML_TC_ROUND is their
+ * reference (ML_BF16=f32, the tests): the f32 kernels here on copies and
+ * weights rounded to bf16. They differ by the order of the f32 sums only.
+ * Elsewhere a bf16 step runs these in f32 (on the Xeons measured,
+ * vdpbf16ps at half the FMA's rate was slower, train_amx.c).
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3", "no-tree-loop-distribute-patterns")
@@ -99,10 +102,10 @@ NAME(int64_t mr, int64_t k, const float *pk, const float *b, const int64_t *boff
  * i * sb; mr <= MR, nr <= NR (rows past them repeat the last), l a
  * multiple of VW.
  */
-#define NT_TILE(NAME, TGT, VT, VW, LD, ZERO, FMA, HSUM, MR, NR)				\
+#define NT_TILE(NAME, TGT, ET, VT, VW, LD, ZERO, FMA, HSUM, MR, NR)			\
 TGT static void										\
-NAME(int64_t mr, int64_t nr, int64_t nimg, int64_t l, const float *a, int64_t lda,	\
-     int64_t sa, const float *b, const int64_t *boff, int64_t sb, float *c, int64_t ldc)	\
+NAME(int64_t mr, int64_t nr, int64_t nimg, int64_t l, const ET *a, int64_t lda,		\
+     int64_t sa, const ET *b, const int64_t *boff, int64_t sb, float *c, int64_t ldc)	\
 {											\
 	VT s[MR][NR];									\
 	int64_t ao[MR], bo[NR];								\
@@ -114,7 +117,7 @@ NAME(int64_t mr, int64_t nr, int64_t nimg, int64_t l, const float *a, int64_t ld
 		for (int j = 0; j < NR; j++)						\
 			s[i][j] = ZERO();						\
 	for (int64_t im = 0; im < nimg; im++) {						\
-		const float *ai = a + im * sa, *bi = b + im * sb;			\
+		const ET *ai = a + im * sa, *bi = b + im * sb;				\
 		for (int64_t p = 0; p < l; p += VW) {					\
 			VT av[MR];							\
 			for (int i = 0; i < MR; i++)					\
@@ -167,8 +170,57 @@ NN_TILE(nn512_8w, T512, __m512, 16, L512, S512, B512, Z512, F512, 8, 2)
 NN_TILE(nn512_6w, T512, __m512, 16, L512, S512, B512, Z512, F512, 6, 2)
 NN_TILE(nn256_8, T256, __m256, 8, L256, S256, B256, Z256, F256, 8, 1)
 NN_TILE(nn256_6, T256, __m256, 8, L256, S256, B256, Z256, F256, 6, 1)
-NT_TILE(nt512, T512, __m512, 16, L512, Z512, F512, hsum512, 6, 4)
-NT_TILE(nt256, T256, __m256, 8, L256, Z256, F256, hsum256, 2, 4)
+NT_TILE(nt512, T512, float, __m512, 16, L512, Z512, F512, hsum512, 6, 4)
+NT_TILE(nt256, T256, float, __m256, 8, L256, Z256, F256, hsum256, 2, 4)
+
+#ifndef __clang__
+#define HAVE_TDP 1
+/*
+ * The bf16 kernels (ML_TC_DP): the same tiles on vdpbf16ps, each 32-bit
+ * lane two products of a pair of k summed into f32. nn's operands are
+ * pairs of bf16 held in the 32 bits of a float slot (low half the even k):
+ * loaded, broadcast and passed on as bits, never computed on as floats.
+ * nt's are bf16 arrays: 32 of l a vector, its pairs adjacent positions.
+ */
+#define TBF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define DPF(a, b, c) ((__m512)_mm512_dpbf16_ps((c), (__m512bh)(a), (__m512bh)(b)))
+#define LBF(p) _mm512_loadu_ps((const void *)(p))
+NN_TILE(nnbf_16, TBF, __m512, 16, L512, S512, B512, Z512, DPF, 16, 1)
+NN_TILE(nnbf_8, TBF, __m512, 16, L512, S512, B512, Z512, DPF, 8, 1)
+NN_TILE(nnbf_6, TBF, __m512, 16, L512, S512, B512, Z512, DPF, 6, 1)
+NN_TILE(nnbf_8w, TBF, __m512, 16, L512, S512, B512, Z512, DPF, 8, 2)
+NN_TILE(nnbf_6w, TBF, __m512, 16, L512, S512, B512, Z512, DPF, 6, 2)
+NT_TILE(ntbf, TBF, uint16_t, __m512, 32, LBF, Z512, DPF, hsum512, 6, 4)
+
+/* bf_pairs: d[j] = (bf16(lo[j]), bf16(hi[j]) or 0 where hi is NULL) as bits, j < n */
+TBF static void
+bf_pairs(const float *lo, const float *hi, int64_t n, float *d)
+{
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 m = (__mmask16)(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1);
+		__m512i a = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+			_mm512_maskz_loadu_ps(m, lo + j)));
+		if (hi != NULL) {
+			__m512i b = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(
+				_mm512_maskz_loadu_ps(m, hi + j)));
+			a = _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
+		}
+		_mm512_mask_storeu_epi32(d + j, m, a);
+	}
+}
+
+/* bf_inplace: n floats at p rounded to bf16 into the first 2n bytes of p (front to back) */
+TBF static void
+bf_inplace(float *p, int64_t n)
+{
+	uint16_t *d = (uint16_t *)(void *)p;
+	for (int64_t j = 0; j < n; j += 16) {
+		__mmask16 m = (__mmask16)(n - j >= 16 ? 0xffff : (1u << (n - j)) - 1);
+		__m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, p + j));
+		_mm256_mask_storeu_epi16(d + j, m, v);
+	}
+}
+#endif
 #endif
 
 /* The baseline: 4-wide vectors of GCC's vector extension (SSE on x86-64). */
@@ -188,7 +240,7 @@ hsum128(v4 v)
 }
 
 NN_TILE(nn128_4, NOTGT, v4, 4, L128, S128, B128, Z128, F128, 4, 1)
-NT_TILE(nt128, NOTGT, v4, 4, L128, Z128, F128, hsum128, 2, 2)
+NT_TILE(nt128, NOTGT, float, v4, 4, L128, Z128, F128, hsum128, 2, 2)
 
 typedef void (*nn_fn)(int64_t, int64_t, const float *, const float *, const int64_t *, float *,
 		      int64_t);
@@ -208,6 +260,7 @@ struct wide {
 	const int64_t *boff;
 	float *out;
 	int lv, mr, nc;		/* the level; nn: the rows of a tile, its vectors of columns */
+	bool dp;		/* ML_TC_DP: a, src as pairs (nn) or bf16 (nt); the kernels on vdpbf16ps */
 	nn_fn nn;
 };
 
@@ -241,6 +294,14 @@ nn_pick(struct wide *w)
 	w->mr = best;
 	/* 8 or 6 rows: two vectors of columns where they divide the row (more FMAs per load) */
 	w->nc = w->lv == 2 && best < 16 && w->li % 32 == 0 ? 2 : 1;
+#ifdef HAVE_TDP
+	if (w->dp && w->nc == 2)
+		w->nn = best == 8 ? nnbf_8w : nnbf_6w;
+	else if (w->dp)
+		w->nn = best == 16 ? nnbf_16 : best == 8 ? nnbf_8 : nnbf_6;
+	if (w->dp)
+		return;
+#endif
 #ifdef HAVE_TG
 	if (w->lv == 2 && w->nc == 2)
 		w->nn = best == 8 ? nn512_8w : nn512_6w;
@@ -307,10 +368,21 @@ nt_items(void *ctx, int64_t b0, int64_t b1)
 	int64_t lda = w->n * w->li;
 	for (int64_t nb = b0; nb < b1; nb++) {
 		int64_t c0 = nb * nr;
-		for (int64_t r = 0; r < w->m; r += mr)
+		for (int64_t r = 0; r < w->m; r += mr) {
+#ifdef HAVE_TDP
+			if (w->dp) {
+				const uint16_t *a = (const uint16_t *)(const void *)w->a;
+				ntbf(ML_MIN(mr, w->m - r), ML_MIN(nr, w->rows - c0), w->n, w->li,
+				     a + r * lda, lda, w->li, (const uint16_t *)(const void *)w->src,
+				     w->boff + c0, w->hp * w->wp, w->out + r * w->rows + c0,
+				     w->rows);
+				continue;
+			}
+#endif
 			fn(ML_MIN(mr, w->m - r), ML_MIN(nr, w->rows - c0), w->n, w->li,
 			   w->a + r * lda, lda, w->li, w->src, w->boff + c0, w->hp * w->wp,
 			   w->out + r * w->rows + c0, w->rows);
+		}
 	}
 }
 
@@ -332,6 +404,18 @@ ml_train_conv_ok(const struct ml_conv3 *v)
 	       ML_MAX(v->cg, v->mg) * v->n * (hp + 1) * wp <= ((int64_t)1 << 24);
 }
 
+/* dp_here: the vdpbf16ps kernels run on this CPU and pay (or are asked for) */
+static bool
+dp_here(void)
+{
+#ifdef HAVE_TDP
+	return tg_level() == 2 && ml_bf16_path_ok(ML_BF16_DP) &&
+	       (ml_bf16_dp_asked() || ml_bf16_dp_fast());
+#else
+	return false;
+#endif
+}
+
 int
 ml_train_conv_mode(const struct ml_node *n, const struct ml_conv3 *v)
 {
@@ -339,11 +423,12 @@ ml_train_conv_mode(const struct ml_node *n, const struct ml_conv3 *v)
 		return ML_TC_F32;
 	switch (ml_bf16_train_path()) {
 	case 2:
-		/* AVX512_BF16 without AMX: vdpbf16ps loses to f32 here, so f32 */
-		return ml_train_amx_ok(v) ? ML_TC_BF16 : ML_TC_F32;
+		/* AMX's tiles; else vdpbf16ps where it issues at the FMA's rate; else f32 */
+		return ml_train_amx_ok(v) ? ML_TC_BF16 : dp_here() ? ML_TC_DP : ML_TC_F32;
 	case 1:
-		/* what the native path would do: AMX's, unless vdpbf16ps is asked for */
-		return ml_bf16_path_ok(ML_BF16_AMX) && !ml_bf16_dp_asked() ? ML_TC_ROUND : ML_TC_F32;
+		/* what the native path would do: round, on AMX (unless vdpbf16ps is asked for) or vdpbf16ps */
+		return (ml_bf16_path_ok(ML_BF16_AMX) && !ml_bf16_dp_asked()) || dp_here() ?
+			       ML_TC_ROUND : ML_TC_F32;
 	default:
 		return ML_TC_F32;
 	}
@@ -400,6 +485,88 @@ offsets(int64_t *boff, int64_t kc, int64_t n, int64_t hp, int64_t wp, int64_t kh
 				boff[p++] = c * n * hp * wp + a * wp + b;
 }
 
+/*
+ * The pairs of ML_TC_DP's nn: a product over k = (channel, kh, kw) takes
+ * two k per vdpbf16ps lane, so the padded planes [C][n][hp][wp] become
+ * planes of pairs: of channels 2g and 2g + 1 (the last of an odd C with
+ * zeros), the taps (g, kh, kw) their rows at offsets(); or, for one
+ * channel and a window wider than 1 (LeNet's first layer), of the channel
+ * and itself one column on, the taps (kh, 2g) and (kh, 2g + 1) one row
+ * (the last of an odd window with weight 0: it reads the next column,
+ * finite, whose product is dropped).
+ */
+static bool
+dp_shift(int64_t C, int64_t kw)
+{
+	return C == 1 && kw > 1;
+}
+
+/* dp_planes: the pair planes of C channels; dp_rows: the pair rows (k / 2) */
+static int64_t
+dp_planes(int64_t C, int64_t kw)
+{
+	return dp_shift(C, kw) ? 1 : (C + 1) / 2;
+}
+
+static int64_t
+dp_rows(int64_t C, int64_t kh, int64_t kw)
+{
+	return dp_shift(C, kw) ? kh * ((kw + 1) / 2) : (C + 1) / 2 * kh * kw;
+}
+
+#ifdef HAVE_TDP
+/* dp_k: the k (of C * kh * kw) of pair row p, low and high; high -1: none */
+static void
+dp_k(int64_t C, int64_t kh, int64_t kw, int64_t p, int64_t *lo, int64_t *hi)
+{
+	if (dp_shift(C, kw)) {
+		int64_t h = (kw + 1) / 2, g = p % h;
+		*lo = p / h * kw + 2 * g;
+		*hi = 2 * g + 1 < kw ? *lo + 1 : -1;
+	} else {
+		int64_t t = kh * kw, g = p / t;
+		*lo = 2 * g * t + p % t;
+		*hi = 2 * g + 1 < C ? *lo + t : -1;
+	}
+}
+
+/*
+ * dp_prep: from the padded f32 planes pl [C][n][hp][wp] (+ tail zeros),
+ * the pair planes pr (+ tail), their rows' offsets boff, and A [m][C * kh
+ * * kw]'s pairs packed as nn_pack packs (tiles of mr rows, zeros past m).
+ */
+static void
+dp_prep(const float *pl, int64_t C, int64_t n, int64_t hp, int64_t wp, int64_t tail, int64_t kh,
+	int64_t kw, const float *a, int64_t m, int mr, float *pr, int64_t *boff, float *pk)
+{
+	int64_t len = n * hp * wp, K = C * kh * kw, k2 = dp_rows(C, kh, kw);
+	if (dp_shift(C, kw)) {
+		bf_pairs(pl, pl + 1, len + tail - 1, pr);
+		memset(pr + len + tail - 1, 0, sizeof(float));
+		for (int64_t p = 0; p < k2; p++)
+			boff[p] = p / ((kw + 1) / 2) * wp + 2 * (p % ((kw + 1) / 2));
+	} else {
+		int64_t G = (C + 1) / 2;
+		for (int64_t g = 0; g < G; g++)
+			bf_pairs(pl + 2 * g * len, 2 * g + 1 < C ? pl + (2 * g + 1) * len : NULL, len,
+				 pr + g * len);
+		memset(pr + G * len, 0, sizeof(float) * (size_t)tail);
+		offsets(boff, G, n, hp, wp, kh, kw);
+	}
+	for (int64_t r0 = 0; r0 < m; r0 += mr)
+		for (int64_t p = 0; p < k2; p++) {
+			int64_t lo, hi;
+			dp_k(C, kh, kw, p, &lo, &hi);
+			for (int i = 0; i < mr; i++) {
+				const float *row = a + (r0 + i) * K;
+				uint32_t v = r0 + i >= m ? 0 : ml_f32_to_bf16(row[lo]) |
+					(hi < 0 ? 0u : (uint32_t)ml_f32_to_bf16(row[hi]) << 16);
+				memcpy(pk++, &v, sizeof v);
+			}
+		}
+}
+#endif
+
 /* buffers: the scratch of one call; NULL when out of memory. */
 static bool
 buffers(int64_t nsrc, int64_t nout, int64_t nboff, int64_t na, float **src, float **out,
@@ -435,18 +602,31 @@ ml_train_conv_fwd(struct ml_opctx *c, const struct ml_conv3 *v, int bf, const fl
 	int64_t hp = H + v->p[1] + v->pe[1], wp = W + v->p[2] + v->pe[2];
 	int64_t oh = v->out[1], ow = v->out[2], K = v->cg * kh * kw, li = li_of(oh, wp);
 	int64_t tail = wp + 2 * LI_ALIGN, nsrc = v->cg * v->n * hp * wp + tail;
+	/* ML_TC_DP: the pair planes after the f32 ones, K / 2 pair rows */
+	bool dp = bf == ML_TC_DP;
+	int64_t k2 = dp ? dp_rows(v->cg, kh, kw) : K;
+	int64_t npr = dp ? dp_planes(v->cg, kw) * v->n * hp * wp + tail : 0;
 	float *src, *out, *a;
 	int64_t *boff;
-	if (!buffers(nsrc, v->mg * v->n * li, K, nn_packed_len(v->mg, K), &src, &out, &boff, &a))
+	if (!buffers(nsrc + npr, v->mg * v->n * li, k2, nn_packed_len(v->mg, k2), &src, &out,
+		     &boff, &a))
 		return ml_opfail(c, ML_ENOMEM, "out of memory");
-	offsets(boff, v->cg, v->n, hp, wp, kh, kw);
-	struct wide j = { v->n, v->mg, K, hp, wp, li, a, src, boff, out, tg_level(), 0, 1, NULL };
+	if (!dp)
+		offsets(boff, v->cg, v->n, hp, wp, kh, kw);
+	struct wide j = { v->n, v->mg, k2, hp, wp, li, a, dp ? src + nsrc : src, boff, out,
+			  tg_level(), 0, 1, dp, NULL };
 	nn_pick(&j);
 	int vw = nn_cols(&j);
 	for (int64_t g = 0; g < v->group; g++) {
 		pad_planes(x, v->n, v->cin, g * v->cg, v->cg, H, W, hp, wp, v->p[1], v->p[2], tail,
-			   bf, src);
-		nn_pack(w + g * v->mg * K, v->mg, K, K, 1, j.mr, bf, a);
+			   dp ? ML_TC_F32 : bf, src);
+#ifdef HAVE_TDP
+		if (dp)
+			dp_prep(src, v->cg, v->n, hp, wp, tail, kh, kw, w + g * v->mg * K, v->mg,
+				j.mr, src + nsrc, boff, a);
+		else
+#endif
+			nn_pack(w + g * v->mg * K, v->mg, K, K, 1, j.mr, bf, a);
 		int64_t items = v->n * (li / vw);
 		ml_parallel_for(items, ML_MAX(1, 8192 / ML_MAX(1, v->mg * K)), nn_items, &j);
 		for (int64_t i = 0; i < v->n; i++)
@@ -510,19 +690,30 @@ ml_train_conv_grad(struct ml_opctx *c, const struct ml_conv3 *v, int bf, bool gi
 		int64_t hp = H + kh - 1, wp = W + kw - 1, li = li_of(H, wp);
 		int64_t K = v->mg * kh * kw, tail = wp + 2 * LI_ALIGN;
 		int64_t nsrc = v->mg * v->n * hp * wp + tail;
-		if (!buffers(nsrc, v->cg * v->n * li, K, v->cg * K + nn_packed_len(v->cg, K), &src,
-			     &buf, &boff, &a))
+		bool dp = bf == ML_TC_DP;
+		int64_t k2 = dp ? dp_rows(v->mg, kh, kw) : K;
+		int64_t npr = dp ? dp_planes(v->mg, kw) * v->n * hp * wp + tail : 0;
+		if (!buffers(nsrc + npr, v->cg * v->n * li, k2, v->cg * K + nn_packed_len(v->cg, k2),
+			     &src, &buf, &boff, &a))
 			return ml_opfail(c, ML_ENOMEM, "out of memory");
-		offsets(boff, v->mg, v->n, hp, wp, kh, kw);
+		if (!dp)
+			offsets(boff, v->mg, v->n, hp, wp, kh, kw);
 		float *pk = a + v->cg * K;
-		struct wide j = { v->n, v->cg, K, hp, wp, li, pk, src, boff, buf, lv, 0, 1, NULL };
+		struct wide j = { v->n, v->cg, k2, hp, wp, li, pk, dp ? src + nsrc : src, boff, buf,
+				  lv, 0, 1, dp, NULL };
 		nn_pick(&j);
 		vw *= j.nc;
 		for (int64_t g = 0; g < v->group; g++) {
 			pad_planes(dy, v->n, v->cout, g * v->mg, v->mg, oh, ow, hp, wp,
-				   kh - 1 - v->p[1], kw - 1 - v->p[2], tail, bf, src);
+				   kh - 1 - v->p[1], kw - 1 - v->p[2], tail, dp ? ML_TC_F32 : bf, src);
 			ml_train_conv_flip(v, w + g * wsz, a);
-			nn_pack(a, v->cg, K, K, 1, j.mr, bf, pk);
+#ifdef HAVE_TDP
+			if (dp)
+				dp_prep(src, v->mg, v->n, hp, wp, tail, kh, kw, a, v->cg, j.mr,
+					src + nsrc, boff, pk);
+			else
+#endif
+				nn_pack(a, v->cg, K, K, 1, j.mr, bf, pk);
 			ml_parallel_for(v->n * (li / vw), ML_MAX(1, 8192 / ML_MAX(1, v->cg * K)),
 					nn_items, &j);
 			for (int64_t i = 0; i < v->n; i++)
@@ -537,16 +728,19 @@ ml_train_conv_grad(struct ml_opctx *c, const struct ml_conv3 *v, int bf, bool gi
 		return 0;
 	}
 	/* dW_g = dy_g widened (zeros in the junk columns) times the padded x's rows */
-	int64_t hp = H + v->p[1] + v->pe[1], wp = W + v->p[2] + v->pe[2], li = li_of(oh, wp);
+	/* ML_TC_DP: both operands in bf16 (in place), whole vectors of 32 positions */
+	bool dp = bf == ML_TC_DP;
+	int64_t hp = H + v->p[1] + v->pe[1], wp = W + v->p[2] + v->pe[2];
+	int64_t li = dp ? (oh * wp + 31) / 32 * 32 : li_of(oh, wp);
 	int64_t tail = wp + 2 * LI_ALIGN, nsrc = v->cg * v->n * hp * wp + tail;
 	if (!buffers(nsrc, v->mg * v->n * li, rows, 0, &src, &buf, &boff, &a))
 		return ml_opfail(c, ML_ENOMEM, "out of memory");
 	offsets(boff, v->cg, v->n, hp, wp, kh, kw);
 	(void)vw;
-	struct wide j = { v->n, v->mg, rows, hp, wp, li, buf, src, boff, NULL, lv, 0, 1, NULL };
+	struct wide j = { v->n, v->mg, rows, hp, wp, li, buf, src, boff, NULL, lv, 0, 1, dp, NULL };
 	for (int64_t g = 0; g < v->group; g++) {
 		pad_planes(x, v->n, v->cin, g * v->cg, v->cg, H, W, hp, wp, v->p[1], v->p[2], tail,
-			   bf, src);
+			   dp ? ML_TC_F32 : bf, src);
 		for (int64_t m = 0; m < v->mg; m++)
 			for (int64_t i = 0; i < v->n; i++) {
 				const float *s = dy + (i * v->cout + g * v->mg + m) * v->outsz;
@@ -559,6 +753,12 @@ ml_train_conv_grad(struct ml_opctx *c, const struct ml_conv3 *v, int bf, bool gi
 				for (int64_t q = oh * wp; q < li; q++)
 					d[q - oh * wp] = 0.0f;
 			}
+#ifdef HAVE_TDP
+		if (dp) {
+			bf_inplace(src, nsrc);
+			bf_inplace(buf, v->mg * v->n * li);
+		}
+#endif
 		j.out = out + g * wsz;
 		int nr = lv >= 1 ? 4 : 2;
 		ml_parallel_for((rows + nr - 1) / nr, 1, nt_items, &j);

@@ -21,17 +21,20 @@ bool ml_train_conv_ok(const struct ml_conv3 *v);
 /*
  * The precision of a call: ML_TC_F32, the f32 kernels; ML_TC_ROUND, the
  * f32 kernels on operands rounded to bf16 (the reference, ML_BF16=f32);
- * ML_TC_BF16, AMX on bf16 operands with f32 sums (train_amx.c).
+ * ML_TC_BF16, AMX on bf16 operands with f32 sums (train_amx.c); ML_TC_DP,
+ * the same products on vdpbf16ps (train_conv.c, on CPUs where it issues
+ * at the FMA's rate and AMX is absent or does not take the convolution).
  */
-enum { ML_TC_F32 = 0, ML_TC_ROUND = 1, ML_TC_BF16 = 2 };
+enum { ML_TC_F32 = 0, ML_TC_ROUND = 1, ML_TC_BF16 = 2, ML_TC_DP = 3 };
 
 /*
  * ml_train_conv_mode: the precision of node n's convolution v: ML_TC_F32
  * unless n says precision "bf16"; then ML_TC_BF16 where AMX takes v
- * (ml_train_amx_ok), else ML_TC_F32 (no AVX512_BF16, or vdpbf16ps alone,
- * which is slower here than f32); where bf16 products are emulated
- * (ml_bf16_train_path 1), ML_TC_ROUND if this CPU has AMX and vdpbf16ps
- * is not asked for (what its native path rounds), else ML_TC_F32.
+ * (ml_train_amx_ok), else ML_TC_DP where vdpbf16ps issues at the FMA's
+ * rate or is asked for (ML_BF16=dp) and the AVX-512 kernels run, else
+ * ML_TC_F32; where bf16 products are emulated (ml_bf16_train_path 1),
+ * ML_TC_ROUND where the native path would round (AMX, unless vdpbf16ps is
+ * asked for, or ML_TC_DP's conditions), else ML_TC_F32.
  */
 int ml_train_conv_mode(const struct ml_node *n, const struct ml_conv3 *v);
 

@@ -760,58 +760,68 @@ conv_parity(bool report)
 
 /*
  * The same convolutions marked precision bf16 (mltrain --precision bf16):
- * on AMX (train_amx.c) against their reference, the f32 kernels on
- * operands rounded to bf16 (ML_BF16=f32), which differs by the order of
- * the f32 sums only; both against f64 within bf16's rounding, and not
- * equal to the f32 results (the operands did round).
+ * on AMX (train_amx.c) and on vdpbf16ps (train_conv.c's ML_TC_DP) against
+ * their reference, the f32 kernels on operands rounded to bf16
+ * (ML_BF16=f32), which differs by the order of the f32 sums only; both
+ * against f64 within bf16's rounding, and not equal to the f32 results
+ * (the operands did round).
  */
 static void
 bf16_parity(void)
 {
 	const struct pcase *pc = conv_cases;
-	bool amx = ml_bf16_set_path(ML_BF16_AUTO) && ml_bf16_path() == ML_BF16_AMX;
-	for (size_t i = 0; i < NCONV; i++) {
-		char msg[200];
-		snprintf(msg, sizeof msg, "bf16 %s on AMX: the rounded f32 reference's sums, within "
-			 "bf16 of f64's, not f32's", pc[i].name);
-		if (!amx) {
-			printf("ok %d - %s # SKIP no AMX-BF16 here (or ML_BF16 says otherwise)\n", ++ntest,
-			       msg);
-			continue;
-		}
-		uint64_t seed = rng;
-		int64_t n64 = 0, n32 = 0, nb = 0, nr = 0;
-		double *a = parity_run(pc[i].fn, ML_F64, seed, &n64);
-		double *f = parity_run(pc[i].fn, ML_F32, seed, &n32);
-		parity_prec = ML_PREC_BF16;
+	for (int path = ML_BF16_DP; path <= ML_BF16_AMX; path++) {
+		bool here = ml_bf16_set_path((enum ml_bf16_path)path) &&
+			    ml_bf16_path() == (enum ml_bf16_path)path;
+		/* vdpbf16ps runs the convolutions where it issues at the FMA's rate */
+		bool fast = path == ML_BF16_AMX || ml_bf16_dp_fast();
 		ml_bf16_set_path(ML_BF16_AUTO);
-		double *b = parity_run(pc[i].fn, ML_F32, seed, &nb);
-		ml_bf16_set_path(ML_BF16_F32);
-		double *r = parity_run(pc[i].fn, ML_F32, seed, &nr);
-		ml_bf16_set_path(ML_BF16_AUTO);
-		parity_prec = ML_PREC_F32;
-		bool same = a != NULL && f != NULL && b != NULL && r != NULL && n64 == n32 &&
-			    n64 == nb && n64 == nr && n64 > 0;
-		double scale = 1e-3, dr = 0, d64 = 0, d32 = 0;
-		for (int64_t k = 0; same && k < n64; k++)
-			scale = fmax(scale, fabs(a[k]));
-		for (int64_t k = 0; same && k < n64; k++) {
-			dr = fmax(dr, fabs(b[k] - r[k]) / scale);
-			d64 = fmax(d64, fabs(b[k] - a[k]) / scale);
-			d32 = fmax(d32, fabs(b[k] - f[k]) / scale);
+		const char *on = path == ML_BF16_AMX ? "AMX" : "vdpbf16ps";
+		for (size_t i = 0; i < NCONV; i++) {
+			char msg[200];
+			snprintf(msg, sizeof msg, "bf16 %s on %s: the rounded f32 reference's sums, "
+				 "within bf16 of f64's, not f32's", pc[i].name, on);
+			if (!here || !fast) {
+				printf("ok %d - %s # SKIP %s\n", ++ntest, msg,
+				       !here ? "not on this CPU (or ML_BF16 says otherwise)" :
+				       "vdpbf16ps slower than the FMAs here: f32 runs");
+				continue;
+			}
+			uint64_t seed = rng;
+			int64_t n64 = 0, n32 = 0, nb = 0, nr = 0;
+			double *a = parity_run(pc[i].fn, ML_F64, seed, &n64);
+			double *f = parity_run(pc[i].fn, ML_F32, seed, &n32);
+			parity_prec = ML_PREC_BF16;
+			ml_bf16_set_path((enum ml_bf16_path)path);
+			double *b = parity_run(pc[i].fn, ML_F32, seed, &nb);
+			ml_bf16_set_path(ML_BF16_F32);
+			double *r = parity_run(pc[i].fn, ML_F32, seed, &nr);
+			ml_bf16_set_path(ML_BF16_AUTO);
+			parity_prec = ML_PREC_F32;
+			bool same = a != NULL && f != NULL && b != NULL && r != NULL && n64 == n32 &&
+				    n64 == nb && n64 == nr && n64 > 0;
+			double scale = 1e-3, dr = 0, d64 = 0, d32 = 0;
+			for (int64_t k = 0; same && k < n64; k++)
+				scale = fmax(scale, fabs(a[k]));
+			for (int64_t k = 0; same && k < n64; k++) {
+				dr = fmax(dr, fabs(b[k] - r[k]) / scale);
+				d64 = fmax(d64, fabs(b[k] - a[k]) / scale);
+				d32 = fmax(d32, fabs(b[k] - f[k]) / scale);
+			}
+			printf("# bf16 %s on %s: against the rounded reference %.2g, f64 %.2g, "
+			       "f32 %.2g\n", pc[i].name, on, dr, d64, d32);
+			ok(same && dr < 1e-5 && d64 < 2e-2 && d32 > 1e-5, "%s", msg);
+			free(a);
+			free(f);
+			free(b);
+			free(r);
 		}
-		printf("# bf16 %s: against the rounded reference %.2g, f64 %.2g, f32 %.2g\n",
-		       pc[i].name, dr, d64, d32);
-		ok(same && dr < 1e-5 && d64 < 2e-2 && d32 > 1e-5, "%s", msg);
-		free(a);
-		free(f);
-		free(b);
-		free(r);
 	}
 }
 
 /*
- * bf16_fallback: without AMX (ML_AMX=0, or a CPU with vdpbf16ps only) the
+ * bf16_fallback: where neither AMX nor vdpbf16ps runs them (ML_AMX=0 and
+ * a vdpbf16ps slower than the FMAs, or train_conv.c's AVX2 kernels) the
  * few-channel convolutions marked bf16 run the f32 kernels: the same bits
  * as unmarked. The number of cases that differ.
  */
@@ -889,8 +899,12 @@ main(int argc, char **argv)
 	ml_set_threads(1);
 	if (argc > 1 && strcmp(argv[1], "--conv-parity") == 0)
 		return conv_parity(false) ? 1 : 0;
-	if (argc > 1 && strcmp(argv[1], "--bf16-fallback") == 0)
+	if (argc > 1 && strcmp(argv[1], "--bf16-fallback") == 0) {
+		/* a CPU whose vdpbf16ps is slower than its FMAs (ML_TGEMM=avx2: any) */
+		if (getenv("ML_TGEMM") == NULL)
+			ml_bf16_dp_fast_set(0);
 		return ml_bf16_path() != ML_BF16_AMX && bf16_fallback() == 0 ? 0 : 1;
+	}
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
 		run_case(cases[i].name, cases[i].fn);
 	for (size_t i = 0; i < sizeof f32_cases / sizeof f32_cases[0]; i++)
@@ -898,14 +912,19 @@ main(int argc, char **argv)
 	conv_parity(true);
 	bf16_parity();
 	/* their fallback, in a child: the AMX probe runs once */
-	if (ml_bf16_path_ok(ML_BF16_DP)) {
+	for (int lv = 0; lv < 2; lv++) {
+		const char *how = lv == 0 ? "ML_AMX=0, vdpbf16ps slower than the FMAs" :
+				  "ML_AMX=0 ML_TGEMM=avx2";
+		if (!ml_bf16_path_ok(ML_BF16_DP)) {
+			printf("ok %d - bf16 Conv at %s: the f32 kernels' bits # SKIP no AVX512_BF16\n",
+			       ++ntest, how);
+			continue;
+		}
 		char cmd[4200];
-		snprintf(cmd, sizeof cmd, "ML_AMX=0 '%s' --bf16-fallback >/dev/null 2>&1", argv[0]);
+		snprintf(cmd, sizeof cmd, "ML_AMX=0 %s'%s' --bf16-fallback >/dev/null 2>&1",
+			 lv == 0 ? "" : "ML_TGEMM=avx2 ", argv[0]);
 		int st = strlen(argv[0]) < 4000 ? system(cmd) : -1;
-		ok(st == 0, "%s", "bf16 Conv without AMX (ML_AMX=0): the f32 kernels' bits");
-	} else {
-		printf("ok %d - bf16 Conv without AMX: the f32 kernels' bits # SKIP no AVX512_BF16\n",
-		       ++ntest);
+		ok(st == 0, "bf16 Conv at %s: the f32 kernels' bits", how);
 	}
 	/* the AVX2 and baseline kernels of train_conv.c, in children (the level is chosen once) */
 	for (int lv = 0; lv < 2; lv++) {
