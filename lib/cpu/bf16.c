@@ -256,8 +256,8 @@ ml_bf16_note(void)
 			return "bf16 products on vdpbf16ps (AVX512_BF16; ML_BF16=dp: all of them)";
 		if (ml_bf16_dp_fast())
 			return "bf16 products on vdpbf16ps (AVX512_BF16), but for Winograd's 3x3, "
-			       "the few-channel stems and products of 16 columns or fewer: their "
-			       "weights widened to f32 once";
+			       "few-channel stems of stride 1 across and products of 16 columns or "
+			       "fewer: their weights widened to f32 once";
 		return "bf16 weights widened to f32 once: this CPU's vdpbf16ps is no faster "
 		       "than its f32 FMAs (measured; ML_BF16=dp uses it)";
 	default:
@@ -1002,7 +1002,9 @@ cpair_order(uint16_t *d, const uint16_t *w, const struct ml_conv3 *v)
  * else, at the FMA's rate alone, only those where twice the multiply-adds
  * a cycle are not lost elsewhere: the f32 kernels keep Winograd's 3x3
  * (ResNet-18's 56x56 layers 0.51-0.58 ms in f32, 0.75-0.78 on vdpbf16ps;
- * 28x28 even), the few-channel stem (1.19 against 1.31 ms) and products of
+ * 28x28 even), the few-channel stems of stride 1 (through im2col: 1.31
+ * against the f32 direct kernel's 1.19 ms; those of stride 2 across run
+ * nn_direct.c's kernel on pairs of taps, ml_direct_conv_bf16) and products of
  * at most 16 columns, half a panel (MobileNet-V2's 32 -> 16 on 112x112: 93
  * against 136 us; AMD EPYC Zen 4, 2 threads).
  */
@@ -1024,7 +1026,9 @@ conv_dp(struct ml_opctx *c)
 	/* depthwise: a few multiply-adds per weight, which the f32 kernels do best */
 	if (v.cg == 1 && v.group > 1)
 		return 1;
-	if (!dp_only() && (ml_wino_ok(&v) || ml_direct_ok(&v) || v.cout <= 16))
+	/* a stem of stride 2 across: nn_direct.c's kernel on pairs of taps (ml_direct_conv_bf16) */
+	bool dbf = ml_direct_bf16_ok(&v);
+	if (!dbf && !dp_only() && (ml_wino_ok(&v) || ml_direct_ok(&v) || v.cout <= 16))
 		return 1;
 	if ((b != NULL && (b->dtype != ML_F32 || ml_tval_numel(b) != v.cout)) ||
 	    (fused && z != NULL && (z->dtype != ML_F32 ||
@@ -1038,6 +1042,13 @@ conv_dp(struct ml_opctx *c)
 		e.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
 		if (e.z != NULL || e.act > ML_ACT_NONE)
 			ep = &e;
+	}
+	if (dbf) {
+		int rc = ml_direct_conv_bf16(c, &v, c->in[0]->data, c->in[1]->data,
+					     b != NULL ? b->data : NULL, ep, c->out[0]->data);
+		/* not taken (a large input): the f32 kernel unless every product is asked for */
+		if (rc <= 0 || !dp_only())
+			return rc;
 	}
 	/* the weights in (kernel offset, channel pair) order, once per session */
 	int64_t ncp = (v.cin + 1) / 2, k2 = v.ksz * 2 * ncp;

@@ -348,6 +348,15 @@ int ml_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, c
  * portable kernel, ML_CONV_DIRECT=0 turns it off.
  */
 bool ml_direct_ok(const struct ml_conv3 *v);
+/*
+ * ml_direct_bf16_ok, ml_direct_conv_bf16: the same kernel in bf16 (bf16
+ * weights w, the input rounded to bf16 as it is copied, f32 sums on
+ * vdpbf16ps) for horizontal stride 2 on AVX-512 with AVX512_BF16; 0, an
+ * error set on c, or 1 (not taken: the input's copy would pass 32 MB).
+ */
+bool ml_direct_bf16_ok(const struct ml_conv3 *v);
+int ml_direct_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
+			const uint16_t *w, const float *bias, const struct ml_conv_epi *e, float *y);
 int ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, const float *w,
 		   const float *bias, const struct ml_conv_epi *e, float *y);
 /*

@@ -127,6 +127,8 @@ struct djob {
 	int64_t koff[DIRECT_MAX_K];	/* tap kw's offset in a row: (kw % s) * TW + kw / s */
 	int level;
 	atomic_int nomem;
+	/* bf16 (ml_direct_conv_bf16): rows of bf16 pairs [n][cin][Hp][TW] and paired weights */
+	const uint32_t *P2, *wp2;
 };
 
 #ifdef HAVE_AVX512
@@ -275,44 +277,16 @@ in_regs(const struct djob *j)
 
 #ifdef HAVE_AVX512
 /*
- * block512: block_c's sums for nw <= 16 NV columns (NV vectors of 16) by
- * OCB channels, 8 NV zmm accumulators: each tap's NV loads and 8
- * broadcasts feed 8 NV multiply-adds, so three vectors (24 accumulators)
- * load a third less a multiply-add than two. KW and S as constants (S 0:
- * the stride and the taps' offsets from j) unroll a window row's taps.
+ * block512_store: the block's NV vectors by OCB channels c (bias included)
+ * into yrow's planes, FusedConv's residual, Relu and Clip applied on the
+ * registers where in_regs says so.
  */
 __attribute__((target("avx512f"), always_inline)) static inline void
-block512(const struct djob *j, const float *rows, const float *wb, int64_t oc0, int64_t ow0,
-	 int64_t nw, float *yrow, const int NV, const int64_t KW, const int64_t S)
+block512_store(const struct djob *j, __m512 c[3][OCB], int64_t oc0, int64_t ow0, int64_t nw,
+	       float *yrow, const int NV)
 {
 	const struct ml_conv3 *v = j->v;
-	int64_t KH = v->k[1], TW = j->TW;
 	int64_t plane = v->outsz;
-	__m512 c[3][OCB];
-
-	for (int o = 0; o < OCB; o++) {
-		float b = j->bias != NULL && oc0 + o < v->cout ? j->bias[oc0 + o] : 0.0f;
-		for (int u = 0; u < NV; u++)
-			c[u][o] = _mm512_set1_ps(b);
-	}
-	for (int64_t ci = 0; ci < v->cin; ci++)
-		for (int64_t kh = 0; kh < KH; kh++) {
-			const float *xb = rows + ci * j->cs + kh * j->rs + ow0;
-			const float *wv = wb + (ci * KH + kh) * KW * OCB;
-			_Pragma("GCC unroll 11")
-			for (int64_t kw = 0; kw < KW; kw++, wv += OCB) {
-				const float *xr = xb + (S > 0 ? (kw % S) * TW + kw / S : j->koff[kw]);
-				__m512 b[3];
-				for (int u = 0; u < NV; u++)
-					b[u] = _mm512_loadu_ps(xr + 16 * u);
-				_Pragma("GCC unroll 8")
-				for (int o = 0; o < OCB; o++) {
-					__m512 a = _mm512_set1_ps(wv[o]);
-					for (int u = 0; u < NV; u++)
-						c[u][o] = _mm512_fmadd_ps(a, b[u], c[u][o]);
-				}
-			}
-		}
 	__mmask16 m[3];
 	for (int u = 0; u < NV; u++) {
 		int64_t left = nw - 16 * u;
@@ -341,6 +315,47 @@ block512(const struct djob *j, const float *rows, const float *wb, int64_t oc0, 
 			_mm512_mask_storeu_ps(yo + 16 * u, m[u], r);
 		}
 	}
+}
+
+/*
+ * block512: block_c's sums for nw <= 16 NV columns (NV vectors of 16) by
+ * OCB channels, 8 NV zmm accumulators: each tap's NV loads and 8
+ * broadcasts feed 8 NV multiply-adds, so three vectors (24 accumulators)
+ * load a third less a multiply-add than two. KW and S as constants (S 0:
+ * the stride and the taps' offsets from j) unroll a window row's taps.
+ */
+__attribute__((target("avx512f"), always_inline)) static inline void
+block512(const struct djob *j, const float *rows, const float *wb, int64_t oc0, int64_t ow0,
+	 int64_t nw, float *yrow, const int NV, const int64_t KW, const int64_t S)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t KH = v->k[1], TW = j->TW;
+	__m512 c[3][OCB];
+
+	for (int o = 0; o < OCB; o++) {
+		float b = j->bias != NULL && oc0 + o < v->cout ? j->bias[oc0 + o] : 0.0f;
+		for (int u = 0; u < NV; u++)
+			c[u][o] = _mm512_set1_ps(b);
+	}
+	for (int64_t ci = 0; ci < v->cin; ci++)
+		for (int64_t kh = 0; kh < KH; kh++) {
+			const float *xb = rows + ci * j->cs + kh * j->rs + ow0;
+			const float *wv = wb + (ci * KH + kh) * KW * OCB;
+			_Pragma("GCC unroll 11")
+			for (int64_t kw = 0; kw < KW; kw++, wv += OCB) {
+				const float *xr = xb + (S > 0 ? (kw % S) * TW + kw / S : j->koff[kw]);
+				__m512 b[3];
+				for (int u = 0; u < NV; u++)
+					b[u] = _mm512_loadu_ps(xr + 16 * u);
+				_Pragma("GCC unroll 8")
+				for (int o = 0; o < OCB; o++) {
+					__m512 a = _mm512_set1_ps(wv[o]);
+					for (int u = 0; u < NV; u++)
+						c[u][o] = _mm512_fmadd_ps(a, b[u], c[u][o]);
+				}
+			}
+		}
+	block512_store(j, c, oc0, ow0, nw, yrow, NV);
 }
 
 /* block512_nv: block512 with NV vectors, the stems' windows (3 and 7, stride 2) unrolled */
@@ -379,6 +394,142 @@ block_avx512(const struct djob *j, const float *rows, const float *wb, int64_t o
 		at += w;
 	}
 }
+
+#ifndef __clang__
+#define HAVE_DIRECT_BF16 1
+#define DBF_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+/*
+ * The bf16 kernel (ml_direct_conv_bf16: the stems of mlquant --dtype bf16
+ * models, on vdpbf16ps where it issues at the FMA's rate). At horizontal
+ * stride 2, taps kw and kw + 1 of output column ow read padded input
+ * columns 2 ow + kw and 2 ow + kw + 1: for even kw two adjacent columns.
+ * So the padded row rounded to bf16 in order is already a row of pairs
+ * (pair q: columns 2q and 2q + 1), and tap pair kp of output column ow is
+ * pair ow + kp: one vdpbf16ps lane sums two taps, no copy split by phase.
+ * A window row of KW taps is (KW + 1) / 2 pairs, the last of an odd
+ * window with weight 0 (it reads the next column, a finite value or a
+ * zero of the padding, and its product is dropped).
+ */
+/* bf_pair_row: the padded row (pl zeros, then xr's W floats, then zeros) as tw pairs at d */
+DBF_TARGET static void
+bf_pair_row(const float *xr, int64_t W, int64_t pl, int64_t tw, uint32_t *d)
+{
+	for (int64_t q = 0; q < tw; q += 16) {
+		__mmask16 sm = (__mmask16)(tw - q >= 16 ? 0xffff : (1u << (tw - q)) - 1);
+		__m512 a = ld16_row(xr, W, 2 * q - pl), b = ld16_row(xr, W, 2 * q - pl + 16);
+		_mm512_mask_storeu_epi32(d + q, sm, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+	}
+}
+
+/* rows_dp: rows [b, e) (image it / Hp, padded row it % Hp of every channel) of P2 */
+DBF_TARGET static void
+rows_dp(void *ctx, int64_t b, int64_t e)
+{
+	const struct djob *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t H = v->in[1], W = v->in[2];
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t n = it / j->Hp, r = it % j->Hp, ih = r - v->p[1];
+		for (int64_t ci = 0; ci < v->cin; ci++) {
+			uint32_t *d = (uint32_t *)j->P2 + ((n * v->cin + ci) * j->Hp + r) * j->TW;
+			if (ih < 0 || ih >= H)
+				memset(d, 0, sizeof(uint32_t) * (size_t)j->TW);
+			else
+				bf_pair_row(j->x + ((n * v->cin + ci) * H + ih) * W, W, v->p[2], j->TW,
+					    d);
+		}
+	}
+}
+
+/*
+ * block512dp: block512's sums on vdpbf16ps: per tap pair NV loads of 16
+ * pairs and 8 broadcast weight pairs feed 8 NV vdpbf16ps; KP (pairs a
+ * window row) as a constant unrolls the row.
+ */
+DBF_TARGET __attribute__((always_inline)) static inline void
+block512dp(const struct djob *j, const uint32_t *rows, const uint32_t *wb, int64_t oc0,
+	   int64_t ow0, int64_t nw, float *yrow, const int NV, const int64_t KP)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t KH = v->k[1];
+	__m512 c[3][OCB];
+
+	for (int o = 0; o < OCB; o++) {
+		float b = j->bias != NULL && oc0 + o < v->cout ? j->bias[oc0 + o] : 0.0f;
+		for (int u = 0; u < NV; u++)
+			c[u][o] = _mm512_set1_ps(b);
+	}
+	for (int64_t ci = 0; ci < v->cin; ci++)
+		for (int64_t kh = 0; kh < KH; kh++) {
+			const uint32_t *xb = rows + ci * j->cs + kh * j->TW + ow0;
+			const uint32_t *wv = wb + (ci * KH + kh) * KP * OCB;
+			_Pragma("GCC unroll 6")
+			for (int64_t kp = 0; kp < KP; kp++, wv += OCB) {
+				__m512bh bv[3];
+				for (int u = 0; u < NV; u++)
+					bv[u] = (__m512bh)_mm512_loadu_si512(xb + kp + 16 * u);
+				_Pragma("GCC unroll 8")
+				for (int o = 0; o < OCB; o++) {
+					__m512bh a = (__m512bh)_mm512_set1_epi32((int)wv[o]);
+					for (int u = 0; u < NV; u++)
+						c[u][o] = _mm512_dpbf16_ps(c[u][o], a, bv[u]);
+				}
+			}
+		}
+	block512_store(j, c, oc0, ow0, nw, yrow, NV);
+}
+
+/* blockdp_nv: block512dp with NV vectors, the stems' windows (3 and 7 wide: 2 and 4 pairs) unrolled */
+#define BLOCKDP_NV(NV)								\
+DBF_TARGET static void								\
+blockdp_##NV(const struct djob *j, const uint32_t *rows, const uint32_t *wb, int64_t oc0, \
+	     int64_t ow0, int64_t nw, float *yrow)				\
+{										\
+	int64_t KP = (j->v->k[2] + 1) / 2;					\
+	if (KP == 2)								\
+		block512dp(j, rows, wb, oc0, ow0, nw, yrow, NV, 2);		\
+	else if (KP == 4)							\
+		block512dp(j, rows, wb, oc0, ow0, nw, yrow, NV, 4);		\
+	else									\
+		block512dp(j, rows, wb, oc0, ow0, nw, yrow, NV, KP);		\
+}
+BLOCKDP_NV(1)
+BLOCKDP_NV(2)
+BLOCKDP_NV(3)
+
+/* direct_rows_dp: direct_rows on the pair rows, a whole output row in block_avx512's widths */
+static void
+direct_rows_dp(void *ctx, int64_t b, int64_t e)
+{
+	struct djob *j = ctx;
+	const struct ml_conv3 *v = j->v;
+	int64_t OH = v->out[1], OW = v->out[2], CKP = v->cin * v->k[1] * ((v->k[2] + 1) / 2);
+
+	for (int64_t it = b; it < e; it++) {
+		int64_t n = it / OH, oh = it % OH;
+		const uint32_t *rows = j->P2 + n * v->cin * j->cs + oh * v->s[1] * j->TW;
+		float *yrow = j->y + n * v->cout * v->outsz + oh * OW;
+		for (int64_t ob = 0; ob < j->nob; ob++) {
+			const uint32_t *wb = j->wp2 + ob * CKP * OCB;
+			for (int64_t at = 0; at < OW;) {
+				int64_t rem = OW - at;
+				int nv = rem <= 16 ? 1 : rem <= 32 || (rem > 48 && rem <= 64) ? 2 : 3;
+				int64_t w = ML_MIN(rem, 16 * nv);
+				(nv == 3 ? blockdp_3 : nv == 2 ? blockdp_2 : blockdp_1)(j, rows, wb, ob * OCB,
+										at, w, yrow);
+				at += w;
+			}
+			if ((j->z == NULL && j->act <= ML_ACT_NONE) || in_regs(j))
+				continue;
+			int64_t off = (yrow - j->y) + ob * OCB * v->outsz;
+			int64_t nc = ML_MIN((int64_t)OCB, v->cout - ob * OCB);
+			ml_fused_tile_epi(j->y + off, nc, OW, v->outsz, NULL,
+					  j->z != NULL ? j->z + off : NULL, j->act, j->lo, j->hi);
+		}
+	}
+}
+#endif
 
 /*
  * block_avx2: the block on AVX2, in four quarters of 4 channels by 16
@@ -555,4 +706,66 @@ ml_direct_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, con
 	if (e == NULL)
 		return direct(c, v, x, w, bias, NULL, ML_ACT_NONE, 0.0f, 0.0f, y);
 	return direct(c, v, x, w, bias, e->z, e->act, e->lo, e->hi, y);
+}
+
+bool
+ml_direct_bf16_ok(const struct ml_conv3 *v)
+{
+#if defined(HAVE_AVX512) && defined(HAVE_DIRECT_BF16)
+	return ml_direct_ok(v) && direct_level() == 3 && v->s[2] == 2 && !rows_forced() &&
+	       ml_bf16_path_ok(ML_BF16_DP);
+#else
+	(void)v;
+	return false;
+#endif
+}
+
+int
+ml_direct_conv_bf16(struct ml_opctx *c, const struct ml_conv3 *v, const float *x,
+		    const uint16_t *w, const float *bias, const struct ml_conv_epi *e, float *y)
+{
+#if defined(HAVE_AVX512) && defined(HAVE_DIRECT_BF16)
+	int64_t KH = v->k[1], KW = v->k[2], KP = (KW + 1) / 2, CKP = v->cin * KH * KP;
+	struct djob j = { .v = v, .x = x, .bias = bias, .y = y, .act = ML_ACT_NONE,
+			  .level = direct_level() };
+	if (e != NULL) {
+		j.z = e->z;
+		j.act = e->act;
+		j.lo = e->lo;
+		j.hi = e->hi;
+	}
+	j.nob = (v->cout + OCB - 1) / OCB;
+	/* the pairs the blocks read: the row's width rounded up to 16, plus the window's reach */
+	j.TW = ((v->out[2] + 15) / 16 * 16 + KP + 15) / 16 * 16;
+	j.Hp = (v->out[1] - 1) * v->s[1] + KH;
+	j.cs = j.Hp * j.TW;
+	atomic_init(&j.nomem, 0);
+	if (v->n * v->cin * j.cs > P_MAX)
+		return 1;
+	uint32_t *P2 = ml_cpu_scratch(1, sizeof(uint32_t) * (size_t)(v->n * v->cin * j.cs));
+	uint32_t *wp2 = ml_cpu_scratch(2, sizeof(uint32_t) * (size_t)(j.nob * CKP * OCB));
+	if (P2 == NULL || wp2 == NULL)
+		return ml_opfail(c, ML_ENOMEM, "cannot allocate the bf16 rows and weights");
+	j.P2 = P2;
+	ml_parallel_for(v->n * j.Hp, ML_MAX(1, 4096 / (v->cin * j.TW)), rows_dp, &j);
+	for (int64_t ob = 0; ob < j.nob; ob++)
+		for (int64_t ci = 0; ci < v->cin; ci++)
+			for (int64_t kh = 0; kh < KH; kh++)
+				for (int64_t kp = 0; kp < KP; kp++)
+					for (int o = 0; o < OCB; o++) {
+						int64_t oc = ob * OCB + o;
+						const uint16_t *wr = w + ((oc * v->cin + ci) * KH + kh) * KW;
+						uint32_t lo = oc < v->cout ? wr[2 * kp] : 0;
+						uint32_t hi = oc < v->cout && 2 * kp + 1 < KW ?
+							      wr[2 * kp + 1] : 0;
+						wp2[(((ob * v->cin + ci) * KH + kh) * KP + kp) * OCB + o] =
+							lo | hi << 16;
+					}
+	j.wp2 = wp2;
+	ml_parallel_for(v->n * v->out[1], 1, direct_rows_dp, &j);
+	return 0;
+#else
+	(void)c, (void)v, (void)x, (void)w, (void)bias, (void)e, (void)y;
+	return 1;
+#endif
 }

@@ -357,6 +357,10 @@ static const struct opcase opcases[] = {
 	{ OP_CONV, 1, 64, 40, 41, 24, 3, 1, 1, 1, false },	/* two column tiles */
 	{ OP_CONV, 1, 5, 23, 29, 7, 5, 2, 2, 1, false },	/* K = 125, stride 2, odd widths */
 	{ OP_CONV, 1, 4, 11, 10, 6, 3, 3, 1, 1, false },	/* column stride 3: im2col_rows */
+	/* stems of stride 2: nn_direct.c's kernel on pairs of taps (ml_direct_conv_bf16) */
+	{ OP_FCONV, 1, 3, 21, 47, 16, 3, 2, 0, 1, true },	/* SqueezeNet's, residual, Relu */
+	{ OP_CONV, 1, 1, 12, 37, 8, 5, 2, 2, 1, false },	/* one channel, 3 pairs a row */
+	{ OP_CONV, 2, 4, 9, 70, 12, 7, 2, 3, 1, false },	/* 35 columns: blocks of 32 and 3 */
 	/* small planes, many channels: positions as the GEMM's rows */
 	{ OP_CONV, 1, 64, 7, 7, 128, 3, 1, 1, 1, false },
 	{ OP_CONV, 2, 16, 9, 9, 128, 3, 1, 1, 1, false },
@@ -479,9 +483,10 @@ main(void)
 				printf("ok %d - %s # SKIP this CPU lacks %s\n", ++ntest, what,
 				       ml_bf16_path_name(p));
 			else
-				/* depthwise runs on f32 activations on both paths (bf16.c) */
+				/* depthwise (one channel a group, groups > 1) runs on f32 activations */
 				ok(op_case(&opcases[i], p >= ML_BF16_DP &&
-					   opcases[i].group != opcases[i].c), what);
+					   !(opcases[i].group == opcases[i].c && opcases[i].group > 1)),
+				   what);
 		}
 	}
 	ok(waited && WEXITSTATUS(st) == 0,
