@@ -276,6 +276,28 @@ in_regs(const struct djob *j)
 }
 
 #ifdef HAVE_AVX512
+/* block512_bias: the block's NV vectors by OCB channels c, each its channel's bias (or 0) */
+__attribute__((target("avx512f"), always_inline)) static inline void
+block512_bias(const struct djob *j, __m512 c[3][OCB], int64_t oc0, const int NV)
+{
+	for (int o = 0; o < OCB; o++) {
+		float b = j->bias != NULL && oc0 + o < j->v->cout ? j->bias[oc0 + o] : 0.0f;
+		for (int u = 0; u < NV; u++)
+			c[u][o] = _mm512_set1_ps(b);
+	}
+}
+
+/*
+ * block_nv: the vectors of 16 columns of the next block of a row with rem
+ * columns left: three, or two where that leaves no block of one (112 = 48
+ * + 32 + 32)
+ */
+static inline int
+block_nv(int64_t rem)
+{
+	return rem <= 16 ? 1 : rem <= 32 || (rem > 48 && rem <= 64) ? 2 : 3;
+}
+
 /*
  * block512_store: the block's NV vectors by OCB channels c (bias included)
  * into yrow's planes, FusedConv's residual, Relu and Clip applied on the
@@ -332,11 +354,7 @@ block512(const struct djob *j, const float *rows, const float *wb, int64_t oc0, 
 	int64_t KH = v->k[1], TW = j->TW;
 	__m512 c[3][OCB];
 
-	for (int o = 0; o < OCB; o++) {
-		float b = j->bias != NULL && oc0 + o < v->cout ? j->bias[oc0 + o] : 0.0f;
-		for (int u = 0; u < NV; u++)
-			c[u][o] = _mm512_set1_ps(b);
-	}
+	block512_bias(j, c, oc0, NV);
 	for (int64_t ci = 0; ci < v->cin; ci++)
 		for (int64_t kh = 0; kh < KH; kh++) {
 			const float *xb = rows + ci * j->cs + kh * j->rs + ow0;
@@ -387,7 +405,7 @@ block_avx512(const struct djob *j, const float *rows, const float *wb, int64_t o
 {
 	for (int64_t at = 0; at < nw;) {
 		int64_t rem = nw - at;
-		int nv = rem <= 16 ? 1 : rem <= 32 || (rem > 48 && rem <= 64) ? 2 : 3;
+		int nv = block_nv(rem);
 		int64_t w = ML_MIN(rem, 16 * nv);
 		(nv == 3 ? block512_3 : nv == 2 ? block512_2 : block512_1)(j, rows, wb, oc0, ow0 + at,
 									    w, yrow);
@@ -455,11 +473,7 @@ block512dp(const struct djob *j, const uint32_t *rows, const uint32_t *wb, int64
 	int64_t KH = v->k[1];
 	__m512 c[3][OCB];
 
-	for (int o = 0; o < OCB; o++) {
-		float b = j->bias != NULL && oc0 + o < v->cout ? j->bias[oc0 + o] : 0.0f;
-		for (int u = 0; u < NV; u++)
-			c[u][o] = _mm512_set1_ps(b);
-	}
+	block512_bias(j, c, oc0, NV);
 	for (int64_t ci = 0; ci < v->cin; ci++)
 		for (int64_t kh = 0; kh < KH; kh++) {
 			const uint32_t *xb = rows + ci * j->cs + kh * j->TW + ow0;
@@ -514,7 +528,7 @@ direct_rows_dp(void *ctx, int64_t b, int64_t e)
 			const uint32_t *wb = j->wp2 + ob * CKP * OCB;
 			for (int64_t at = 0; at < OW;) {
 				int64_t rem = OW - at;
-				int nv = rem <= 16 ? 1 : rem <= 32 || (rem > 48 && rem <= 64) ? 2 : 3;
+				int nv = block_nv(rem);
 				int64_t w = ML_MIN(rem, 16 * nv);
 				(nv == 3 ? blockdp_3 : nv == 2 ? blockdp_2 : blockdp_1)(j, rows, wb, ob * OCB,
 										at, w, yrow);
