@@ -9,9 +9,11 @@
  *   register-blocked kernels for square 3, 5 and 7 wide windows;
  * - at most 4 input channels (the first layer): direct, nn_direct.c;
  * - 3x3 stride 1 on wide layers: Winograd F(4x4, 3x3) (nn_wino.c);
+ * - small planes into at most 64 channels, stride 1 (DenseNet's growth
+ *   layers): the output positions as the GEMM's rows (nn_tflat.c);
  * - other 2-D windows wider than 1 of one group, stride 1 or 2, on CPUs
- *   with AVX-512: an implicit GEMM that reads the padded input planes in
- *   place (nn_flat.c), no im2col;
+ *   with AVX-512 or AVX2: an implicit GEMM that reads the padded input
+ *   planes in place (nn_flat.c), no im2col;
  * - everything else, on CPUs with AVX-512 or AVX2: im2col straight into
  *   the packed panels of the library's own SGEMM (nn_gemm.c), which adds
  *   the bias as it stores; a 1x1 stride-1 convolution's im2col is a copy;

@@ -28,9 +28,12 @@
  * core reads what another wrote, and a layer of 4x4 pays one dispatch,
  * not three.
  *
- * Stride 1, one group, 2-D, AVX-512 (the copies transpose in registers);
- * elsewhere nn_flat.c's implicit GEMM. ML_CONV_TFLAT=0 turns it off
- * (tests, comparisons).
+ * Stride 1, one group, 2-D, on AVX-512 (the copies transpose 16 x 16 in
+ * registers) and on AVX2 with FMA (8 x 8 blocks, and nn_gemm.c's 6 x 16
+ * kernel: DenseNet's 16x16 to 4x4 layers there took the implicit GEMM at
+ * 100-130 GFLOP/s and 4x4 at half that; Zen 3); elsewhere nn_flat.c's
+ * implicit GEMM. ML_CONV_TFLAT=0 turns it off, ML_CONV_TFLAT=avx2 forces
+ * the AVX2 copies (tests, comparisons).
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -52,7 +55,10 @@
 #define TF_MAX_K 7
 #define TF_MAX_FLOATS ((int64_t)1 << 22)	/* an image's Xt and result */
 
-/* tf_level: 1 where the path runs, 0 off (no AVX-512, or ML_CONV_TFLAT=0); computed once. */
+/*
+ * tf_level: 2 the AVX-512 copies, 1 the AVX2 ones, 0 off (neither, no
+ * packed SGEMM, or ML_CONV_TFLAT=0); computed once.
+ */
 static int
 tf_level(void)
 {
@@ -62,10 +68,7 @@ tf_level(void)
 	if (v < 0) {
 		v = 0;
 #ifdef HAVE_TFLAT
-		const char *e = getenv("ML_CONV_TFLAT");
-		__builtin_cpu_init();
-		v = __builtin_cpu_supports("avx512f") && ml_pgemm_ok() &&
-		    !(e != NULL && strcmp(e, "0") == 0);
+		v = ml_pgemm_ok() ? ml_cpu_fma_level("ML_CONV_TFLAT") : 0;
 #endif
 		atomic_store_explicit(&level, v, memory_order_relaxed);
 	}
@@ -197,6 +200,125 @@ tf_put(const struct tf_job *j, int64_t n, const float *t, int64_t r0, int64_t r1
 	}
 }
 
+/* tr8: r[0..7] rows of an 8 x 8 block become its columns. */
+__attribute__((target("avx2"), always_inline)) static inline void
+tr8(__m256 r[8])
+{
+	__m256 t[8];
+	for (int i = 0; i < 4; i++) {
+		t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 2; i++) {
+		__m256d a = _mm256_castps_pd(t[4 * i]), b = _mm256_castps_pd(t[4 * i + 1]);
+		__m256d c = _mm256_castps_pd(t[4 * i + 2]), d = _mm256_castps_pd(t[4 * i + 3]);
+		r[4 * i] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));
+		r[4 * i + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
+		r[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
+		r[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
+	}
+	for (int i = 0; i < 4; i++) {
+		t[i] = _mm256_permute2f128_ps(r[i], r[4 + i], 0x20);
+		t[4 + i] = _mm256_permute2f128_ps(r[i], r[4 + i], 0x31);
+	}
+	for (int i = 0; i < 8; i++)
+		r[i] = t[i];
+}
+
+/* lanes8: the mask of the first n (0..8) of 8 lanes */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+lanes8(int n)
+{
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/*
+ * tr8_block: dst row q (q < nc, stride ld) = column q of the nr x nc block
+ * of src (row stride ls), nr, nc <= 8: its first nr floats
+ */
+__attribute__((target("avx2"), always_inline)) static inline void
+tr8_block(const float *src, int64_t ls, int nr, int nc, float *dst, int64_t ld)
+{
+	__m256 r[8];
+	__m256i mc = lanes8(nc), mr = lanes8(nr);
+	for (int i = 0; i < 8; i++)
+		r[i] = i >= nr ? _mm256_setzero_ps() : nc == 8 ? _mm256_loadu_ps(src + i * ls) :
+			_mm256_maskload_ps(src + i * ls, mc);
+	tr8(r);
+	for (int q = 0; q < nc; q++) {
+		if (nr == 8)
+			_mm256_storeu_ps(dst + q * ld, r[q]);
+		else
+			_mm256_maskstore_ps(dst + q * ld, mr, r[q]);
+	}
+}
+
+/* tf_rows2: tf_rows with the AVX2 8 x 8 transposes */
+__attribute__((target("avx2"))) static void
+tf_rows2(const struct tf_job *j, int64_t n, float *xt, int64_t h0, int64_t h1)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t C = v->cin, W = v->in[2], Wp = j->g.Wp, pl = v->p[2];
+
+	for (int64_t hp = h0; hp < h1; hp++) {
+		int64_t h = hp - v->p[1];
+		float *dst = xt + hp * Wp * C;
+		if (h < 0 || h >= v->in[1]) {
+			memset(dst, 0, sizeof(float) * (size_t)(Wp * C));
+			continue;
+		}
+		memset(dst, 0, sizeof(float) * (size_t)(pl * C));
+		memset(dst + (pl + W) * C, 0, sizeof(float) * (size_t)((Wp - pl - W) * C));
+		const float *xr = j->x + n * C * v->insz + h * W;
+		for (int64_t w0 = 0; w0 < W; w0 += 8)
+			for (int64_t c0 = 0; c0 < C; c0 += 8)
+				tr8_block(xr + c0 * v->insz + w0, v->insz, (int)ML_MIN(8, C - c0),
+					  (int)ML_MIN(8, W - w0), dst + (pl + w0) * C + c0, C);
+	}
+}
+
+/* tf_put2: tf_put with the AVX2 8 x 8 transposes */
+__attribute__((target("avx2"))) static void
+tf_put2(const struct tf_job *j, int64_t n, const float *t, int64_t r0, int64_t r1)
+{
+	const struct ml_conv3 *v = j->v;
+	const struct ml_conv_epi *ep = j->e;
+	int64_t M = v->cout, OW = v->out[2], P = v->outsz, Wp = j->g.Wp;
+	float *yn = j->y + n * M * P;
+
+	for (int64_t oh = r0 / Wp; oh * Wp < r1; oh++) {
+		int64_t lo = ML_MAX(r0, oh * Wp), hi = ML_MIN(r1, oh * Wp + OW);
+		for (int64_t p = lo; p < hi; p += 8) {
+			float *yp = yn + oh * OW + (p - oh * Wp);
+			int nw = (int)ML_MIN(8, hi - p);
+			__m256i wm = lanes8(nw);
+			for (int64_t m0 = 0; m0 < M; m0 += 8) {
+				int nc = (int)ML_MIN(8, M - m0);
+				__m256i cm = lanes8(nc);
+				__m256 q[8];
+				for (int i = 0; i < 8; i++)
+					q[i] = i >= nw ? _mm256_setzero_ps() :
+					       nc == 8 ? _mm256_loadu_ps(t + (p - r0 + i) * M + m0) :
+					       _mm256_maskload_ps(t + (p - r0 + i) * M + m0, cm);
+				tr8(q);
+				for (int c = 0; c < nc; c++) {
+					__m256 r = _mm256_add_ps(q[c], _mm256_set1_ps(j->bias != NULL ?
+										  j->bias[m0 + c] : 0.0f));
+					if (nw == 8)
+						_mm256_storeu_ps(yp + (m0 + c) * P, r);
+					else
+						_mm256_maskstore_ps(yp + (m0 + c) * P, wm, r);
+				}
+			}
+		}
+		if (hi > lo && ep != NULL && (ep->z != NULL || ep->act > ML_ACT_NONE)) {
+			int64_t at = n * M * P + oh * OW + (lo - oh * Wp);
+			ml_fused_tile_epi(j->y + at, M, hi - lo, P, NULL,
+					  ep->z != NULL ? ep->z + at : NULL, ep->act, ep->lo, ep->hi);
+		}
+	}
+}
+
 /*
  * tf_items: items [b, e), (image, run of row blocks), each all on its
  * thread: the Xt rows the run reads, copied into the thread's own scratch
@@ -224,11 +346,18 @@ tf_items(void *ctx, int64_t b, int64_t e)
 			atomic_store(&j->nomem, 1);
 			return;
 		}
-		tf_rows(j, n, xt, r0 / Wp, ML_MIN(j->g.Hp + 1, (r1 - 1 + offmax) / Wp + 1));
+		int64_t h1 = ML_MIN(j->g.Hp + 1, (r1 - 1 + offmax) / Wp + 1);
+		if (tf_level() == 2)
+			tf_rows(j, n, xt, r0 / Wp, h1);
+		else
+			tf_rows2(j, n, xt, r0 / Wp, h1);
 		for (int64_t k = 0; k < v->ksz; k++)
 			ml_pgemm_serial(r1 - r0, M, C, xt + (r0 + j->off[k]) * C, C,
 					j->wt + k * j->plen, NULL, t, M, k > 0);
-		tf_put(j, n, t, r0, r1);
+		if (tf_level() == 2)
+			tf_put(j, n, t, r0, r1);
+		else
+			tf_put2(j, n, t, r0, r1);
 	}
 }
 
@@ -288,6 +417,6 @@ ml_tflat_conv(struct ml_opctx *c, const struct ml_conv3 *v, const float *x, cons
 	return 0;
 #else
 	(void)x, (void)w, (void)bias, (void)e, (void)y, (void)v;
-	return ml_opfail(c, ML_ENOTSUP, "the transposed convolution needs AVX-512");
+	return ml_opfail(c, ML_ENOTSUP, "the transposed convolution needs AVX-512 or AVX2");
 #endif
 }

@@ -688,7 +688,7 @@ conv_flat_cases(void)
 		       conv_nks(1, 16, 48, 13, 5, 3, 1, 1) && conv_nks(1, 9, 8, 30, 30, 3, 1, 1) &&
 		       conv_nks(3, 8, 40, 7, 7, 3, 1, 1) && conv_nks(1, 512, 512, 7, 7, 3, 1, 1);
 		/*
-		 * nn_tflat.c's (positions as rows, where AVX-512): channel counts
+		 * nn_tflat.c's (positions as rows, where AVX-512 or AVX2): channel counts
 		 * that are not multiples of 16, 5x5, no padding, two panels of
 		 * channels, rows wider than 16, batches
 		 */
@@ -708,7 +708,7 @@ conv_flat_cases(void)
 static void
 test_conv(void)
 {
-	ok(conv_flat_cases(), "Conv on small planes (implicit GEMM where AVX-512, positions as rows "
+	ok(conv_flat_cases(), "Conv on small planes (implicit GEMM, positions as rows "
 			      "for few channels), Conv and FusedConv");
 	ok(rows_cases(), "Conv of 8 output positions or fewer: positions as rows, W^T packed once");
 	ok(conv_batch_cases(), "Conv batches: Winograd and im2col over several images");
@@ -820,6 +820,7 @@ main(void)
 	pid_t pid = fork();
 	if (pid == 0) {
 		setenv("ML_PGEMM", "avx2", 1);
+		setenv("ML_CONV_TFLAT", "avx2", 1);
 		if (!ml_pgemm_ok())
 			_exit(77);
 		_exit(gemm_all(&n) == 0 && conv_batch_cases() && narrow_cases() &&
@@ -830,7 +831,7 @@ main(void)
 	if (waited && WEXITSTATUS(st) == 77)
 		printf("ok %d - packed SGEMM, AVX2 kernel # SKIP no AVX2 and FMA\n", ++ntest);
 	else
-		ok(waited && WEXITSTATUS(st) == 0, "packed SGEMM, Conv batches and the implicit GEMM, AVX2 kernel (ML_PGEMM=avx2)");
+		ok(waited && WEXITSTATUS(st) == 0, "packed SGEMM, Conv batches and the implicit GEMM, AVX2 kernel and copies (ML_PGEMM=avx2, ML_CONV_TFLAT=avx2)");
 	/* the BLAS path (im2col's; Winograd needs the packed SGEMM), in a child with ML_PGEMM=0 */
 	fflush(stdout);
 	pid = fork();
