@@ -430,7 +430,9 @@ maxpool2d_f32_avx512(void *ctx, int64_t b, int64_t e)
 /*
  * maxpool2d_f32_avx2: the AVX-512 kernel's passes on AVX2, 8 columns at a
  * time (stride 2 across: the even elements of two loads by one shuffle
- * and one lane permute), the ragged ends of rows in scalar loops.
+ * and one lane permute), the ragged ends of rows in scalar loops. The
+ * stems' 3x3 stride-2 windows unrolled as there; across, the three taps'
+ * shuffles share one lane order, so one permute puts the result in order.
  */
 #define GT_KEEP8(t, acc) _mm256_max_ps((t), (acc))
 
@@ -444,6 +446,7 @@ maxpool2d_f32_avx2(void *ctx, int64_t b, int64_t e)
 	/* the row buffer, with room for the last block's loads past the row (never stored) */
 	float *vb = ml_malloc(sizeof(float) * (size_t)(W + 2 * KW + 64));
 	const __m256 ninf = _mm256_set1_ps(-INFINITY);
+	bool s2w3 = sw == 2 && KW == 3 && v->d[2] == 1;
 
 	if (vb == NULL) {
 		maxpool2d_f32(ctx, b, e);
@@ -459,8 +462,18 @@ maxpool2d_f32_avx2(void *ctx, int64_t b, int64_t e)
 		for (int64_t oh = 0; oh < OH; oh++) {
 			const struct win *wh = &j->w[1][oh];
 			float *yr = y + oh * OW;
+			bool whole3 = wh->lo == 0 && wh->hi == 3 && v->k[1] == 3 && dh == 1;
 			for (int64_t iw = 0; iw < W8; iw += 8) {
 				__m256 acc = ninf;
+				if (whole3) {
+					/* a whole window of 3 rows: the taps unrolled, same order */
+					const float *xr = x + wh->start * W + iw;
+					acc = GT_KEEP8(_mm256_loadu_ps(xr), acc);
+					acc = GT_KEEP8(_mm256_loadu_ps(xr + W), acc);
+					acc = GT_KEEP8(_mm256_loadu_ps(xr + 2 * W), acc);
+					_mm256_storeu_ps(vb + iw, acc);
+					continue;
+				}
 				for (int64_t kh = wh->lo; kh < wh->hi; kh++) {
 					__m256 t = _mm256_loadu_ps(x + (wh->start + kh * dh) * W + iw);
 					acc = GT_KEEP8(t, acc);
@@ -478,7 +491,23 @@ maxpool2d_f32_avx2(void *ctx, int64_t b, int64_t e)
 			for (int64_t ow = olo; ow < ohi; ow += 8) {
 				int64_t n = ML_MIN((int64_t)8, ohi - ow);
 				__m256 acc = ninf;
-				for (int64_t kw = 0; kw < KW; kw++) {
+				if (s2w3) {
+					/*
+					 * 3 wide, stride 2: taps 0 and 1 the even and odd
+					 * elements of the same two loads, all three in the
+					 * shuffles' lane order, put in order once at the end
+					 */
+					const float *p = vb + ow * 2 - pl0;
+					__m256 a = _mm256_loadu_ps(p), c = _mm256_loadu_ps(p + 8);
+					acc = GT_KEEP8(_mm256_shuffle_ps(a, c, _MM_SHUFFLE(2, 0, 2, 0)), acc);
+					acc = GT_KEEP8(_mm256_shuffle_ps(a, c, _MM_SHUFFLE(3, 1, 3, 1)), acc);
+					acc = GT_KEEP8(_mm256_shuffle_ps(_mm256_loadu_ps(p + 2),
+									 _mm256_loadu_ps(p + 10),
+									 _MM_SHUFFLE(2, 0, 2, 0)), acc);
+					acc = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(acc),
+										     _MM_SHUFFLE(3, 1, 2, 0)));
+				}
+				for (int64_t kw = 0; kw < KW && !s2w3; kw++) {
 					const float *p = vb + ow * sw + kw - pl0;
 					__m256 t;
 					if (sw == 1) {
