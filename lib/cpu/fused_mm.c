@@ -567,6 +567,58 @@ fpw_whole(struct ml_opctx *c, const struct fpw *f, int64_t nb)
 	return 0;
 }
 
+/*
+ * Large planes of one image on AVX2 (SqueezeNet's 55x55 and 27x27 squeeze
+ * and expand layers): X's rows are B's rows where they lie (ml_pgemm_rows,
+ * nn_gemm.c's 6 x 16 kernel reading them in place), nothing packed, the
+ * epilogue applied to each item's block of Y as it completes. The kernel
+ * reads whole panels, so the rows-GEMM takes the columns up to the last
+ * whole panel (a row's reads past that stay inside X, in the next row),
+ * and the last few columns are copied into rows of one panel for a second.
+ * On AVX-512 the tiles of fpw_items stay (not measured against this);
+ * ML_CONV_PWROWS=1 or 0 forces either (tests, comparisons).
+ */
+#define PWROWS_MIN_HW 1024
+
+static bool
+pw_rows(int64_t nb, int64_t hw)
+{
+	const char *e = getenv("ML_CONV_PWROWS");
+	if (nb != 1 || hw < PWROWS_MIN_HW || !ml_pgemm_rows_ok() || hw > INT32_MAX / 4096)
+		return false;
+	if (e != NULL && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0))
+		return e[0] == '1';
+	return ml_cpu_fma_level("ML_PGEMM") == 1;
+}
+
+static int
+fpw_rows(struct ml_opctx *c, const struct fpw *f)
+{
+	int64_t hw = f->hw, k = f->cin, main = hw / ML_PG_NR * ML_PG_NR, tail = hw - main;
+	int32_t *off = ml_cpu_scratch(0, sizeof(int32_t) * (size_t)(2 * k));
+	float *tb = tail > 0 ? ml_cpu_scratch(1, sizeof(float) * (size_t)(k * ML_PG_NR)) : NULL;
+
+	if (off == NULL || (tail > 0 && tb == NULL) || k > INT32_MAX / hw)
+		return ml_opfail(c, ML_ENOMEM, "out of memory");
+	struct ml_conv_epi e = { .z = f->z, .act = f->act, .lo = f->lo, .hi = f->hi };
+	for (int64_t p = 0; p < k; p++) {
+		off[p] = (int32_t)(p * hw);
+		off[k + p] = (int32_t)(p * ML_PG_NR);
+	}
+	if (main > 0)
+		ml_pgemm_rows_epi(f->cout, main, k, f->w, k, f->x, off, f->bias, f->y, hw, &e);
+	if (tail > 0) {
+		for (int64_t p = 0; p < k; p++) {
+			memcpy(tb + p * ML_PG_NR, f->x + p * hw + main, sizeof(float) * (size_t)tail);
+			memset(tb + p * ML_PG_NR + tail, 0, sizeof(float) * (size_t)(ML_PG_NR - tail));
+		}
+		e.z = f->z != NULL ? f->z + main : NULL;
+		ml_pgemm_rows_epi(f->cout, tail, k, f->w, k, tb, off + k, f->bias, f->y + main, hw,
+				  &e);
+	}
+	return 0;
+}
+
 int
 ml_cpu_fconv_fast(struct ml_opctx *c)
 {
@@ -599,6 +651,8 @@ ml_cpu_fconv_fast(struct ml_opctx *c)
 	f.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
 	if (narrow)
 		return fpw_narrow(c, &f, nb);
+	if (pw_rows(nb, hw))
+		return fpw_rows(c, &f);
 	/*
 	 * Column tiles: a packed tile of X within 128 KB and a tile of Y
 	 * within 512 KB, as many per image as threads or a multiple; small

@@ -146,6 +146,15 @@ bool ml_pgemm_rows_ok(void);
 void ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
 		   const int32_t *boff, const float *bias, float *c, int64_t ldc);
 /*
+ * ml_pgemm_rows_epi: ml_pgemm_rows, k > 0, then e (struct ml_conv_epi below;
+ * its z in C's layout, ldc) over each work item's block of C as soon as it
+ * is complete, while it is in cache
+ */
+struct ml_conv_epi;
+void ml_pgemm_rows_epi(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+		       const float *b, const int32_t *boff, const float *bias, float *c,
+		       int64_t ldc, const struct ml_conv_epi *e);
+/*
  * ml_pgemm_own: ml_pgemm_rows (boff NULL: ml_pgemm, B packed) where each
  * thread that takes part builds B for itself, once per call: fill(ctx, b)
  * writes it (bbytes) into the thread's scratch slot `slot`, and B's row p

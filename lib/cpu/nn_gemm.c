@@ -27,6 +27,7 @@
 #include <stdatomic.h>
 
 #include "cpu/nn.h"
+#include "ops/fused.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_PGEMM 1
@@ -322,6 +323,7 @@ struct pg_job {
 	int fslot;
 	uint64_t fid;			/* the call, so that a thread builds its B once for it */
 	atomic_int *nomem;
+	const struct ml_conv_epi *epi;	/* applied to each item's block of C once complete, or NULL */
 };
 
 /*
@@ -421,6 +423,14 @@ pg_items(void *ctx, int64_t b, int64_t e)
 						     bbase + bi * j->sb + jp * ML_PG_NR * j->k;
 				pg_block(j, A, panel, Cb, jp, i0, i1, kc, kk);
 			}
+		}
+		if (j->epi != NULL && i1 > i0 && p1 > p0) {
+			/* the item's block of C, whole now and still in cache */
+			int64_t n0 = p0 * ML_PG_NR, n1 = ML_MIN(j->n, p1 * ML_PG_NR);
+			int64_t at = bi * j->sc + i0 * j->ldc + n0;
+			ml_fused_tile_epi(j->c + at, i1 - i0, n1 - n0, j->ldc, NULL,
+					  j->epi->z != NULL ? j->epi->z + at : NULL, j->epi->act,
+					  j->epi->lo, j->epi->hi);
 		}
 	}
 }
@@ -579,6 +589,25 @@ ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, cons
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
 	(void)ldc;
 	ML_ASSERT(!"ml_pgemm_rows without AVX-512 or AVX2");
+#endif
+}
+
+void
+ml_pgemm_rows_epi(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+		  const int32_t *boff, const float *bias, float *c, int64_t ldc,
+		  const struct ml_conv_epi *e)
+{
+#ifdef HAVE_PGEMM
+	ML_ASSERT(pgemm_level() > 0 && k > 0);
+	if (m <= 0 || n <= 0)
+		return;
+	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bp = b,
+			    .bias = bias, .c = c, .boff = boff, .epi = e };
+	pg_one(&j);
+#else
+	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
+	(void)ldc, (void)e;
+	ML_ASSERT(!"ml_pgemm_rows_epi without AVX-512 or AVX2");
 #endif
 }
 

@@ -555,7 +555,7 @@ narrow_cases(void)
 }
 
 /*
- * pw_cases: pointwise convolutions of one image on planes of 17 to 512
+ * pw_cases: pointwise convolutions of one image on planes of 17 to 3025
  * positions (fused_mm.c's fpw_whole: each thread packs X for itself, then
  * one SGEMM over the pool): DenseNet's 256 -> 128 on 16x16, 70 outputs
  * (row blocks of 12 and a short one) on 8x8, SqueezeNet's 13x13 (a
@@ -571,6 +571,21 @@ pw_cases(void)
 		       conv_nks(1, 128, 64, 13, 13, 1, 1, 0);
 	}
 	conv_w_in = false;
+	/*
+	 * planes of 1024 positions and more (fused_mm.c's fpw_rows where AVX2
+	 * or ML_CONV_PWROWS=1: X's rows read in place, the last columns copied):
+	 * SqueezeNet's 55x55 squeeze and expand (a tail of 17 columns), 32x32
+	 * (no tail), 33x41 into 70 outputs (row blocks of 6 and a short one);
+	 * with FusedConv's residual and Relu too
+	 */
+	for (int k = 0; k < 3 && good; k++) {
+		conv_w_in = k == 1;
+		conv_fused = k == 2;
+		good = conv_nks(1, 128, 16, 55, 55, 1, 1, 0) && conv_nks(1, 16, 64, 55, 55, 1, 1, 0) &&
+		       conv_nks(1, 40, 24, 32, 32, 1, 1, 0) && conv_nks(1, 33, 70, 33, 41, 1, 1, 0);
+	}
+	conv_w_in = false;
+	conv_fused = false;
 	return good;
 }
 
@@ -719,7 +734,7 @@ test_conv(void)
 	ok(conv_case(130, 50, 30, 29, 0), "Conv 3x3 130->50 on 30x29, no pads (Winograd, partial tiles)");
 	ok(wino_cases(), "Conv 3x3 by Winograd: filters split across threads, weights not constant");
 	ok(narrow_cases(), "Conv on planes of 16 positions or fewer (narrow GEMM where AVX-512)");
-	ok(pw_cases(), "pointwise Conv of one image on planes of 17 to 512 positions");
+	ok(pw_cases(), "pointwise Conv of one image on planes of 17 to 3025 positions");
 	ok(dw_cases(), "depthwise Conv: 3x3, 5x5, 7x7, strides 1 and 2, edges, multiplier 2");
 	ok(conv_case(8, 5, 9, 7, 1), "Conv 3x3 8->5 on 9x7 (im2col)");
 }
@@ -824,7 +839,7 @@ main(void)
 		if (!ml_pgemm_ok())
 			_exit(77);
 		_exit(gemm_all(&n) == 0 && conv_batch_cases() && narrow_cases() &&
-		      conv_flat_cases() && rows_cases() ? 0 : 1);
+		      conv_flat_cases() && rows_cases() && pw_cases() ? 0 : 1);
 	}
 	int st = 0;
 	bool waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
@@ -897,6 +912,19 @@ main(void)
 		ok(waited && WEXITSTATUS(st) == 0,
 		   k == 0 ? "Conv, implicit GEMM's portable loop (ML_CONV_FLAT=c): 3x3, 5x5, stride 2, batches" :
 			    "Conv through im2col (ML_CONV_FLAT=0): 3x3, 5x5, stride 2, batches");
+	}
+	/* large pointwise planes through the tiles of packed X, and X's rows in place */
+	for (int k = 0; k < 2; k++) {
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			setenv("ML_CONV_PWROWS", k == 0 ? "0" : "1", 1);
+			_exit(pw_cases() ? 0 : 1);
+		}
+		waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+		ok(waited && WEXITSTATUS(st) == 0,
+		   k == 0 ? "pointwise Conv on large planes, tiles of packed X (ML_CONV_PWROWS=0)" :
+			    "pointwise Conv on large planes, X's rows in place (ML_CONV_PWROWS=1)");
 	}
 	/* the implicit GEMM's AVX-512 kernel where the transposed one would run (ML_CONV_TFLAT=0) */
 	fflush(stdout);
