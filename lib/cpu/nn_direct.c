@@ -167,6 +167,33 @@ phase2_512(const float *xr, int64_t W, int64_t pl, int64_t TW, float *d0, float 
 }
 #endif
 
+#ifdef HAVE_AVX512
+/*
+ * phase2_avx2: phase2_512 on AVX2: 8 columns of each phase from two loads
+ * (their even and odd elements by two shuffles, put in order by one lane
+ * permute each) where all 16 lie inside the row, the edges one by one.
+ */
+__attribute__((target("avx2"))) static void
+phase2_avx2(const float *xr, int64_t W, int64_t pl, int64_t TW, float *d0, float *d1)
+{
+	for (int64_t t = 0; t < TW;) {
+		int64_t c = 2 * t - pl;
+		if (c >= 0 && c + 16 <= W && t + 8 <= TW) {
+			__m256 a = _mm256_loadu_ps(xr + c), b = _mm256_loadu_ps(xr + c + 8);
+			__m256d e = _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+			__m256d o = _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+			_mm256_storeu_ps(d0 + t, _mm256_castpd_ps(_mm256_permute4x64_pd(e, _MM_SHUFFLE(3, 1, 2, 0))));
+			_mm256_storeu_ps(d1 + t, _mm256_castpd_ps(_mm256_permute4x64_pd(o, _MM_SHUFFLE(3, 1, 2, 0))));
+			t += 8;
+			continue;
+		}
+		d0[t] = c >= 0 && c < W ? xr[c] : 0.0f;
+		d1[t] = c + 1 >= 0 && c + 1 < W ? xr[c + 1] : 0.0f;
+		t++;
+	}
+}
+#endif
+
 /*
  * phase_row: input row ih of channel ci of image n (zeros outside the
  * input) into d, split by phase: d[ph * TW + t] = padded column t * s + ph.
@@ -181,6 +208,10 @@ phase_row(const struct djob *j, int64_t n, int64_t ci, int64_t ih, float *d0)
 #ifdef HAVE_AVX512
 	if (s == 2 && j->level == 3 && ih >= 0 && ih < H) {
 		phase2_512(xr, W, v->p[2], TW, d0, d0 + TW);
+		return;
+	}
+	if (s == 2 && j->level == 2 && ih >= 0 && ih < H && v->p[2] >= 0) {
+		phase2_avx2(xr, W, v->p[2], TW, d0, d0 + TW);
 		return;
 	}
 #endif
