@@ -281,8 +281,9 @@ nodes() {
 
 @test "FusedMatMul of a few rows streams the packed panels, with the same result" {
 	# 1, 2, 3, 5 and 8 rows (the small-row kernels: 8, 4, 2 or 1 rows at a time on AVX-512,
-	# 6, 4, 2 or 1 on AVX2), 9 (the tiled SGEMM)
-	for m in 1 2 3 5 8 9; do
+	# 3, 2 or 1 whole panel rows on AVX2, and 6, 4, 2 or 1 of the last panel's 12 columns),
+	# 9 and 40 (the tiled SGEMM on AVX-512, streamed on AVX2 up to 64 rows), 65 (tiled)
+	for m in 1 2 3 5 8 9 40 65; do
 		mkopt mm$m
 		run -0 mlopt -O2 mm$m.mlg -o o$m.mlg
 		run -0 mlconvert o$m.mlg -o o$m.mlt

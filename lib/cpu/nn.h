@@ -179,10 +179,13 @@ void ml_pgemm_narrow(int64_t m, int64_t n, int64_t k, const float *a, int64_t ld
  * ml_pgemm_panel: C[m, w] = A[m, k] (rows lda apart) times one packed panel
  * (k rows of ML_PG_NR floats, aligned or not), w <= ML_PG_NR columns of C
  * stored, all of k at once: a few rows (FusedMatMul's streamed products)
- * read the panel once per 8 rows (AVX2: 6). Only where ml_pgemm_ok().
+ * read the panel once per 8 rows. On AVX2, 6 rows of 16 columns at a time
+ * (the panel's halves in turn), or with stream (the panel read from
+ * memory) and w > 16, 3 rows of whole rows of the panel, read in order.
+ * Only where ml_pgemm_ok().
  */
 void ml_pgemm_panel(int64_t m, int64_t k, const float *a, int64_t lda, const float *panel, float *c,
-		    int64_t ldc, int64_t w);
+		    int64_t ldc, int64_t w, bool stream);
 /* ml_pgemm_batch: nb such products, A, packed B and C of product i at a + i * sa, etc. */
 void ml_pgemm_batch(int64_t nb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
 		    int64_t sa, const float *bp, int64_t sb, const float *bias, float *c,

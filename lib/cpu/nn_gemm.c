@@ -304,6 +304,50 @@ KERN2(k2_1, 1, b + k * ML_PG_NR)
 KERN2(k2r_6, 6, b + off[k])
 KERN2(k2r_3, 3, b + off[k])
 
+/*
+ * KERNW2(NAME, R): the AVX2 kernel of the streamed products (ml_pgemm_panel):
+ * C[R rows, w columns (17..32)] = A B for one whole packed panel, all 32
+ * columns of a row of B per k (R x 4 ymm accumulators). k2_R passes over
+ * the panel once per 16-column half, reading every other 64-byte line of
+ * it each time: where B comes from memory (a FusedMatMul of a few rows
+ * against megabytes of weights, ConvNeXt's last stages) that stride cost
+ * half the bandwidth of a sequential read.
+ */
+#define KERNW2(NAME, R)								\
+__attribute__((target("avx2,fma")))						\
+static void									\
+NAME(int64_t kc, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc, int w) \
+{										\
+	__m256 acc[R][4];							\
+	for (int i = 0; i < R; i++)						\
+		for (int v = 0; v < 4; v++)					\
+			acc[i][v] = _mm256_setzero_ps();			\
+	for (int64_t k = 0; k < kc; k++) {					\
+		const float *b = bp + k * ML_PG_NR;				\
+		_Pragma("GCC unroll 3")						\
+		for (int i = 0; i < R; i++) {					\
+			__m256 av = _mm256_broadcast_ss(a + i * lda + k);	\
+			_Pragma("GCC unroll 4")					\
+			for (int v = 0; v < 4; v++)				\
+				acc[i][v] = _mm256_fmadd_ps(av, _mm256_loadu_ps(b + 8 * v), \
+							    acc[i][v]);		\
+		}								\
+	}									\
+	_Pragma("GCC unroll 3")							\
+	for (int i = 0; i < R; i++) {						\
+		float t[32];							\
+		float *cr = c + i * ldc;					\
+		float *d = w == 32 ? cr : t;					\
+		for (int v = 0; v < 4; v++)					\
+			_mm256_storeu_ps(d + 8 * v, acc[i][v]);			\
+		if (w < 32)							\
+			memcpy(cr, t, sizeof(float) * (size_t)w);		\
+	}									\
+}
+KERNW2(kw2_3, 3)
+KERNW2(kw2_2, 2)
+KERNW2(kw2_1, 1)
+
 struct pg_job {
 	int64_t m, n, k, lda, ldc;
 	int64_t rb;			/* rows of a block: the micro-kernel's 12, or AVX2's 6 */
@@ -533,19 +577,26 @@ ml_pgemm_serial(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, co
 
 void
 ml_pgemm_panel(int64_t m, int64_t k, const float *a, int64_t lda, const float *panel, float *c,
-	       int64_t ldc, int64_t w)
+	       int64_t ldc, int64_t w, bool stream)
 {
 #ifdef HAVE_PGEMM
 	int level = pgemm_level();
 	ML_ASSERT(level > 0 && w >= 1 && w <= ML_PG_NR);
 	__mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);
 	__mmask16 m1 = (__mmask16)(w >= 32 ? 0xffff : w <= 16 ? 0 : (1u << (w - 16)) - 1);
-	/* the fewest rows of kernel that hold what is left: 8, 4, 2, 1 (AVX2: 6, 4, 2, 1) */
+	/*
+	 * the fewest rows of kernel that hold what is left: 8, 4, 2, 1 (AVX2: 3,
+	 * 2, 1 of whole rows of the panel, or 6, 4, 2, 1 of its first half)
+	 */
 	for (int64_t i = 0; i < m;) {
 		const float *ai = a + i * lda;
 		float *ci = c + i * ldc;
-		int64_t r = ML_MIN(m - i, level == 2 ? 8 : 6);
-		if (level == 2 && r > 4)
+		bool whole = level == 1 && stream && w > 16;
+		int64_t r = ML_MIN(m - i, level == 2 ? 8 : whole ? 3 : 6);
+		if (whole)
+			/* AVX2, a panel's second half too: whole rows of B, 3 rows of A at a time */
+			(r == 3 ? kw2_3 : r == 2 ? kw2_2 : kw2_1)(k, ai, lda, panel, ci, ldc, (int)w);
+		else if (level == 2 && r > 4)
 			kernu8(k, ai, lda, panel, ci, ldc, (int)r, m0, m1);
 		else if (level == 2 && r > 2)
 			kernu4(k, ai, lda, panel, ci, ldc, (int)r, m0, m1);
@@ -559,7 +610,7 @@ ml_pgemm_panel(int64_t m, int64_t k, const float *a, int64_t lda, const float *p
 		i += r;
 	}
 #else
-	(void)m, (void)k, (void)a, (void)lda, (void)panel, (void)c, (void)ldc, (void)w;
+	(void)m, (void)k, (void)a, (void)lda, (void)panel, (void)c, (void)ldc, (void)w, (void)stream;
 	ML_ASSERT(!"ml_pgemm_panel without AVX-512 or AVX2");
 #endif
 }

@@ -973,7 +973,7 @@ pre_row(const struct pre *p, int64_t n, int64_t ih, float *dst, int64_t c0, int6
 		for (int64_t c = c0; c < c1;) {
 			int64_t w = ML_MIN(ML_PG_NR - c % ML_PG_NR, c1 - c);
 			ml_pgemm_panel(W, cx, x, cx, p->pan + c / ML_PG_NR * ML_PG_NR * cx + c % ML_PG_NR,
-				       dst + c, C, w);
+				       dst + c, C, w, false);
 			c += w;
 		}
 	} else {
