@@ -293,7 +293,7 @@ static bool
 streams(int64_t m)
 {
 	const char *sm = getenv("ML_FUSED_SMALLM");
-	int64_t most = ml_cpu_fma_level("ML_PGEMM") == 1 ? SMALL_M_AVX2 : SMALL_M;
+	int64_t most = ml_pgemm_avx2() ? SMALL_M_AVX2 : SMALL_M;
 	return m <= most && (sm == NULL || strcmp(sm, "off") != 0);
 }
 
@@ -591,39 +591,40 @@ fpw_whole(struct ml_opctx *c, const struct fpw *f, int64_t nb)
 #define PWROWS_MIN_HW 1024
 
 static bool
-pw_rows(int64_t nb, int64_t hw)
+pw_rows(int64_t nb, int64_t hw, int64_t cin)
 {
 	const char *e = getenv("ML_CONV_PWROWS");
-	if (nb != 1 || hw < PWROWS_MIN_HW || !ml_pgemm_rows_ok() || hw > INT32_MAX / 4096)
+	/* X's rows by int32 offsets (ml_pgemm_rows): larger inputs take the tiles */
+	if (nb != 1 || hw < PWROWS_MIN_HW || !ml_pgemm_rows_ok() || cin > INT32_MAX / hw)
 		return false;
 	if (e != NULL && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0))
 		return e[0] == '1';
-	return ml_cpu_fma_level("ML_PGEMM") == 1;
+	return ml_pgemm_avx2();
 }
 
 static int
 fpw_rows(struct ml_opctx *c, const struct fpw *f)
 {
-	int64_t hw = f->hw, k = f->cin, main = hw / ML_PG_NR * ML_PG_NR, tail = hw - main;
+	int64_t hw = f->hw, k = f->cin, whole = hw / ML_PG_NR * ML_PG_NR, tail = hw - whole;
 	int32_t *off = ml_cpu_scratch(0, sizeof(int32_t) * (size_t)(2 * k));
 	float *tb = tail > 0 ? ml_cpu_scratch(1, sizeof(float) * (size_t)(k * ML_PG_NR)) : NULL;
 
-	if (off == NULL || (tail > 0 && tb == NULL) || k > INT32_MAX / hw)
+	if (off == NULL || (tail > 0 && tb == NULL))
 		return ml_opfail(c, ML_ENOMEM, "out of memory");
 	struct ml_conv_epi e = { .z = f->z, .act = f->act, .lo = f->lo, .hi = f->hi };
 	for (int64_t p = 0; p < k; p++) {
 		off[p] = (int32_t)(p * hw);
 		off[k + p] = (int32_t)(p * ML_PG_NR);
 	}
-	if (main > 0)
-		ml_pgemm_rows_epi(f->cout, main, k, f->w, k, f->x, off, f->bias, f->y, hw, &e);
+	if (whole > 0)
+		ml_pgemm_rows_epi(f->cout, whole, k, f->w, k, f->x, off, f->bias, f->y, hw, &e);
 	if (tail > 0) {
 		for (int64_t p = 0; p < k; p++) {
-			memcpy(tb + p * ML_PG_NR, f->x + p * hw + main, sizeof(float) * (size_t)tail);
+			memcpy(tb + p * ML_PG_NR, f->x + p * hw + whole, sizeof(float) * (size_t)tail);
 			memset(tb + p * ML_PG_NR + tail, 0, sizeof(float) * (size_t)(ML_PG_NR - tail));
 		}
-		e.z = f->z != NULL ? f->z + main : NULL;
-		ml_pgemm_rows_epi(f->cout, tail, k, f->w, k, tb, off + k, f->bias, f->y + main, hw,
+		e.z = f->z != NULL ? f->z + whole : NULL;
+		ml_pgemm_rows_epi(f->cout, tail, k, f->w, k, tb, off + k, f->bias, f->y + whole, hw,
 				  &e);
 	}
 	return 0;
@@ -661,7 +662,7 @@ ml_cpu_fconv_fast(struct ml_opctx *c)
 	f.hi = (float)ml_attr_float(c->node, "clip_max", INFINITY);
 	if (narrow)
 		return fpw_narrow(c, &f, nb);
-	if (pw_rows(nb, hw))
+	if (pw_rows(nb, hw, cin))
 		return fpw_rows(c, &f);
 	/*
 	 * Column tiles: a packed tile of X within 128 KB and a tile of Y

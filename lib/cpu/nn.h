@@ -130,6 +130,8 @@ int ml_cpu_conv_nhwc(struct ml_opctx *c);
  */
 #define ML_PG_NR 32
 bool ml_pgemm_ok(void);
+/* ml_pgemm_avx2: whether it runs its AVX2 kernels (no AVX-512F, or ML_PGEMM=avx2) */
+bool ml_pgemm_avx2(void);
 int64_t ml_pgemm_packed_len(int64_t k, int64_t n);
 void ml_pgemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *bp,
 	      const float *bias, float *c, int64_t ldc, bool accumulate);

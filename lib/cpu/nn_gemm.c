@@ -94,6 +94,16 @@ ml_pgemm_ok(void)
 #endif
 }
 
+bool
+ml_pgemm_avx2(void)
+{
+#ifdef HAVE_PGEMM
+	return pgemm_level() == 1;
+#else
+	return false;
+#endif
+}
+
 int64_t
 ml_pgemm_packed_len(int64_t k, int64_t n)
 {
@@ -629,18 +639,7 @@ void
 ml_pgemm_rows(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
 	      const int32_t *boff, const float *bias, float *c, int64_t ldc)
 {
-#ifdef HAVE_PGEMM
-	ML_ASSERT(pgemm_level() > 0);
-	if (m <= 0 || n <= 0)
-		return;
-	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bp = b,
-			    .bias = bias, .c = c, .boff = boff };
-	pg_one(&j);
-#else
-	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
-	(void)ldc;
-	ML_ASSERT(!"ml_pgemm_rows without AVX-512 or AVX2");
-#endif
+	ml_pgemm_rows_epi(m, n, k, a, lda, b, boff, bias, c, ldc, NULL);
 }
 
 void
@@ -649,7 +648,8 @@ ml_pgemm_rows_epi(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, 
 		  const struct ml_conv_epi *e)
 {
 #ifdef HAVE_PGEMM
-	ML_ASSERT(pgemm_level() > 0 && k > 0);
+	/* k == 0 leaves C at the bias (pg_empty), which no epilogue follows */
+	ML_ASSERT(pgemm_level() > 0 && (k > 0 || e == NULL));
 	if (m <= 0 || n <= 0)
 		return;
 	struct pg_job j = { .m = m, .n = n, .k = k, .lda = lda, .ldc = ldc, .a = a, .bp = b,
@@ -658,7 +658,7 @@ ml_pgemm_rows_epi(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, 
 #else
 	(void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)boff, (void)bias, (void)c;
 	(void)ldc, (void)e;
-	ML_ASSERT(!"ml_pgemm_rows_epi without AVX-512 or AVX2");
+	ML_ASSERT(!"ml_pgemm_rows without AVX-512 or AVX2");
 #endif
 }
 

@@ -132,70 +132,41 @@ struct tf_job {
 };
 
 /*
- * tf_rows: padded rows [h0, h1) of image n's Xt at xt: zeros, or an input
- * row's channels transposed 16 by 16 positions into place.
+ * row512: one input row xr (its C channels insz apart, W positions) into
+ * the channels-last positions at dst (rows of C), 16 by 16 in registers
  */
 __attribute__((target("avx512f"))) static void
-tf_rows(const struct tf_job *j, int64_t n, float *xt, int64_t h0, int64_t h1)
+row512(const float *xr, int64_t insz, int64_t C, int64_t W, float *dst)
 {
-	const struct ml_conv3 *v = j->v;
-	int64_t C = v->cin, W = v->in[2], Wp = j->g.Wp, pl = v->p[2];
-
-	for (int64_t hp = h0; hp < h1; hp++) {
-		int64_t h = hp - v->p[1];
-		float *dst = xt + hp * Wp * C;
-		if (h < 0 || h >= v->in[1]) {	/* padding, or the row of zeros after the plane */
-			memset(dst, 0, sizeof(float) * (size_t)(Wp * C));
-			continue;
-		}
-		memset(dst, 0, sizeof(float) * (size_t)(pl * C));
-		memset(dst + (pl + W) * C, 0, sizeof(float) * (size_t)((Wp - pl - W) * C));
-		const float *xr = j->x + n * C * v->insz + h * W;
-		for (int64_t w0 = 0; w0 < W; w0 += 16)
-			for (int64_t c0 = 0; c0 < C; c0 += 16)
-				tile512_tr_block(xr + c0 * v->insz + w0, v->insz,
-						 (int)ML_MIN(16, C - c0), (int)ML_MIN(16, W - w0),
-						 dst + (pl + w0) * C + c0, C, false);
-	}
+	for (int64_t w0 = 0; w0 < W; w0 += 16)
+		for (int64_t c0 = 0; c0 < C; c0 += 16)
+			tile512_tr_block(xr + c0 * insz + w0, insz, (int)ML_MIN(16, C - c0),
+					 (int)ML_MIN(16, W - w0), dst + w0 * C + c0, C, false);
 }
 
 /*
- * tf_put: flat positions [r0, r1) of image n, T's rows at t (row r0 first),
- * into Y's planes: 16 positions by 16 channels transposed in registers,
- * plus the bias; then the epilogue over each output row's run.
+ * put512: np positions of one output row, T's rows at tp (M channels
+ * each), into Y's planes at yp (P apart), plus the bias: 16 positions by
+ * 16 channels transposed in registers
  */
 __attribute__((target("avx512f"))) static void
-tf_put(const struct tf_job *j, int64_t n, const float *t, int64_t r0, int64_t r1)
+put512(const float *tp, int64_t M, const float *bias, int64_t np, float *yp, int64_t P)
 {
-	const struct ml_conv3 *v = j->v;
-	const struct ml_conv_epi *ep = j->e;
-	int64_t M = v->cout, OW = v->out[2], P = v->outsz, Wp = j->g.Wp;
-	float *yn = j->y + n * M * P;
-
-	for (int64_t oh = r0 / Wp; oh * Wp < r1; oh++) {
-		int64_t lo = ML_MAX(r0, oh * Wp), hi = ML_MIN(r1, oh * Wp + OW);
-		for (int64_t p = lo; p < hi; p += 16) {
-			int nw = (int)ML_MIN(16, hi - p);
-			__mmask16 wm = (__mmask16)((1u << nw) - 1);
-			float *yp = yn + oh * OW + (p - oh * Wp);
-			for (int64_t m0 = 0; m0 < M; m0 += 16) {
-				int nc = (int)ML_MIN(16, M - m0);
-				__mmask16 cm = (__mmask16)((1u << nc) - 1);
-				__m512 q[16];
-				for (int i = 0; i < 16; i++)
-					q[i] = i < nw ? _mm512_maskz_loadu_ps(cm, t + (p - r0 + i) * M + m0) :
-							_mm512_setzero_ps();
-				tile512_tr16(q);
-				for (int c = 0; c < nc; c++) {
-					__m512 bm = _mm512_set1_ps(j->bias != NULL ? j->bias[m0 + c] : 0.0f);
-					_mm512_mask_storeu_ps(yp + (m0 + c) * P, wm, _mm512_add_ps(q[c], bm));
-				}
+	for (int64_t p = 0; p < np; p += 16) {
+		int nw = (int)ML_MIN(16, np - p);
+		__mmask16 wm = (__mmask16)((1u << nw) - 1);
+		for (int64_t m0 = 0; m0 < M; m0 += 16) {
+			int nc = (int)ML_MIN(16, M - m0);
+			__mmask16 cm = (__mmask16)((1u << nc) - 1);
+			__m512 q[16];
+			for (int i = 0; i < 16; i++)
+				q[i] = i < nw ? _mm512_maskz_loadu_ps(cm, tp + (p + i) * M + m0) :
+						_mm512_setzero_ps();
+			tile512_tr16(q);
+			for (int c = 0; c < nc; c++) {
+				__m512 bm = _mm512_set1_ps(bias != NULL ? bias[m0 + c] : 0.0f);
+				_mm512_mask_storeu_ps(yp + (m0 + c) * P + p, wm, _mm512_add_ps(q[c], bm));
 			}
-		}
-		if (hi > lo && ep != NULL && (ep->z != NULL || ep->act > ML_ACT_NONE)) {
-			int64_t at = n * M * P + oh * OW + (lo - oh * Wp);
-			ml_fused_tile_epi(j->y + at, M, hi - lo, P, NULL,
-					  ep->z != NULL ? ep->z + at : NULL, ep->act, ep->lo, ep->hi);
 		}
 	}
 }
@@ -253,65 +224,90 @@ tr8_block(const float *src, int64_t ls, int nr, int nc, float *dst, int64_t ld)
 	}
 }
 
-/* tf_rows2: tf_rows with the AVX2 8 x 8 transposes */
+/* row2: row512 with the AVX2 8 x 8 transposes */
 __attribute__((target("avx2"))) static void
-tf_rows2(const struct tf_job *j, int64_t n, float *xt, int64_t h0, int64_t h1)
+row2(const float *xr, int64_t insz, int64_t C, int64_t W, float *dst)
+{
+	for (int64_t w0 = 0; w0 < W; w0 += 8)
+		for (int64_t c0 = 0; c0 < C; c0 += 8)
+			tr8_block(xr + c0 * insz + w0, insz, (int)ML_MIN(8, C - c0),
+				  (int)ML_MIN(8, W - w0), dst + w0 * C + c0, C);
+}
+
+/* put2: put512 with the AVX2 8 x 8 transposes */
+__attribute__((target("avx2"))) static void
+put2(const float *tp, int64_t M, const float *bias, int64_t np, float *yp, int64_t P)
+{
+	for (int64_t p = 0; p < np; p += 8) {
+		int nw = (int)ML_MIN(8, np - p);
+		__m256i wm = lanes8(nw);
+		for (int64_t m0 = 0; m0 < M; m0 += 8) {
+			int nc = (int)ML_MIN(8, M - m0);
+			__m256i cm = lanes8(nc);
+			__m256 q[8];
+			for (int i = 0; i < 8; i++)
+				q[i] = i >= nw ? _mm256_setzero_ps() :
+				       nc == 8 ? _mm256_loadu_ps(tp + (p + i) * M + m0) :
+				       _mm256_maskload_ps(tp + (p + i) * M + m0, cm);
+			tr8(q);
+			for (int c = 0; c < nc; c++) {
+				__m256 r = _mm256_add_ps(q[c], _mm256_set1_ps(bias != NULL ?
+									  bias[m0 + c] : 0.0f));
+				if (nw == 8)
+					_mm256_storeu_ps(yp + (m0 + c) * P + p, r);
+				else
+					_mm256_maskstore_ps(yp + (m0 + c) * P + p, wm, r);
+			}
+		}
+	}
+}
+
+/*
+ * tf_rows: padded rows [h0, h1) of image n's Xt at xt: zeros, or an input
+ * row's channels transposed into place (row512 or row2, by tf_level).
+ */
+static void
+tf_rows(const struct tf_job *j, int64_t n, float *xt, int64_t h0, int64_t h1)
 {
 	const struct ml_conv3 *v = j->v;
 	int64_t C = v->cin, W = v->in[2], Wp = j->g.Wp, pl = v->p[2];
+	bool z512 = tf_level() == 2;
 
 	for (int64_t hp = h0; hp < h1; hp++) {
 		int64_t h = hp - v->p[1];
 		float *dst = xt + hp * Wp * C;
-		if (h < 0 || h >= v->in[1]) {
+		if (h < 0 || h >= v->in[1]) {	/* padding, or the row of zeros after the plane */
 			memset(dst, 0, sizeof(float) * (size_t)(Wp * C));
 			continue;
 		}
 		memset(dst, 0, sizeof(float) * (size_t)(pl * C));
 		memset(dst + (pl + W) * C, 0, sizeof(float) * (size_t)((Wp - pl - W) * C));
 		const float *xr = j->x + n * C * v->insz + h * W;
-		for (int64_t w0 = 0; w0 < W; w0 += 8)
-			for (int64_t c0 = 0; c0 < C; c0 += 8)
-				tr8_block(xr + c0 * v->insz + w0, v->insz, (int)ML_MIN(8, C - c0),
-					  (int)ML_MIN(8, W - w0), dst + (pl + w0) * C + c0, C);
+		(z512 ? row512 : row2)(xr, v->insz, C, W, dst + pl * C);
 	}
 }
 
-/* tf_put2: tf_put with the AVX2 8 x 8 transposes */
-__attribute__((target("avx2"))) static void
-tf_put2(const struct tf_job *j, int64_t n, const float *t, int64_t r0, int64_t r1)
+/*
+ * tf_put: flat positions [r0, r1) of image n, T's rows at t (row r0 first),
+ * into Y's planes, plus the bias (put512 or put2, by tf_level); then the
+ * epilogue over each output row's run.
+ */
+static void
+tf_put(const struct tf_job *j, int64_t n, const float *t, int64_t r0, int64_t r1)
 {
 	const struct ml_conv3 *v = j->v;
 	const struct ml_conv_epi *ep = j->e;
 	int64_t M = v->cout, OW = v->out[2], P = v->outsz, Wp = j->g.Wp;
 	float *yn = j->y + n * M * P;
+	bool z512 = tf_level() == 2;
 
 	for (int64_t oh = r0 / Wp; oh * Wp < r1; oh++) {
 		int64_t lo = ML_MAX(r0, oh * Wp), hi = ML_MIN(r1, oh * Wp + OW);
-		for (int64_t p = lo; p < hi; p += 8) {
-			float *yp = yn + oh * OW + (p - oh * Wp);
-			int nw = (int)ML_MIN(8, hi - p);
-			__m256i wm = lanes8(nw);
-			for (int64_t m0 = 0; m0 < M; m0 += 8) {
-				int nc = (int)ML_MIN(8, M - m0);
-				__m256i cm = lanes8(nc);
-				__m256 q[8];
-				for (int i = 0; i < 8; i++)
-					q[i] = i >= nw ? _mm256_setzero_ps() :
-					       nc == 8 ? _mm256_loadu_ps(t + (p - r0 + i) * M + m0) :
-					       _mm256_maskload_ps(t + (p - r0 + i) * M + m0, cm);
-				tr8(q);
-				for (int c = 0; c < nc; c++) {
-					__m256 r = _mm256_add_ps(q[c], _mm256_set1_ps(j->bias != NULL ?
-										  j->bias[m0 + c] : 0.0f));
-					if (nw == 8)
-						_mm256_storeu_ps(yp + (m0 + c) * P, r);
-					else
-						_mm256_maskstore_ps(yp + (m0 + c) * P, wm, r);
-				}
-			}
-		}
-		if (hi > lo && ep != NULL && (ep->z != NULL || ep->act > ML_ACT_NONE)) {
+		if (hi <= lo)
+			continue;
+		(z512 ? put512 : put2)(t + (lo - r0) * M, M, j->bias, hi - lo,
+				       yn + oh * OW + (lo - oh * Wp), P);
+		if (ep != NULL && (ep->z != NULL || ep->act > ML_ACT_NONE)) {
 			int64_t at = n * M * P + oh * OW + (lo - oh * Wp);
 			ml_fused_tile_epi(j->y + at, M, hi - lo, P, NULL,
 					  ep->z != NULL ? ep->z + at : NULL, ep->act, ep->lo, ep->hi);
@@ -347,17 +343,11 @@ tf_items(void *ctx, int64_t b, int64_t e)
 			return;
 		}
 		int64_t h1 = ML_MIN(j->g.Hp + 1, (r1 - 1 + offmax) / Wp + 1);
-		if (tf_level() == 2)
-			tf_rows(j, n, xt, r0 / Wp, h1);
-		else
-			tf_rows2(j, n, xt, r0 / Wp, h1);
+		tf_rows(j, n, xt, r0 / Wp, h1);
 		for (int64_t k = 0; k < v->ksz; k++)
 			ml_pgemm_serial(r1 - r0, M, C, xt + (r0 + j->off[k]) * C, C,
 					j->wt + k * j->plen, NULL, t, M, k > 0);
-		if (tf_level() == 2)
-			tf_put(j, n, t, r0, r1);
-		else
-			tf_put2(j, n, t, r0, r1);
+		tf_put(j, n, t, r0, r1);
 	}
 }
 
