@@ -6,9 +6,9 @@
  * accumulate, batches, 1 and 2 threads; the AVX-512 kernel and, in a
  * child process with ML_PGEMM=avx2, the AVX2 one), the 2-D f32 MaxPool
  * (strides 1 to 3, pads, dilation, ceil_mode) and 3x3 Conv (Winograd over
- * several tile groups and runs of filters, its transforms AVX-512 and
- * portable (ML_WINOGRAD=avx2), and im2col; also through BLAS in a child
- * with ML_PGEMM=0; batches folded into the GEMMs, and
+ * several tile groups and runs of filters, its transforms AVX-512, AVX2
+ * (ML_WINOGRAD=avx2) and portable (ML_WINOGRAD=c), and im2col; also
+ * through BLAS in a child with ML_PGEMM=0; batches folded into the GEMMs, and
  * image by image with ML_CONV_FOLD=0; the direct kernel for few input
  * channels, AVX-512, AVX2 and portable; the flat kernel for 3x3 on small
  * planes, AVX-512, AVX2 (ML_PGEMM=avx2), portable (ML_CONV_FLAT=c) and
@@ -857,16 +857,21 @@ main(void)
 	}
 	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
 	ok(waited && WEXITSTATUS(st) == 0, "Conv through BLAS (ML_PGEMM=0): im2col, no Winograd");
-	/* Winograd's portable transforms (ML_WINOGRAD=avx2) */
-	fflush(stdout);
-	pid = fork();
-	if (pid == 0) {
-		setenv("ML_WINOGRAD", "avx2", 1);
-		_exit(conv_case(16, 24, 10, 130, 1) && conv_case(256, 40, 23, 25, 1) &&
-		      conv_case(130, 50, 30, 29, 0) && wino_cases() && conv_batch_cases() ? 0 : 1);
+	/* Winograd's AVX2 and portable transforms (ML_WINOGRAD=avx2, c) */
+	for (int k = 0; k < 2; k++) {
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			setenv("ML_WINOGRAD", k == 0 ? "avx2" : "c", 1);
+			_exit(conv_case(16, 24, 10, 130, 1) && conv_case(256, 40, 23, 25, 1) &&
+			      conv_case(130, 50, 30, 29, 0) && wino_cases() && conv_batch_cases() ? 0 :
+												    1);
+		}
+		waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
+		ok(waited && WEXITSTATUS(st) == 0,
+		   k == 0 ? "Conv by Winograd, AVX2 transforms (ML_WINOGRAD=avx2)" :
+			    "Conv by Winograd, portable transforms (ML_WINOGRAD=c)");
 	}
-	waited = pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st);
-	ok(waited && WEXITSTATUS(st) == 0, "Conv by Winograd, portable transforms (ML_WINOGRAD=avx2)");
 	/* one image at a time (ML_CONV_FOLD=0), and im2col for every 3x3 (ML_WINOGRAD=0) */
 	fflush(stdout);
 	pid = fork();
