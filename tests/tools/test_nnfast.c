@@ -671,8 +671,24 @@ conv_batch_cases(void)
  * rows that the AVX-512 kernel cuts into blocks of 48, 32 and 16 columns:
  * 112 (ResNet's: 48 + 32 + 32), 111 (SqueezeNet's), 100 (48 + 32 + 20),
  * 49 (32 + 17), 47 and 16; stride-2 inputs narrower than the 16 columns
- * that the AVX-512 phase split loads, padded on both sides (11 and 5 wide).
+ * that the AVX-512 phase split loads, padded on both sides (11 and 5 wide);
+ * and conv_direct_fused's FusedConvs.
  */
+/*
+ * conv_direct_fused: FusedConv's residual and Relu through the direct
+ * kernels: ResNet's rows (112: the AVX2 kernel's 4 x 24 + 16), SqueezeNet's
+ * (111) with a channel block half full, and a 5x5 window
+ */
+static bool
+conv_direct_fused(void)
+{
+	conv_fused = true;
+	bool good = conv_nks(1, 3, 16, 9, 224, 7, 2, 3) && conv_nks(1, 3, 12, 5, 223, 3, 2, 0) &&
+		    conv_nks(1, 2, 9, 6, 100, 5, 1, 2);
+	conv_fused = false;
+	return good;
+}
+
 static bool
 conv_direct_cases(void)
 {
@@ -681,7 +697,8 @@ conv_direct_cases(void)
 	       conv_nks(1, 3, 16, 9, 224, 7, 2, 3) && conv_nks(1, 3, 12, 5, 223, 3, 2, 0) &&
 	       conv_nks(2, 2, 9, 6, 100, 5, 1, 2) && conv_nks(1, 3, 8, 7, 49, 3, 1, 1) &&
 	       conv_nks(1, 4, 8, 6, 94, 3, 2, 0) && conv_nks(1, 3, 8, 5, 16, 3, 1, 1) &&
-	       conv_nks(1, 3, 8, 9, 11, 7, 2, 3) && conv_nks(2, 2, 8, 5, 5, 3, 2, 2);
+	       conv_nks(1, 3, 8, 9, 11, 7, 2, 3) && conv_nks(2, 2, 8, 5, 5, 3, 2, 2) &&
+	       conv_direct_fused();
 }
 
 /*
