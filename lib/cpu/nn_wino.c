@@ -246,7 +246,7 @@ out_seg(const struct wino *j, const struct seg *s, const float *Mo, int64_t m0, 
 #define HAVE_WINO512 1
 #include <immintrin.h>
 #define W512 __attribute__((target("avx512f")))
-/* the row stride of in_seg512's buffers: a row of 4 WG + 2 floats, and over-reads */
+/* the row stride of in_simd's buffer: a row of 4 WG + 2 floats, and over-reads */
 #define TS (4 * WG + 32)
 
 /* bt6: B^T e, the input transform of six values (each lane its own) */
@@ -292,62 +292,51 @@ deint(const __m512 a[4], __m512i idx)
 				    _mm512_permutex2var_ps(a[2], idx, a[3]), 0x44);
 }
 
-/* in_seg512: in_seg with AVX-512: rows 16 columns at a time, tiles 16 at a time */
+/*
+ * in_chan512: in_chan_fn with AVX-512: the rows 16 columns at a time,
+ * then the tiles 16 at a time (their six columns are phases of the row)
+ */
 W512 static void
-in_seg512(const struct wino *j, const struct seg *s, float *V)
+in_chan512(const float *const xr[6], int64_t lo, int64_t hi, int64_t WP, int64_t nt, float *t,
+	   float *o, int64_t vs)
 {
-	const struct ml_conv3 *v = j->v;
-	int64_t H = v->in[1], W = v->in[2], WP = 4 * s->nt + 2, vs = j->vs;
-	int64_t col0 = 4 * s->tx0 - v->p[2], row0 = 4 * s->ty - v->p[1];
-	int64_t lo = ML_MIN(ML_MAX(-col0, 0), WP), hi = ML_MIN(ML_MAX(W - col0, lo), WP);
-	float t[6 * TS] __attribute__((aligned(64)));
 	__m512i idx[2];
 
-	memset(t, 0, sizeof t);
 	for (int k = 0; k < 2; k++)
 		idx[k] = _mm512_set_epi32(28 + k, 24 + k, 20 + k, 16 + k, 12 + k, 8 + k, 4 + k, k,
 					  28 + k, 24 + k, 20 + k, 16 + k, 12 + k, 8 + k, 4 + k, k);
 	__m512i idx2 = _mm512_add_epi32(idx[0], _mm512_set1_epi32(2));
 	__m512i idx3 = _mm512_add_epi32(idx[0], _mm512_set1_epi32(3));
-	for (int64_t c = 0; c < j->C; c++) {
-		/* row i of the tiles at column q: xr[i] + q, read in [lo, hi) (NULL: a padding row) */
-		const float *xc = j->x + (s->img * j->C + c) * v->insz, *xr[6];
-		for (int i = 0; i < 6; i++) {
-			int64_t ih = row0 + i;
-			xr[i] = ih < 0 || ih >= H ? NULL : xc + ih * W + col0;
-		}
-		/* down the columns: t[r][q], q < WP (the rest of the last 16 zeros) */
-		for (int64_t q = 0; q < WP; q += 16) {
-			__mmask16 m = lanes(hi - q) & (__mmask16)~lanes(lo - q);
-			__m512 e[6], o[6];
-			for (int i = 0; i < 6; i++)
-				e[i] = xr[i] == NULL ? _mm512_setzero_ps() :
-						       _mm512_maskz_loadu_ps(m, xr[i] + q);
-			bt6(e, o);
-			for (int r = 0; r < 6; r++)
-				_mm512_store_ps(t + r * TS + q, o[r]);
-		}
-		/* across each tile, 16 tiles at a time: their six columns are phases of the row */
-		for (int r = 0; r < 6; r++) {
-			const float *tr = t + r * TS;
-			float *o = V + (r * 6) * vs + c * WG + s->tl;
-			for (int64_t h = 0; h < s->nt; h += 16) {
-				__m512 a[4], b[4], e[6], u[6];
-				for (int k = 0; k < 4; k++) {
-					a[k] = _mm512_loadu_ps(tr + 4 * h + 16 * k);
-					b[k] = _mm512_loadu_ps(tr + 4 * h + 4 + 16 * k);
-				}
-				e[0] = deint(a, idx[0]);
-				e[1] = deint(a, idx[1]);
-				e[2] = deint(a, idx2);
-				e[3] = deint(a, idx3);
-				e[4] = deint(b, idx[0]);
-				e[5] = deint(b, idx[1]);
-				bt6(e, u);
-				__mmask16 m = lanes(s->nt - h);
-				for (int k = 0; k < 6; k++)
-					_mm512_mask_storeu_ps(o + k * vs + h, m, u[k]);
+	/* down the columns: t[r][q], q < WP (the rest of the last 16 zeros) */
+	for (int64_t q = 0; q < WP; q += 16) {
+		__mmask16 m = lanes(hi - q) & (__mmask16)~lanes(lo - q);
+		__m512 e[6], u[6];
+		for (int i = 0; i < 6; i++)
+			e[i] = xr[i] == NULL ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, xr[i] + q);
+		bt6(e, u);
+		for (int r = 0; r < 6; r++)
+			_mm512_store_ps(t + r * TS + q, u[r]);
+	}
+	/* across each tile */
+	for (int r = 0; r < 6; r++) {
+		const float *tr = t + r * TS;
+		float *orow = o + (r * 6) * vs;
+		for (int64_t h = 0; h < nt; h += 16) {
+			__m512 a[4], b[4], e[6], u[6];
+			for (int k = 0; k < 4; k++) {
+				a[k] = _mm512_loadu_ps(tr + 4 * h + 16 * k);
+				b[k] = _mm512_loadu_ps(tr + 4 * h + 4 + 16 * k);
 			}
+			e[0] = deint(a, idx[0]);
+			e[1] = deint(a, idx[1]);
+			e[2] = deint(a, idx2);
+			e[3] = deint(a, idx3);
+			e[4] = deint(b, idx[0]);
+			e[5] = deint(b, idx[1]);
+			bt6(e, u);
+			__mmask16 m = lanes(nt - h);
+			for (int k = 0; k < 6; k++)
+				_mm512_mask_storeu_ps(orow + k * vs + h, m, u[k]);
 		}
 	}
 }
@@ -423,54 +412,38 @@ il4(const __m512 c[4], __m512 out[4])
 	out[3] = _mm512_shuffle_f32x4(t2, t3, 0xdd);
 }
 
-/* out_seg512: out_seg with AVX-512, 16 tiles at a time, stored straight into Y */
+/* out_tiles512: out_tiles_fn with AVX-512, 16 tiles */
 W512 static void
-out_seg512(const struct wino *j, const struct seg *s, const float *Mo, int64_t m0, int64_t m1)
+out_tiles512(const float *p, int64_t ms, float b, float *yo, int64_t OW, int64_t nr, int64_t left)
 {
-	const struct ml_conv3 *v = j->v;
-	int64_t OH = v->out[1], OW = v->out[2], nt = s->nt, ms = j->ms;
-	int64_t oh0 = 4 * s->ty, ow0 = 4 * s->tx0;
-	int64_t nr = ML_MIN((int64_t)4, OH - oh0), ncol = ML_MIN(4 * nt, OW - ow0);
-
-	for (int64_t m = m0; m < m1; m++) {
-		__m512 bv = _mm512_set1_ps(j->bias != NULL ? j->bias[m] : 0.0f);
-		int64_t off = (s->img * j->M + m) * v->outsz + oh0 * OW + ow0;
-		for (int64_t h = 0; h < nt; h += 16) {
-			/* across: tr[r][c], row r of the tiles reduced to output column c */
-			__m512 tr[6][4];
-			for (int r = 0; r < 6; r++) {
-				const float *p = Mo + (r * 6) * ms + (m - m0) * WG + s->tl + h;
-				__m512 e[6];
-				for (int k = 0; k < 6; k++)
-					e[k] = _mm512_loadu_ps(p + k * ms);
-				at4(e, tr[r]);
-			}
-			/* down: output row q, column c; then rows of 64 floats in Y */
-			__m512 col[4][4];
-			for (int c = 0; c < 4; c++) {
-				__m512 e[6] = { tr[0][c], tr[1][c], tr[2][c], tr[3][c], tr[4][c], tr[5][c] };
-				__m512 o[4];
-				at4(e, o);
-				for (int q = 0; q < 4; q++)
-					col[q][c] = _mm512_add_ps(o[q], bv);
-			}
-			for (int64_t q = 0; q < nr; q++) {
-				__m512 out[4];
-				il4(col[q], out);
-				float *yr = j->y + off + q * OW + 4 * h;
-				for (int k = 0; k < 4; k++)
-					_mm512_mask_storeu_ps(yr + 16 * k, lanes(ncol - 4 * h - 16 * k), out[k]);
-			}
-		}
-		if (j->e != NULL)
-			ml_fused_tile_epi(j->y + off, nr, ncol, OW, NULL,
-					  j->e->z != NULL ? j->e->z + off : NULL, j->e->act, j->e->lo,
-					  j->e->hi);
+	__m512 bv = _mm512_set1_ps(b);
+	/* across: tr[r][c], row r of the tiles reduced to output column c */
+	__m512 tr[6][4];
+	for (int r = 0; r < 6; r++) {
+		__m512 e[6];
+		for (int k = 0; k < 6; k++)
+			e[k] = _mm512_loadu_ps(p + (r * 6 + k) * ms);
+		at4(e, tr[r]);
+	}
+	/* down: output row q, column c; then rows of 64 floats in Y */
+	__m512 col[4][4];
+	for (int c = 0; c < 4; c++) {
+		__m512 e[6] = { tr[0][c], tr[1][c], tr[2][c], tr[3][c], tr[4][c], tr[5][c] };
+		__m512 o[4];
+		at4(e, o);
+		for (int q = 0; q < 4; q++)
+			col[q][c] = _mm512_add_ps(o[q], bv);
+	}
+	for (int64_t q = 0; q < nr; q++) {
+		__m512 out[4];
+		il4(col[q], out);
+		for (int k = 0; k < 4; k++)
+			_mm512_mask_storeu_ps(yo + q * OW + 16 * k, lanes(left - 16 * k), out[k]);
 	}
 }
 
 /*
- * The AVX2 transforms: in_seg512 and out_seg512 on 8 lanes, for CPUs
+ * The AVX2 transforms: in_chan512 and out_tiles512 on 8 lanes, for CPUs
  * without AVX-512 (the portable loops took 40% of a 28x28 layer's time on
  * AMD EPYC Zen 3, as much as half its GEMMs).
  */
@@ -530,120 +503,151 @@ tr4(const __m256 a[4], __m256 o[4])
 	o[3] = _mm256_shuffle_ps(t1, t3, 0xee);
 }
 
-/* in_seg2: in_seg with AVX2: rows 8 columns at a time, tiles 8 at a time */
+/*
+ * in_chan2: in_chan_fn with AVX2: the rows 8 columns at a time, then the
+ * tiles 8 at a time (tile l's six columns start at 4 l; tiles l and l + 4
+ * in the two lanes of a ymm make the in-lane transposes give them in order)
+ */
 W2 static void
-in_seg2(const struct wino *j, const struct seg *s, float *V)
+in_chan2(const float *const xr[6], int64_t lo, int64_t hi, int64_t WP, int64_t nt, float *t,
+	 float *o, int64_t vs)
 {
-	const struct ml_conv3 *v = j->v;
-	int64_t H = v->in[1], W = v->in[2], WP = 4 * s->nt + 2, vs = j->vs;
-	int64_t col0 = 4 * s->tx0 - v->p[2], row0 = 4 * s->ty - v->p[1];
-	int64_t lo = ML_MIN(ML_MAX(-col0, 0), WP), hi = ML_MIN(ML_MAX(W - col0, lo), WP);
-	float t[6 * TS] __attribute__((aligned(32)));
-
-	memset(t, 0, sizeof t);
-	for (int64_t c = 0; c < j->C; c++) {
-		/* row i of the tiles at column q: xr[i] + q, read in [lo, hi) (NULL: a padding row) */
-		const float *xc = j->x + (s->img * j->C + c) * v->insz, *xr[6];
-		for (int i = 0; i < 6; i++) {
-			int64_t ih = row0 + i;
-			xr[i] = ih < 0 || ih >= H ? NULL : xc + ih * W + col0;
-		}
-		/* down the columns: t[r][q], q < WP (the rest of the last 8 zeros) */
-		for (int64_t q = 0; q < WP; q += 8) {
-			bool whole = q >= lo && q + 8 <= hi;
-			__m256i m = lanes2(lo - q, hi - q);
-			__m256 e[6], o[6];
-			for (int i = 0; i < 6; i++)
-				e[i] = xr[i] == NULL ? _mm256_setzero_ps() :
-				       whole	     ? _mm256_loadu_ps(xr[i] + q) :
-						       _mm256_maskload_ps(xr[i] + q, m);
-			bt6_2(e, o);
-			for (int r = 0; r < 6; r++)
-				_mm256_store_ps(t + r * TS + q, o[r]);
-		}
-		/*
-		 * across each tile, 8 at a time: tile l's six columns start at
-		 * 4 l; tiles l and l + 4 in the two lanes of a ymm make the
-		 * in-lane transposes give the tiles in order
-		 */
-		for (int r = 0; r < 6; r++) {
-			const float *tr = t + r * TS;
-			float *o = V + (r * 6) * vs + c * WG + s->tl;
-			for (int64_t h = 0; h < s->nt; h += 8) {
-				const float *p = tr + 4 * h;
-				__m256 a[4], b[4], e[6], u[6], x[4];
-				for (int k = 0; k < 4; k++) {
-					a[k] = _mm256_loadu2_m128(p + 4 * k + 16, p + 4 * k);
-					b[k] = _mm256_loadu2_m128(p + 4 * k + 20, p + 4 * k + 4);
-				}
-				tr4(a, e);
-				tr4(b, x);
-				e[4] = x[0];
-				e[5] = x[1];
-				bt6_2(e, u);
-				if (s->nt - h >= 8) {
-					for (int k = 0; k < 6; k++)
-						_mm256_storeu_ps(o + k * vs + h, u[k]);
-				} else {
-					__m256i m = lanes2(0, s->nt - h);
-					for (int k = 0; k < 6; k++)
-						_mm256_maskstore_ps(o + k * vs + h, m, u[k]);
-				}
+	/* down the columns: t[r][q], q < WP (the rest of the last 8 zeros) */
+	for (int64_t q = 0; q < WP; q += 8) {
+		bool whole = q >= lo && q + 8 <= hi;
+		__m256i m = lanes2(lo - q, hi - q);
+		__m256 e[6], u[6];
+		for (int i = 0; i < 6; i++)
+			e[i] = xr[i] == NULL ? _mm256_setzero_ps() :
+			       whole	     ? _mm256_loadu_ps(xr[i] + q) :
+					       _mm256_maskload_ps(xr[i] + q, m);
+		bt6_2(e, u);
+		for (int r = 0; r < 6; r++)
+			_mm256_store_ps(t + r * TS + q, u[r]);
+	}
+	/* across each tile */
+	for (int r = 0; r < 6; r++) {
+		const float *tr = t + r * TS;
+		float *orow = o + (r * 6) * vs;
+		for (int64_t h = 0; h < nt; h += 8) {
+			const float *p = tr + 4 * h;
+			__m256 a[4], b[4], e[6], u[6], x[4];
+			for (int k = 0; k < 4; k++) {
+				a[k] = _mm256_loadu2_m128(p + 4 * k + 16, p + 4 * k);
+				b[k] = _mm256_loadu2_m128(p + 4 * k + 20, p + 4 * k + 4);
+			}
+			tr4(a, e);
+			tr4(b, x);
+			e[4] = x[0];
+			e[5] = x[1];
+			bt6_2(e, u);
+			if (nt - h >= 8) {
+				for (int k = 0; k < 6; k++)
+					_mm256_storeu_ps(orow + k * vs + h, u[k]);
+			} else {
+				__m256i m = lanes2(0, nt - h);
+				for (int k = 0; k < 6; k++)
+					_mm256_maskstore_ps(orow + k * vs + h, m, u[k]);
 			}
 		}
 	}
 }
 
-/* out_seg2: out_seg with AVX2, 8 tiles at a time, stored straight into Y */
+/* out_tiles2: out_tiles_fn with AVX2, 8 tiles */
 W2 static void
-out_seg2(const struct wino *j, const struct seg *s, const float *Mo, int64_t m0, int64_t m1)
+out_tiles2(const float *p, int64_t ms, float b, float *yo, int64_t OW, int64_t nr, int64_t left)
+{
+	__m256 bv = _mm256_set1_ps(b);
+	/* across: tr[r][c], row r of the tiles reduced to output column c */
+	__m256 tr[6][4];
+	for (int r = 0; r < 6; r++) {
+		__m256 e[6];
+		for (int k = 0; k < 6; k++)
+			e[k] = _mm256_loadu_ps(p + (r * 6 + k) * ms);
+		at4_2(e, tr[r]);
+	}
+	/* down: output row q, column c of the 8 tiles */
+	__m256 col[4][4];
+	for (int c = 0; c < 4; c++) {
+		__m256 e[6] = { tr[0][c], tr[1][c], tr[2][c], tr[3][c], tr[4][c], tr[5][c] };
+		__m256 o[4];
+		at4_2(e, o);
+		for (int q = 0; q < 4; q++)
+			col[q][c] = _mm256_add_ps(o[q], bv);
+	}
+	/* a row's 32 floats: the in-lane transposes give tiles l and l + 4 a ymm */
+	for (int64_t q = 0; q < nr; q++) {
+		__m256 x[4], out[4];
+		tr4(col[q], x);
+		out[0] = _mm256_permute2f128_ps(x[0], x[1], 0x20);
+		out[1] = _mm256_permute2f128_ps(x[2], x[3], 0x20);
+		out[2] = _mm256_permute2f128_ps(x[0], x[1], 0x31);
+		out[3] = _mm256_permute2f128_ps(x[2], x[3], 0x31);
+		float *yr = yo + q * OW;
+		for (int k = 0; k < 4 && 8 * k < left; k++) {
+			if (left - 8 * k >= 8)
+				_mm256_storeu_ps(yr + 8 * k, out[k]);
+			else
+				_mm256_maskstore_ps(yr + 8 * k, lanes2(0, left - 8 * k), out[k]);
+		}
+	}
+}
+
+/*
+ * in_simd: in_seg's loop over the channels, each channel's six input rows
+ * (xr[i] + q is column q of row i, read in [lo, hi); NULL: a padding row)
+ * transformed by fn down the columns into t (6 rows of TS floats) and
+ * across the tiles into V's panels (o: row 0 of the channel's at the
+ * segment's first tile, the others vs apart)
+ */
+typedef void (*in_chan_fn)(const float *const xr[6], int64_t lo, int64_t hi, int64_t WP,
+			   int64_t nt, float *t, float *o, int64_t vs);
+
+static void
+in_simd(const struct wino *j, const struct seg *s, float *V, in_chan_fn fn)
 {
 	const struct ml_conv3 *v = j->v;
-	int64_t OH = v->out[1], OW = v->out[2], nt = s->nt, ms = j->ms;
+	int64_t H = v->in[1], W = v->in[2], WP = 4 * s->nt + 2;
+	int64_t col0 = 4 * s->tx0 - v->p[2], row0 = 4 * s->ty - v->p[1];
+	int64_t lo = ML_MIN(ML_MAX(-col0, 0), WP), hi = ML_MIN(ML_MAX(W - col0, lo), WP);
+	float t[6 * TS] __attribute__((aligned(64)));
+
+	memset(t, 0, sizeof t);
+	for (int64_t c = 0; c < j->C; c++) {
+		const float *xc = j->x + (s->img * j->C + c) * v->insz, *xr[6];
+		for (int i = 0; i < 6; i++) {
+			int64_t ih = row0 + i;
+			xr[i] = ih < 0 || ih >= H ? NULL : xc + ih * W + col0;
+		}
+		fn(xr, lo, hi, WP, s->nt, t, V + c * WG + s->tl, j->vs);
+	}
+}
+
+/*
+ * out_simd: out_seg's loop over the filters, each filter's tiles L at a
+ * time through fn (p: the run's first value at position 0 of Mo, the
+ * others ms apart; bias b; yo: the run's first output in Y, rows OW
+ * apart, nr of them; left: the row's columns from there), then the
+ * epilogue over the filter's rows of Y, still in L1
+ */
+typedef void (*out_tiles_fn)(const float *p, int64_t ms, float b, float *yo, int64_t OW,
+			     int64_t nr, int64_t left);
+
+static void
+out_simd(const struct wino *j, const struct seg *s, const float *Mo, int64_t m0, int64_t m1,
+	 int64_t L, out_tiles_fn fn)
+{
+	const struct ml_conv3 *v = j->v;
+	int64_t OH = v->out[1], OW = v->out[2], nt = s->nt;
 	int64_t oh0 = 4 * s->ty, ow0 = 4 * s->tx0;
 	int64_t nr = ML_MIN((int64_t)4, OH - oh0), ncol = ML_MIN(4 * nt, OW - ow0);
 
 	for (int64_t m = m0; m < m1; m++) {
-		__m256 bv = _mm256_set1_ps(j->bias != NULL ? j->bias[m] : 0.0f);
+		float b = j->bias != NULL ? j->bias[m] : 0.0f;
 		int64_t off = (s->img * j->M + m) * v->outsz + oh0 * OW + ow0;
-		for (int64_t h = 0; h < nt; h += 8) {
-			/* across: tr[r][c], row r of the tiles reduced to output column c */
-			__m256 tr[6][4];
-			for (int r = 0; r < 6; r++) {
-				const float *p = Mo + (r * 6) * ms + (m - m0) * WG + s->tl + h;
-				__m256 e[6];
-				for (int k = 0; k < 6; k++)
-					e[k] = _mm256_loadu_ps(p + k * ms);
-				at4_2(e, tr[r]);
-			}
-			/* down: output row q, column c of the 8 tiles */
-			__m256 col[4][4];
-			for (int c = 0; c < 4; c++) {
-				__m256 e[6] = { tr[0][c], tr[1][c], tr[2][c], tr[3][c], tr[4][c], tr[5][c] };
-				__m256 o[4];
-				at4_2(e, o);
-				for (int q = 0; q < 4; q++)
-					col[q][c] = _mm256_add_ps(o[q], bv);
-			}
-			/* a row's 32 floats: the in-lane transposes give tiles l and l + 4 a ymm */
-			int64_t left = ncol - 4 * h;
-			for (int64_t q = 0; q < nr; q++) {
-				__m256 x[4], out[4];
-				tr4(col[q], x);
-				out[0] = _mm256_permute2f128_ps(x[0], x[1], 0x20);
-				out[1] = _mm256_permute2f128_ps(x[2], x[3], 0x20);
-				out[2] = _mm256_permute2f128_ps(x[0], x[1], 0x31);
-				out[3] = _mm256_permute2f128_ps(x[2], x[3], 0x31);
-				float *yr = j->y + off + q * OW + 4 * h;
-				for (int k = 0; k < 4 && 8 * k < left; k++) {
-					if (left - 8 * k >= 8)
-						_mm256_storeu_ps(yr + 8 * k, out[k]);
-					else
-						_mm256_maskstore_ps(yr + 8 * k, lanes2(0, left - 8 * k),
-								    out[k]);
-				}
-			}
-		}
+		for (int64_t h = 0; h < nt; h += L)
+			fn(Mo + (m - m0) * WG + s->tl + h, j->ms, b, j->y + off + 4 * h, OW, nr,
+			   ncol - 4 * h);
 		if (j->e != NULL)
 			ml_fused_tile_epi(j->y + off, nr, ncol, OW, NULL,
 					  j->e->z != NULL ? j->e->z + off : NULL, j->e->act, j->e->lo,
@@ -709,12 +713,8 @@ static void
 wino_in(const struct wino *j, const struct seg *s, float *V)
 {
 #ifdef HAVE_WINO512
-	if (j->simd == 2) {
-		in_seg512(j, s, V);
-		return;
-	}
-	if (j->simd == 1) {
-		in_seg2(j, s, V);
+	if (j->simd > 0) {
+		in_simd(j, s, V, j->simd == 2 ? in_chan512 : in_chan2);
 		return;
 	}
 #endif
@@ -725,12 +725,9 @@ static void
 wino_out(const struct wino *j, const struct seg *s, const float *Mo, int64_t m0, int64_t m1)
 {
 #ifdef HAVE_WINO512
-	if (j->simd == 2) {
-		out_seg512(j, s, Mo, m0, m1);
-		return;
-	}
-	if (j->simd == 1) {
-		out_seg2(j, s, Mo, m0, m1);
+	if (j->simd > 0) {
+		out_simd(j, s, Mo, m0, m1, j->simd == 2 ? 16 : 8,
+			 j->simd == 2 ? out_tiles512 : out_tiles2);
 		return;
 	}
 #endif
